@@ -1,0 +1,98 @@
+"""The `tinyol` command line.
+
+One click group; each verb lives in ``tinyol.commands.<verb>`` and exposes a
+click command named ``cmd``. Verbs are imported lazily so that ``tinyol info``
+never pays for importing TensorFlow.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from . import __version__
+from .errors import TinyolError
+
+# verb -> (module, one-line help shown in `tinyol --help`)
+VERBS: dict[str, tuple[str, str]] = {
+    "export": ("export", "Split a Keras model; write the int8 backbone, C code and head."),
+    "build": ("build", "Build the firmware for a board with PlatformIO (offline)."),
+    "flash": ("flash", "Build and upload the firmware to a board."),
+    "emulate": ("emulate", "Run the firmware in QEMU, Renode or natively; print its serial URL."),
+    "info": ("info", "Ask a device for its INFO record."),
+    "stream": ("stream", "Stream labelled samples to a device; show live accuracy."),
+    "simulate": ("simulate", "Run a stream through the numpy reference learner."),
+    "verify": ("verify", "Compare a device's backbone outputs with TFLM, bit for bit."),
+    "bench": ("bench", "Measure instructions, memory and throughput; write docs/benchmarks.md."),
+    "demo": ("demo", "Build, boot in QEMU, stream digits 5-9 and show the board learn."),
+    "save": ("persist", "Ask the device to save its learned state to flash."),
+    "load": ("persist", "Ask the device to reload its learned state from flash."),
+    "pull": ("persist", "Copy a device's learned head to an .npz file."),
+    "push": ("persist", "Copy a head from an .npz file onto a device."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return [v for v in VERBS if self._available(v)]
+
+    @staticmethod
+    def _available(verb: str) -> bool:
+        mod = VERBS[verb][0]
+        return importlib.util.find_spec(f"tinyol.commands.{mod}") is not None
+
+    def get_command(self, ctx, name):
+        if name not in VERBS or not self._available(name):
+            return None
+        mod = importlib.import_module(f"tinyol.commands.{VERBS[name][0]}")
+        cmd = getattr(mod, f"cmd_{name}", None) or getattr(mod, "cmd")
+        return cmd
+
+    def format_commands(self, ctx, formatter):
+        rows = [(v, VERBS[v][1]) for v in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug output.")
+@click.version_option(__version__, prog_name="tinyol")
+@click.pass_context
+def group(ctx, verbose):
+    """tinyol: keep learning on an STM32L4 after deployment."""
+    ctx.ensure_object(dict)
+    ctx.obj["verbose"] = verbose
+
+
+def main(argv: list[str] | None = None) -> int:
+    verbose = "-v" in (argv if argv is not None else sys.argv[1:]) or "--verbose" in (
+        argv if argv is not None else sys.argv[1:]
+    )
+    try:
+        group.main(args=argv, prog_name="tinyol", standalone_mode=False)
+        return 0
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except TinyolError as e:
+        if verbose:
+            raise
+        click.echo(f"error: {e}", err=True)
+        if e.hint:
+            click.echo(f"hint: {e.hint}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
