@@ -1,0 +1,59 @@
+"""The boards tinyol supports: memory sizes, serial port, upload defaults.
+
+This table is the host's single view of a board; the firmware's linker scripts
+(mcu/boards/stm32l4/ld/<board>.ld) and the PlatformIO board manifests
+(mcu/platform/stm32l4/boards/<board>.json) are checked against it in tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import TinyolError
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str            # PlatformIO environment name
+    title: str           # what is printed on the box
+    mcu: str             # part number
+    flash_bytes: int     # main flash
+    ram_bytes: int       # SRAM1 (contiguous at 0x20000000): stack, .data, .bss
+    ram2_bytes: int      # SRAM2 (at 0x10000000): large static buffers (replay)
+    console: str         # UART wired to the ST-Link virtual COM port
+    page_bytes: int      # flash page (erase unit)
+    qemu_serial_index: int | None  # position of `console` in QEMU's -serial order; None: not emulated
+    upload_protocol: str  # default `tinyol flash` method
+    usb_vid_pid: tuple[int, int] = (0x0483, 0x374B)  # ST-Link V2-1 VCP
+
+    @property
+    def emulated(self) -> bool:
+        return self.qemu_serial_index is not None
+
+
+KB = 1024
+
+# QEMU's b-l475e-iot01a machine: -serial order USART1, USART2, USART3, UART4, UART5, LPUART1.
+BOARDS: dict[str, Board] = {
+    b.name: b
+    for b in [
+        Board("nucleo_l476rg", "NUCLEO-L476RG", "STM32L476RGT6", 1024 * KB, 96 * KB, 32 * KB,
+              "USART2", 2 * KB, 1, "stlink"),
+        Board("nucleo_l432kc", "NUCLEO-L432KC", "STM32L432KCU6", 256 * KB, 48 * KB, 16 * KB,
+              "USART2", 2 * KB, 1, "stlink"),
+        Board("disco_l475vg_iot01a", "B-L475E-IOT01A", "STM32L475VGT6", 1024 * KB, 96 * KB, 32 * KB,
+              "USART1", 2 * KB, 0, "stlink"),
+        Board("nucleo_l4r5zi", "NUCLEO-L4R5ZI", "STM32L4R5ZIT6", 2048 * KB, 192 * KB, 64 * KB,
+              "LPUART1", 8 * KB, 5, "stlink", (0x0483, 0x374B)),
+    ]
+}
+
+NATIVE = "native"
+
+
+def get_board(name: str) -> Board:
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise TinyolError(
+            f"unknown board {name!r}", hint="choose one of: " + ", ".join(BOARDS)
+        ) from None
