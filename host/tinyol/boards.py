@@ -43,7 +43,7 @@ BOARDS: dict[str, Board] = {
         Board("disco_l475vg_iot01a", "B-L475E-IOT01A", "STM32L475VGT6", 1024 * KB, 96 * KB, 32 * KB,
               "USART1", 2 * KB, 0, "stlink"),
         Board("nucleo_l4r5zi", "NUCLEO-L4R5ZI", "STM32L4R5ZIT6", 2048 * KB, 192 * KB, 64 * KB,
-              "LPUART1", 8 * KB, 5, "stlink", (0x0483, 0x374B)),
+              "LPUART1", 4 * KB, 5, "stlink"),  # 4 KB pages: dual-bank (DBANK=1, factory default)
     ]
 }
 
