@@ -29,7 +29,7 @@ static inline uint32_t tol_read_s8x4(const int8_t *p)
 /* Sign-extend bytes 0 and 2 into lanes 0 and 1. */
 static inline uint32_t tol_sxtb16(uint32_t x)
 {
-    return (uint32_t)__sxtb16(x);
+    return (uint32_t)__sxtb16((int8x4_t)x);
 }
 
 /* Sign-extend bytes 1 and 3 into lanes 0 and 1 (SXTB16 with ROR #8). */
@@ -43,7 +43,7 @@ static inline uint32_t tol_sxtb16_ror8(uint32_t x)
 /* Lanes of a plus sign-extended bytes 0 and 2 of x. */
 static inline uint32_t tol_sxtab16(uint32_t a, uint32_t x)
 {
-    return (uint32_t)__sxtab16(a, x);
+    return (uint32_t)__sxtab16((int16x2_t)a, (int8x4_t)x);
 }
 
 /* Lanes of a plus sign-extended bytes 1 and 3 of x (SXTAB16 with ROR #8). */
@@ -57,7 +57,7 @@ static inline uint32_t tol_sxtab16_ror8(uint32_t a, uint32_t x)
 /* acc + x.lane0*y.lane0 + x.lane1*y.lane1 (signed 16x16, wrapping add). */
 static inline int32_t tol_smlad(uint32_t x, uint32_t y, int32_t acc)
 {
-    return __smlad(x, y, acc);
+    return __smlad((int16x2_t)x, (int16x2_t)y, acc);
 }
 
 /* acc + x.lane0*y.lane0 */
