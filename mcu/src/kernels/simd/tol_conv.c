@@ -34,6 +34,11 @@ TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, 
     const int32_t w_row = k_w * in_c;             /* weight step between kernel rows */
     const int32_t seg_dx = p->dil_w * in_c;
     const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    /* locals: int8 output stores may alias *p, which would force reloads */
+    const int32_t *const mult = p->out_mult;
+    const int32_t *const shift = p->out_shift;
+    const int32_t *const bias = p->bias;
+    const int8_t *const weights = p->weights;
 
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
         const int32_t iy0 = oy * p->stride_h - p->pad_top;
@@ -48,15 +53,15 @@ TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, 
             const int32_t nseg = p->dil_w == 1 ? (kx1 > kx0 ? 1 : 0) : kx1 - kx0;
             const int32_t seg_len = p->dil_w == 1 ? (kx1 - kx0) * in_c : in_c;
             const int8_t *x0 = input + ((iy0 + ky0 * p->dil_h) * in_w + ix0 + kx0 * p->dil_w) * in_c;
-            const int8_t *wb = p->weights + (ky0 * k_w + kx0) * in_c;
+            const int8_t *wb = weights + (ky0 * k_w + kx0) * in_c;
             int32_t oc = 0;
             for (; oc + 4 <= out_c; oc += 4, wb += 4 * fsz) {
                 int32_t acc[4] = {0, 0, 0, 0};
-                if (p->bias != NULL) {
-                    acc[0] = p->bias[oc];
-                    acc[1] = p->bias[oc + 1];
-                    acc[2] = p->bias[oc + 2];
-                    acc[3] = p->bias[oc + 3];
+                if (bias != NULL) {
+                    acc[0] = bias[oc];
+                    acc[1] = bias[oc + 1];
+                    acc[2] = bias[oc + 2];
+                    acc[3] = bias[oc + 3];
                 }
                 const int8_t *x = x0;
                 const int8_t *w = wb;
@@ -68,11 +73,11 @@ TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, 
                     }
                 }
                 for (int32_t j = 0; j < 4; ++j) {
-                    output[oc + j] = tol_requant1_(acc[j], p->out_mult[oc + j], p->out_shift[oc + j], zp, lo, hi);
+                    output[oc + j] = tol_requant1_(acc[j], mult[oc + j], shift[oc + j], zp, lo, hi);
                 }
             }
             for (; oc < out_c; ++oc, wb += fsz) {
-                int32_t acc = p->bias != NULL ? p->bias[oc] : 0;
+                int32_t acc = bias != NULL ? bias[oc] : 0;
                 const int8_t *x = x0;
                 const int8_t *w = wb;
                 for (int32_t r = 0; r < nrows; ++r, x += x_row, w += w_row) {
@@ -82,7 +87,7 @@ TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, 
                         acc = tol_dot1_(xs, ws, seg_len, off2, off, acc);
                     }
                 }
-                output[oc] = tol_requant1_(acc, p->out_mult[oc], p->out_shift[oc], zp, lo, hi);
+                output[oc] = tol_requant1_(acc, mult[oc], shift[oc], zp, lo, hi);
             }
             output += out_c;
         }
@@ -133,6 +138,10 @@ TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_
     const uint32_t off2 = tol_dup16_(off);
     const int32_t x_row = p->dil_h * in_w * c, w_row = k_w * c, x_tap = p->dil_w * c;
     const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    const int32_t *const mult = p->out_mult;
+    const int32_t *const shift = p->out_shift;
+    const int32_t *const bias = p->bias;
+    const int8_t *const weights = p->weights;
     for (int32_t oy = 0; oy < p->out_h; ++oy) {
         const int32_t iy0 = oy * p->stride_h - p->pad_top;
         int32_t ky0, ky1;
@@ -143,15 +152,15 @@ TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_
             tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
             const int32_t ntaps = kx1 - kx0;
             const int8_t *x0 = input + ((iy0 + ky0 * p->dil_h) * in_w + ix0 + kx0 * p->dil_w) * c;
-            const int8_t *w0 = p->weights + (ky0 * k_w + kx0) * c;
+            const int8_t *w0 = weights + (ky0 * k_w + kx0) * c;
             int32_t ch = 0;
             for (; ch + 4 <= c; ch += 4) {
                 int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-                if (p->bias != NULL) {
-                    a0 = p->bias[ch];
-                    a1 = p->bias[ch + 1];
-                    a2 = p->bias[ch + 2];
-                    a3 = p->bias[ch + 3];
+                if (bias != NULL) {
+                    a0 = bias[ch];
+                    a1 = bias[ch + 1];
+                    a2 = bias[ch + 2];
+                    a3 = bias[ch + 3];
                 }
                 const int8_t *xr = x0 + ch;
                 const int8_t *wr = w0 + ch;
@@ -171,13 +180,13 @@ TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_
                         a3 = tol_smlatt(xo, wo, a3);
                     }
                 }
-                output[ch] = tol_requant1_(a0, p->out_mult[ch], p->out_shift[ch], zp, lo, hi);
-                output[ch + 1] = tol_requant1_(a1, p->out_mult[ch + 1], p->out_shift[ch + 1], zp, lo, hi);
-                output[ch + 2] = tol_requant1_(a2, p->out_mult[ch + 2], p->out_shift[ch + 2], zp, lo, hi);
-                output[ch + 3] = tol_requant1_(a3, p->out_mult[ch + 3], p->out_shift[ch + 3], zp, lo, hi);
+                output[ch] = tol_requant1_(a0, mult[ch], shift[ch], zp, lo, hi);
+                output[ch + 1] = tol_requant1_(a1, mult[ch + 1], shift[ch + 1], zp, lo, hi);
+                output[ch + 2] = tol_requant1_(a2, mult[ch + 2], shift[ch + 2], zp, lo, hi);
+                output[ch + 3] = tol_requant1_(a3, mult[ch + 3], shift[ch + 3], zp, lo, hi);
             }
             for (; ch < c; ++ch) {
-                int32_t acc = p->bias != NULL ? p->bias[ch] : 0;
+                int32_t acc = bias != NULL ? bias[ch] : 0;
                 const int8_t *xr = x0 + ch;
                 const int8_t *wr = w0 + ch;
                 for (int32_t ky = ky0; ky < ky1; ++ky, xr += x_row, wr += w_row) {
@@ -187,7 +196,7 @@ TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_
                         acc += *w * (*x + off);
                     }
                 }
-                output[ch] = tol_requant1_(acc, p->out_mult[ch], p->out_shift[ch], zp, lo, hi);
+                output[ch] = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
             }
             output += c;
         }
