@@ -88,11 +88,14 @@ CASES = {
     "add_residual": _residual((6, 6, 8)),
     "add_relu": _residual((5, 5, 5), act="relu"),
     "add_gap_dense": _two_branch_gap((8, 8, 2)),
+    # standalone activations (nothing to fuse into: they act on the model input)
+    "relu_standalone": _seq((6, 6, 4), layers.ReLU(), conv(4, 1)),
+    "relu6_standalone": _seq((40,), layers.ReLU(max_value=6.0), layers.Dense(6, bias_initializer=RB)),
 }
 
 FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2",
         "dw_3x3_same", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
-        "add_relu", "add_gap_dense"]
+        "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
 
 @pytest.fixture(scope="session")
