@@ -186,7 +186,7 @@ def test_requantization_edge_cases(tmp_path):
     xs += [int(v) for v in rng.integers(-2**20, 2**20, size=150)]
     cases = 0
     for s in range(-31, 8):
-        for m in (1 << 30, (1 << 31) - 1, 1518500250, int(rng.integers(1 << 30, 1 << 31))):
+        for m in (0, 1 << 30, (1 << 30) + 1, (1 << 31) - 1, 1518500250, int(rng.integers(1 << 30, 1 << 31))):
             for x in xs:
                 if s > 0 and not (-2**31 <= x * (1 << s) < 2**31):
                     continue  # TFLM's left shift would overflow int32 (UB)
