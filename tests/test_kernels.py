@@ -195,3 +195,14 @@ def test_requantization_edge_cases(tmp_path):
                 assert so.shim_fast(x, m, s) == want, ("simd", x, m, s)
                 cases += 1
     assert cases > 10000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["conv_stride2_same_relu6", "dw_dm2_c8", "fc_stack", "zeropad", "add_residual",
+                                  "add_gap_dense"])
+def test_arena_not_larger_than_tflm(models, tmp_path, name):
+    from tinyol import codegen
+
+    path = _model(models, name)
+    info = codegen.generate_backbone(path, tmp_path, "m.tflite")
+    assert info.arena_bytes <= codegen.tflm_arena_bytes(path)
