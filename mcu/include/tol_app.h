@@ -1,0 +1,66 @@
+/*
+ * tol_app.h - the device side of the protocol: byte stream in, replies out.
+ *
+ * The application feeds every received byte to tol_app_feed(); complete frames
+ * are parsed, de-duplicated (a retransmitted request gets the cached reply and
+ * is never executed twice) and dispatched. Replies go out through
+ * tol_hal_uart_write(). All memory is inside tol_app_t; the caller (mcu/app/main.c)
+ * owns one static instance.
+ */
+#ifndef TOL_APP_H
+#define TOL_APP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tol_proto.h"
+#include "tol_status.h"
+
+#ifndef TOL_APP_MAX_PAYLOAD
+#define TOL_APP_MAX_PAYLOAD 512u   /* largest request or reply payload, bytes */
+#endif
+
+/* Wire buffer: one encoded frame of the largest payload, delimiter included. */
+#define TOL_APP_WIRE_BYTES TOL_PROTO_WIRE_MAX(TOL_APP_MAX_PAYLOAD)
+#define TOL_APP_RAW_BYTES (TOL_APP_MAX_PAYLOAD + TOL_PROTO_OVERHEAD)
+
+typedef struct {
+    uint32_t frames_ok;       /* well-formed requests received */
+    uint32_t frames_bad;      /* dropped: COBS/CRC/size errors */
+    uint32_t duplicates;      /* retransmissions answered from the reply cache */
+    uint32_t rx_overflows;    /* frames longer than the receive buffer */
+} tol_link_stats_t;
+
+typedef struct {
+    /* receive: raw bytes of the frame being collected */
+    uint8_t rx[TOL_APP_WIRE_BYTES];
+    size_t rx_len;
+    bool rx_overflow;
+    /* reply assembly and the cached last reply (for retransmissions) */
+    uint8_t scratch[TOL_APP_RAW_BYTES];
+    uint8_t tx[TOL_APP_WIRE_BYTES];
+    size_t tx_len;
+    bool have_last;
+    uint16_t last_seq;
+    uint32_t last_crc;
+    tol_link_stats_t link;
+    uint32_t boot_cycles;     /* cycle counter at tol_app_init */
+} tol_app_t;
+
+/*
+ * Reset all state and announce the boot with the text line
+ * "tinyol boot board=<b> fw=<v> boot=<n> model=<name>\r\n" followed by 0x00.
+ */
+void tol_app_init(tol_app_t *app);
+
+/* Consume one received byte; may send a reply. */
+void tol_app_feed(tol_app_t *app, uint8_t byte);
+
+/*
+ * Send a device text line: `text` (must start with "tinyol "), then "\r\n" and
+ * the 0x00 delimiter. Clients print such lines; they never parse as frames.
+ */
+void tol_app_print(const char *text);
+
+#endif /* TOL_APP_H */
