@@ -14,7 +14,8 @@
 #            STRT self-clears; BSY is never seen set. SR.EOP is set when CR.EOPIE is set.
 #            PGSERR instead of the erase when PG is also set, when an error flag
 #            (PROGERR..FASTERR) is still pending, or when PNB is past the bank's last page.
-#   SR       error and EOP bits are write-1-to-clear.
+#   SR       error and EOP bits are write-1-to-clear. OPERR instead of an erase when the
+#            script finds no system bus in its scope (it cannot reach the array).
 # Geometry comes from the part itself, like the firmware would get it: the flash size
 # register FLASHSIZE (16-bit, KB, at 0x1FFF75E0, provided by the per-chip .repl) and,
 # on 2 MB L4R/S parts, OPTR.DBANK: 2 KB pages on L43x/L45x (one bank) and L47x/L49x
