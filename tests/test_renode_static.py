@@ -14,7 +14,6 @@ Renode itself cannot be installed here, so the files are verified without it:
 from __future__ import annotations
 
 import ast
-import os
 import re
 import subprocess
 import sys
