@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "tol_crc32.h"
 #include "tol_hal.h"
 #include "tol_version.h"
 
@@ -147,6 +148,36 @@ static tol_status_t tol_app_on_exit(tol_app_t *app, const tol_frame_t *req, uint
     return TOL_OK; /* the exit itself happens after the reply is sent */
 }
 
+/*
+ * BENCH: run one measurement region between two cycle-counter reads.
+ * payload: region u8, param u16. reply: cycles u32, valid u8 (0 when a UART
+ * receive disturbed the counter, see tol_hal.h).
+ * Region 0 measures nothing (the overhead of the measurement itself);
+ * region 1 runs CRC-32 over `param` bytes (a fixed, known workload).
+ */
+static uint8_t tol_app_bench_buf[2048];
+
+static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    TOL_CHECK(req->length == 3u, TOL_ERR_LENGTH);
+    uint8_t region = req->payload[0];
+    uint16_t param = tol_get_u16(req->payload + 1);
+    TOL_CHECK(region <= 1u, TOL_ERR_RANGE);
+    TOL_CHECK(param <= sizeof(tol_app_bench_buf), TOL_ERR_RANGE);
+    for (size_t i = 0; i < param; i++) tol_app_bench_buf[i] = (uint8_t)(i * 7u + 1u);
+    uint32_t epoch = tol_hal_cycles_epoch();
+    uint32_t sink = 0;
+    uint32_t t0 = tol_hal_cycles();
+    if (region == 1u) sink = tol_crc32(TOL_CRC32_INIT, tol_app_bench_buf, param);
+    uint32_t t1 = tol_hal_cycles();
+    uint8_t *p = tol_app_reply_buf(app);
+    tol_put_u32(p, t1 - t0);
+    p[4] = (uint8_t)(epoch == tol_hal_cycles_epoch());
+    tol_put_u32(p + 5, sink);
+    *len = 9u;
+    return TOL_OK;
+}
+
 static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
 {
     switch ((tol_msg_t)req->type) {
@@ -156,6 +187,8 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
         return tol_app_on_stats(app, req, len);
     case TOL_MSG_EXIT:
         return tol_app_on_exit(app, req, len);
+    case TOL_MSG_BENCH:
+        return tol_app_on_bench(app, req, len);
     default:
         return TOL_ERR_TYPE;
     }

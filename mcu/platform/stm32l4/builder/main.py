@@ -64,7 +64,7 @@ def report_size(target, source, env):
     return 1 if bad else None
 
 
-env.AddPostAction(elf, env.Action(report_size, "tinyol: checking memory use of $TARGET"))
+env.AddPostAction(elf, env.Action(report_size, "tinyol: memory use of firmware.elf"))
 Default([elf, bin_file])
 
 protocol = os.environ.get("TINYOL_UPLOAD_PROTOCOL") or env.subst("$UPLOAD_PROTOCOL") or board.get("upload.protocol")
