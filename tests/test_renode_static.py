@@ -737,18 +737,20 @@ def test_robot_suite_covers_every_board_with_its_console():
 def test_renode_command_line(tmp_path):
     elf = tmp_path / "my fw.elf"
     elf.write_bytes(b"\x7fELF")
-    cmd = tol_renode.renode_command("nucleo_l476rg", elf, 4321)
+    cmd = tol_renode.renode_command("nucleo_l476rg", elf, 4321, renode="renode")
     resc = RENODE_DIR.resolve() / "nucleo_l476rg.resc"
     escaped_elf = str(elf.resolve()).replace(" ", "\\ ")
     assert cmd == [
-        "renode", "--disable-xwt", "--console",
+        "renode", "--disable-xwt", "--console", "--hide-log",
         "-e", f"set elf @{escaped_elf}",
         "-e", "set port 4321",
         "-e", f"include @{resc}",
         "-e", "start",
     ]
-    assert tol_renode.renode_command("nucleo_l4r5zi", elf, 1, renode="/opt/renode/renode",
-                                     start=False)[-2:] == ["-e", f"include @{RENODE_DIR.resolve() / 'nucleo_l4r5zi.resc'}"]
+    paused = tol_renode.renode_command("nucleo_l4r5zi", elf, 1, renode="/opt/renode/renode",
+                                       start=False, hide_log=False)
+    assert paused[:3] == ["/opt/renode/renode", "--disable-xwt", "--console"]
+    assert paused[-2:] == ["-e", f"include @{RENODE_DIR.resolve() / 'nucleo_l4r5zi.resc'}"]
     assert tol_renode.serial_url(4321) == "socket://127.0.0.1:4321"
 
 
@@ -764,14 +766,14 @@ def test_renode_command_errors(tmp_path, board, elf_exists, port, message):
     if elf_exists:
         elf.write_bytes(b"\x7fELF")
     with pytest.raises(TinyolError, match=message):
-        tol_renode.renode_command(board, elf, port)
+        tol_renode.renode_command(board, elf, port, renode="renode")
 
 
 def test_renode_command_needs_the_platform_files(tmp_path):
     elf = tmp_path / "firmware.elf"
     elf.write_bytes(b"\x7fELF")
     with pytest.raises(TinyolError, match="no Renode script"):
-        tol_renode.renode_command("nucleo_l476rg", elf, 4321, renode_dir=tmp_path)
+        tol_renode.renode_command("nucleo_l476rg", elf, 4321, renode="renode", renode_dir=tmp_path)
 
 
 def test_find_and_require_renode(tmp_path, monkeypatch):
@@ -788,6 +790,12 @@ def test_find_and_require_renode(tmp_path, monkeypatch):
     assert tol_renode.require_renode() == str(launcher)
     assert tol_renode.find_renode(launcher) == str(launcher)
     assert tol_renode.find_renode(tmp_path / "missing") is None
+    elf = tmp_path / "firmware.elf"
+    elf.write_bytes(b"\x7fELF")
+    assert tol_renode.renode_command("nucleo_l432kc", elf, 5000)[0] == str(launcher)  # found on PATH
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(TinyolError, match="not on PATH"):
+        tol_renode.renode_command("nucleo_l432kc", elf, 5000)
     with pytest.raises(TinyolError, match="not an executable"):
         tol_renode.require_renode(tmp_path / "missing")
 

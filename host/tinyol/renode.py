@@ -74,18 +74,23 @@ def renode_command(
     elf: str | os.PathLike,
     port: int,
     *,
-    renode: str = RENODE_EXECUTABLE,
+    renode: str | None = None,
     renode_dir: str | os.PathLike | None = None,
     start: bool = True,
+    hide_log: bool = True,
 ) -> list[str]:
     """Command line that boots `elf` on `board` in Renode, headless, with the console
     UART served raw (no telnet negotiation) on TCP `port` of 127.0.0.1.
 
     Each Monitor command is its own ``-e`` argument:
-    ``renode --disable-xwt --console -e 'set elf @/abs/fw.elf' -e 'set port N'
+    ``renode --disable-xwt --console --hide-log -e 'set elf @/abs/fw.elf' -e 'set port N'
     -e 'include @/abs/mcu/renode/<board>.resc' -e start``.
-    `start=False` leaves the machine paused (e.g. to attach a debugger first).
+    `renode`: the launcher; None looks it up on PATH (TinyolError with an install hint
+    when missing). `start=False` leaves the machine paused (e.g. to attach a debugger).
+    `hide_log=False` keeps Renode's log on stdout (whoever runs it must then drain it).
     """
+    if renode is None:
+        renode = require_renode()
     script = resc_path(board, renode_dir)
     elf_path = Path(elf)
     if not elf_path.is_file():
@@ -94,10 +99,10 @@ def renode_command(
         )
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise TinyolError(f"invalid TCP port {port!r}", hint="use a port number in 1..65535")
-    cmd = [
-        renode,
-        "--disable-xwt",
-        "--console",
+    cmd = [renode, "--disable-xwt", "--console"]
+    if hide_log:
+        cmd.append("--hide-log")
+    cmd += [
         "-e", f"set elf {monitor_path(elf_path)}",
         "-e", f"set port {port}",
         "-e", f"include {monitor_path(script)}",
