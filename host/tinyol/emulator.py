@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,14 @@ class Target:
     def __exit__(self, *exc):
         self.stop()
 
+    def output(self) -> str:
+        """What the emulator printed so far (QEMU's warnings and errors)."""
+        f = getattr(self, "logfile", None)
+        if f is None:
+            return ""
+        f.seek(0)
+        return f.read()
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -112,7 +121,9 @@ def start_qemu(board: str, elf: Path, *, port: int | None = None, icount_shift: 
     argv = ["timeout", "-s", "TERM", str(int(timeout))] + qemu_command(
         board, Path(elf), chardev, icount_shift=icount_shift)
     t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)
-    t.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # QEMU prints little (warnings); a file, not a pipe, so it can never block on a full pipe
+    t.logfile = tempfile.TemporaryFile(mode="w+")
+    t.proc = subprocess.Popen(argv, stdout=t.logfile, stderr=subprocess.STDOUT, text=True)
     _wait_listening(t, port)
     return t
 
@@ -143,7 +154,7 @@ def _wait_listening(t: Target, port: int, limit: float = 10.0) -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if not t.alive():
-            out = t.proc.stdout.read() if t.proc and t.proc.stdout else ""
+            out = t.output()
             raise TinyolError(f"QEMU exited at start (code {t.proc.returncode}): {out.strip()[-500:]}")
         # connecting would consume QEMU's single wait=on connection: read the listen table instead
         if _port_listening(port):
@@ -175,7 +186,7 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
         port = port or free_port()
         argv = renode.renode_command(board, build.elf, port)
         t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)
-        t.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        t.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
         _wait_listening(t, port, limit=60.0)
         return t
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")
