@@ -136,7 +136,7 @@ def sensor_windows(n_normal: int, n_anomalous: int, seed: int = SENSOR_SEED
     A normal machine runs at a shaft frequency f0 (random in 40..60 Hz) with harmonics 2f0, 3f0
     of random amplitude plus broadband noise. Faults add one of: a bearing tone at a non-harmonic
     frequency (3.3..7.7 x f0), a loose-part sub-harmonic f0/2 with strong 1.5x/2.5x lines, or a
-    broadband rise (4x noise). Each window is 5 Hann-windowed 256-sample frames, |rfft| bins 1..128,
+    broadband rise (2.4x noise). Each window is 5 Hann-windowed 256-sample frames, |rfft| bins 1..128,
     log-compressed and scaled to about [0, 1].
     """
     rng = np.random.default_rng(seed)
@@ -159,13 +159,13 @@ def sensor_windows(n_normal: int, n_anomalous: int, seed: int = SENSOR_SEED
             kind = rng.integers(3)
             if kind == 0:
                 fb = f0 * rng.uniform(3.3, 7.7)
-                sig = sig + rng.uniform(0.3, 0.6) * np.sin(2 * np.pi * fb * t)
+                sig = sig + rng.uniform(0.15, 0.4) * np.sin(2 * np.pi * fb * t)
             elif kind == 1:
-                for m, a in ((0.5, 0.4), (1.5, 0.3), (2.5, 0.2)):
+                for m, a in ((0.5, 0.2), (1.5, 0.15), (2.5, 0.1)):
                     sig = sig + a * rng.uniform(0.7, 1.3) * np.sin(
                         2 * np.pi * m * f0 * t + rng.uniform(0, 2 * np.pi))
             else:
-                noise = 0.2
+                noise = 0.12
         sig = sig + noise * rng.standard_normal(t.shape)
         frames = sig.reshape(SENSOR_FRAMES, frame) * hann
         mag = np.abs(np.fft.rfft(frames, axis=1))[:, 1:SENSOR_BINS + 1]

@@ -111,7 +111,19 @@ class TensorIO:
 _TFL_TYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
 
 
+def import_tf():
+    """Import TensorFlow with its start-up chatter on fds 1/2 silenced."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        with quiet_fds():
+            import tensorflow as tf
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise TinyolError("TensorFlow is needed for export", hint="pip install 'tinyol[ml]'") from e
+    return tf
+
+
 def _schema():
+    import_tf()
     try:
         from tensorflow.lite.python import schema_py_generated as s
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -179,45 +191,48 @@ def tflite_macs(data: bytes) -> int:
 
 
 def tflm_arena_bytes(data: bytes) -> int | None:
-    """Smallest tensor arena TFLM's (host, 64-bit) Python runtime accepts for this model.
+    """Tensor arena TFLM's Python runtime (host build, 64-bit pointers) allocates for this model.
 
-    Found by bisection; 16-byte granularity. None when the runtime is not installed.
+    Read from the runtime's RecordingMicroAllocator report ("Arena allocation total N bytes").
+    None when the runtime is not installed or does not report.
     """
+    import re
+    import sys
+    import tempfile
+
     try:
-        from tflite_micro.python.tflite_micro import runtime
+        import_tf()
+        with quiet_fds():
+            from tflite_micro.python.tflite_micro import runtime
     except ImportError:
         return None
-
-    def ok(n: int) -> bool:
+    arena = max(1 << 20, 16 * len(data))
+    with tempfile.TemporaryFile() as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
         try:
-            with quiet_fds():
-                runtime.Interpreter.from_bytes(data, arena_size=n)
-            return True
+            it = runtime.Interpreter.from_bytes(data, arena_size=arena)
+            it.print_allocations()
         except Exception:
-            return False
-
-    hi = 16 * 1024
-    while not ok(hi):
-        hi *= 2
-        if hi > 64 * 1024 * 1024:
             return None
-    lo = 0
-    while hi - lo > 16:
-        mid = (lo + hi) // 2 // 16 * 16
-        if mid <= lo:
-            break
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        log.seek(0)
+        m = re.search(rb"Arena allocation total (\d+) bytes", log.read())
+    return int(m.group(1)) if m else None
 
 
 # ---------------------------------------------------------------------------------------------
 # Keras side
 
 def _keras():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import_tf()
     try:
         import keras
     except ImportError as e:  # pragma: no cover
@@ -581,6 +596,11 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
                 b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
         echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
              f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
+        if board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
+            rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
+            check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
+                                       replay_capacity=replay_capacity, replay_bits=replay_bits,
+                                       weights_bytes=0))
         backbone = keras.Model(model.inputs, head.input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")

@@ -33,7 +33,9 @@ SEED = 1234
 
 
 def _keras():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .export import import_tf
+
+    import_tf()
     import keras
 
     return keras
@@ -229,7 +231,7 @@ RECIPES: dict[str, Recipe] = {
                dict(board="nucleo_l476rg", replay_capacity=100)),
         Recipe("ds_cnn", ds_cnn_model, _random(SEED + 1), None, dict(board="nucleo_l476rg")),
         Recipe("mobilenet_v1_vww", mobilenet_v1_vww_model, _random(SEED + 2), None,
-               dict(board="nucleo_l476rg"), save_keras=False),
+               dict(board="nucleo_l4r5zi"), save_keras=False),  # ~100 KB arena: needs the L4R5
         Recipe("resnet8", resnet8_model, _random(SEED + 3), None, dict(board="nucleo_l476rg")),
     ]
 }
@@ -255,7 +257,9 @@ def build(name: str, out_root: Path | None = None, echo=print) -> dict:
     metrics = r.train(model)
     echo(f"{name}: trained {metrics}")
     keras_path = out / f"{name}.keras"
-    model.save(keras_path)
+    clean = r.build()  # same architecture without optimizer state: a smaller .keras file
+    clean.set_weights(model.get_weights())
+    clean.save(keras_path)
     manifest = export_model(str(keras_path), str(out), calib=r.calib, echo=echo,
                             **r.export_kwargs)
     if not r.save_keras:
@@ -265,18 +269,39 @@ def build(name: str, out_root: Path | None = None, echo=print) -> dict:
     return manifest
 
 
+def reexport(name: str, out_root: Path | None = None, echo=print) -> dict:
+    """Export the committed ``models/<name>/<name>.keras`` again (no training). Models committed
+    without their .keras (random-weight benchmarks) are rebuilt from their seed instead."""
+    from .export import export_model
+
+    r = RECIPES[name]
+    out = Path(out_root or models_dir()) / name
+    keras_path = out / f"{name}.keras"
+    if not keras_path.exists():
+        return build(name, out_root, echo)
+    return export_model(str(keras_path), str(out), calib=r.calib, echo=echo, **r.export_kwargs)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "build":
-        print("usage: python -m tinyol.models_zoo build [names...]   (names: "
-              + ", ".join(RECIPES) + ")", file=sys.stderr)
+    if not argv or argv[0] not in ("build", "export"):
+        print("usage: python -m tinyol.models_zoo build|export [names...]\n"
+              "  build   train (or seed) + save .keras + export\n"
+              "  export  export the committed .keras again\n"
+              "  names:  " + ", ".join(RECIPES), file=sys.stderr)
         return 2
     names = argv[1:] or list(RECIPES)
     from .errors import TinyolError
 
+    import warnings
+
+    warnings.filterwarnings("ignore")
     try:
         for n in names:
-            build(n)
+            if n not in RECIPES:
+                raise TinyolError(f"unknown example model {n!r}",
+                                  hint="choose from: " + ", ".join(RECIPES))
+            (build if argv[0] == "build" else reexport)(n)
     except TinyolError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
