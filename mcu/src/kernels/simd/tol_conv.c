@@ -1,0 +1,188 @@
+/* tol_conv.c (SIMD) - CONV_2D and DEPTHWISE_CONV_2D for the Cortex-M4 DSP
+ * extension, bit-exact with the reference versions.
+ *
+ * CONV_2D: no im2col buffer. For each output pixel, 4 output channels are
+ * computed together; for each valid kernel row the input run
+ * x[iy][ix0+kx0 .. ix0+kx1)[0..in_c) and the matching weight run are both
+ * contiguous (dilation 1), so one dot product of length (kx1-kx0)*in_c covers
+ * the whole kernel row, even for in_c = 1 or 3. Each input word is widened once
+ * and used by 4 filters (2 MACs per SMLAD).
+ * DEPTHWISE_CONV_2D (depth multiplier 1): 4 channels per pass, one input word
+ * and one weight word per tap, SMLABB/SMLATT on the widened halves. */
+#include "tol_kernels.h"
+
+#include "../tol_kernels_util.h"
+#include "tol_simd_dot.h"
+
+/* Valid kernel taps [k0, k1) along one axis: 0 <= i0 + k*d < n. */
+static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, int32_t *k0, int32_t *k1)
+{
+    const int32_t lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d;
+    const int32_t hi = (n - i0) <= 0 ? 0 : tol_min_(k, (n - i0 + d - 1) / d);
+    *k0 = lo;
+    *k1 = hi > lo ? hi : lo;
+}
+
+static inline int8_t tol_requant_out_(const tol_conv_params_t *p, int32_t acc, int32_t oc)
+{
+    const int32_t v = tol_mbqm_(acc, p->out_mult[oc], p->out_shift[oc]) + p->output_offset;
+    return (int8_t)tol_clamp_(v, p->act_min, p->act_max);
+}
+
+void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t in_w = p->in_w, in_c = p->in_c, k_w = p->k_w, out_c = p->out_c;
+    const int32_t fsz = p->k_h * k_w * in_c;
+    const int32_t off = p->input_offset;
+    const uint32_t off2 = tol_dup16_(off);
+    const int32_t contiguous = p->dil_w == 1;
+
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        int32_t ky0, ky1;
+        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
+            /* kernel row = nseg runs of seg_len contiguous values */
+            const int32_t nseg = contiguous ? (kx1 > kx0 ? 1 : 0) : kx1 - kx0;
+            const int32_t seg_len = contiguous ? (kx1 - kx0) * in_c : in_c;
+            const int32_t seg_dx = p->dil_w * in_c;
+            int32_t oc = 0;
+            for (; oc + 4 <= out_c; oc += 4) {
+                int32_t acc[4] = {0, 0, 0, 0};
+                if (p->bias != NULL) {
+                    for (int32_t j = 0; j < 4; ++j) {
+                        acc[j] = p->bias[oc + j];
+                    }
+                }
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *x = input + ((iy0 + ky * p->dil_h) * in_w + ix0 + kx0 * p->dil_w) * in_c;
+                    const int8_t *w = p->weights + oc * fsz + (ky * k_w + kx0) * in_c;
+                    for (int32_t s = 0; s < nseg; ++s) {
+                        tol_dot4_(x, w, fsz, seg_len, off2, off, acc);
+                        x += seg_dx;
+                        w += in_c;
+                    }
+                }
+                for (int32_t j = 0; j < 4; ++j) {
+                    output[oc + j] = tol_requant_out_(p, acc[j], oc + j);
+                }
+            }
+            for (; oc < out_c; ++oc) {
+                int32_t acc = p->bias != NULL ? p->bias[oc] : 0;
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *x = input + ((iy0 + ky * p->dil_h) * in_w + ix0 + kx0 * p->dil_w) * in_c;
+                    const int8_t *w = p->weights + oc * fsz + (ky * k_w + kx0) * in_c;
+                    for (int32_t s = 0; s < nseg; ++s) {
+                        acc = tol_dot1_(x, w, seg_len, off2, off, acc);
+                        x += seg_dx;
+                        w += in_c;
+                    }
+                }
+                output[oc] = tol_requant_out_(p, acc, oc);
+            }
+            output += out_c;
+        }
+    }
+}
+
+/* Any depth multiplier: plain loops (channel order oc = ic * dm + m). */
+static void tol_dw_generic_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t in_w = p->in_w, in_c = p->in_c, out_c = p->out_c, dm = p->depth_mult;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        int32_t ky0, ky1;
+        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, p->dil_w, in_w, p->k_w, &kx0, &kx1);
+            for (int32_t ic = 0; ic < in_c; ++ic) {
+                for (int32_t m = 0; m < dm; ++m) {
+                    const int32_t oc = ic * dm + m;
+                    int32_t acc = p->bias != NULL ? p->bias[oc] : 0;
+                    for (int32_t ky = ky0; ky < ky1; ++ky) {
+                        const int32_t iy = iy0 + ky * p->dil_h;
+                        for (int32_t kx = kx0; kx < kx1; ++kx) {
+                            const int32_t ix = ix0 + kx * p->dil_w;
+                            const int32_t x = input[(iy * in_w + ix) * in_c + ic];
+                            acc += p->weights[(ky * p->k_w + kx) * out_c + oc] * (x + p->input_offset);
+                        }
+                    }
+                    output[oc] = tol_requant_out_(p, acc, oc);
+                }
+            }
+            output += out_c;
+        }
+    }
+}
+
+void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    if (p->depth_mult != 1) {
+        tol_dw_generic_(p, input, output);
+        return;
+    }
+    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;
+    const int32_t off = p->input_offset;
+    const uint32_t off2 = tol_dup16_(off);
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        int32_t ky0, ky1;
+        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
+            int32_t ch = 0;
+            for (; ch + 4 <= c; ch += 4) {
+                int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                if (p->bias != NULL) {
+                    a0 = p->bias[ch];
+                    a1 = p->bias[ch + 1];
+                    a2 = p->bias[ch + 2];
+                    a3 = p->bias[ch + 3];
+                }
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *x = input + ((iy0 + ky * p->dil_h) * in_w + ix0 + kx0 * p->dil_w) * c + ch;
+                    const int8_t *w = p->weights + (ky * k_w + kx0) * c + ch;
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        const uint32_t xv = tol_read_s8x4(x);
+                        const uint32_t wv = tol_read_s8x4(w);
+                        const uint32_t xe = tol_sxtab16(off2, xv);
+                        const uint32_t xo = tol_sxtab16_ror8(off2, xv);
+                        const uint32_t we = tol_sxtb16(wv);
+                        const uint32_t wo = tol_sxtb16_ror8(wv);
+                        a0 = tol_smlabb(xe, we, a0);
+                        a2 = tol_smlatt(xe, we, a2);
+                        a1 = tol_smlabb(xo, wo, a1);
+                        a3 = tol_smlatt(xo, wo, a3);
+                        x += p->dil_w * c;
+                        w += c;
+                    }
+                }
+                output[ch] = tol_requant_out_(p, a0, ch);
+                output[ch + 1] = tol_requant_out_(p, a1, ch + 1);
+                output[ch + 2] = tol_requant_out_(p, a2, ch + 2);
+                output[ch + 3] = tol_requant_out_(p, a3, ch + 3);
+            }
+            for (; ch < c; ++ch) {
+                int32_t acc = p->bias != NULL ? p->bias[ch] : 0;
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *x = input + ((iy0 + ky * p->dil_h) * in_w + ix0 + kx0 * p->dil_w) * c + ch;
+                    const int8_t *w = p->weights + (ky * k_w + kx0) * c + ch;
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        acc += *w * (*x + off);
+                        x += p->dil_w * c;
+                        w += c;
+                    }
+                }
+                output[ch] = tol_requant_out_(p, acc, ch);
+            }
+            output += c;
+        }
+    }
+}
