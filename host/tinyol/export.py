@@ -653,7 +653,8 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
                    replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
                    replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
     bud = budget(arena_bytes=arena, max_rows=max_rows, dim=dim, replay_capacity=replay_capacity,
-                 replay_bits=replay_bits, weights_bytes=len(tfl))
+                 replay_bits=replay_bits,
+                 weights_bytes=int(getattr(info, "weights_bytes", 0) or 0) or len(tfl))
     echo(f"memory: RAM {bud['ram_bytes']} bytes (arena {arena}, head {bud['head_bytes']}, replay "
          f"{bud['replay_bytes']}, firmware ~{FIRMWARE_RAM_BASE_BYTES}), flash ~{bud['flash_bytes']}")
     if board is not None:
