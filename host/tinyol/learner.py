@@ -41,8 +41,13 @@ class Prng:
         self.seed(seed)
 
     def seed(self, seed: int) -> None:
-        s = (int(seed) ^ 0x9E3779B9) & 0xFFFFFFFF
-        self.state = s if s else 1
+        h = int(seed) & 0xFFFFFFFF  # fmix32 (MurmurHash3 finaliser)
+        h ^= h >> 16
+        h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+        h ^= h >> 16
+        self.state = h if h else 1
 
     def next(self) -> int:
         x = self.state
@@ -257,11 +262,12 @@ class Head:
                 sc = F32(clip / norm)
                 gw = gw * sc
                 gb = gb * sc
-        g = gw + wd * self.w[a]
-        v = mu * self.vw[a] + g
-        wn = self.w[a] - lr * v
-        vb = mu * self.vb[a] + gb
-        bn = self.b[a] - lr * vb
+        with np.errstate(over="ignore", invalid="ignore"):
+            g = gw + wd * self.w[a]
+            v = mu * self.vw[a] + g
+            wn = self.w[a] - lr * v
+            vb = mu * self.vb[a] + gb
+            bn = self.b[a] - lr * vb
         if not (np.isfinite(v).all() and np.isfinite(wn).all()
                 and np.isfinite(vb).all() and np.isfinite(bn).all()):
             return False

@@ -16,8 +16,9 @@ typedef struct {
     uint32_t state; /* never 0 */
 } tol_prng_t;
 
-/* Seed the generator. Any seed is valid: state = seed ^ 0x9E3779B9, and a
- * resulting 0 (seed 0x9E3779B9) is replaced by 1. */
+/* Seed the generator. Any seed is valid: state = fmix32(seed) (MurmurHash3's
+ * finaliser, so that nearby seeds such as 1, 2, 3 give unrelated streams);
+ * a resulting 0 (only for seed 0) is replaced by 1. */
 void tol_prng_seed(tol_prng_t *p, uint32_t seed);
 
 /* Next 32-bit output (the new state). */

@@ -3,8 +3,14 @@
 
 void tol_prng_seed(tol_prng_t *p, uint32_t seed)
 {
-    p->state = seed ^ 0x9E3779B9u;
-    if (p->state == 0u) p->state = 1u;
+    /* MurmurHash3's fmix32: nearby seeds give unrelated states. */
+    uint32_t h = seed;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    p->state = (h == 0u) ? 1u : h;
 }
 
 uint32_t tol_prng_next(tol_prng_t *p)
