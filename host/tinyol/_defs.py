@@ -82,3 +82,49 @@ MSG_TEXT = {
     Msg.EXIT: 'end the program (test builds; semihosting exit)',
     Msg.ERROR: 'error reply: status u8, request type u8, detail u16',
 }
+
+
+class Setting(enum.IntEnum):
+    """tol_setting_t: learner settings (SET/GET)."""
+
+    LR = 1
+    MOMENTUM = 2
+    WEIGHT_DECAY = 3
+    CLIP_NORM = 4
+    N_NEW = 5
+    N_OLD = 6
+    MODE = 7
+    TRAIN_ANOMALIES = 8
+    THRESHOLD_K = 9
+    EMA_ALPHA = 10
+    WARMUP = 11
+
+
+# wire type of each setting: 'f' float32, 'u' uint32
+SETTING_TYPE = {
+    Setting.LR: 'f',
+    Setting.MOMENTUM: 'f',
+    Setting.WEIGHT_DECAY: 'f',
+    Setting.CLIP_NORM: 'f',
+    Setting.N_NEW: 'u',
+    Setting.N_OLD: 'u',
+    Setting.MODE: 'u',
+    Setting.TRAIN_ANOMALIES: 'u',
+    Setting.THRESHOLD_K: 'f',
+    Setting.EMA_ALPHA: 'f',
+    Setting.WARMUP: 'u',
+}
+
+SETTING_TEXT = {
+    Setting.LR: 'learning rate (>= 0)',
+    Setting.MOMENTUM: 'SGD momentum [0, 1)',
+    Setting.WEIGHT_DECAY: 'L2 weight decay (>= 0)',
+    Setting.CLIP_NORM: 'gradient-norm clip, 0 = off',
+    Setting.N_NEW: 'fresh samples per update',
+    Setting.N_OLD: 'replayed samples per update',
+    Setting.MODE: '0 frozen, 1 SGD (TinyOL), 2 SGD + replay',
+    Setting.TRAIN_ANOMALIES: 'autoencoder: also learn flagged samples',
+    Setting.THRESHOLD_K: 'autoencoder: threshold = mean + k * std',
+    Setting.EMA_ALPHA: 'autoencoder: score statistics EMA factor',
+    Setting.WARMUP: 'autoencoder: samples that train before flagging',
+}

@@ -23,9 +23,10 @@ DEFS_PY = Path(__file__).resolve().parent / "_defs.py"
 VERSION_H = ROOT / "mcu/include/tol_version.h"
 
 _ENTRY = re.compile(r'X\(\s*(TOL_\w+)\s*,\s*(0x[0-9A-Fa-f]+|\d+)\s*,\s*"([^"]*)"\s*\)')
+_SETTING = re.compile(r'X\(\s*(TOL_SET_\w+)\s*,\s*(\d+)\s*,\s*([fu])\s*,\s*"([^"]*)"\s*\)')
 
 
-def parse_list(header: Path, macro: str) -> list[tuple[str, int, str]]:
+def parse_list(header: Path, macro: str, pattern=_ENTRY) -> list[tuple]:
     text = header.read_text()
     start = text.index(f"#define {macro}(X)")
     body = []
@@ -33,7 +34,8 @@ def parse_list(header: Path, macro: str) -> list[tuple[str, int, str]]:
         body.append(line)
         if not line.rstrip().endswith("\\"):
             break
-    entries = [(m[1], int(m[2], 0), m[3]) for m in _ENTRY.finditer("\n".join(body))]
+    found = list(pattern.finditer("\n".join(body)))
+    entries = [(m[1], int(m[2], 0), *m.groups()[2:]) for m in found]
     if not entries:
         raise SystemExit(f"no entries found for {macro} in {header}")
     return entries
@@ -59,6 +61,13 @@ def render_defs() -> str:
     out += [f"    {name[len('TOL_MSG_'):]} = 0x{value:02X}" for name, value, _ in msgs]
     out += ["", "", "MSG_TEXT = {"]
     out += [f"    Msg.{name[len('TOL_MSG_'):]}: {desc!r}," for name, _, desc in msgs]
+    out += ["}", "", "", "class Setting(enum.IntEnum):", '    """tol_setting_t: learner settings (SET/GET)."""', ""]
+    sets = parse_list(PROTO_H, "TOL_SETTING_LIST", _SETTING)
+    out += [f"    {name[len('TOL_SET_'):]} = {key}" for name, key, _, _ in sets]
+    out += ["", "", "# wire type of each setting: 'f' float32, 'u' uint32", "SETTING_TYPE = {"]
+    out += [f"    Setting.{name[len('TOL_SET_'):]}: {t!r}," for name, _, t, _ in sets]
+    out += ["}", "", "SETTING_TEXT = {"]
+    out += [f"    Setting.{name[len('TOL_SET_'):]}: {d!r}," for name, _, _, d in sets]
     out += ["}", ""]
     return "\n".join(out)
 

@@ -17,13 +17,22 @@
 #include "tol_proto.h"
 #include "tol_status.h"
 
-#ifndef TOL_APP_MAX_PAYLOAD
-#define TOL_APP_MAX_PAYLOAD 512u   /* largest request or reply payload, bytes */
-#endif
+#include "config.h"   /* the model's sizes (models/<name>/config.h or mcu/app/nomodel) */
 
-/* Wire buffer: one encoded frame of the largest payload, delimiter included. */
-#define TOL_APP_WIRE_BYTES TOL_PROTO_WIRE_MAX(TOL_APP_MAX_PAYLOAD)
-#define TOL_APP_RAW_BYTES (TOL_APP_MAX_PAYLOAD + TOL_PROTO_OVERHEAD)
+#define TOL_APP_MAX_(a, b) ((a) > (b) ? (a) : (b))
+/* float32 inputs are accepted while they fit in 8 KB; larger models take int8 only */
+#define TOL_APP_FLOAT_INPUT (4u * (TOL_INPUT_SIZE) + 3u <= 8192u)
+/* largest request payload: SAMPLE = label u16 + encoding u8 + input */
+#define TOL_APP_MAX_REQUEST                                                          \
+    TOL_APP_MAX_(256u, 3u + (TOL_APP_FLOAT_INPUT ? 4u : 1u) * (unsigned)(TOL_INPUT_SIZE))
+/* largest reply payload: INFO/GET_HEAD (<= 512), STATS (64 + 4 per class), EMBED */
+#define TOL_APP_MAX_REPLY \
+    TOL_APP_MAX_(TOL_APP_MAX_(512u, 64u + 4u * (unsigned)(TOL_HEAD_MAX_CLASSES)), (unsigned)(TOL_LATENT_DIM) + 16u)
+#define TOL_APP_MAX_PAYLOAD TOL_APP_MAX_(TOL_APP_MAX_REQUEST, TOL_APP_MAX_REPLY)
+
+#define TOL_APP_RX_BYTES TOL_PROTO_WIRE_MAX(TOL_APP_MAX_REQUEST)  /* encoded request */
+#define TOL_APP_TX_BYTES TOL_PROTO_WIRE_MAX(TOL_APP_MAX_REPLY)    /* encoded reply */
+#define TOL_APP_RAW_BYTES (TOL_APP_MAX_REPLY + TOL_PROTO_OVERHEAD)
 
 typedef struct {
     uint32_t frames_ok;       /* well-formed requests received */
@@ -34,12 +43,12 @@ typedef struct {
 
 typedef struct {
     /* receive: raw bytes of the frame being collected */
-    uint8_t rx[TOL_APP_WIRE_BYTES];
+    uint8_t rx[TOL_APP_RX_BYTES];
     size_t rx_len;
     bool rx_overflow;
     /* reply assembly and the cached last reply (for retransmissions) */
     uint8_t scratch[TOL_APP_RAW_BYTES];
-    uint8_t tx[TOL_APP_WIRE_BYTES];
+    uint8_t tx[TOL_APP_TX_BYTES];
     size_t tx_len;
     bool have_last;
     uint16_t last_seq;

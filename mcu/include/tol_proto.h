@@ -43,6 +43,29 @@
     X(TOL_MSG_EXIT,     0x0E, "end the program (test builds; semihosting exit)")    \
     X(TOL_MSG_ERROR,    0x7F, "error reply: status u8, request type u8, detail u16")
 
+/* Learner settings addressed by SET/GET: X(name, key, type, description);
+ * type f = float32 LE, u = uint32 LE on the wire. */
+#define TOL_SETTING_LIST(X)                                                           \
+    X(TOL_SET_LR,              1, f, "learning rate (>= 0)")                           \
+    X(TOL_SET_MOMENTUM,        2, f, "SGD momentum [0, 1)")                            \
+    X(TOL_SET_WEIGHT_DECAY,    3, f, "L2 weight decay (>= 0)")                         \
+    X(TOL_SET_CLIP_NORM,       4, f, "gradient-norm clip, 0 = off")                    \
+    X(TOL_SET_N_NEW,           5, u, "fresh samples per update")                       \
+    X(TOL_SET_N_OLD,           6, u, "replayed samples per update")                    \
+    X(TOL_SET_MODE,            7, u, "0 frozen, 1 SGD (TinyOL), 2 SGD + replay")       \
+    X(TOL_SET_TRAIN_ANOMALIES, 8, u, "autoencoder: also learn flagged samples")        \
+    X(TOL_SET_THRESHOLD_K,     9, f, "autoencoder: threshold = mean + k * std")        \
+    X(TOL_SET_EMA_ALPHA,      10, f, "autoencoder: score statistics EMA factor")       \
+    X(TOL_SET_WARMUP,         11, u, "autoencoder: samples that train before flagging")
+
+#define TOL_SETTING_ENUM_(name, key, type, desc) name = (key),
+typedef enum { TOL_SETTING_LIST(TOL_SETTING_ENUM_) } tol_setting_t;
+#undef TOL_SETTING_ENUM_
+
+/* Input encodings of SAMPLE/PREDICT/EMBED (first payload byte). */
+#define TOL_INPUT_INT8 0u     /* int8, quantized by the host with the model's input params */
+#define TOL_INPUT_FLOAT32 1u  /* float32 LE, quantized on the device */
+
 #define TOL_MSG_ENUM_(name, code, desc) name = (code),
 typedef enum { TOL_MSG_LIST(TOL_MSG_ENUM_) } tol_msg_t;
 #undef TOL_MSG_ENUM_

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "tol_crc32.h"
 #include "tol_hal.h"
+#include "tol_model.h"
 #include "tol_version.h"
 
 #ifndef TOL_HAS_MODEL
@@ -97,7 +98,7 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
     if (TOL_HAS_MODEL) flags |= TOL_INFO_HAS_MODEL;
     p[0] = (uint8_t)TOL_PROTO_VERSION;
     p[1] = flags;
-    tol_put_u16(p + 2, (uint16_t)TOL_APP_MAX_PAYLOAD);
+    tol_put_u16(p + 2, (uint16_t)TOL_APP_MAX_REQUEST);
     tol_put_u32(p + 4, (uint32_t)TOL_FW_VERSION_NUM);
     tol_put_u32(p + 8, (uint32_t)TOL_MODEL_HASH);
     tol_put_u32(p + 12, hi->boot_count);
@@ -135,7 +136,7 @@ static tol_status_t tol_app_on_stats(tol_app_t *app, const tol_frame_t *req, uin
     tol_put_u32(p + 8, app->link.duplicates);
     tol_put_u32(p + 12, app->link.rx_overflows);
     tol_put_u32(p + 16, tol_hal_uart_errors());
-    *len = 20u;
+    *len = (uint16_t)(20u + tol_model_stats(p + 20, (uint16_t)(TOL_APP_MAX_REPLY - 20u)));
     return TOL_OK;
 }
 
@@ -162,7 +163,16 @@ static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uin
     TOL_CHECK(req->length == 3u, TOL_ERR_LENGTH);
     uint8_t region = req->payload[0];
     uint16_t param = tol_get_u16(req->payload + 1);
-    TOL_CHECK(region <= 1u, TOL_ERR_RANGE);
+    uint8_t *p = tol_app_reply_buf(app);
+    if (region >= 2u) {
+        uint32_t cycles = 0;
+        TOL_TRY(tol_model_bench(region, &cycles));
+        tol_put_u32(p, cycles);
+        p[4] = (uint8_t)(cycles != 0xFFFFFFFFu);
+        tol_put_u32(p + 5, 0u);
+        *len = 9u;
+        return TOL_OK;
+    }
     TOL_CHECK(param <= sizeof(tol_app_bench_buf), TOL_ERR_RANGE);
     for (size_t i = 0; i < param; i++) tol_app_bench_buf[i] = (uint8_t)(i * 7u + 1u);
     uint32_t epoch = tol_hal_cycles_epoch();
@@ -170,7 +180,6 @@ static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uin
     uint32_t t0 = tol_hal_cycles();
     if (region == 1u) sink = tol_crc32(TOL_CRC32_INIT, tol_app_bench_buf, param);
     uint32_t t1 = tol_hal_cycles();
-    uint8_t *p = tol_app_reply_buf(app);
     tol_put_u32(p, t1 - t0);
     p[4] = (uint8_t)(epoch == tol_hal_cycles_epoch());
     tol_put_u32(p + 5, sink);
@@ -189,6 +198,15 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
         return tol_app_on_exit(app, req, len);
     case TOL_MSG_BENCH:
         return tol_app_on_bench(app, req, len);
+    case TOL_MSG_SAMPLE:
+    case TOL_MSG_PREDICT:
+    case TOL_MSG_EMBED:
+    case TOL_MSG_SET:
+    case TOL_MSG_GET:
+    case TOL_MSG_RESET:
+    case TOL_MSG_GET_HEAD:
+        return tol_model_handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
+                                (uint16_t)TOL_APP_MAX_REPLY, len);
     default:
         return TOL_ERR_TYPE;
     }
@@ -251,6 +269,7 @@ void tol_app_init(tol_app_t *app)
 {
     memset(app, 0, sizeof(*app));
     app->boot_cycles = tol_hal_cycles();
+    tol_status_t model = tol_model_init();
     const tol_hal_info_t *hi = tol_hal_info();
     char line[120];
     size_t at = 0;
@@ -259,6 +278,10 @@ void tol_app_init(tol_app_t *app)
     at = tol_app_append(line, at, sizeof(line), " fw=" TOL_FW_VERSION_STR " boot=");
     at = tol_app_append_u32(line, at, sizeof(line), hi->boot_count);
     at = tol_app_append(line, at, sizeof(line), " model=" TOL_MODEL_NAME);
+    if (model != TOL_OK) {
+        at = tol_app_append(line, at, sizeof(line), " model_error=");
+        at = tol_app_append(line, at, sizeof(line), tol_status_name(model));
+    }
     (void)at;
     tol_app_print(line);
 }

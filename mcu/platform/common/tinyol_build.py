@@ -43,6 +43,8 @@ def configure(env, family, board_id):
         CFLAGS=["-std=c11"] + CORE_STRICT,
     )
     src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
+    if os.path.isfile(os.path.join(model_dir, "backbone.h")):
+        src.append("+<app/model.c>")  # a model directory without backbone.h brings its own glue
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
