@@ -191,3 +191,16 @@ def test_deframer_splits_text_frames_and_garbage():
     assert items[0] == "tinyol boot board=x"
     assert items[1] == Frame(Msg.INFO, 1, b"\x01\x02")
     assert d.garbage == 1
+
+
+def test_pipelined_requests_each_deduplicated(lib):
+    """A host with several requests in flight may resend any of the last 8."""
+    lib.tol_test_init()
+    reqs = [Frame(Msg.STATS, 100 + i).encode() for i in range(8)]
+    first = [[f for f in roundtrip(lib, r) if isinstance(f, Frame)][0] for r in reqs]
+    for i in (0, 3, 7):
+        (again,) = [f for f in roundtrip(lib, reqs[i]) if isinstance(f, Frame)]
+        assert again == first[i]
+    (fresh,) = [f for f in roundtrip(lib, Frame(Msg.STATS, 200).encode()) if isinstance(f, Frame)]
+    ok, bad, dup = struct.unpack_from("<III", fresh.payload)
+    assert (ok, dup) == (9, 3)  # 8 + 1 executed, 3 answered from the cache

@@ -34,6 +34,9 @@
 #define TOL_APP_TX_BYTES TOL_PROTO_WIRE_MAX(TOL_APP_MAX_REPLY)    /* encoded reply */
 #define TOL_APP_RAW_BYTES (TOL_APP_MAX_REPLY + TOL_PROTO_OVERHEAD)
 
+#define TOL_APP_REPLY_CACHE 8u   /* requests a host may pipeline */
+#define TOL_APP_CACHE_WIRE 48u   /* replies up to this size (SAMPLE's is 31) are cached */
+
 typedef struct {
     uint32_t frames_ok;       /* well-formed requests received */
     uint32_t frames_bad;      /* dropped: COBS/CRC/size errors */
@@ -50,9 +53,15 @@ typedef struct {
     uint8_t scratch[TOL_APP_RAW_BYTES];
     uint8_t tx[TOL_APP_TX_BYTES];
     size_t tx_len;
-    bool have_last;
-    uint16_t last_seq;
-    uint32_t last_crc;
+    /* replies of the last TOL_APP_REPLY_CACHE requests, for retransmissions
+     * (a pipelining host has up to that many requests in flight) */
+    struct {
+        uint16_t seq;
+        uint32_t crc;          /* CRC of the request: same seq + same CRC = same request */
+        uint16_t wire_len;     /* 0: empty slot; > TOL_APP_CACHE_WIRE: too big, see `tx` */
+        uint8_t wire[TOL_APP_CACHE_WIRE];
+    } cache[TOL_APP_REPLY_CACHE];
+    uint8_t cache_next;
     tol_link_stats_t link;
     uint32_t boot_cycles;     /* cycle counter at tol_app_init */
 } tol_app_t;

@@ -241,9 +241,19 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
         tol_app_send_link_error(req.seq, st, req.type);
         return;
     }
-    if (app->have_last && req.seq == app->last_seq && req.crc == app->last_crc) {
-        app->link.duplicates++; /* retransmission: same reply, no second execution */
-        tol_hal_uart_write(app->tx, app->tx_len);
+    for (size_t i = 0; i < TOL_APP_REPLY_CACHE; i++) {
+        const uint8_t k = (uint8_t)((app->cache_next + TOL_APP_REPLY_CACHE - 1u - i) % TOL_APP_REPLY_CACHE);
+        if (app->cache[k].wire_len == 0u || app->cache[k].seq != req.seq || app->cache[k].crc != req.crc) {
+            continue;
+        }
+        app->link.duplicates++; /* retransmission: the same reply, no second execution */
+        if (app->cache[k].wire_len <= TOL_APP_CACHE_WIRE) {
+            tol_hal_uart_write(app->cache[k].wire, app->cache[k].wire_len);
+        } else if (i == 0u) {
+            tol_hal_uart_write(app->tx, app->tx_len); /* a large reply: only the latest is kept */
+        } else {
+            tol_app_send_link_error(req.seq, TOL_ERR_FULL, req.type); /* executed; reply no longer kept */
+        }
         return;
     }
     app->link.frames_ok++;
@@ -254,9 +264,12 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
     } else {
         tol_app_send_error(app, req.seq, st, req.type, 0u);
     }
-    app->have_last = true;
-    app->last_seq = req.seq;
-    app->last_crc = req.crc;
+    uint8_t k = app->cache_next;
+    app->cache_next = (uint8_t)((k + 1u) % TOL_APP_REPLY_CACHE);
+    app->cache[k].seq = req.seq;
+    app->cache[k].crc = req.crc;
+    app->cache[k].wire_len = (uint16_t)(app->tx_len > 0xFFFFu ? 0xFFFFu : app->tx_len);
+    if (app->tx_len <= TOL_APP_CACHE_WIRE) memcpy(app->cache[k].wire, app->tx, app->tx_len);
     if (st == TOL_OK && req.type == (uint8_t)TOL_MSG_EXIT) {
         tol_hal_uart_flush();
         tol_hal_exit((int)req.payload[0]);
