@@ -139,8 +139,11 @@ def compile_c(out: Path, tmp: Path) -> None:
     for cc, extra in (("gcc", ["-O2"]), ("arm-none-eabi-gcc", ARM)):
         if shutil.which(cc) is None:
             continue
-        for src in (main, out / "head_init.c"):
-            subprocess.run([cc, *STRICT, *extra, "-I", str(out), "-c", str(src), "-o",
+        srcs = [main, out / "head_init.c"] + [out / f for f in ("backbone.c", "model_data.c")
+                                              if (out / f).exists()]
+        for src in srcs:
+            subprocess.run([cc, *STRICT, *extra, "-I", str(out), "-I", str(ROOT / "mcu" / "include"),
+                            "-c", str(src), "-o",
                             str(tmp / (src.stem + "." + cc + ".o"))], check=True)
 
 

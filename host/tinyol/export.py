@@ -253,6 +253,8 @@ def load_keras(path: str):
 
 
 _PASS_AFTER_HEAD = {"Softmax", "Dropout"}
+_RECURRENT = {"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D", "ConvLSTM2D",
+              "ConvLSTM3D", "TimeDistributed"}
 
 
 def find_split(model, split: str | int | None):
@@ -291,6 +293,12 @@ def find_split(model, split: str | int | None):
                               f"softmax may follow the head", hint="choose another --split layer")
     if len(model.inputs) != 1:
         raise TinyolError(f"model has {len(model.inputs)} inputs; tinyol needs exactly one")
+    for l in layers[:idx]:
+        k = l.__class__.__name__
+        if k in _RECURRENT or "RNN" in k or "LSTM" in k or "GRU" in k:
+            # TF 2.21's int8 calibrator crashes (segfault) on recurrent layers: refuse them first
+            raise TinyolError(f"layer {l.name!r} ({k}) is not supported: recurrent layers have no "
+                              f"int8 kernel in tinyol", hint="use Conv1D/Dense over a window instead")
     return head
 
 
@@ -326,7 +334,11 @@ def quantize_backbone(backbone, X: np.ndarray) -> bytes:
     # PACK) into one RESHAPE with a constant shape.
     keras = _keras()
     inp = keras.Input(batch_shape=(1,) + tuple(X.shape[1:]), name="input")
-    fixed = keras.Model(inp, backbone(inp), name=backbone.name)
+    try:  # a clone keeps the layer names in the TFLite tensor names (codegen's error messages)
+        fixed = keras.models.clone_model(backbone, input_tensors=[inp])
+        fixed.set_weights(backbone.get_weights())
+    except Exception:
+        fixed = keras.Model(inp, backbone(inp), name=backbone.name)
     conv = tf.lite.TFLiteConverter.from_keras_model(fixed)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.representative_dataset = rep

@@ -10858,21 +10858,21 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
         return TOL_ERR_ARG;
     }
     (void)tol_arena;
-    /* 0: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 0: FULLY_CONNECTED (enc1_1) */
     tol_fully_connected_s8(&op0, input, &tol_arena[0]);
-    /* 1: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 1: FULLY_CONNECTED (enc2_1) */
     tol_fully_connected_s8(&op1, &tol_arena[0], &tol_arena[128]);
-    /* 2: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 2: FULLY_CONNECTED (enc3_1) */
     tol_fully_connected_s8(&op2, &tol_arena[128], &tol_arena[0]);
-    /* 3: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 3: FULLY_CONNECTED (enc4_1) */
     tol_fully_connected_s8(&op3, &tol_arena[0], &tol_arena[128]);
-    /* 4: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 4: FULLY_CONNECTED (bottleneck_1) */
     tol_fully_connected_s8(&op4, &tol_arena[128], &tol_arena[256]);
-    /* 5: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 5: FULLY_CONNECTED (dec1_1) */
     tol_fully_connected_s8(&op5, &tol_arena[256], &tol_arena[0]);
-    /* 6: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 6: FULLY_CONNECTED (dec2_1) */
     tol_fully_connected_s8(&op6, &tol_arena[0], &tol_arena[128]);
-    /* 7: FULLY_CONNECTED (anomaly_backbone_1) */
+    /* 7: FULLY_CONNECTED (dec3_1) */
     tol_fully_connected_s8(&op7, &tol_arena[128], &tol_arena[0]);
     /* 8: FULLY_CONNECTED (StatefulPartitionedCall_1:0) */
     tol_fully_connected_s8(&op8, &tol_arena[0], latent);

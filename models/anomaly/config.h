@@ -3,7 +3,7 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "anomaly"
-#define TOL_MODEL_HASH               0xBEE11340u  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0x968D7F91u  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               640  /* int8 values per sample */
 #define TOL_LATENT_DIM               16  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00341053307f  /* real = scale * (q - zero_point) */
