@@ -374,17 +374,19 @@ def budget(*, arena_bytes: int, max_rows: int, dim: int, replay_capacity: int, r
                 firmware_flash_base_bytes=FIRMWARE_FLASH_BASE_BYTES, flash_bytes=flash)
 
 
-def check_budget(board_name: str, b: dict) -> None:
+def check_budget(board_name: str, b: dict, arena_known: bool = True) -> None:
     from .boards import get_board
 
     board = get_board(board_name)
     ram_have = board.ram_bytes + board.ram2_bytes
     if b["ram_bytes"] > ram_have:
         raise TinyolError(
-            f"does not fit {board_name}: RAM needs {b['ram_bytes']} bytes, board has {ram_have}, "
+            f"does not fit {board_name}: RAM needs {'' if arena_known else 'at least '}"
+            f"{b['ram_bytes']} bytes, board has {ram_have}, "
             f"over by {b['ram_bytes'] - ram_have} bytes",
-            hint=(f"backbone arena {b['ram_bytes'] - b['head_bytes'] - b['replay_bytes'] - b['firmware_ram_base_bytes']}"
-                  f" + head {b['head_bytes']} + replay {b['replay_bytes']} + firmware "
+            hint=((f"backbone arena {b['ram_bytes'] - b['head_bytes'] - b['replay_bytes'] - b['firmware_ram_base_bytes']} + "
+                   if arena_known else "backbone arena (not counted yet) + ")
+                  + f"head {b['head_bytes']} + replay {b['replay_bytes']} + firmware "
                   f"{b['firmware_ram_base_bytes']}; lower --replay-capacity/--replay-bits/--max-classes"))
     if b["flash_bytes"] > board.flash_bytes:
         raise TinyolError(
@@ -612,7 +614,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
             rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
             check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
                                        replay_capacity=replay_capacity, replay_bits=replay_bits,
-                                       weights_bytes=0))
+                                       weights_bytes=0), arena_known=False)
         backbone = keras.Model(model.inputs, head.input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
