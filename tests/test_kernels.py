@@ -121,3 +121,26 @@ def test_bit_exact(models, cwork, name, impl):
 @pytest.mark.parametrize("name", sorted(set(CASES) - set(FAST)))
 def test_bit_exact_sweep(models, cwork, name, impl):
     assert_bit_exact(_model(models, name), impl, cwork, n=24)
+
+
+# ----------------------------------------------------------------------------- on Cortex-M4 (QEMU)
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
+    """Both kernel sets built for Cortex-M4 (real DSP instructions and the ARM asm
+    paths) run in QEMU, match TFLM bit for bit, and SIMD needs fewer instructions."""
+    from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
+    from tinyol import codegen
+
+    if not have_qemu_m4():
+        pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
+    path = _model(models, "conv_3x3_same_relu")
+    x = random_inputs((9, 7, 5), 3, seed=7)
+    want = codegen.run_tflm(path, x).reshape(3, -1)
+    counts = {}
+    for impl in IMPLS:
+        got, instr = run_on_m4(path, impl, x, tmp_path)
+        assert np.array_equal(got, want), impl
+        counts[impl] = instr
+    assert counts["simd"] < counts["ref"], counts

@@ -121,6 +121,27 @@ def layer_of(tensor_name: str) -> str:
     return first
 
 
+def op_layer(m: TfliteModel, op: Operator) -> str:
+    """Best guess of the Keras layer an operator comes from.
+
+    TF names tensors '<model>/<layer>/<op>'; the model's output tensor is renamed
+    ('StatefulPartitionedCall:0'), then the weights' name or the input's layer helps."""
+    name = m.tensors[op.outputs[0]].name if op.outputs else ""
+    if "/" in name:
+        return layer_of(name)
+    for i in op.inputs[1:]:
+        if i >= 0 and m.tensors[i].is_const and "/" in m.tensors[i].name:
+            return layer_of(m.tensors[i].name)
+    if op.inputs and op.inputs[0] >= 0 and "/" in m.tensors[op.inputs[0]].name:
+        return f"the layer after {layer_of(m.tensors[op.inputs[0]].name)}"
+    return name or "?"
+
+
+def describe_op(m: TfliteModel, op: Operator) -> str:
+    name = m.tensors[op.outputs[0]].name if op.outputs else "?"
+    return f"output tensor {name!r}, from layer {op_layer(m, op)!r}"
+
+
 def _c_ident(s: str) -> str:
     out = "".join(ch if ch.isalnum() else "_" for ch in s)
     return out.strip("_") or "x"
@@ -153,9 +174,7 @@ class _Gen:
 
     # -- errors ---------------------------------------------------------------
     def where(self, op: Operator) -> str:
-        t = self.m.tensors[op.outputs[0]] if op.outputs else None
-        name = t.name if t else "?"
-        return f"at operator index {op.index} (output tensor {name!r}, from layer {layer_of(name)!r})"
+        return f"at operator index {op.index} ({describe_op(self.m, op)})"
 
     def fail(self, op: Operator, what: str):
         raise TinyolError(f"{what} {self.where(op)}")
@@ -284,7 +303,7 @@ def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, st
         if lower is None:
             gen.fail(op, f"unsupported op {op.opname}")
         out = m.tensors[op.outputs[0]]
-        gen.ops.append((op.index, op.opname, layer_of(out.name)))
+        gen.ops.append((op.index, op.opname, op_layer(m, op)))
         res = lower(gen, op)
         if res is None:  # alias (RESHAPE and friends)
             src = op.inputs[0]
@@ -341,7 +360,7 @@ def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, st
     body = []
     copy_at = {si: (s, d) for (si, s, d) in copies}
     for si, (op, call, ins, out) in enumerate(steps):
-        layer = layer_of(m.tensors[out].name)
+        layer = op_layer(m, op)
         if call == "alias":
             if si in copy_at:
                 s, d = copy_at[si]

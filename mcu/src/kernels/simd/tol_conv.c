@@ -29,7 +29,7 @@ static inline int8_t tol_requant_out_(const tol_conv_params_t *p, int32_t acc, i
     return (int8_t)tol_clamp_(v, p->act_min, p->act_max);
 }
 
-void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
     const int32_t in_w = p->in_w, in_c = p->in_c, k_w = p->k_w, out_c = p->out_c;
     const int32_t fsz = p->k_h * k_w * in_c;
@@ -120,7 +120,7 @@ static void tol_dw_generic_(const tol_conv_params_t *p, const int8_t *input, int
     }
 }
 
-void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
     if (p->depth_mult != 1) {
         tol_dw_generic_(p, input, output);

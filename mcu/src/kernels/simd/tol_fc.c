@@ -5,7 +5,7 @@
 #include "../tol_kernels_util.h"
 #include "tol_simd_dot.h"
 
-void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output)
+TOL_SIMD_FN void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output)
 {
     const int32_t depth = p->in_features, out_f = p->out_features;
     const uint32_t off2 = tol_dup16_(p->input_offset);
