@@ -10874,7 +10874,7 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
     tol_fully_connected_s8(&op6, &tol_arena[0], &tol_arena[128]);
     /* 7: FULLY_CONNECTED (dec3_1) */
     tol_fully_connected_s8(&op7, &tol_arena[128], &tol_arena[0]);
-    /* 8: FULLY_CONNECTED (StatefulPartitionedCall_1:0) */
+    /* 8: FULLY_CONNECTED (dec4_1) */
     tol_fully_connected_s8(&op8, &tol_arena[0], latent);
     return TOL_OK;
 }

@@ -1686,7 +1686,7 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
     tol_conv2d_s8(&op8, &tol_arena[8000], &tol_arena[0]);
     /* 9: AVERAGE_POOL_2D (pool_1) */
     tol_avgpool2d_s8(&op9, &tol_arena[0], &tol_arena[8000]);
-    /* 10: RESHAPE (StatefulPartitionedCall_1:0) */
+    /* 10: RESHAPE (the layer after pool_1) */
     memcpy(latent, &tol_arena[8000], 64u);
     return TOL_OK;
 }

@@ -14192,7 +14192,7 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
     tol_conv2d_s8(&op26, &tol_arena[2304], &tol_arena[0]);
     /* 27: AVERAGE_POOL_2D (pool_1) */
     tol_avgpool2d_s8(&op27, &tol_arena[0], &tol_arena[2304]);
-    /* 28: RESHAPE (StatefulPartitionedCall_1:0) */
+    /* 28: RESHAPE (the layer after pool_1) */
     memcpy(latent, &tol_arena[2304], 256u);
     return TOL_OK;
 }

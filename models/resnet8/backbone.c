@@ -5135,7 +5135,7 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
     tol_add_s8(&op11, &tol_arena[0], &tol_arena[4096], &tol_arena[8192]);
     /* 12: AVERAGE_POOL_2D (pool_1) */
     tol_avgpool2d_s8(&op12, &tol_arena[8192], &tol_arena[0]);
-    /* 13: RESHAPE (StatefulPartitionedCall_1:0) */
+    /* 13: RESHAPE (the layer after pool_1) */
     memcpy(latent, &tol_arena[0], 64u);
     return TOL_OK;
 }
