@@ -384,3 +384,34 @@ def _board_ram(board: str) -> int:
 
     b = BOARDS[board]
     return b.ram_bytes + b.ram2_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", ["ref", "simd"])
+def test_committed_digits_c_backbone_matches_tflm_on_real_digits(tmp_path, impl):
+    """The committed backbone.c (as the firmware compiles it) == TFLM on the digits test split,
+    and the committed head on top of it keeps the accuracy."""
+    import ctypes
+
+    from _kernel_util import MCU_INC, kernel_sources
+    from tinyol.datasets import load_source
+
+    man = json.loads((DIGITS / "manifest.json").read_text())
+    lib = tmp_path / "libdigits.so"
+    subprocess.run(["gcc", *STRICT, "-O1", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{DIGITS}",
+                    str(DIGITS / "backbone.c"), *map(str, kernel_sources(impl)), "-o", str(lib)],
+                   check=True)
+    c = ctypes.CDLL(str(lib))
+    c.tol_backbone_invoke.restype = ctypes.c_int
+    c.tol_backbone_invoke.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    X, y, _ = load_source("digits:0-4@test")
+    xq = quantize(X, man["input"]["scale"], man["input"]["zero_point"]).reshape(len(X), -1)
+    got = np.zeros((len(X), man["latent"]["dim"]), np.int8)
+    for i in range(len(X)):
+        assert c.tol_backbone_invoke(xq[i].ctypes.data, got[i].ctypes.data) == 0
+    want = tflm_backbone((DIGITS / "backbone.tflite").read_bytes(),
+                         xq.reshape((len(X),) + tuple(man["input"]["shape"])))
+    np.testing.assert_array_equal(got, want)
+    z = np.load(DIGITS / "head_init.npz")
+    lat = (got.astype(np.float32) - man["latent"]["zero_point"]) * np.float32(man["latent"]["scale"])
+    assert float(np.mean((lat @ z["W"].T + z["b"])[:, :5].argmax(1) == y)) >= 0.95
