@@ -417,14 +417,22 @@ def _c_array(values: np.ndarray, per_line: int = 8) -> str:
     return "    " + ",\n    ".join(lines) + "\n" if lines else ""
 
 
-def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray) -> None:
+def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray,
+                    with_backbone_h: bool = False) -> None:
     rows, dim = W.shape
+    tie = ""
+    if with_backbone_h:  # the generated pieces must agree with each other at compile time
+        tie = ('#include "backbone.h"\n\n'
+               '_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h vs config.h");\n'
+               '_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h vs config.h");\n'
+               '_Static_assert(TOL_BACKBONE_ARENA_BYTES == TOL_BUDGET_ARENA_BYTES, '
+               '"backbone.h vs config.h");\n')
     text = (
         banner(source)
         + "/* Initial weights of the trainable head: W [TOL_HEAD_MAX_CLASSES][TOL_LATENT_DIM]\n"
           " * row-major [class][latent] (autoencoder: [output][latent]), b [TOL_HEAD_MAX_CLASSES].\n"
           " * Rows beyond TOL_HEAD_INIT_CLASSES are zero: classes the device has not seen yet. */\n"
-        + '#include "config.h"\n\n'
+        + '#include "config.h"\n' + tie + "\n"
         + f"_Static_assert(TOL_HEAD_MAX_CLASSES == {rows}, \"head_init.c does not match config.h\");\n"
         + f"_Static_assert(TOL_LATENT_DIM == {dim}, \"head_init.c does not match config.h\");\n\n"
         + "const float tol_head_init_weight[TOL_HEAD_MAX_CLASSES * TOL_LATENT_DIM] = {\n"
@@ -660,15 +668,16 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
     echo(f"wrote {tflite_path} ({len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))})")
     info = run_codegen(tflite_path, out, source, echo)
 
-    macs = int(getattr(info, "macs", 0) or 0) or tflite_macs(tfl)
+    # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
+    macs = int(info.macs) if info is not None else tflite_macs(tfl)
     tflm_arena = tflm_arena_bytes(tfl)
-    arena = int(getattr(info, "arena_bytes", 0) or 0) or int(tflm_arena or 0)
+    arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
     learner = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                    replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
                    replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
     bud = budget(arena_bytes=arena, max_rows=max_rows, dim=dim, replay_capacity=replay_capacity,
                  replay_bits=replay_bits,
-                 weights_bytes=int(getattr(info, "weights_bytes", 0) or 0) or len(tfl))
+                 weights_bytes=int(info.weights_bytes) if info is not None else len(tfl))
     echo(f"memory: RAM {bud['ram_bytes']} bytes (arena {arena}, head {bud['head_bytes']}, replay "
          f"{bud['replay_bytes']}, firmware ~{FIRMWARE_RAM_BASE_BYTES}), flash ~{bud['flash_bytes']}")
     if board is not None:
@@ -694,7 +703,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
 
     _deterministic_npz(out / "head_init.npz",
                        {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
-    write_head_init(out, source, Wp, bp)
+    write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
     write_config_h(out, source, manifest, board_obj)
 
     artifacts = ["backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
