@@ -377,6 +377,8 @@ def test_committed_model_dirs_are_consistent(name, tmp_path):
     assert re.search(r"#define TOL_BACKBONE_LATENT_SIZE\s+%d\b" % man["latent"]["dim"], hdr)
     assert re.search(r"#define TOL_BACKBONE_INPUT_SIZE\s+%d\b" % man["input"]["size"], hdr)
     assert re.search(r"#define TOL_BACKBONE_ARENA_BYTES\s+%d\b" % man["memory"]["arena_bytes"], hdr)
+    if name in ("digits", "anomaly"):  # the small ones: compile (host + ARM), _Static_asserts hold
+        compile_c(d, tmp_path)
 
 
 def _board_ram(board: str) -> int:
