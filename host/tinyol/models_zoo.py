@@ -21,7 +21,6 @@ counts they give are what matters.
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
