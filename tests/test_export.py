@@ -330,6 +330,7 @@ def test_budget_error_names_board_and_bytes(tmp_path, capsys):
     assert m, line
     need, has, over = (int(g) for g in m.groups())
     assert has == have and need >= need_min and over == need - have
+    assert list(tmp_path.iterdir()) == []  # a failed export writes nothing
 
 
 @pytest.mark.slow
@@ -341,10 +342,16 @@ def test_unsupported_layer_is_one_line_error(tmp_path, keras_mod, capsys):
     x = keras.layers.Activation("tanh", name="squash")(x)
     out = keras.layers.Dense(3, name="head")(x)
     keras.Model(inp, out).save(tmp_path / "tanh.keras")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "config.h").write_text("old")
     rc, err = export_cli([str(tmp_path / "tanh.keras"), "--out", str(tmp_path / "o")], capsys)
     assert rc == 1
     line = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(line) == 1 and "TANH" in line[0].upper(), err
+    assert "operator index" in line[0] and "d1" in line[0], line  # index and (nearest) layer
+    # codegen failed after conversion: the output directory is left as it was
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["config.h"]
+    assert (tmp_path / "o" / "config.h").read_text() == "old"
 
 
 @pytest.mark.slow

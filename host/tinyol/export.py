@@ -21,6 +21,7 @@ import json
 import math
 import os
 import struct
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ FIRMWARE_RAM_BASE_BYTES = 12 * 1024    # stack, protocol buffers, drivers (estim
 FIRMWARE_FLASH_BASE_BYTES = 40 * 1024  # code besides the model (estimate)
 CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
+
+ARTIFACTS = ("backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
+             "head_init.c", "head_init.npz", "config.h")
 
 HEAD_CLASSIFIER = 0
 HEAD_AUTOENCODER = 1
@@ -572,16 +576,39 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
         raise TinyolError(f"model file {model_path!r} not found")
     source = src_path.name
     name = name or src_path.stem
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out_dir)
+    final.mkdir(parents=True, exist_ok=True)
+    # Everything is written to a staging directory next to out_dir and moved in at the end:
+    # a failed export (unsupported op, budget) leaves out_dir as it was.
+    with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
+        manifest = _export(src_path, Path(stage), source=source, name=name, split=split,
+                           calib=calib, classes=classes, max_classes=max_classes, board=board,
+                           board_obj=board_obj, class_names=class_names, mode=mode,
+                           label_column=label_column, replay_capacity=replay_capacity,
+                           replay_bits=replay_bits, lr=lr, momentum=momentum,
+                           weight_decay=weight_decay, replay_n_new=replay_n_new,
+                           replay_n_old=replay_n_old, seed=seed, echo=echo)
+        for a in ARTIFACTS + ("manifest.json",):
+            if (Path(stage) / a).exists():
+                os.replace(Path(stage) / a, final / a)
+            elif (final / a).exists():
+                (final / a).unlink()  # stale output of an earlier export
+    echo(f"wrote {final}/ (model hash 0x{manifest['model_hash']:08x})")
+    return manifest
+
+
+def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, max_classes, board,
+            board_obj, class_names, mode, label_column, replay_capacity, replay_bits, lr, momentum,
+            weight_decay, replay_n_new, replay_n_old, seed, echo) -> dict:
+    model_path = str(src_path)
 
     calib_desc = None
     if src_path.suffix.lower() == ".tflite":
         echo(f"reading {model_path} (used whole as the int8 backbone)")
         tfl = src_path.read_bytes()
         inp, lat = tflite_io(tfl)
-        if classes is None:
-            raise TinyolError("a .tflite backbone needs --classes N (its head starts from zeros)")
+        if classes is None or classes < 1:
+            raise TinyolError("a .tflite backbone needs --classes N >= 1 (its head starts from zeros)")
         dim = int(np.prod(lat.shape[1:]))
         W = np.zeros((classes, dim), np.float32)
         b = np.zeros((classes,), np.float32)
@@ -665,7 +692,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
 
     tflite_path = out / "backbone.tflite"
     tflite_path.write_bytes(tfl)
-    echo(f"wrote {tflite_path} ({len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))})")
+    echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
     info = run_codegen(tflite_path, out, source, echo)
 
     # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
@@ -706,11 +733,8 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
     write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
     write_config_h(out, source, manifest, board_obj)
 
-    artifacts = ["backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
-                 "head_init.c", "head_init.npz", "config.h"]
-    manifest["artifacts"] = {a: sha256(out / a) for a in artifacts if (out / a).exists()}
+    manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
-    echo(f"wrote {out}/ (model hash 0x{manifest['model_hash']:08x})")
     return manifest
