@@ -156,7 +156,7 @@ static tol_status_t tol_app_on_exit(tol_app_t *app, const tol_frame_t *req, uint
  * Region 0 measures nothing (the overhead of the measurement itself);
  * region 1 runs CRC-32 over `param` bytes (a fixed, known workload).
  */
-static uint8_t tol_app_bench_buf[2048];
+static uint8_t tol_app_bench_buf[1024];
 
 static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
 {

@@ -14,7 +14,7 @@
 #define TOL_HEAD_OUT_DIM             640  /* autoencoder target size; 0 for a classifier */
 #define TOL_HEAD_INIT_CLASSES        640  /* rows trained on the host */
 #define TOL_HEAD_MAX_CLASSES         640  /* rows allocated on the device */
-#define TOL_REPLAY_CAPACITY          100  /* latents kept for replay */
+#define TOL_REPLAY_CAPACITY          0  /* latents kept for replay */
 #define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed */
 #define TOL_LR                       0.0500000007f
 #define TOL_MOMENTUM                 0.0f
@@ -26,7 +26,7 @@
 /* memory budget (bytes) */
 #define TOL_BUDGET_ARENA_BYTES        264
 #define TOL_BUDGET_HEAD_BYTES         46080  /* W, momentum, b, b momentum */
-#define TOL_BUDGET_REPLAY_BYTES       1000
+#define TOL_BUDGET_REPLAY_BYTES       0
 #define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */
 #define TOL_RAM_NEEDED_BYTES          (TOL_BUDGET_ARENA_BYTES + TOL_BUDGET_HEAD_BYTES + TOL_BUDGET_REPLAY_BYTES + TOL_BUDGET_FW_RAM_BYTES)
 #define TOL_FLASH_NEEDED_BYTES        241856  /* weights + head init + 40960 firmware estimate */
