@@ -7,6 +7,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT
@@ -15,7 +16,7 @@ from tinyol import emulator
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
 from tinyol.firmware import BuildConfig, build
-from tinyol.protocol import Frame, Link, Msg
+from tinyol.protocol import DeviceGone, Frame, Link, Msg
 
 pytestmark = pytest.mark.slow
 
@@ -108,6 +109,29 @@ def test_qemu_boot_and_info(firmware, board):
     assert 0 < info.flash_used < 64 * 1024 and info.ram_used > 8192  # includes the reserved stack
     assert info.boot_count == 1
     assert rc == 42, "semihosting exit code must come back from QEMU"
+
+
+@pytest.mark.qemu
+def test_hard_fault_is_reported(firmware):
+    """A fault prints one `tinyol fault ...` line with the PC, then exits with code 3."""
+    res = firmware("nucleo_l476rg")
+    lines = []
+    with emulator.start_qemu("nucleo_l476rg", res.elf, timeout=60) as target:
+        with Link.open(target.url, timeout=5, on_line=lines.append) as link:
+            link.request(Msg.EXIT, bytes([0xFE]))
+            deadline = time.monotonic() + 10
+            try:
+                while not any(l.startswith("tinyol fault") for l in lines) and time.monotonic() < deadline:
+                    list(link.poll(time.monotonic() + 0.2))
+            except DeviceGone:
+                pass  # QEMU exits right after the report
+        rc = target.wait(20)
+    fault = next(l for l in lines if l.startswith("tinyol fault"))
+    fields = dict(kv.split("=") for kv in fault.split()[2:])
+    assert int(fields["exc"], 16) in (3, 6)        # HardFault or UsageFault
+    assert int(fields["cfsr"], 16) & (1 << 17)     # UFSR.INVSTATE: branch without the Thumb bit
+    assert int(fields["pc"], 16) == 0x20000000
+    assert rc == 3
 
 
 def test_native_info_and_boot_counter(firmware, tmp_path):
