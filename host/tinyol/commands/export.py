@@ -1,0 +1,74 @@
+"""`tinyol export`: split a Keras model, quantize its backbone to int8, write C + head + config."""
+from __future__ import annotations
+
+import click
+
+from ..export import DEFAULT_LEARNER
+
+
+def _split_arg(value):
+    return int(value) if value is not None and value.lstrip("-").isdigit() else value
+
+
+@click.command("export")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output directory (created if missing).")
+@click.option("--split", default=None, metavar="LAYER",
+              help="Head layer name or index (default: the last Dense layer).")
+@click.option("--calib", default=None, metavar="SPEC",
+              help="Calibration data: digits[:a-b][@train], sensor, FILE.csv, FILE.npz "
+                   "(default: random inputs).")
+@click.option("--label-column", default=None, help="CSV label column (name or index; default last).")
+@click.option("--classes", type=int, default=None,
+              help="Initial classes (default: the head's outputs; required for a .tflite backbone).")
+@click.option("--max-classes", type=int, default=None,
+              help="Head rows allocated on the device (classes it may learn; default --classes).")
+@click.option("--mode", type=click.Choice(["auto", "classifier", "autoencoder"]), default="auto",
+              show_default=True, help="Head mode; auto = autoencoder if the head rebuilds the input.")
+@click.option("--name", default=None, help="Model name (default: the file name without extension).")
+@click.option("--board", default=None, metavar="BOARD",
+              help="Check the memory budget against this board and emit its _Static_asserts.")
+@click.option("--replay-capacity", type=int, default=DEFAULT_LEARNER["replay_capacity"],
+              show_default=True, help="Latents kept in the replay buffer.")
+@click.option("--replay-bits", type=click.Choice(["32", "8", "7"]),
+              default=str(DEFAULT_LEARNER["replay_bits"]), show_default=True,
+              help="Storage per latent value: 32 float, 8 int8, 7 packed.")
+@click.option("--replay-n-new", type=int, default=DEFAULT_LEARNER["replay_n_new"], show_default=True)
+@click.option("--replay-n-old", type=int, default=DEFAULT_LEARNER["replay_n_old"], show_default=True)
+@click.option("--lr", type=float, default=DEFAULT_LEARNER["lr"], show_default=True,
+              help="Learning rate on the device.")
+@click.option("--momentum", type=float, default=DEFAULT_LEARNER["momentum"], show_default=True)
+@click.option("--weight-decay", type=float, default=DEFAULT_LEARNER["weight_decay"],
+              show_default=True)
+@click.option("--seed", type=int, default=DEFAULT_LEARNER["seed"], show_default=True,
+              help="Device RNG seed (replay sampling).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
+def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
+        replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
+        quiet):
+    """Export MODEL (.keras/.h5, or an int8 .tflite used whole as the backbone) to --out DIR.
+
+    \b
+    Examples:
+      tinyol export models/digits/digits.keras --out build/digits --calib digits:0-4@train \\
+          --max-classes 10 --board nucleo_l476rg
+      tinyol export kws.tflite --out build/kws --classes 12 --board nucleo_l432kc
+    """
+    import warnings
+
+    from ..export import export_model
+
+    warnings.filterwarnings("ignore")
+    echo = (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+    m = export_model(model, out_dir, split=_split_arg(split), calib=calib, classes=classes,
+                     max_classes=max_classes, board=board, mode=mode, name=name,
+                     label_column=label_column, replay_capacity=replay_capacity,
+                     replay_bits=int(replay_bits), lr=lr, momentum=momentum,
+                     weight_decay=weight_decay, replay_n_new=replay_n_new,
+                     replay_n_old=replay_n_old, seed=seed, echo=echo)
+    mem = m["memory"]
+    click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "
+               f"{m['head']['mode']} head ({m['head']['init_classes']}/{m['head']['max_classes']} rows), "
+               f"{mem['macs']} MACs, RAM {mem['ram_bytes']} B, flash {mem['flash_bytes']} B"
+               + (f", fits {board}" if board else "") + f" -> {out_dir}")

@@ -1,0 +1,360 @@
+"""`tinyol simulate`: run a labelled stream through the numpy reference learner.
+
+The host twin of the board: the backbone runs in TFLM's own runtime on
+``backbone.tflite`` (int8 input quantized with the manifest's input scale and
+zero point), the head learns with :mod:`tinyol.learner` (the same algorithm,
+PRNG and order of operations as the firmware's tol_learner.c). Prequential:
+every sample is first predicted (or scored), then learned.
+
+The helpers here (:func:`load_model`, :func:`latents`, :func:`make_learner`,
+:func:`run_classifier`, :func:`run_anomaly`) are also used by tinyol.study.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ..errors import TinyolError
+from .. import learner as L
+
+
+# --------------------------------------------------------------------------- model dir
+@dataclass
+class Model:
+    path: Path
+    manifest: dict
+    tflite: bytes
+    W: np.ndarray          # [rows, D] float32
+    b: np.ndarray          # [rows]
+    n_init: int
+
+    @property
+    def autoencoder(self) -> bool:
+        return self.manifest["head"]["mode"] in ("autoencoder", 1)
+
+    @property
+    def input_q(self) -> tuple[float, int]:
+        i = self.manifest["input"]
+        return float(i["scale"]), int(i["zero_point"])
+
+    @property
+    def latent_q(self) -> tuple[float, int]:
+        la = self.manifest["latent"]
+        return float(la["scale"]), int(la["zero_point"])
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.manifest["head"].get("classes", []))
+
+
+def load_model(model_dir: str | os.PathLike) -> Model:
+    """Read manifest.json, head_init.npz and backbone.tflite of an export directory."""
+    p = Path(model_dir)
+    try:
+        manifest = json.loads((p / "manifest.json").read_text())
+        tflite = (p / "backbone.tflite").read_bytes()
+        npz = np.load(p / "head_init.npz")
+    except FileNotFoundError as e:
+        raise TinyolError(f"{p}: not a tinyol model directory (missing {Path(e.filename).name})",
+                          hint="create one with `tinyol export`") from None
+    except (json.JSONDecodeError, ValueError) as e:
+        raise TinyolError(f"{p}: unreadable model files ({e})") from None
+    W = np.asarray(npz["W"], np.float32)
+    b = np.asarray(npz["b"], np.float32)
+    n_init = int(npz["n_classes"]) if "n_classes" in npz.files else W.shape[0]
+    if W.ndim != 2 or b.shape != (W.shape[0],) or W.shape[1] != manifest["latent"]["dim"]:
+        raise TinyolError(f"{p}: head_init.npz shapes {W.shape}/{b.shape} do not match the "
+                          f"manifest's latent dim {manifest['latent']['dim']}")
+    return Model(p, manifest, tflite, W, b, n_init)
+
+
+def quantize_input(X: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """q = clip(round(x / scale) + zero_point, -128, 127) (the host-side input path)."""
+    X = np.asarray(X, np.float32)
+    return np.clip(np.round(X / np.float32(scale)) + zero_point, -128, 127).astype(np.int8)
+
+
+def latents(model: Model, Xq: np.ndarray) -> np.ndarray:
+    """int8 backbone outputs [N, D] from TFLM's Python runtime (the bit-exact oracle)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError as e:
+        raise TinyolError("TFLM's Python runtime is needed to run the backbone",
+                          hint="pip install 'tinyol[ml]'") from e
+    interp = runtime.Interpreter.from_bytes(model.tflite)
+    shape = tuple(model.manifest["input"]["shape"])
+    out = np.empty((len(Xq), int(model.manifest["latent"]["dim"])), np.int8)
+    for i, x in enumerate(Xq):
+        interp.set_input(np.asarray(x, np.int8).reshape((1,) + shape), 0)
+        interp.invoke()
+        out[i] = interp.get_output(0).reshape(-1)
+    return out
+
+
+# --------------------------------------------------------------------------- learner
+def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
+    """Settings from the manifest's learner section, overridden by non-None keywords.
+
+    Returns (settings, replay dict with capacity/bits/policy/seed/max_new)."""
+    m = dict(model.manifest.get("learner", {}))
+    get = lambda k, d: over[k] if over.get(k) is not None else m.get(k, d)  # noqa: E731
+    cap = int(get("replay_capacity", 0))
+    mode = over.get("mode")
+    mode = L.MODES[mode] if mode is not None else (L.MODE_REPLAY if cap > 0 else L.MODE_SGD)
+    n_new = int(get("replay_n_new", 1))
+    s = L.Settings(lr=float(get("lr", 0.05)), momentum=float(get("momentum", 0.0)),
+                   weight_decay=float(get("weight_decay", 0.0)),
+                   clip_norm=float(get("clip_norm", 0.0)), n_new=n_new,
+                   n_old=int(get("replay_n_old", 4)), mode=mode,
+                   threshold_k=float(get("threshold_k", 3.0)),
+                   ema_alpha=float(get("ema_alpha", 0.01)), warmup=int(get("warmup", 50)))
+    replay = dict(capacity=cap, bits=int(get("replay_bits", 8)),
+                  policy=L.POLICIES[get("policy", "reservoir")], seed=int(get("seed", 1)),
+                  max_new=n_new)
+    return s, replay
+
+
+def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
+    ls, lz = model.latent_q
+    is_, iz = model.input_q
+    rows = model.W.shape[0]
+    cfg = L.Config(latent_dim=model.W.shape[1], n_outputs=rows,
+                   head_kind=L.HEAD_AUTOENCODER if model.autoencoder else L.HEAD_CLASSIFIER,
+                   init_classes=rows if model.autoencoder else model.n_init,
+                   init_weight=model.W, init_bias=model.b, latent_scale=ls, latent_zero_point=lz,
+                   target_scale=is_, target_zero_point=iz,
+                   replay_capacity=0 if model.autoencoder else replay["capacity"],
+                   replay_bits=replay["bits"], replay_policy=replay["policy"],
+                   max_new=max(1, replay["max_new"]), seed=replay["seed"], settings=settings)
+    try:
+        return L.Learner(cfg)
+    except L.LearnerError as e:
+        raise TinyolError(f"invalid learner settings ({e.status})") from None
+
+
+def evaluate(lrn: L.Learner, Q: np.ndarray) -> np.ndarray:
+    """Predictions of the current head for int8 latents Q (vectorised, no learning)."""
+    h = lrn.head
+    X = L.dequantize(Q, lrn.cfg.latent_scale, lrn.cfg.latent_zero_point)
+    z = X @ h.w.T + h.b
+    z[:, ~h.active] = -np.inf
+    return np.argmax(z, axis=1)
+
+
+def per_class(y_true, y_pred, labels) -> dict[int, float]:
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return {int(c): float(np.mean(y_pred[y_true == c] == c)) for c in labels
+            if np.any(y_true == c)}
+
+
+def run_classifier(lrn: L.Learner, Q: np.ndarray, y: np.ndarray, *, prefill=None,
+                   eval_set=None) -> dict:
+    """Prefill the buffer (Q, y), stream (predict then learn), evaluate at the end."""
+    if prefill is not None:
+        for q, t in zip(*prefill):
+            if lrn.replay is not None and t < lrn.cfg.n_outputs:
+                lrn.replay_add(q, int(t))
+    preds, errors = [], {}
+    for q, t in zip(Q, y):
+        preds.append(lrn.predict(q)[0])
+        try:
+            lrn.learn(q, int(t))
+        except L.LearnerError as e:
+            errors[e.status] = errors.get(e.status, 0) + 1
+    preds = np.array(preds)
+    labels = sorted(set(int(v) for v in y))
+    res = {
+        "samples": int(len(y)),
+        "prequential_accuracy": float(np.mean(preds == y)) if len(y) else math.nan,
+        "prequential_per_class": per_class(y, preds, labels),
+        "errors": errors,
+        "stats": lrn.stats(),
+    }
+    Qe, ye = eval_set if eval_set is not None else (Q, y)
+    pe = evaluate(lrn, Qe)
+    res["final_accuracy"] = float(np.mean(pe == ye))
+    res["final_per_class"] = per_class(ye, pe, sorted(set(int(v) for v in ye)))
+    return res
+
+
+def roc_auc(scores, labels) -> float:
+    """Area under the ROC curve (Mann-Whitney U, ties counted half)."""
+    s = np.asarray(scores, np.float64)
+    lab = np.asarray(labels).astype(bool)
+    pos, neg = s[lab], s[~lab]
+    if len(pos) == 0 or len(neg) == 0:
+        return math.nan
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    ranks = np.empty(len(order))
+    allv = np.concatenate([pos, neg])[order]
+    # average ranks for ties
+    i = 0
+    r = np.empty(len(allv))
+    while i < len(allv):
+        j = i
+        while j + 1 < len(allv) and allv[j + 1] == allv[i]:
+            j += 1
+        r[i:j + 1] = (i + j) / 2 + 1
+        i = j + 1
+    ranks[order] = r
+    u = ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
+    return float(u / (len(pos) * len(neg)))
+
+
+def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray) -> dict:
+    """Stream (score, flag, train) through the autoencoder head; y != 0 = anomalous."""
+    scores, flags = [], []
+    for ql, qi in zip(Qlat, Qin):
+        s, f = lrn.anomaly(ql, qi.reshape(-1))
+        scores.append(s)
+        flags.append(f)
+    scores, flags = np.array(scores), np.array(flags, bool)
+    anom = np.asarray(y) != 0
+    warm = lrn.settings.warmup
+    after = np.arange(len(y)) >= warm
+    first_anom = int(np.argmax(anom)) if anom.any() else None
+    delay = None
+    if first_anom is not None:
+        hits = np.flatnonzero(flags & anom & (np.arange(len(y)) >= first_anom))
+        # delay in anomalous samples seen before the first one flagged
+        delay = int(np.sum(anom[first_anom:hits[0]])) if len(hits) else None
+    return {
+        "samples": int(len(y)),
+        "anomalous": int(anom.sum()),
+        "roc_auc": roc_auc(scores, anom),
+        "roc_auc_after_warmup": roc_auc(scores[after], anom[after]),
+        "detection_rate": float(flags[anom & after].mean()) if (anom & after).any() else math.nan,
+        "false_positive_rate": (float(flags[~anom & after].mean())
+                                if (~anom & after).any() else math.nan),
+        "first_anomaly_index": first_anom,
+        "detection_delay": delay,
+        "final_threshold": lrn.anomaly_stats.threshold(),
+        "stats": lrn.stats(),
+    }
+
+
+def load_data(spec: str):
+    from ..datasets import load_source
+    return load_source(spec)
+
+
+# --------------------------------------------------------------------------- CLI
+def _print_classifier(res: dict, names: list[str]) -> None:
+    name = lambda c: names[c] if c < len(names) else str(c)  # noqa: E731
+    click.echo(f"samples            {res['samples']}")
+    click.echo(f"prequential acc    {res['prequential_accuracy']:.4f}")
+    click.echo(f"final acc          {res['final_accuracy']:.4f}"
+               f"  (on {res.get('eval', 'the stream')})")
+    click.echo("class  prequential  final")
+    classes = sorted(set(res["prequential_per_class"]) | set(res["final_per_class"]))
+    for c in classes:
+        pq = res["prequential_per_class"].get(c)
+        fi = res["final_per_class"].get(c)
+        click.echo(f"{name(c):>5}  {'' if pq is None else f'{pq:11.4f}':>11}  "
+                   f"{'' if fi is None else f'{fi:.4f}'}")
+    st = res["stats"]
+    click.echo(f"updates {st['updates']}, active classes {st['n_active']}, "
+               f"replay {st['replay_fill']}/{st['replay_capacity']}")
+    for k, v in res["errors"].items():
+        click.echo(f"{v} samples rejected: {k}")
+
+
+def _print_anomaly(res: dict) -> None:
+    for k in ("samples", "anomalous", "roc_auc", "roc_auc_after_warmup", "detection_rate",
+              "false_positive_rate", "detection_delay", "final_threshold"):
+        v = res[k]
+        click.echo(f"{k:<22} {v:.4f}" if isinstance(v, float) else f"{k:<22} {v}")
+
+
+@click.command("simulate")
+@click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False),
+              help="Model directory written by `tinyol export` (e.g. models/digits).")
+@click.option("--data", "data", required=True,
+              help="Stream source: digits:5-9@train, sensor:anomalies, file.csv, file.npz, ...")
+@click.option("--eval", "eval_spec", default=None,
+              help="Held-out source for the final accuracy (default: the stream itself).")
+@click.option("--prefill", "prefill_spec", default=None,
+              help="Source whose latents pre-fill the replay buffer (e.g. digits:0-4@train).")
+@click.option("--lr", type=float, default=None, help="Learning rate (default: manifest).")
+@click.option("--momentum", type=float, default=None, help="SGD momentum (default: manifest).")
+@click.option("--weight-decay", type=float, default=None, help="L2 on W (default: manifest).")
+@click.option("--clip-norm", type=float, default=None, help="Global gradient-norm clip, 0 = off.")
+@click.option("--replay-capacity", type=int, default=None, help="Buffer slots, 0 = none.")
+@click.option("--replay-bits", type=click.Choice(["32", "8", "7"]), default=None,
+              help="Buffer storage: float32, int8 or 7-bit packed.")
+@click.option("--replay-n-new", type=int, default=None, help="Fresh samples per update.")
+@click.option("--replay-n-old", type=int, default=None, help="Replayed samples per update.")
+@click.option("--policy", type=click.Choice(sorted(L.POLICIES)), default=None,
+              help="Buffer replacement policy (default reservoir).")
+@click.option("--seed", type=int, default=None, help="Learner PRNG seed (default: manifest).")
+@click.option("--order-seed", type=int, default=None,
+              help="Shuffle the stream with this seed (default: source order).")
+@click.option("--mode", type=click.Choice(sorted(L.MODES)), default=None,
+              help="frozen, sgd (naive TinyOL) or replay (default: replay if a buffer).")
+@click.option("--threshold-k", type=float, default=None, help="Anomaly: threshold in std devs.")
+@click.option("--warmup", type=int, default=None, help="Anomaly: warm-up samples.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, clip_norm,
+        replay_capacity, replay_bits, replay_n_new, replay_n_old, policy, seed, order_seed,
+        mode, threshold_k, warmup, as_json):
+    """Run a labelled stream through the reference learner (predict, then learn)."""
+    model = load_model(model_dir)
+    settings, replay = learner_settings(
+        model, lr=lr, momentum=momentum, weight_decay=weight_decay, clip_norm=clip_norm,
+        replay_capacity=replay_capacity,
+        replay_bits=None if replay_bits is None else int(replay_bits),
+        replay_n_new=replay_n_new, replay_n_old=replay_n_old, policy=policy, seed=seed,
+        mode=mode, threshold_k=threshold_k, warmup=warmup)
+    X, y, names = load_data(data)
+    n_in = int(np.prod(model.manifest["input"]["shape"]))
+    if int(np.prod(X.shape[1:])) != n_in:
+        raise TinyolError(f"{data}: samples have {int(np.prod(X.shape[1:]))} values, the model "
+                          f"expects {n_in}")
+    if order_seed is not None:
+        perm = np.random.default_rng(order_seed).permutation(len(y))
+        X, y = X[perm], y[perm]
+    Xq = quantize_input(X, *model.input_q)
+    Q = latents(model, Xq)
+    lrn = make_learner(model, settings, replay)
+    if model.autoencoder:
+        res = run_anomaly(lrn, Q, Xq, y)
+    else:
+        pre = ev = None
+        if prefill_spec:
+            Xp, yp, _ = load_data(prefill_spec)
+            pre = (latents(model, quantize_input(Xp, *model.input_q)), yp)
+        if eval_spec:
+            Xe, ye, _ = load_data(eval_spec)
+            ev = (latents(model, quantize_input(Xe, *model.input_q)), ye)
+        res = run_classifier(lrn, Q, y, prefill=pre, eval_set=ev)
+        res["eval"] = eval_spec or "the stream"
+    res["settings"] = dataclasses.asdict(settings)
+    res["replay"] = {**replay, "policy": [k for k, v in L.POLICIES.items()
+                                          if v == replay["policy"]][0],
+                     "bytes": (L.replay_bytes(replay["capacity"], model.W.shape[1],
+                                              replay["bits"], model.W.shape[0])
+                               if replay["capacity"] and not model.autoencoder else 0)}
+    if as_json:
+        click.echo(json.dumps(res, indent=2, default=_jsonable))
+    elif model.autoencoder:
+        _print_anomaly(res)
+    else:
+        _print_classifier(res, names)
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    raise TypeError(type(v))

@@ -1,0 +1,366 @@
+"""Data sources for `tinyol export --calib`, `simulate` and `stream`.
+
+A *source spec* is a short string:
+
+``digits``                scikit-learn's bundled 8x8 digits, X [N,8,8,1] in [0,1]
+``digits:5-9``            class filter: a range ``a-b``, a list ``0,3,7`` or a mix ``0-2,7``
+``digits:0-4@train``      deterministic stratified split (seed 0, test = 30 %); ``@test`` likewise
+``sensor``                synthetic vibration windows, normal machine only (label 0)
+``sensor:anomalies``      normal and faulty windows mixed (label 1 = anomalous)
+``path/to/file.csv``      feature columns + one integer label column (header optional)
+``path/to/file.npz``      arrays ``X`` [N,...] and ``y`` [N] (optional ``class_names``)
+``-``                     stdin, one sample a line: comma/space separated floats, last = label
+
+``@train``/``@test`` work on every source except ``-``. Labels are never renumbered: a filtered
+source keeps the original class numbers, and ``class_names[label]`` is always that label's name.
+"""
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import Iterator, TextIO
+
+import numpy as np
+
+from .errors import TinyolError
+
+SPLIT_SEED = 0
+TEST_FRACTION = 0.3
+
+# Synthetic sensor: 5 frames x 128 spectral bins = 640 values per window (the MLPerf Tiny
+# anomaly-detection input size), computed from a simulated accelerometer signal.
+SENSOR_FRAMES = 5
+SENSOR_BINS = 128
+SENSOR_WINDOW = SENSOR_FRAMES * SENSOR_BINS
+SENSOR_RATE_HZ = 4096.0
+SENSOR_N_NORMAL = 1000
+SENSOR_N_ANOMALOUS = 300
+SENSOR_SEED = 20260701
+
+BUILTIN = ("digits", "sensor")
+
+
+def _parse_classes(text: str, spec: str) -> list[int]:
+    """``"5-9"`` -> [5..9], ``"0,3,7"`` -> [0,3,7], ``"0-2,7"`` -> [0,1,2,7]."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = (int(v) for v in part.split("-", 1))
+                if b < a:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise TinyolError(f"bad class filter {text!r} in source {spec!r}",
+                          hint="use a range like 5-9 or a list like 0,3,7") from None
+    return sorted(set(out))
+
+
+def split_spec(spec: str) -> tuple[str, str | None, str | None]:
+    """Split ``name[:filter][@train|@test]`` into (name, filter, split)."""
+    base, split = spec, None
+    for s in ("@train", "@test"):
+        if spec.endswith(s):
+            base, split = spec[: -len(s)], s[1:]
+            break
+    name, flt = base, None
+    head, sep, tail = base.partition(":")
+    if sep and head in BUILTIN:
+        name, flt = head, tail
+    return name, flt, split
+
+
+def _validate(X: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    X = np.asarray(X)
+    y = np.asarray(y)
+    if X.ndim < 2:
+        raise TinyolError(f"{where}: X must have shape [N, features...], got {list(X.shape)}")
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise TinyolError(f"{where}: y must have shape [{X.shape[0]}], got {list(y.shape)}")
+    if X.shape[0] == 0:
+        raise TinyolError(f"{where}: no samples")
+    try:
+        Xf = X.astype(np.float32)
+    except (TypeError, ValueError):
+        raise TinyolError(f"{where}: X is not numeric (dtype {X.dtype})") from None
+    bad = ~np.isfinite(Xf)
+    if bad.any():
+        idx = np.argwhere(bad)[0]
+        raise TinyolError(f"{where}: NaN or Inf in sample {int(idx[0])}")
+    if y.dtype.kind in "iu":
+        yi = y.astype(np.int64)
+    else:
+        try:
+            yf = y.astype(np.float64)
+        except (TypeError, ValueError):
+            raise TinyolError(f"{where}: labels must be integers (dtype {y.dtype})") from None
+        nonint = ~np.isfinite(yf) | (yf != np.round(yf))
+        if nonint.any():
+            i = int(np.argmax(nonint))
+            raise TinyolError(f"{where}: label of sample {i} is not an integer: {y[i]!r}")
+        yi = yf.astype(np.int64)
+    if (yi < 0).any():
+        i = int(np.argmax(yi < 0))
+        raise TinyolError(f"{where}: label of sample {i} is negative: {int(yi[i])}")
+    return Xf, yi
+
+
+def _split(X: np.ndarray, y: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    counts = np.bincount(y)
+    strat = y if counts[counts > 0].min() >= 2 else None
+    tr, te = train_test_split(idx, test_size=TEST_FRACTION, random_state=SPLIT_SEED,
+                              stratify=strat)
+    sel = np.sort(tr if which == "train" else te)
+    return X[sel], y[sel]
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X = (d.images.astype(np.float32) / np.float32(16.0)).reshape(-1, 8, 8, 1)
+    return X, d.target.astype(np.int64), [str(i) for i in range(10)]
+
+
+def sensor_windows(n_normal: int, n_anomalous: int, seed: int = SENSOR_SEED
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic synthetic vibration windows, X [N,640] float32 in ~[0,1], y [N] (1 = fault).
+
+    A normal machine runs at a shaft frequency f0 (random in 40..60 Hz) with harmonics 2f0, 3f0
+    of random amplitude plus broadband noise. Faults add one of: a bearing tone at a non-harmonic
+    frequency (3.3..7.7 x f0), a loose-part sub-harmonic f0/2 with strong 1.5x/2.5x lines, or a
+    broadband rise (2.4x noise). Each window is 5 Hann-windowed 256-sample frames, |rfft| bins 1..128,
+    log-compressed and scaled to about [0, 1].
+    """
+    rng = np.random.default_rng(seed)
+    n = n_normal + n_anomalous
+    frame = 2 * SENSOR_BINS
+    t = np.arange(SENSOR_FRAMES * frame, dtype=np.float64) / SENSOR_RATE_HZ
+    hann = np.hanning(frame)
+    X = np.empty((n, SENSOR_WINDOW), dtype=np.float32)
+    y = np.zeros(n, dtype=np.int64)
+    y[n_normal:] = 1
+    perm = rng.permutation(n)
+    y = y[perm]
+    for i in range(n):
+        f0 = rng.uniform(40.0, 60.0)
+        amps = rng.uniform([0.8, 0.2, 0.05], [1.2, 0.5, 0.2])
+        noise = 0.05
+        sig = sum(a * np.sin(2 * np.pi * (k + 1) * f0 * t + rng.uniform(0, 2 * np.pi))
+                  for k, a in enumerate(amps))
+        if y[i]:
+            kind = rng.integers(3)
+            if kind == 0:
+                fb = f0 * rng.uniform(3.3, 7.7)
+                sig = sig + rng.uniform(0.15, 0.4) * np.sin(2 * np.pi * fb * t)
+            elif kind == 1:
+                for m, a in ((0.5, 0.2), (1.5, 0.15), (2.5, 0.1)):
+                    sig = sig + a * rng.uniform(0.7, 1.3) * np.sin(
+                        2 * np.pi * m * f0 * t + rng.uniform(0, 2 * np.pi))
+            else:
+                noise = 0.12
+        sig = sig + noise * rng.standard_normal(t.shape)
+        frames = sig.reshape(SENSOR_FRAMES, frame) * hann
+        mag = np.abs(np.fft.rfft(frames, axis=1))[:, 1:SENSOR_BINS + 1]
+        X[i] = (np.log1p(mag) / 5.0).reshape(-1).astype(np.float32)
+    return X, y
+
+
+def _sensor(flt: str | None, spec: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    names = ["normal", "anomalous"]
+    if flt in (None, "", "normal"):
+        X, y = sensor_windows(SENSOR_N_NORMAL, 0)
+    elif flt == "anomalies":
+        X, y = sensor_windows(SENSOR_N_NORMAL, SENSOR_N_ANOMALOUS, seed=SENSOR_SEED + 1)
+    else:
+        raise TinyolError(f"unknown sensor variant {flt!r} in {spec!r}",
+                          hint="use `sensor` or `sensor:anomalies`")
+    return X, y, names
+
+
+def _label_index(header: list[str] | None, ncols: int, label_column: str | int | None,
+                 where: str) -> int:
+    if label_column is None:
+        return ncols - 1
+    if isinstance(label_column, int) or str(label_column).lstrip("-").isdigit():
+        i = int(label_column)
+        if not -ncols <= i < ncols:
+            raise TinyolError(f"{where}: label column {i} out of range (file has {ncols} columns)")
+        return i % ncols
+    if header is None or label_column not in header:
+        raise TinyolError(f"{where}: no column named {label_column!r}",
+                          hint="the file has no header" if header is None else
+                          "columns: " + ", ".join(header))
+    return header.index(label_column)
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _csv(path: str, label_column) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
+    import csv
+
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    if not rows:
+        raise TinyolError(f"{path}: empty CSV file")
+    header = None
+    if not all(_is_number(c) for c in rows[0]):
+        header = [c.strip() for c in rows[0]]
+        rows = rows[1:]
+    if not rows:
+        raise TinyolError(f"{path}: CSV file has a header but no rows")
+    ncols = len(header) if header else len(rows[0])
+    if ncols < 2:
+        raise TinyolError(f"{path}: need at least one feature column and a label column")
+    for i, r in enumerate(rows):
+        if len(r) != ncols:
+            raise TinyolError(f"{path}: row {i + 1 + (header is not None)} has {len(r)} "
+                              f"columns, expected {ncols}")
+    li = _label_index(header, ncols, label_column, path)
+    try:
+        data = np.array([[float(c) for c in r] for r in rows], dtype=np.float64)
+    except ValueError as e:
+        raise TinyolError(f"{path}: non-numeric value ({e})") from None
+    y = data[:, li]
+    X = np.delete(data, li, axis=1)
+    return X, y, None
+
+
+def _npz(path: str) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("X", "y") if k not in z.files]
+            if missing:
+                raise TinyolError(f"{path}: missing array(s) {', '.join(missing)}",
+                                  hint=f"the file has: {', '.join(z.files) or 'nothing'}")
+            names = [str(s) for s in z["class_names"]] if "class_names" in z.files else None
+            return z["X"], z["y"], names
+    except (OSError, ValueError) as e:
+        raise TinyolError(f"{path}: not a readable .npz file ({e})") from None
+
+
+def load_source(spec: str, *, label_column: str | int | None = None,
+                stdin: TextIO | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Load a whole source: (X float32 [N,...], y int64 [N], class_names).
+
+    ``class_names[k]`` names label ``k``; a source without names gets ``["0", "1", ...]``.
+    Raises TinyolError (one line) for a missing file, bad shapes, NaN/Inf or non-integer labels.
+    """
+    if spec == "-":
+        xs, ys = [], []
+        for x, lab in iter_source("-", stdin=stdin):
+            xs.append(x)
+            ys.append(lab)
+        if not xs:
+            raise TinyolError("stdin: no samples")
+        X, y = _validate(np.stack(xs), np.array(ys, dtype=np.int64), "stdin")
+        return X, y, [str(i) for i in range(int(y.max()) + 1)]
+
+    name, flt, split = split_spec(spec)
+    names: list[str] | None
+    if name == "digits":
+        X, y, names = _digits()
+    elif name == "sensor":
+        X, y, names = _sensor(flt, spec)
+        flt = None
+    else:
+        if not os.path.exists(name):
+            raise TinyolError(f"data source {name!r} not found",
+                              hint="give a CSV/NPZ file, `-` for stdin, or one of: "
+                                   "digits[:a-b][@train|@test], sensor[:anomalies]")
+        if os.path.isdir(name):
+            raise TinyolError(f"data source {name!r} is a directory, not a CSV/NPZ file")
+        if name.lower().endswith(".npz"):
+            X, y, names = _npz(name)
+        else:
+            X, y, names = _csv(name, label_column)
+    X, y = _validate(X, y, name)
+    if names is None:
+        names = [str(i) for i in range(int(y.max()) + 1)]
+    if split:
+        X, y = _split(X, y, split)
+    if flt:
+        keep = _parse_classes(flt, spec)
+        bad = [c for c in keep if c >= len(names)]
+        if bad:
+            raise TinyolError(f"{spec}: class {bad[0]} does not exist (classes 0-{len(names) - 1})")
+        mask = np.isin(y, keep)
+        X, y = X[mask], y[mask]
+    if len(y) == 0:
+        raise TinyolError(f"{spec}: no samples left after filtering")
+    return X, y, names
+
+
+def parse_line(line: str, where: str = "stdin") -> tuple[np.ndarray, int] | None:
+    """One stdin/serial text sample: ``f1,f2,...,label`` (commas and/or spaces). None if blank."""
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        return None
+    toks = line.replace(",", " ").split()
+    if len(toks) < 2:
+        raise TinyolError(f"{where}: need features and a label, got {line!r}")
+    try:
+        vals = np.array([float(t) for t in toks], dtype=np.float64)
+    except ValueError:
+        raise TinyolError(f"{where}: non-numeric value in {line!r}") from None
+    if not np.isfinite(vals).all():
+        raise TinyolError(f"{where}: NaN or Inf in {line!r}")
+    lab = vals[-1]
+    if lab != round(lab) or lab < 0:
+        raise TinyolError(f"{where}: label must be a non-negative integer, got {toks[-1]!r}")
+    return vals[:-1].astype(np.float32), int(lab)
+
+
+def iter_source(spec: str, *, label_column: str | int | None = None,
+                stdin: TextIO | None = None) -> Iterator[tuple[np.ndarray, int]]:
+    """Yield (x float32 [...], label int) one sample at a time.
+
+    For ``-`` the samples are read lazily from stdin (live sensors); every line must have the
+    same number of features as the first. Other sources are loaded whole and yielded in order.
+    """
+    if spec != "-":
+        X, y, _ = load_source(spec, label_column=label_column)
+        for i in range(len(y)):
+            yield X[i], int(y[i])
+        return
+    f = stdin if stdin is not None else sys.stdin
+    nfeat = None
+    for lineno, line in enumerate(f, 1):
+        s = parse_line(line, f"stdin line {lineno}")
+        if s is None:
+            continue
+        if nfeat is None:
+            nfeat = s[0].shape[0]
+        elif s[0].shape[0] != nfeat:
+            raise TinyolError(f"stdin line {lineno}: {s[0].shape[0]} features, "
+                              f"expected {nfeat} like the first line")
+        yield s
+
+
+def save_npz(path: str, X: np.ndarray, y: np.ndarray, class_names: list[str] | None = None) -> None:
+    """Write a source as NPZ (the format `load_source` reads back)."""
+    arrays = {"X": np.asarray(X, np.float32), "y": np.asarray(y, np.int64)}
+    if class_names is not None:
+        arrays["class_names"] = np.array(class_names)
+    np.savez(path, **arrays)
+
+
+def as_text_lines(X: np.ndarray, y: np.ndarray) -> str:
+    """Render samples in the stdin line format (``%.9g`` floats, label last)."""
+    buf = io.StringIO()
+    for x, lab in zip(X.reshape(len(X), -1), y):
+        buf.write(",".join("%.9g" % v for v in x) + f",{int(lab)}\n")
+    return buf.getvalue()

@@ -1,0 +1,192 @@
+/*
+ * tol_learner.h - the on-device learner: TinyOL last-layer SGD (classifier
+ * with growing classes, or autoencoder anomaly detector) plus latent replay.
+ *
+ * One instance = one tol_learner_t (state, owned by the app layer) + one
+ * byte buffer of TOL_LEARNER_BYTES(...) (caller-owned, 4-byte aligned, e.g.
+ * `static _Alignas(4) uint8_t mem[TOL_LEARNER_BYTES(...)]`). No malloc, no
+ * globals, no registers. Float32 arithmetic in a fixed order that
+ * host/tinyol/learner.py reproduces (docs/learner.md).
+ *
+ * Classifier, per sample (prequential): tol_learner_predict(), then
+ * tol_learner_learn(). learn() queues the sample; once n_new samples are
+ * queued it makes one SGD step on the mini-batch {n_new fresh} + {n_old drawn
+ * uniformly, with replacement, from the replay buffer} (mode REPLAY only),
+ * gradient averaged over the batch, then offers the fresh samples to the
+ * replay buffer. A label seen for the first time activates its output row
+ * (zero weights).
+ * Autoencoder (anomaly), per sample: tol_learner_anomaly() scores, flags and
+ * (for normal samples, or always during warm-up) trains.
+ *
+ * Latents arrive as int8 in the backbone's output quantization
+ * (x = latent_scale * (q - latent_zero_point)); the _f variants take floats.
+ */
+#ifndef TOL_LEARNER_H
+#define TOL_LEARNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tol_anomaly.h"
+#include "tol_head.h"
+#include "tol_prng.h"
+#include "tol_replay.h"
+#include "tol_status.h"
+
+typedef enum {
+    TOL_LEARN_FROZEN = 0, /* predict / score only, never update */
+    TOL_LEARN_SGD = 1,    /* TinyOL: fresh samples only, no replay */
+    TOL_LEARN_REPLAY = 2, /* fresh + replayed latents; buffer updated */
+} tol_learn_mode_t;
+
+typedef enum {
+    TOL_HEAD_CLASSIFIER = 0, /* softmax + cross-entropy (config.h TOL_HEAD_MODE 0) */
+    TOL_HEAD_AUTOENCODER = 1 /* linear output + MSE (TOL_HEAD_MODE 1) */
+} tol_head_kind_t;
+
+/* Run-time settings (get/set at any time; set discards queued samples). */
+typedef struct {
+    float lr;              /* learning rate, >= 0 */
+    float momentum;        /* [0, 1) */
+    float weight_decay;    /* L2 on W (not b), >= 0 */
+    float clip_norm;       /* global gradient-norm clip, 0 = off */
+    uint16_t n_new;        /* fresh samples per update, 1..config max_new */
+    uint16_t n_old;        /* replayed samples per update, 0..1024 */
+    uint8_t mode;          /* tol_learn_mode_t */
+    uint8_t train_anomalies; /* autoencoder: also train on flagged samples */
+    float threshold_k;     /* autoencoder: threshold = mean + k*std, >= 0 */
+    float ema_alpha;       /* autoencoder: score EMA factor after warm-up, (0, 1] */
+    uint32_t warmup;       /* autoencoder: scores that all train before flagging */
+} tol_learner_settings_t;
+
+/* Fixed at init. Typical firmware values come from the model's config.h:
+ *   head_kind = TOL_HEAD_MODE, latent_dim = TOL_LATENT_DIM,
+ *   n_outputs = TOL_HEAD_MAX_CLASSES (classifier) or TOL_HEAD_OUT_DIM,
+ *   init_classes = TOL_HEAD_INIT_CLASSES, init_weight/bias = tol_head_init_*,
+ *   latent_scale/zero_point = TOL_LATENT_SCALE/ZERO_POINT,
+ *   target_scale/zero_point = TOL_INPUT_SCALE/ZERO_POINT,
+ *   replay_capacity = TOL_REPLAY_CAPACITY, replay_bits = TOL_REPLAY_BITS,
+ *   max_new = TOL_REPLAY_N_NEW, seed = TOL_SEED, settings from TOL_LR, ... */
+typedef struct {
+    uint8_t head_kind;          /* tol_head_kind_t */
+    uint8_t replay_bits;        /* 32, 8 or 7 */
+    uint8_t replay_policy;      /* tol_replay_policy_t */
+    uint16_t latent_dim;        /* D >= 1 */
+    uint16_t n_outputs;         /* C_max or OUT, >= 1 */
+    uint16_t init_classes;      /* rows active after reset (autoencoder: ignored, all) */
+    uint16_t replay_capacity;   /* 0 = no buffer */
+    uint16_t max_new;           /* largest n_new, 1..TOL_REPLAY_MAX_BATCH */
+    const float *init_weight;   /* [n_outputs][latent_dim], const, not owned */
+    const float *init_bias;     /* [n_outputs] */
+    float latent_scale;         /* > 0 */
+    int32_t latent_zero_point;  /* -128..127 */
+    float target_scale;         /* autoencoder int8 target dequantization */
+    int32_t target_zero_point;
+    uint32_t seed;              /* PRNG seed */
+    tol_learner_settings_t settings; /* initial settings */
+} tol_learner_config_t;
+
+/* Caller memory for one learner. */
+#define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new)       \
+    (TOL_HEAD_BYTES(dim, n_outputs) +                                                 \
+     ((replay_capacity) > 0 ? TOL_REPLAY_BYTES(replay_capacity, dim, replay_bits, n_outputs) \
+                            : (size_t)0u) +                                          \
+     (size_t)4u * ((size_t)(dim) * (1u + (size_t)(max_new)) + 2u * (size_t)(n_outputs)) + \
+     TOL_ALIGN4((size_t)2u * (size_t)(max_new)))
+
+typedef struct {
+    uint32_t samples_seen;   /* accepted learn()/anomaly() samples */
+    uint32_t updates;        /* SGD steps committed */
+    uint32_t rejected;       /* steps refused as diverged */
+    uint32_t anomalies;      /* samples flagged (autoencoder) */
+    uint16_t n_active;       /* active output rows */
+    uint16_t n_outputs;      /* length of class_count */
+    uint16_t replay_fill;
+    uint16_t replay_capacity;
+    const uint32_t *class_count; /* [n_outputs] learned samples per class (classifier) */
+    float threshold;         /* autoencoder: current threshold (+inf in warm-up) */
+} tol_learner_stats_t;
+
+typedef struct {
+    tol_learner_config_t cfg;
+    tol_learner_settings_t set;
+    tol_head_t head;
+    tol_replay_t replay;
+    tol_anomaly_t anomaly;
+    tol_prng_t prng;
+    float *x;                /* [dim] scratch */
+    float *pending;          /* [max_new][dim] queued fresh latents */
+    float *target;           /* [n_outputs] scratch */
+    uint32_t *class_count;   /* [n_outputs] */
+    uint16_t *pending_labels;/* [max_new] */
+    uint16_t n_pending;
+    uint32_t samples_seen, updates, rejected, anomalies;
+} tol_learner_t;
+
+/* Settings used when nothing else is given (the study's choice, docs/study.md). */
+void tol_learner_settings_default(tol_learner_settings_t *s);
+
+/* Set up a learner in caller memory (mem_bytes >= TOL_LEARNER_BYTES(...)),
+ * then reset it. TOL_ERR_ARG on an invalid config or settings,
+ * TOL_ERR_OVERFLOW if mem is too small. */
+tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
+                              const tol_learner_config_t *cfg);
+
+/* Back to the exported initial head; clears momentum, replay buffer, queue,
+ * statistics and anomaly threshold; reseeds the PRNG; settings back to cfg's. */
+void tol_learner_reset(tol_learner_t *L);
+
+/* Classify an int8 latent (int8_t[dim]). label: out, class index or -1 if no
+ * class is active; confidence: out, softmax probability (either may be NULL).
+ * TOL_ERR_UNSUPPORTED in autoencoder mode. */
+tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t *label,
+                                 float *confidence);
+/* Same for a float latent (float[dim]); TOL_ERR_NONFINITE on NaN/Inf. */
+tol_status_t tol_learner_predict_f(tol_learner_t *L, const float *latent, int32_t *label,
+                                   float *confidence);
+
+/* Learn one labelled sample (see top). label >= n_outputs -> TOL_ERR_LABEL,
+ * NaN/Inf -> TOL_ERR_NONFINITE, both with no change. TOL_ERR_DIVERGED: the
+ * step would make W/b/momentum non-finite; head unchanged, the queued batch
+ * dropped (not stored in the buffer), a newly activated row deactivated.
+ * In mode FROZEN only validates. */
+tol_status_t tol_learner_learn(tol_learner_t *L, const int8_t *latent, uint16_t label);
+tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t label);
+
+/* Put a latent straight into the replay buffer (policy applies, no training),
+ * e.g. to pre-fill it with the pre-training classes. TOL_ERR_UNSUPPORTED
+ * without a buffer. */
+tol_status_t tol_learner_replay_add(tol_learner_t *L, const int8_t *latent, uint16_t label);
+tol_status_t tol_learner_replay_add_f(tol_learner_t *L, const float *latent, uint16_t label);
+
+/* Autoencoder: score = MSE(W x + b, target); is_anomaly = score > threshold
+ * (never during warm-up); then train on it unless flagged (or
+ * train_anomalies), and absorb the score into the threshold statistics
+ * unless flagged. latent int8_t[dim]; target int8_t[n_outputs] in the
+ * target quantization (e.g. the model input). Outputs may be NULL.
+ * TOL_ERR_UNSUPPORTED in classifier mode. */
+tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                                 float *score, uint8_t *is_anomaly);
+tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
+                                   float *score, uint8_t *is_anomaly);
+
+/* Autoencoder: score and flag one sample like tol_learner_anomaly(), but
+ * change nothing (no training, no threshold statistics, no counters): the
+ * PREDICT message. Outputs may be NULL. TOL_ERR_UNSUPPORTED for a classifier. */
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly);
+
+void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s);
+/* Validate and apply; TOL_ERR_ARG (no change) if out of range. */
+tol_status_t tol_learner_set_settings(tol_learner_t *L, const tol_learner_settings_t *s);
+
+void tol_learner_get_stats(const tol_learner_t *L, tol_learner_stats_t *st);
+
+/* The head, for dumping weights: h->w [rows][dim], h->b [rows], h->active [rows]. */
+const tol_head_t *tol_learner_head(const tol_learner_t *L);
+
+/* Replace the head's parameters (see tol_head_load); momentum cleared. */
+tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float *b,
+                                   const uint8_t *active);
+
+#endif /* TOL_LEARNER_H */

@@ -1,0 +1,162 @@
+"""C learner vs numpy reference learner on whole streams (the oracle is
+tinyol.learner; see docs/learner.md). Identical predictions, weights equal
+to 1e-5 relative (max |dW| / max |W|)."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+import numpy as np
+import pytest
+
+from _learner_util import (ARM, MCU, SOURCES, STRICT, CLearner, arm_gcc, build_learner_lib,
+                           make_stream, rel_err, run_pair)
+from tinyol.learner import (HEAD_AUTOENCODER, MODE_REPLAY, MODE_SGD, POLICY_AR1,
+                            POLICY_BALANCED, POLICY_RESERVOIR, Config, Learner, Settings)
+
+D, CMAX = 24, 10
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return build_learner_lib(tmp_path_factory.mktemp("learner"))
+
+
+def base_cfg(rng, **kw) -> Config:
+    w = rng.normal(0, 0.3, size=(CMAX, D)).astype(np.float32)
+    b = rng.normal(0, 0.1, size=CMAX).astype(np.float32)
+    settings = kw.pop("settings", Settings())
+    return Config(latent_dim=D, n_outputs=CMAX, init_classes=5, init_weight=w, init_bias=b,
+                  latent_scale=0.05, latent_zero_point=-128, seed=kw.pop("seed", 7),
+                  settings=settings, **kw)
+
+
+CASES = {
+    "naive_sgd": dict(settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
+    "momentum_decay_clip": dict(settings=Settings(lr=0.02, momentum=0.9, weight_decay=1e-3,
+                                                  clip_norm=1.0, mode=MODE_SGD)),
+    "replay_f32_reservoir": dict(replay_capacity=40, replay_bits=32,
+                                 replay_policy=POLICY_RESERVOIR,
+                                 settings=Settings(lr=0.05, n_old=4)),
+    "replay_i8_reservoir": dict(replay_capacity=40, replay_bits=8, replay_policy=POLICY_RESERVOIR,
+                                settings=Settings(lr=0.05, momentum=0.5, n_old=3)),
+    "replay_7bit_balanced": dict(replay_capacity=30, replay_bits=7, replay_policy=POLICY_BALANCED,
+                                 settings=Settings(lr=0.05, n_old=4, weight_decay=1e-4)),
+    "replay_i8_ar1_batch": dict(replay_capacity=25, replay_bits=8, replay_policy=POLICY_AR1,
+                                max_new=4, settings=Settings(lr=0.05, n_new=4, n_old=6)),
+    "replay_7bit_ar1": dict(replay_capacity=20, replay_bits=7, replay_policy=POLICY_AR1,
+                            settings=Settings(lr=0.1, n_old=2)),
+    "replay_f32_balanced_batch": dict(replay_capacity=30, replay_bits=32,
+                                      replay_policy=POLICY_BALANCED, max_new=3,
+                                      settings=Settings(lr=0.05, n_new=3, n_old=5,
+                                                        momentum=0.9)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_stream_c_matches_numpy(lib, name):
+    rng = np.random.default_rng(hash(name) % 2**32)
+    cfg = base_cfg(rng, **dict(CASES[name]))
+    # pre-training classes 0-4 go into the buffer first (as the study does),
+    # then a stream of classes 3-9 (three of them new).
+    pre = make_stream(rng, 60, D, CMAX, classes=range(5))[:2] if cfg.replay_capacity else None
+    q, y, _ = make_stream(np.random.default_rng(1), 400, D, CMAX, classes=range(3, 10))
+    py, cl, pp, pc = run_pair(lib, cfg, q, y, prefill=pre)
+    assert [p[0] for p in pp] == [p[0] for p in pc]
+    np.testing.assert_allclose([p[1] for p in pc], [p[1] for p in pp], rtol=1e-4, atol=1e-6)
+    assert rel_err(cl.w, py.head.w) < 1e-5
+    assert rel_err(cl.b, py.head.b) < 1e-5
+    assert (cl.active == py.head.active).all()
+    sc, sp = cl.stats(), py.stats()
+    for k in ("samples_seen", "updates", "rejected", "n_active", "replay_fill", "class_count"):
+        assert sc[k] == sp[k], k
+    if cfg.replay_capacity:
+        assert cl.replay_labels() == py.replay.labels[: py.replay.fill].tolist()
+        for i in range(py.replay.fill):
+            assert cl.replay_row(i) == py.replay.packed_row(i)
+    # it learned something: the new classes are active and mostly recognised late on
+    assert py.head.active[3:].all()
+    late = [p[0] == t for p, t in zip(pp[-100:], y[-100:])]
+    assert np.mean(late) > 0.5
+
+
+def test_float_entry_point_matches(lib):
+    rng = np.random.default_rng(3)
+    cfg = base_cfg(rng, replay_capacity=20, replay_bits=8, settings=Settings(lr=0.05, n_old=2))
+    q, y, _ = make_stream(rng, 150, D, CMAX)
+    py, cl, pp, pc = run_pair(lib, cfg, q, y, learn_float=True)
+    assert [p[0] for p in pp] == [p[0] for p in pc]
+    assert rel_err(cl.w, py.head.w) < 1e-5
+
+
+def _ae_stream(rng, n, out, anomalies_at=()):
+    basis = rng.normal(0, 1, size=(D, out)).astype(np.float32)
+    lat = np.maximum(rng.normal(0.5, 0.5, size=(n, D)), 0).astype(np.float32)
+    tgt = (lat @ basis / np.sqrt(D) + rng.normal(0, 0.05, size=(n, out))).astype(np.float32)
+    lab = np.zeros(n, int)
+    for i in anomalies_at:
+        tgt[i] += rng.normal(0, 2.0, size=out).astype(np.float32)
+        lab[i] = 1
+    return lat, tgt, lab
+
+
+def ae_cfg(out, **kw) -> Config:
+    s = Settings(lr=0.05, momentum=0.0, threshold_k=3.0, ema_alpha=0.05, warmup=100)
+    s = dataclasses.replace(s, **kw)
+    return Config(latent_dim=D, n_outputs=out, head_kind=HEAD_AUTOENCODER, latent_scale=0.05,
+                  latent_zero_point=-128, target_scale=0.05, target_zero_point=0, settings=s)
+
+
+def test_anomaly_c_matches_numpy_and_detects(lib):
+    rng = np.random.default_rng(11)
+    out = 16
+    anomalies = list(range(400, 600, 17))
+    lat, tgt, lab = _ae_stream(rng, 600, out, anomalies)
+    cfg = ae_cfg(out)
+    py, cl = Learner(cfg), CLearner(lib, cfg)
+    res_py, res_c = [], []
+    for x, t in zip(lat, tgt):
+        res_py.append(py.anomaly_f(x, t))
+        res_c.append(cl.anomaly_f(x, t))
+    assert [r[1] for r in res_py] == [r[1] for r in res_c]
+    np.testing.assert_allclose([r[0] for r in res_c], [r[0] for r in res_py], rtol=1e-5)
+    assert rel_err(cl.w, py.head.w) < 1e-5
+    flags = np.array([r[1] for r in res_py])
+    # every injected anomaly is flagged, few normal samples after warm-up are
+    assert flags[anomalies].all()
+    normal_after = [i for i in range(200, 600) if lab[i] == 0]
+    assert flags[normal_after].mean() < 0.05
+    assert not flags[:100].any()  # warm-up never flags
+
+
+def test_anomaly_int8_entry(lib):
+    rng = np.random.default_rng(5)
+    out = 8
+    lat, tgt, _ = _ae_stream(rng, 200, out)
+    cfg = ae_cfg(out, warmup=20, momentum=0.5)
+    py, cl = Learner(cfg), CLearner(lib, cfg)
+    ql = np.clip(np.round(lat / 0.05) - 128, -128, 127).astype(np.int8)
+    qt = np.clip(np.round(tgt / 0.05), -128, 127).astype(np.int8)
+    for a, b in zip(ql, qt):
+        assert py.anomaly(a, b)[1] == cl.anomaly(a, b)[1]
+    assert rel_err(cl.w, py.head.w) < 1e-5
+
+
+def test_sizes_match_python_formulas(lib):
+    from tinyol.learner import head_bytes, learner_bytes, replay_bytes
+    for d, c, cap, bits, mx in [(32, 10, 100, 7, 1), (33, 5, 0, 8, 4), (64, 10, 200, 32, 2),
+                                (7, 3, 13, 7, 1)]:
+        assert lib.shim_learner_bytes(d, c, cap, bits, mx) == learner_bytes(d, c, cap, bits, mx)
+        assert lib.shim_replay_bytes(cap, d, bits, c) == replay_bytes(cap, d, bits, c)
+        assert lib.shim_head_bytes(d, c) == head_bytes(d, c)
+    # 7-bit rows are 7/8 of int8 rows when dim is a multiple of 8
+    assert replay_bytes(100, 32, 7, 10) - replay_bytes(100, 32, 8, 10) == -100 * 4
+
+
+def test_compiles_for_cortex_m4(tmp_path):
+    gcc = arm_gcc()
+    if gcc is None:
+        pytest.skip("arm-none-eabi-gcc not on PATH")
+    for s in SOURCES:
+        subprocess.run([gcc, *STRICT, *ARM, f"-I{MCU / 'include'}", "-c", str(MCU / "src" / s),
+                        "-o", str(tmp_path / (s + ".o"))], check=True, capture_output=True)
