@@ -296,10 +296,98 @@ static void tol_dw_generic_(const tol_conv_params_t *p, const int8_t *input, int
     }
 }
 
+#define TOL_DW_MAX_TAPS 25 /* kernels up to 5x5 use the tap-list path */
+
+/* 4 channels (x + ch, w + ch) over a list of valid taps: taps[2t] is the input
+ * offset, taps[2t + 1] the weight offset. Out of line so the register
+ * allocator sees only this loop (13 registers, no spill). */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_block4_(const int8_t *x, const int8_t *w,
+                                                                 const int32_t *taps, int32_t ntaps,
+                                                                 uint32_t off2, int32_t a[4])
+{
+    int32_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    const int32_t *const end = taps + 2 * ntaps;
+    while (taps != end) {
+        const uint32_t xv = tol_read_s8x4(x + taps[0]);
+        const uint32_t wv = tol_read_s8x4(w + taps[1]);
+        taps += 2;
+        const uint32_t xe = tol_sxtab16(off2, xv);
+        const uint32_t we = tol_sxtb16(wv);
+        a0 = tol_smlabb(xe, we, a0);
+        a2 = tol_smlatt(xe, we, a2);
+        const uint32_t xo = tol_sxtab16_ror8(off2, xv);
+        const uint32_t wo = tol_sxtb16_ror8(wv);
+        a1 = tol_smlabb(xo, wo, a1);
+        a3 = tol_smlatt(xo, wo, a3);
+    }
+    a[0] = a0;
+    a[1] = a1;
+    a[2] = a2;
+    a[3] = a3;
+}
+
+/* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps: per output pixel
+ * the valid taps are listed once, then every block of 4 channels runs over them. */
+static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;
+    const uint32_t off2 = tol_dup16_(p->input_offset);
+    const int32_t off = p->input_offset;
+    const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    const int32_t *const mult = p->out_mult;
+    const int32_t *const shift = p->out_shift;
+    const int32_t *const bias = p->bias;
+    const int8_t *const weights = p->weights;
+    int32_t taps[2 * TOL_DW_MAX_TAPS];
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        int32_t ky0, ky1;
+        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
+            int32_t n = 0;
+            for (int32_t ky = ky0; ky < ky1; ++ky) {
+                for (int32_t kx = kx0; kx < kx1; ++kx, ++n) {
+                    taps[2 * n] = ((iy0 + ky * p->dil_h) * in_w + ix0 + kx * p->dil_w) * c;
+                    taps[2 * n + 1] = (ky * k_w + kx) * c;
+                }
+            }
+            int32_t ch = 0;
+            for (; ch + 4 <= c; ch += 4) {
+                int32_t a[4] = {0, 0, 0, 0};
+                if (bias != NULL) {
+                    a[0] = bias[ch];
+                    a[1] = bias[ch + 1];
+                    a[2] = bias[ch + 2];
+                    a[3] = bias[ch + 3];
+                }
+                tol_dw_block4_(input + ch, weights + ch, taps, n, off2, a);
+                for (int32_t j = 0; j < 4; ++j) {
+                    output[ch + j] = tol_requant1_(a[j], mult[ch + j], shift[ch + j], zp, lo, hi);
+                }
+            }
+            for (; ch < c; ++ch) {
+                int32_t acc = bias != NULL ? bias[ch] : 0;
+                for (int32_t t = 0; t < n; ++t) {
+                    acc += weights[taps[2 * t + 1] + ch] * (input[taps[2 * t] + ch] + off);
+                }
+                output[ch] = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
+            }
+            output += c;
+        }
+    }
+}
+
 TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
     if (p->depth_mult != 1) {
         tol_dw_generic_(p, input, output);
+        return;
+    }
+    if (p->k_h * p->k_w <= TOL_DW_MAX_TAPS) {
+        tol_dw_taps_(p, input, output);
         return;
     }
     const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;
