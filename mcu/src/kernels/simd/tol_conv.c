@@ -64,7 +64,7 @@ static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t
         for (int32_t kx = 0; kx < p->k_w; ++kx) {
             const int32_t ix = ix0 + kx * p->dil_w;
             const int valid = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
-            const int8_t *src = input + (iy * p->in_w + ix) * in_c;
+            const int8_t *src = valid ? input + (iy * p->in_w + ix) * in_c : input;
             int32_t c = 0;
             if ((in_c & 3) == 0) { /* every tap starts a group of 4 */
                 for (; c < in_c; c += 4, k += 4) {
