@@ -186,3 +186,17 @@ def test_programming_a_written_double_word_is_refused(sim):
 
 def test_store_compiles_for_cortex_m4():
     compile_arm_objects([ROOT / "mcu/src/tol_store.c"], [ROOT / "mcu/include"])
+
+
+def test_flash_driver_compiles_for_cortex_m4():
+    compile_arm_objects([ROOT / "mcu/boards/stm32l4/flash_stm32l4.c"],
+                        [ROOT / "mcu/include", ROOT / "mcu/boards/stm32l4"])
+
+
+def test_native_flash_compiles_strict(tmp_path):
+    import subprocess
+
+    from conftest import STRICT
+    subprocess.run(["gcc", *STRICT, "-D_DEFAULT_SOURCE", f"-I{ROOT / 'mcu/include'}",
+                    f"-I{ROOT / 'mcu/boards/native'}", "-c", str(ROOT / "mcu/boards/native/flash_native.c"),
+                    "-o", str(tmp_path / "f.o")], check=True)
