@@ -89,7 +89,7 @@ def test_save_load_and_wear_counters(program, tmp_path):
             assert loaded.seq == r1.seq and loaded.samples_seen == 10
             assert np.array_equal(dev.get_head()[0], w1)
             results = [dev.save() for _ in range(4)]
-            assert [r.slot for r in results] == [1, 0, 1, 0]
+            assert [r.slot for r in results] == [1, 2, 3, 4]  # round-robin through the slots
             assert [r.seq for r in results] == [2, 3, 4, 5]
             p = dev.stats().persist
             assert p.saves == 5 and p.seq == 5
@@ -97,9 +97,19 @@ def test_save_load_and_wear_counters(program, tmp_path):
             payload = 104 + 10 * 32 * 4 + 10 * 4 + 10 + 10 * 4 + 10 * (32 + 2) + 10 * 4 + 10 * 2
             assert p.bytes_per_save == 40 + payload
             assert p.pages_per_save == -(-p.bytes_per_save // 2048)
-            # slot 0 was written by saves 1, 3, 5 (erased twice), slot 1 by 2, 4 (erased once)
-            assert p.erases == [2, 1]
-            assert p.saves_left == 2 * 10_000 - 3
+            # slots sized for the largest digits record (40 + 9784 bytes: 5 pages of 2 KB);
+            # the native region is 128 KB = 64 pages -> 12 slots
+            assert (p.slots, p.pages_per_slot) == (12, 5)
+            assert p.erases == 0  # first lap: every slot was blank
+            assert p.saves_left == 10_000 * 60 // p.pages_per_save
+        # a second lap erases: fill all 12 slots, then one more save erases pages
+        with Device.open(t.url) as dev:
+            for _ in range(7):
+                dev.save()
+            assert dev.stats().persist.erases == 0
+            r = dev.save()
+            assert r.slot == 0 and r.pages == 1
+            assert dev.stats().persist.erases == 1
 
 
 def test_power_cut_during_save_keeps_the_previous_record(program, tmp_path):

@@ -46,6 +46,7 @@ def test_slots_alternate_and_newest_wins(sim):
         assert (rc, got, seq) == (STATUS["OK"], d, i + 1)
     mem = sim.snapshot()
     half = len(mem) // 2
+    assert sim.capacity()[1] == 2
     # slot 0 got saves 1, 3, 5; slot 1 got 2, 4: the older record is still intact in the other slot
     assert mem[HEADER:HEADER + len(datas[4])] == datas[4]
     assert mem[half + HEADER:half + HEADER + len(datas[3])] == datas[3]
@@ -66,8 +67,8 @@ def test_other_models_record_is_not_loaded(sim):
 
 def test_payload_larger_than_a_slot_is_refused(sim):
     sim.setup(region_bytes=16 * 1024)
-    cap = sim.capacity()
-    assert cap == 8 * 1024 - HEADER
+    cap, slots = sim.capacity()
+    assert (cap, slots) == (8 * 1024 - HEADER, 2)
     assert sim.save(payload(cap + 1, 1))[0] == STATUS["ERR_OVERFLOW"]
     assert sim.save(payload(cap, 1))[0] == STATUS["OK"]
     assert sim.boot()[1] == payload(cap, 1)
@@ -102,23 +103,50 @@ def test_wear_counts_and_erases_per_save(sim):
     # first use of each slot: the pages are blank, no erase; afterwards every save erases `pages`
     assert steps[:2] == [dwords, dwords]
     assert steps[2:] == [pages + dwords] * 4
-    erases = sim.boot()[3]
-    assert erases == [2, 2]
+    assert sim.boot()[3] == 4 * pages  # the region's page erases, carried from record to record
 
 
-def _prepare(sim, n):
-    """Two saves (old, prev) so both slots hold records; returns (image, prev, new)."""
-    sim.setup(region_bytes=32 * 1024)
+def test_round_robin_spreads_wear_over_the_region(sim):
+    """Slots sized for the largest record: a 16 KB region holds 8 slots of one 2 KB page; saves
+    rotate through all of them, so each page is erased once per 8 saves, not once per 2."""
+    sim.setup(region_bytes=16 * 1024, max_record=HEADER + 2000)
+    assert sim.capacity() == (2048 - HEADER, 8)
+    slots, steps = [], []
+    for i in range(20):
+        data = payload(1500 + i, i)
+        rc, s = sim.save(data)
+        assert rc == STATUS["OK"]
+        rc, got, seq, erases = sim.boot()
+        assert (rc, got, seq) == (STATUS["OK"], data, i + 1)
+        slots.append(sim.slot)
+        steps.append(s)
+    assert slots == [i % 8 for i in range(20)]
+    assert erases == 20 - 8  # the first lap found blank pages
+    # the seven older records are still intact (any of them would do after a torn save)
+    sim.setup(region_bytes=16 * 1024, max_record=HEADER + 2000)
+    assert sim.save(payload(3000, 1))[0] == STATUS["ERR_OVERFLOW"]  # larger than announced: refused
+
+
+def _prepare(sim, n, slots=2):
+    """Saves so every slot holds a record, the last two being old, prev; returns (image, prev, new)."""
+    if slots == 2:
+        sim.setup(region_bytes=32 * 1024)
+    else:
+        sim.setup(region_bytes=64 * 1024, max_record=HEADER + n + 16)
+        assert sim.capacity()[1] == slots
+        for i in range(slots - 2):
+            assert sim.save(payload(n - 100 + i, 100 + i))[0] == STATUS["OK"]
     old, prev, new = payload(n, 10), payload(n + 5, 11), payload(n + 3, 12)
     assert sim.save(old)[0] == STATUS["OK"]
     assert sim.save(prev)[0] == STATUS["OK"]
     return sim.snapshot(), prev, new
 
 
+@pytest.mark.parametrize("slots", [2, 6])
 @pytest.mark.parametrize("torn", [False, True], ids=["clean", "torn"])
-def test_power_cut_at_every_step_of_a_save(sim, torn):
+def test_power_cut_at_every_step_of_a_save(sim, torn, slots):
     n = 8182 - 16  # digits-sized record (~8.2 KB: head + replay buffer)
-    image, prev, new = _prepare(sim, n)
+    image, prev, new = _prepare(sim, n, slots)
     rc, total = sim.save(new)
     assert rc == STATUS["OK"] and sim.boot()[1] == new
     assert total > 1000
@@ -131,7 +159,7 @@ def test_power_cut_at_every_step_of_a_save(sim, torn):
         assert status == STATUS["OK"], f"cut at step {k}: no record loads ({status})"
         if got == prev:
             outcomes["prev"] += 1
-            assert seq == 2
+            assert seq == slots
         else:
             assert got == new, f"cut at step {k}: garbage loaded"
             outcomes["new"] += 1

@@ -98,19 +98,26 @@ class PersistStats:
     SIZE = 32
     store: str             # what happened at boot: STORE_STATES
     last_status: int       # status of the last SAVE/LOAD/auto-save (0 ok)
-    pages_per_save: int    # pages erased by the last save
+    pages_per_save: int    # pages a save erases (the last one, else the current state's)
     seq: int               # record the learner state matches (0: none)
     saves: int             # saves since boot
-    erases: list[int]      # erase cycles per slot
-    bytes_per_save: int    # last record, header included
-    saves_left: int        # saves until a slot reaches the rated cycles
+    erases: int            # page erases in the store region over its life
+    slots: int             # record slots in the region (saves rotate through them)
+    pages_per_slot: int
+    bytes_per_save: int    # last record, header included (0: none yet)
+    saves_left: int        # saves until the region's pages reach the rated cycles
     autosave_updates: int  # auto-save period in updates (0 off)
 
     @classmethod
     def parse(cls, p: bytes) -> "PersistStats":
-        st, last, pages, seq, saves, e0, e1, nbytes, left, auto = struct.unpack_from("<BBH7I", p)
+        st, last, pages, seq, saves, erases, slots, pps, nbytes, left, auto = struct.unpack_from("<BBH3I2H3I", p)
         return cls(STORE_STATES[st] if st < len(STORE_STATES) else str(st), last, pages, seq, saves,
-                   [e0, e1], nbytes, left, auto)
+                   erases, slots, pps, nbytes, left, auto)
+
+    @property
+    def cycles_per_page(self) -> float:
+        """Erase cycles each page has seen (round-robin spreads them evenly)."""
+        return self.erases / max(1, self.slots * self.pages_per_slot)
 
     def lifetime_days(self, saves_per_minute: float = 1.0) -> float:
         """Days until the rated erase cycles are used up at `saves_per_minute`."""

@@ -75,7 +75,15 @@ static uint32_t tol_since(tol_stamp_t s)
 }
 
 static void tol_model_boot_load(void);
-_Static_assert(TOL_STORE_SLOTS == 2u, "STATS reports the erase counts of two slots");
+
+/* Largest learner state (tol_learner_state_*: header, W, b, active, class counts, a full
+ * queue, momentum, a full replay buffer) plus the record header: the store's slot size. */
+#define TOL_MODEL_RECORD_MAX                                                                      \
+    (TOL_STORE_HEADER_BYTES + TOL_LEARNER_STATE_HEADER +                                          \
+     4u * 2u * ((uint32_t)TOL_MODEL_OUTPUTS * TOL_LATENT_DIM + TOL_MODEL_OUTPUTS) +               \
+     5u * (uint32_t)TOL_MODEL_OUTPUTS + (4u * TOL_LATENT_DIM + 2u) * (uint32_t)TOL_REPLAY_N_NEW + \
+     (uint32_t)TOL_REPLAY_CAPACITY * ((uint32_t)TOL_REPLAY_ROW_BYTES(TOL_LATENT_DIM, TOL_REPLAY_BITS) + 2u) + \
+     6u * (uint32_t)TOL_MODEL_OUTPUTS)
 
 tol_status_t tol_model_init(void)
 {
@@ -326,7 +334,7 @@ static tol_status_t tol_model_load(tol_store_record_t *rec)
 static void tol_model_boot_load(void)
 {
     tol_store_record_t rec;
-    tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH);
+    tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, (uint32_t)TOL_MODEL_RECORD_MAX);
     if (st == TOL_OK) st = tol_model_load(&rec);
     tol_persist.boot.seq = st == TOL_OK ? rec.seq : 0u;
     switch (st) {
@@ -525,20 +533,28 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     /* persistence and flash wear (docs/protocol.md, STATS) */
     if (at + 32u > cap) return at;
     uint8_t *p = out + at;
-    uint32_t left = 0u;
-    for (uint32_t i = 0; i < TOL_STORE_SLOTS; i++) {
-        uint32_t e = tol_store.erases[i];
-        left += e < TOL_FLASH_RATED_CYCLES ? TOL_FLASH_RATED_CYCLES - e : 0u;
+    const uint32_t page = tol_store.region.page_bytes;
+    const uint32_t pages_per_slot = page > 0u ? tol_store.slot_bytes / page : 0u;
+    const uint32_t pages_total = pages_per_slot * tol_store.n_slots;
+    uint32_t per_save = tol_persist.pages;
+    if (per_save == 0u && page > 0u) {
+        uint32_t rec = TOL_STORE_HEADER_BYTES + tol_learner_state_bytes(&tol_learner, TOL_LEARNER_STATE_REPLAY);
+        per_save = (rec + page - 1u) / page;
     }
+    /* every page of the region takes its turn (round-robin), so the region wears out after
+     * rated x pages erases in total */
+    uint64_t budget = (uint64_t)TOL_FLASH_RATED_CYCLES * pages_total;
+    uint64_t left = budget > tol_store.erases && per_save > 0u ? (budget - tol_store.erases) / per_save : 0u;
     p[0] = tol_persist.boot.state;
     p[1] = tol_persist.last_status;
-    tol_put_u16(p + 2, tol_persist.pages);
+    tol_put_u16(p + 2, (uint16_t)per_save);
     tol_put_u32(p + 4, tol_persist.seq);
     tol_put_u32(p + 8, tol_store.saves);
-    tol_put_u32(p + 12, tol_store.erases[0]);
-    tol_put_u32(p + 16, tol_store.erases[1]);
+    tol_put_u32(p + 12, tol_store.erases);
+    tol_put_u16(p + 16, tol_store.n_slots);
+    tol_put_u16(p + 18, (uint16_t)pages_per_slot);
     tol_put_u32(p + 20, tol_persist.record_bytes);
-    tol_put_u32(p + 24, tol_store.flash == TOL_OK ? left : 0u);
+    tol_put_u32(p + 24, tol_store.flash == TOL_OK ? (uint32_t)(left > 0xFFFFFFFFu ? 0xFFFFFFFFu : left) : 0u);
     tol_put_u32(p + 28, tol_autosave_every);
     return (uint16_t)(at + 32u);
 }

@@ -1,27 +1,29 @@
 /*
  * tol_store.h - power-safe record store in the flash region of tol_flash.h.
  *
- * The region is split into TOL_STORE_SLOTS equal slots. Each slot holds at
- * most one record:
+ * The region is split into n_slots >= 2 equal slots of whole pages (the slot
+ * size is chosen by the caller from the largest record it will write, so a
+ * bigger region holds more slots). Each slot holds at most one record:
  *
  *   offset  field
  *        0  magic:u32 ("TOLS")  header_crc:u32      <- the commit double-word, programmed LAST
  *        8  format:u16 (1)  0:u16  model_hash:u32
  *       16  seq:u32  payload_len:u32
- *       24  payload_crc:u32  erases:u32[TOL_STORE_SLOTS]  0:u32
+ *       24  payload_crc:u32  erases:u32  slot_bytes:u32  0:u32
  *       40  payload[payload_len], padded with 0xFF to a double-word
  *
  * header_crc = CRC-32 of bytes 8..39, payload_crc = CRC-32 of the payload
- * (tol_crc32.h). A record is valid when magic, header_crc, format, length
- * and payload_crc all check. A save always goes to the slot that does NOT hold
- * the newest valid record, erases only the pages it needs, programs the
- * payload, then the header, and the commit double-word last: a save cut short
- * at any step leaves the previous record the newest valid one.
- * `erases` carries each slot's erase count forward (wear accounting).
+ * (tol_crc32.h). A record is valid when magic, header_crc, format, slot size,
+ * length and payload_crc all check. Saves go round-robin: to the slot after
+ * the newest valid record of this model (so never over it, and every page of
+ * the region wears at the same rate). A save erases only the pages it needs,
+ * programs the payload, then the header, and the commit double-word last: a
+ * save cut short at any step leaves the previous record the newest valid one.
+ * `erases` carries the region's page-erase count forward (wear accounting).
  *
  * Usage (the app layer owns the tol_store_t):
- *   tol_store_init(&st, TOL_MODEL_HASH);          once at boot: scans the slots
- *   tol_store_newest(&st, &rec) / tol_store_read  load the newest record of this model
+ *   tol_store_init(&st, TOL_MODEL_HASH, max_record);   once at boot: scans the slots
+ *   tol_store_newest(&st, &rec) / tol_store_read       load the newest record of this model
  *   tol_store_begin(&st, len); tol_store_append(&st, chunk, n)...; tol_store_commit(&st);
  */
 #ifndef TOL_STORE_H
@@ -33,14 +35,14 @@
 #include "tol_flash.h"
 #include "tol_status.h"
 
-#define TOL_STORE_SLOTS 2u
+#define TOL_STORE_MAX_SLOTS 64u
 #define TOL_STORE_MAGIC 0x534C4F54u  /* "TOLS" little-endian */
 #define TOL_STORE_FORMAT 1u
 #define TOL_STORE_HEADER_BYTES 40u
 
 /* One valid record found by the scan. */
 typedef struct {
-    uint8_t slot;          /* 0..TOL_STORE_SLOTS-1 */
+    uint8_t slot;          /* 0..n_slots-1 */
     uint32_t model_hash;
     uint32_t seq;          /* grows by one per save (across slots) */
     uint32_t payload_len;
@@ -49,13 +51,16 @@ typedef struct {
 
 typedef struct {
     tol_flash_region_t region;
-    uint32_t slot_bytes;        /* region.bytes / TOL_STORE_SLOTS, whole pages */
+    uint32_t slot_bytes;        /* whole pages */
+    uint8_t n_slots;            /* 2..TOL_STORE_MAX_SLOTS */
     uint32_t model_hash;        /* records of this model are "ours" */
     tol_status_t flash;         /* TOL_OK, or why the store cannot be used (tol_flash_region) */
-    bool valid[TOL_STORE_SLOTS];
-    tol_store_record_t rec[TOL_STORE_SLOTS];   /* meaningful where valid[] */
-    uint32_t erases[TOL_STORE_SLOTS];          /* erase cycles per slot (first page), persisted */
-    uint32_t seq_max;           /* highest seq of any valid record seen (any model) */
+    bool have_newest;           /* `newest` holds the newest valid record of this model */
+    tol_store_record_t newest;
+    bool foreign;               /* a valid record of another model exists */
+    int16_t newest_any;         /* slot of the newest valid record of any model, -1 none */
+    uint32_t seq_max;           /* highest seq of any valid record (any model) */
+    uint32_t erases;            /* page erases in the region over its life (persisted) */
     uint32_t saves;             /* records committed since boot */
     uint32_t erases_boot;       /* page erases since boot */
     /* the save in progress */
@@ -67,10 +72,11 @@ typedef struct {
     uint8_t tail[TOL_FLASH_DWORD]; /* bytes waiting for a full double-word */
 } tol_store_t;
 
-/* Look at the flash region and scan every slot. Returns s->flash: TOL_OK, or
- * TOL_ERR_FLASH / TOL_ERR_UNSUPPORTED when the target cannot store records
- * (every other call then returns that status). */
-tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash);
+/* Look at the flash region, size the slots for records of up to max_record
+ * bytes (header included; 0 = two slots), scan every slot. Returns s->flash:
+ * TOL_OK, or TOL_ERR_FLASH / TOL_ERR_UNSUPPORTED when the target cannot
+ * store records (every other call then returns that status). */
+tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash, uint32_t max_record);
 
 /* Newest valid record whose model hash matches (out: *rec).
  * TOL_ERR_MODEL if the only valid records belong to another model,
@@ -84,9 +90,10 @@ tol_status_t tol_store_read(const tol_store_t *s, const tol_store_record_t *rec,
 /* Largest payload a slot holds. */
 uint32_t tol_store_capacity(const tol_store_t *s);
 
-/* Start a save of exactly payload_len bytes: picks the slot without the newest
- * record of this model and erases the pages the record needs (pages already
- * erased are skipped). TOL_ERR_OVERFLOW if it does not fit a slot. */
+/* Start a save of exactly payload_len bytes into the next slot (round-robin
+ * after the newest record of this model) and erase the pages the record
+ * needs (pages already erased are skipped). TOL_ERR_OVERFLOW if it does not
+ * fit a slot. */
 tol_status_t tol_store_begin(tol_store_t *s, uint32_t payload_len);
 
 /* Append n payload bytes (any n). TOL_ERR_OVERFLOW past payload_len. */

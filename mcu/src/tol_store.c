@@ -45,85 +45,76 @@ static uint32_t tol_store_flash_crc_(uint32_t addr, uint32_t n)
     return crc;
 }
 
-/* Check the record in `slot`; fill s->valid/s->rec and, if valid, *erases (may be NULL). */
-static void tol_store_scan_slot_(tol_store_t *s, uint8_t slot, uint32_t *erases)
+/* Check the record in `slot`; if valid fill *r (and *erases) and return true. */
+static bool tol_store_scan_slot_(const tol_store_t *s, uint8_t slot, tol_store_record_t *r, uint32_t *erases)
 {
     uint8_t h[TOL_STORE_HEADER_BYTES];
     uint32_t base = tol_store_slot_addr_(s, slot);
-    s->valid[slot] = false;
     /* the commit double-word first: an unfinished record stops here */
     tol_flash_read(base, h, TOL_FLASH_DWORD);
-    if (tol_store_u32_(h) != TOL_STORE_MAGIC) return;
+    if (tol_store_u32_(h) != TOL_STORE_MAGIC) return false;
     tol_flash_read(base + TOL_FLASH_DWORD, h + TOL_FLASH_DWORD, TOL_STORE_HEADER_BYTES - TOL_FLASH_DWORD);
-    if (tol_crc32(TOL_CRC32_INIT, h + 8, TOL_STORE_HEADER_BYTES - 8u) != tol_store_u32_(h + 4)) return;
-    if ((uint32_t)(h[8] | (h[9] << 8)) != TOL_STORE_FORMAT) return;
+    if (tol_crc32(TOL_CRC32_INIT, h + 8, TOL_STORE_HEADER_BYTES - 8u) != tol_store_u32_(h + 4)) return false;
+    if ((uint32_t)h[8] + ((uint32_t)h[9] << 8) != TOL_STORE_FORMAT) return false;
+    if (tol_store_u32_(h + 32) != s->slot_bytes) return false; /* written with another slot layout */
     uint32_t len = tol_store_u32_(h + 20);
-    if (len > s->slot_bytes - TOL_STORE_HEADER_BYTES) return;
-    if (tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, len) != tol_store_u32_(h + 24)) return;
-    tol_store_record_t *r = &s->rec[slot];
+    if (len > s->slot_bytes - TOL_STORE_HEADER_BYTES) return false;
+    if (tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, len) != tol_store_u32_(h + 24)) return false;
     r->slot = slot;
     r->model_hash = tol_store_u32_(h + 12);
     r->seq = tol_store_u32_(h + 16);
     r->payload_len = len;
     r->payload_addr = base + TOL_STORE_HEADER_BYTES;
-    s->valid[slot] = true;
-    if (erases != NULL) {
-        for (uint32_t i = 0; i < TOL_STORE_SLOTS; i++) erases[i] = tol_store_u32_(h + 28 + 4u * i);
-    }
+    *erases = tol_store_u32_(h + 28);
+    return true;
 }
 
-tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash)
+tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash, uint32_t max_record)
 {
     memset(s, 0, sizeof(*s));
     s->model_hash = model_hash;
+    s->newest_any = -1;
     s->flash = tol_flash_region(&s->region);
     if (s->flash != TOL_OK) return s->flash;
     const tol_flash_region_t *g = &s->region;
-    if (g->page_bytes == 0u || (g->page_bytes % TOL_FLASH_DWORD) != 0u ||
-        g->bytes / TOL_STORE_SLOTS < g->page_bytes) {
+    const uint32_t page = g->page_bytes;
+    if (page == 0u || (page % TOL_FLASH_DWORD) != 0u || g->bytes / 2u < page) {
         s->flash = TOL_ERR_UNSUPPORTED;
         return s->flash;
     }
-    s->slot_bytes = (g->bytes / TOL_STORE_SLOTS) / g->page_bytes * g->page_bytes;
-    uint32_t newest_any = 0u;
-    bool any = false;
-    for (uint8_t i = 0; i < TOL_STORE_SLOTS; i++) {
-        uint32_t erases[TOL_STORE_SLOTS];
-        tol_store_scan_slot_(s, i, erases);
-        if (!s->valid[i]) continue;
-        if (!any || s->rec[i].seq > newest_any) {
-            newest_any = s->rec[i].seq;
-            memcpy(s->erases, erases, sizeof(s->erases)); /* the newest record knows the latest counts */
+    /* slots of whole pages, as many as fit (at least two; a record too big is refused by begin) */
+    uint32_t slot = (max_record + page - 1u) / page * page;
+    if (slot == 0u || slot > g->bytes / 2u) slot = g->bytes / 2u / page * page;
+    uint32_t n = g->bytes / slot;
+    s->slot_bytes = slot;
+    s->n_slots = (uint8_t)(n > TOL_STORE_MAX_SLOTS ? TOL_STORE_MAX_SLOTS : n);
+    for (uint8_t i = 0; i < s->n_slots; i++) {
+        tol_store_record_t r;
+        uint32_t erases = 0u;
+        if (!tol_store_scan_slot_(s, i, &r, &erases)) continue;
+        if (s->newest_any < 0 || r.seq > s->seq_max) {
+            s->newest_any = i;
+            s->seq_max = r.seq;
+            s->erases = erases; /* the newest record knows the latest count */
         }
-        any = true;
+        if (r.model_hash != model_hash) {
+            s->foreign = true;
+        } else if (!s->have_newest || r.seq > s->newest.seq) {
+            s->newest = r;
+            s->have_newest = true;
+        }
     }
-    s->seq_max = newest_any;
     return TOL_OK;
-}
-
-/* Slot of the newest valid record of this model, or -1. */
-static int tol_store_newest_slot_(const tol_store_t *s)
-{
-    int best = -1;
-    for (uint8_t i = 0; i < TOL_STORE_SLOTS; i++) {
-        if (!s->valid[i] || s->rec[i].model_hash != s->model_hash) continue;
-        if (best < 0 || s->rec[i].seq > s->rec[best].seq) best = i;
-    }
-    return best;
 }
 
 tol_status_t tol_store_newest(const tol_store_t *s, tol_store_record_t *rec)
 {
     TOL_TRY(s->flash);
-    int best = tol_store_newest_slot_(s);
-    if (best >= 0) {
-        *rec = s->rec[best];
+    if (s->have_newest) {
+        *rec = s->newest;
         return TOL_OK;
     }
-    for (uint8_t i = 0; i < TOL_STORE_SLOTS; i++) {
-        if (s->valid[i]) return TOL_ERR_MODEL;
-    }
-    return TOL_ERR_NO_RECORD;
+    return s->foreign ? TOL_ERR_MODEL : TOL_ERR_NO_RECORD;
 }
 
 tol_status_t tol_store_read(const tol_store_t *s, const tol_store_record_t *rec, uint32_t offset,
@@ -160,20 +151,9 @@ tol_status_t tol_store_begin(tol_store_t *s, uint32_t payload_len)
     TOL_TRY(s->flash);
     s->writing = false;
     TOL_CHECK(payload_len <= tol_store_capacity(s), TOL_ERR_OVERFLOW);
-    /* target: never the newest record of this model; prefer an empty/invalid slot, else the oldest */
-    int keep = tol_store_newest_slot_(s);
-    int target = -1;
-    for (uint8_t i = 0; i < TOL_STORE_SLOTS; i++) {
-        if ((int)i == keep) continue;
-        if (!s->valid[i]) {
-            target = i;
-            break;
-        }
-        if (target < 0 || s->rec[i].seq < s->rec[target].seq) target = i;
-    }
-    TOL_CHECK(target >= 0, TOL_ERR_FULL);
-    s->target = (uint8_t)target;
-    s->valid[target] = false; /* from here on the slot's old contents are gone */
+    /* round-robin: the slot after the newest record (of this model, else of any model) */
+    int after = s->have_newest ? (int)s->newest.slot : (int)s->newest_any;
+    s->target = (uint8_t)(after < 0 ? 0 : (after + 1) % s->n_slots);
     uint32_t base = tol_store_slot_addr_(s, s->target);
     uint32_t need = TOL_STORE_HEADER_BYTES + tol_store_round8_(payload_len);
     uint32_t page = s->region.page_bytes;
@@ -181,7 +161,7 @@ tol_status_t tol_store_begin(tol_store_t *s, uint32_t payload_len)
         if (tol_store_blank_(base + off, page)) continue;
         TOL_TRY(tol_flash_erase_page(base + off));
         s->erases_boot++;
-        if (off == 0u) s->erases[target]++;
+        s->erases++;
     }
     s->len = payload_len;
     s->at = 0u;
@@ -252,14 +232,19 @@ tol_status_t tol_store_commit(tol_store_t *s)
     tol_store_put_u32_(h + 16, s->seq_max + 1u);
     tol_store_put_u32_(h + 20, s->len);
     tol_store_put_u32_(h + 24, s->crc);
-    for (uint32_t i = 0; i < TOL_STORE_SLOTS; i++) tol_store_put_u32_(h + 28 + 4u * i, s->erases[i]);
+    tol_store_put_u32_(h + 28, s->erases);
+    tol_store_put_u32_(h + 32, s->slot_bytes);
     tol_store_put_u32_(h + 4, tol_crc32(TOL_CRC32_INIT, h + 8, TOL_STORE_HEADER_BYTES - 8u));
     TOL_TRY(tol_flash_program(base + TOL_FLASH_DWORD, h + TOL_FLASH_DWORD,
                               TOL_STORE_HEADER_BYTES - TOL_FLASH_DWORD));
     TOL_TRY(tol_flash_program(base, h, TOL_FLASH_DWORD)); /* the commit: now the record exists */
-    tol_store_scan_slot_(s, s->target, NULL);
-    TOL_CHECK(s->valid[s->target], TOL_ERR_FLASH);
-    s->seq_max++;
+    tol_store_record_t r;
+    uint32_t erases = 0u;
+    TOL_CHECK(tol_store_scan_slot_(s, s->target, &r, &erases), TOL_ERR_FLASH);
+    s->newest = r;
+    s->have_newest = true;
+    s->newest_any = (int16_t)s->target;
+    s->seq_max = r.seq;
     s->saves++;
     return TOL_OK;
 }

@@ -25,6 +25,7 @@
 static uint8_t sim_mem_[SIM_MAX_BYTES];
 static uint32_t sim_bytes_ = 16u * 1024u;
 static uint32_t sim_page_ = 2048u;
+static uint32_t sim_max_record_; /* slot sizing passed to tol_store_init (0 = two slots) */
 static long sim_steps_;
 static long sim_cut_at_ = -1;
 static int sim_torn_;
@@ -110,9 +111,11 @@ void tol_flash_read(uint32_t addr, uint8_t *dst, size_t n)
 
 /* ---- driver ---------------------------------------------------------------------- */
 
-/* New region of `bytes` (page multiple) filled with `fill` (0xFF = erased). 0 on success. */
-int sim_setup(uint32_t bytes, uint32_t page, uint8_t fill)
+/* New region of `bytes` (page multiple) filled with `fill` (0xFF = erased), slots sized
+ * for records of max_record bytes. 0 on success. */
+int sim_setup(uint32_t bytes, uint32_t page, uint8_t fill, uint32_t max_record)
 {
+    sim_max_record_ = max_record;
     if (bytes > SIM_MAX_BYTES || page == 0u || bytes % page != 0u) return -1;
     sim_bytes_ = bytes;
     sim_page_ = page;
@@ -145,7 +148,7 @@ int sim_save(const uint8_t *payload, uint32_t n, uint32_t hash, uint32_t chunk, 
         if (steps != NULL) *steps = sim_steps_;
         return -1;
     }
-    tol_status_t s = tol_store_init(&st, hash);
+    tol_status_t s = tol_store_init(&st, hash, sim_max_record_);
     if (s == TOL_OK) s = tol_store_begin(&st, n);
     for (uint32_t at = 0; s == TOL_OK && at < n; at += chunk) {
         uint32_t k = n - at < chunk ? n - at : chunk;
@@ -159,27 +162,31 @@ int sim_save(const uint8_t *payload, uint32_t n, uint32_t hash, uint32_t chunk, 
 
 /*
  * Boot: scan the store and read the newest record of `hash` into dst.
- * Returns the status of tol_store_newest/read; *len, *seq of the record;
- * erases[TOL_STORE_SLOTS] the persisted erase counts.
+ * Returns the status of tol_store_newest/read; *len, *seq, *slot of the record;
+ * *erases the persisted page-erase count of the region.
  */
-int sim_boot(uint32_t hash, uint8_t *dst, uint32_t cap, uint32_t *len, uint32_t *seq, uint32_t *erases)
+int sim_boot(uint32_t hash, uint8_t *dst, uint32_t cap, uint32_t *len, uint32_t *seq, uint32_t *slot,
+             uint32_t *erases)
 {
     tol_store_t st;
-    tol_status_t s = tol_store_init(&st, hash);
+    tol_status_t s = tol_store_init(&st, hash, sim_max_record_);
     if (s != TOL_OK) return (int)s;
-    for (uint32_t i = 0; i < TOL_STORE_SLOTS; i++) erases[i] = st.erases[i];
+    *erases = st.erases;
     tol_store_record_t rec;
     s = tol_store_newest(&st, &rec);
     if (s != TOL_OK) return (int)s;
     *len = rec.payload_len;
     *seq = rec.seq;
+    *slot = rec.slot;
     if (rec.payload_len > cap) return (int)TOL_ERR_OVERFLOW;
     return (int)tol_store_read(&st, &rec, 0u, dst, rec.payload_len);
 }
 
-uint32_t sim_capacity(void)
+/* Payload bytes a slot holds; *slots the number of slots. */
+uint32_t sim_capacity(uint32_t *slots)
 {
     tol_store_t st;
-    if (tol_store_init(&st, 0u) != TOL_OK) return 0u;
+    if (tol_store_init(&st, 0u, sim_max_record_) != TOL_OK) return 0u;
+    *slots = st.n_slots;
     return tol_store_capacity(&st);
 }

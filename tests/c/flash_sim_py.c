@@ -65,7 +65,7 @@ int py_save(const uint8_t *payload, uint32_t n, uint32_t hash, uint32_t chunk)
 {
     static tol_store_t st;
     if (setjmp(py_jmp_) != 0) return PY_CUT;
-    tol_status_t s = tol_store_init(&st, hash);
+    tol_status_t s = tol_store_init(&st, hash, 0u);
     if (s == TOL_OK) s = tol_store_begin(&st, n);
     for (uint32_t at = 0; s == TOL_OK && at < n; at += chunk) {
         uint32_t k = n - at < chunk ? n - at : chunk;
@@ -80,7 +80,7 @@ int py_boot(uint32_t hash, uint8_t *dst, uint32_t cap, uint32_t *len, uint32_t *
 {
     tol_store_t st;
     tol_store_record_t rec;
-    tol_status_t s = tol_store_init(&st, hash);
+    tol_status_t s = tol_store_init(&st, hash, 0u);
     if (s == TOL_OK) s = tol_store_newest(&st, &rec);
     if (s != TOL_OK) return (int)s;
     *len = rec.payload_len;

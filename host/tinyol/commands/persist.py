@@ -49,7 +49,8 @@ def _wear_rows(dev: Device) -> dict:
     p = dev.stats().persist
     if p is None:
         return {}
-    return {"erases_per_slot": p.erases, "rated_cycles": RATED_ERASE_CYCLES, "saves_left": p.saves_left,
+    return {"page_erases": p.erases, "cycles_per_page": round(p.cycles_per_page, 2), "slots": p.slots,
+            "rated_cycles": RATED_ERASE_CYCLES, "saves_left": p.saves_left,
             "days_at_one_save_per_minute": round(p.lifetime_days(1.0), 1),
             "pages_per_save": p.pages_per_save}
 
@@ -82,7 +83,8 @@ def cmd_save(port, no_replay, timeout, as_json):
     click.echo(f"saved record {r.seq} in slot {r.slot}: {r.bytes} bytes ({' + '.join(parts)}), "
                f"{r.pages} page(s) erased per save{took}")
     if wear:
-        click.echo(f"flash wear: {wear['erases_per_slot']} erase cycles per slot of {RATED_ERASE_CYCLES} rated; "
+        click.echo(f"flash wear: {wear['cycles_per_page']} erase cycles per page of {RATED_ERASE_CYCLES} rated "
+                   f"({wear['slots']} slots in rotation); "
                    f"{wear['saves_left']} saves left (~{wear['days_at_one_save_per_minute']} days at one per minute)")
 
 
