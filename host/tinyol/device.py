@@ -105,7 +105,7 @@ class PersistStats:
     slots: int             # record slots in the region (saves rotate through them)
     pages_per_slot: int
     bytes_per_save: int    # last record, header included (0: none yet)
-    saves_left: int        # saves until the region's pages reach the rated cycles
+    saves_left: int        # saves until the slots' pages reach the rated cycles (rated x slots - seq)
     autosave_updates: int  # auto-save period in updates (0 off)
 
     @classmethod

@@ -535,16 +535,15 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     uint8_t *p = out + at;
     const uint32_t page = tol_store.region.page_bytes;
     const uint32_t pages_per_slot = page > 0u ? tol_store.slot_bytes / page : 0u;
-    const uint32_t pages_total = pages_per_slot * tol_store.n_slots;
     uint32_t per_save = tol_persist.pages;
     if (per_save == 0u && page > 0u) {
         uint32_t rec = TOL_STORE_HEADER_BYTES + tol_learner_state_bytes(&tol_learner, TOL_LEARNER_STATE_REPLAY);
         per_save = (rec + page - 1u) / page;
     }
-    /* every page of the region takes its turn (round-robin), so the region wears out after
-     * rated x pages erases in total */
-    uint64_t budget = (uint64_t)TOL_FLASH_RATED_CYCLES * pages_total;
-    uint64_t left = budget > tol_store.erases && per_save > 0u ? (budget - tol_store.erases) / per_save : 0u;
+    /* round-robin: a slot's pages are erased once every n_slots saves, so the region is
+     * good for rated x n_slots saves; seq counts the saves made so far */
+    uint32_t budget = TOL_FLASH_RATED_CYCLES * (uint32_t)tol_store.n_slots;
+    uint32_t left = budget > tol_store.seq_max ? budget - tol_store.seq_max : 0u;
     p[0] = tol_persist.boot.state;
     p[1] = tol_persist.last_status;
     tol_put_u16(p + 2, (uint16_t)per_save);
@@ -554,7 +553,7 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     tol_put_u16(p + 16, tol_store.n_slots);
     tol_put_u16(p + 18, (uint16_t)pages_per_slot);
     tol_put_u32(p + 20, tol_persist.record_bytes);
-    tol_put_u32(p + 24, tol_store.flash == TOL_OK ? (uint32_t)(left > 0xFFFFFFFFu ? 0xFFFFFFFFu : left) : 0u);
+    tol_put_u32(p + 24, tol_store.flash == TOL_OK ? left : 0u);
     tol_put_u32(p + 28, tol_autosave_every);
     return (uint16_t)(at + 32u);
 }
