@@ -457,12 +457,12 @@ class AnomalyThreshold:
 class Settings:
     """tol_learner_settings_t (defaults = tol_learner_settings_default)."""
 
-    lr: float = 0.05
+    lr: float = 0.03
     momentum: float = 0.0
     weight_decay: float = 0.0
     clip_norm: float = 0.0
     n_new: int = 1
-    n_old: int = 4
+    n_old: int = 16
     mode: int = MODE_REPLAY
     train_anomalies: int = 0
     threshold_k: float = 3.0
