@@ -160,3 +160,26 @@ def test_compiles_for_cortex_m4(tmp_path):
     for s in SOURCES:
         subprocess.run([gcc, *STRICT, *ARM, f"-I{MCU / 'include'}", "-c", str(MCU / "src" / s),
                         "-o", str(tmp_path / (s + ".o"))], check=True, capture_output=True)
+
+
+def test_real_digits_stream_c_matches_numpy(lib):
+    """The shipped digits model: TFLM latents of digits 5-9, buffer pre-filled with 0-4."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "models" / "digits"
+    if not (root / "manifest.json").exists():
+        pytest.skip("models/digits not exported")
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from tinyol.commands import simulate as S
+    from tinyol.datasets import load_source
+    model = S.load_model(root)
+    X, y, _ = load_source("digits@test")
+    Q = S.latents(model, S.quantize_input(X, *model.input_q))
+    old, new = np.flatnonzero(y < 5), np.flatnonzero(y >= 5)
+    for bits, policy in [(7, "balanced"), (8, "reservoir")]:
+        settings, replay = S.learner_settings(model, replay_capacity=60, replay_bits=bits,
+                                              replay_n_old=16, lr=0.03, policy=policy)
+        cfg = S.make_learner(model, settings, replay).cfg
+        py, cl, pp, pc = run_pair(lib, cfg, Q[new], y[new], prefill=(Q[old], y[old]))
+        assert [p[0] for p in pp] == [p[0] for p in pc]
+        assert rel_err(cl.w, py.head.w) < 1e-5
+        assert rel_err(cl.b, py.head.b) < 1e-5
