@@ -108,6 +108,7 @@ def _declare(lib: C.CDLL) -> None:
         "tol_learner_set_settings": (C.c_int, [P, C.POINTER(CSettings)]),
         "tol_learner_get_stats": (None, [P, C.POINTER(CStats)]),
         "tol_learner_settings_default": (None, [C.POINTER(CSettings)]),
+        "tol_head_expf": (C.c_float, [C.c_float]),
         "tol_prng_seed": (None, [P, C.c_uint32]),
         "tol_prng_next": (C.c_uint32, [P]),
         "tol_prng_below": (C.c_uint32, [P, C.c_uint32]),

@@ -66,6 +66,7 @@ def test_stream_c_matches_numpy(lib, name):
     np.testing.assert_allclose([p[1] for p in pc], [p[1] for p in pp], rtol=1e-4, atol=1e-6)
     assert rel_err(cl.w, py.head.w) < 1e-5
     assert rel_err(cl.b, py.head.b) < 1e-5
+    np.testing.assert_array_equal(cl.w, py.head.w)  # in fact bit-identical
     assert (cl.active == py.head.active).all()
     sc, sp = cl.stats(), py.stats()
     for k in ("samples_seen", "updates", "rejected", "n_active", "replay_fill", "class_count"):
@@ -183,3 +184,6 @@ def test_real_digits_stream_c_matches_numpy(lib):
         assert [p[0] for p in pp] == [p[0] for p in pc]
         assert rel_err(cl.w, py.head.w) < 1e-5
         assert rel_err(cl.b, py.head.b) < 1e-5
+        # stronger than the contract: same float32 steps, so bit-identical
+        np.testing.assert_array_equal(cl.w, py.head.w)
+        assert [p[1] for p in pp] == [p[1] for p in pc]

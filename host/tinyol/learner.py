@@ -72,6 +72,25 @@ def seqsum(a: np.ndarray) -> np.float32:
     return F32(np.add.accumulate(a, dtype=F32)[-1])
 
 
+_EXP_POLY = [F32(v) for v in ("1.98412698e-4", "1.38888889e-3", "8.33333333e-3",
+                               "4.16666667e-2", "1.66666667e-1", "0.5", "1.0", "1.0")]
+
+
+def expf(x) -> np.ndarray:
+    """tol_head_expf: exp(x) for x <= 0 in the C function's float32 steps (bit-exact)."""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        flush = ~(x >= F32(-87.0))  # also NaN
+        x = np.where(flush, F32(0.0), np.minimum(x, F32(0.0))).astype(F32)
+        kf = np.floor(x * F32("1.44269504") + F32(0.5)).astype(F32)
+        r = (x - kf * F32("0.693359375")) - kf * F32("-2.12194440e-4")
+        p = _EXP_POLY[0]
+        for c in _EXP_POLY[1:]:
+            p = (p * r + c).astype(F32)
+        scale = ((kf.astype(np.int32) + 127).astype(np.uint32) << np.uint32(23)).view(F32)
+        return np.where(flush, F32(0.0), p * scale).astype(F32)
+
+
 def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
     """x = scale * (q - zero_point), float32 (as tol_learner's dequantize)."""
     q = np.asarray(q)
@@ -204,7 +223,7 @@ class Head:
         if not a.any():
             return p
         za = z[a]
-        e = np.exp(za - za.max()).astype(F32)
+        e = expf(za - za.max())
         p[a] = e / seqsum(e)
         return p
 

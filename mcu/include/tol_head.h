@@ -72,8 +72,15 @@ void tol_head_activate(tol_head_t *h, uint16_t r);
  * rows get 0. x: in, float[dim]. */
 void tol_head_forward(tol_head_t *h, const float *x);
 
-/* In place: z <- softmax(z) over the active rows (max-subtracted, expf,
- * sum over rows ascending). Inactive rows get 0. */
+/* exp(x) for x <= 0 (x > 0 is treated as 0; x < -87 and NaN give 0) in float32
+ * steps that learner.py's expf() repeats bit for bit, so that the firmware,
+ * the host build and the numpy reference agree whatever libm they use:
+ * k = floor(x log2e + 1/2), r = x - k ln2 (Cody-Waite), degree-7 Taylor
+ * polynomial in Horner form, times 2^k. Relative error < 2e-7. */
+float tol_head_expf(float x);
+
+/* In place: z <- softmax(z) over the active rows (max-subtracted,
+ * tol_head_expf, sum over rows ascending). Inactive rows get 0. */
 void tol_head_softmax(tol_head_t *h);
 
 /* Classify x (float[dim]): label = first index of the largest score among

@@ -89,6 +89,27 @@ void tol_head_forward(tol_head_t *h, const float *x)
     }
 }
 
+float tol_head_expf(float x)
+{
+    if (!(x >= -87.0f)) return 0.0f; /* also NaN */
+    if (x > 0.0f) x = 0.0f;
+    /* x = k ln2 + r, |r| <= ln2/2; ln2 split in two (Cody-Waite) */
+    const float kf = floorf(x * 1.44269504f + 0.5f);
+    const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
+    float p = 1.98412698e-4f; /* 1/5040 */
+    p = p * r + 1.38888889e-3f; /* 1/720 */
+    p = p * r + 8.33333333e-3f; /* 1/120 */
+    p = p * r + 4.16666667e-2f; /* 1/24 */
+    p = p * r + 1.66666667e-1f; /* 1/6 */
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^k, k in [-126, 0] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 void tol_head_softmax(tol_head_t *h)
 {
     float zmax = -INFINITY;
@@ -98,7 +119,7 @@ void tol_head_softmax(tol_head_t *h)
     float sum = 0.0f;
     for (uint16_t r = 0; r < h->rows; r++) {
         if (h->active[r]) {
-            h->z[r] = expf(h->z[r] - zmax);
+            h->z[r] = tol_head_expf(h->z[r] - zmax);
             sum += h->z[r];
         } else {
             h->z[r] = 0.0f;
