@@ -32,7 +32,7 @@ def base_cfg(rng, **kw) -> Config:
 
 
 CASES = {
-    "naive_sgd": dict(settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
+    "naive_sgd": dict(momentum_buffers=False, settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
     "momentum_decay_clip": dict(settings=Settings(lr=0.02, momentum=0.9, weight_decay=1e-3,
                                                   clip_norm=1.0, mode=MODE_SGD)),
     "replay_f32_reservoir": dict(replay_capacity=40, replay_bits=32,
@@ -43,7 +43,8 @@ CASES = {
     "replay_7bit_balanced": dict(replay_capacity=30, replay_bits=7, replay_policy=POLICY_BALANCED,
                                  settings=Settings(lr=0.05, n_old=4, weight_decay=1e-4)),
     "replay_i8_ar1_batch": dict(replay_capacity=25, replay_bits=8, replay_policy=POLICY_AR1,
-                                max_new=4, settings=Settings(lr=0.05, n_new=4, n_old=6)),
+                                max_new=4, max_old=6, momentum_buffers=False,
+                                settings=Settings(lr=0.05, n_new=4, n_old=6)),
     "replay_7bit_ar1": dict(replay_capacity=20, replay_bits=7, replay_policy=POLICY_AR1,
                             settings=Settings(lr=0.1, n_old=2)),
     "replay_f32_balanced_batch": dict(replay_capacity=30, replay_bits=32,
@@ -145,13 +146,33 @@ def test_anomaly_int8_entry(lib):
 
 def test_sizes_match_python_formulas(lib):
     from tinyol.learner import head_bytes, learner_bytes, replay_bytes
-    for d, c, cap, bits, mx in [(32, 10, 100, 7, 1), (33, 5, 0, 8, 4), (64, 10, 200, 32, 2),
-                                (7, 3, 13, 7, 1)]:
-        assert lib.shim_learner_bytes(d, c, cap, bits, mx) == learner_bytes(d, c, cap, bits, mx)
+    for d, c, cap, bits, mx, mo, mom in [(32, 10, 100, 7, 1, 16, 0), (33, 5, 0, 8, 4, 0, 1),
+                                         (64, 10, 200, 32, 2, 8, 1), (7, 3, 13, 7, 1, 3, 0)]:
+        assert lib.shim_learner_bytes(d, c, cap, bits, mx, mo, mom) == learner_bytes(
+            d, c, cap, bits, mx, mo, bool(mom))
         assert lib.shim_replay_bytes(cap, d, bits, c) == replay_bytes(cap, d, bits, c)
-        assert lib.shim_head_bytes(d, c) == head_bytes(d, c)
+        assert lib.shim_head_bytes(d, c, mx + mo, mom) == head_bytes(d, c, mx + mo, bool(mom))
     # 7-bit rows are 7/8 of int8 rows when dim is a multiple of 8
     assert replay_bytes(100, 32, 7, 10) - replay_bytes(100, 32, 8, 10) == -100 * 4
+    # independent count for the 640x16 autoencoder head, batch 1, no momentum:
+    # W + b + z + e (1 x 640) + x (1 x 16) floats + 640 flags
+    assert head_bytes(16, 640, 1, False) == 4 * (640 * 16 + 640 + 640 + 640 + 16) + 640
+
+
+def test_learner_rejects_short_memory_and_bad_config(lib):
+    import ctypes
+    cfg = base_cfg(np.random.default_rng(0), replay_capacity=10, replay_bits=7)
+    cl = CLearner(lib, cfg)
+    mem = np.zeros(cl.nbytes // 4, np.uint32)
+    assert lib.tol_learner_init(cl.state, mem.ctypes.data, cl.nbytes - 1,
+                                ctypes.byref(cl.ccfg)) == 16  # TOL_ERR_OVERFLOW
+    assert lib.tol_learner_init(cl.state, mem.ctypes.data + 2, cl.nbytes,
+                                ctypes.byref(cl.ccfg)) == 1  # misaligned: TOL_ERR_ARG
+    bad = dataclasses.replace(cfg, momentum_buffers=False,
+                              settings=Settings(momentum=0.9))
+    with pytest.raises(Exception) as e:
+        CLearner(lib, bad)
+    assert getattr(e.value, "status", "") == "TOL_ERR_ARG"
 
 
 def test_compiles_for_cortex_m4(tmp_path):

@@ -151,9 +151,10 @@ def _align4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def head_bytes(dim: int, rows: int) -> int:
-    """TOL_HEAD_BYTES."""
-    return 4 * (3 * (rows * dim + rows) + rows) + _align4(rows)
+def head_bytes(dim: int, rows: int, max_batch: int = 1, momentum: bool = True) -> int:
+    """TOL_HEAD_BYTES: W, b, [vW, vb], z, batch errors and inputs, active flags."""
+    return (4 * ((2 if momentum else 1) * (rows * dim + rows) + rows
+                 + max_batch * (rows + dim)) + _align4(rows))
 
 
 def replay_bytes(cap: int, dim: int, bits: int, n_classes: int) -> int:
@@ -162,18 +163,22 @@ def replay_bytes(cap: int, dim: int, bits: int, n_classes: int) -> int:
             + _align4(2 * n_classes))
 
 
-def learner_bytes(dim: int, n_outputs: int, cap: int, bits: int, max_new: int) -> int:
-    """TOL_LEARNER_BYTES."""
-    return (head_bytes(dim, n_outputs) + (replay_bytes(cap, dim, bits, n_outputs) if cap else 0)
-            + 4 * (dim * (1 + max_new) + 2 * n_outputs) + _align4(2 * max_new))
+def learner_bytes(dim: int, n_outputs: int, cap: int, bits: int, max_new: int = 1,
+                  max_old: int = 16, momentum: bool = True) -> int:
+    """TOL_LEARNER_BYTES (the static buffer the firmware reserves)."""
+    return (head_bytes(dim, n_outputs, max_new + max_old, momentum)
+            + (replay_bytes(cap, dim, bits, n_outputs) if cap else 0)
+            + 4 * (dim + 2 * n_outputs) + _align4(2 * max_new))
 
 
 # --------------------------------------------------------------------------- head
 class Head:
     """Dense head y = W x + b with active rows; mirrors tol_head.c."""
 
-    def __init__(self, dim: int, rows: int, init_w=None, init_b=None, init_active: int = 0):
+    def __init__(self, dim: int, rows: int, init_w=None, init_b=None, init_active: int = 0,
+                 momentum_buffers: bool = True):
         self.dim, self.rows = int(dim), int(rows)
+        self.momentum_buffers = bool(momentum_buffers)
         self.init_w = None if init_w is None else np.asarray(init_w, F32).reshape(rows, dim)
         self.init_b = None if init_b is None else np.asarray(init_b, F32).reshape(rows)
         self.init_active = int(init_active)
@@ -268,7 +273,13 @@ class Head:
         return m
 
     def step(self, lr, momentum, weight_decay, clip_norm) -> bool:
-        """SGD step; False (nothing changed) if it would diverge."""
+        """SGD step; False (nothing changed) if it would diverge.
+
+        The gradient is accumulated densely here; the C keeps it factored
+        (per-sample errors and inputs) and sums the products in the same order
+        (b ascending from 0.0f), which gives the same float32 values."""
+        if momentum != 0 and not self.momentum_buffers:
+            raise LearnerError("TOL_ERR_ARG")
         a = self.active
         lr, mu, wd, clip = F32(lr), F32(momentum), F32(weight_decay), F32(clip_norm)
         gw, gb = self.gw[a], self.gb[a]
@@ -283,9 +294,9 @@ class Head:
                 gb = gb * sc
         with np.errstate(over="ignore", invalid="ignore"):
             g = gw + wd * self.w[a]
-            v = mu * self.vw[a] + g
+            v = mu * self.vw[a] + g if self.momentum_buffers else g
             wn = self.w[a] - lr * v
-            vb = mu * self.vb[a] + gb
+            vb = mu * self.vb[a] + gb if self.momentum_buffers else gb
             bn = self.b[a] - lr * vb
         if not (np.isfinite(v).all() and np.isfinite(wn).all()
                 and np.isfinite(vb).all() and np.isfinite(bn).all()):
@@ -507,13 +518,15 @@ class Config:
     replay_bits: int = 8
     replay_policy: int = POLICY_RESERVOIR
     max_new: int = 1
+    max_old: int = 16
+    momentum_buffers: bool = True
     seed: int = 1
     settings: Settings = dataclasses.field(default_factory=Settings)
 
     @property
     def nbytes(self) -> int:
         return learner_bytes(self.latent_dim, self.n_outputs, self.replay_capacity,
-                             self.replay_bits, self.max_new)
+                             self.replay_bits, self.max_new, self.max_old, self.momentum_buffers)
 
 
 class LearnerError(Exception):
@@ -526,7 +539,8 @@ class LearnerError(Exception):
 
 def check_settings(cfg: Config, s: Settings) -> None:
     ok = (math.isfinite(s.lr) and s.lr >= 0 and 0 <= s.momentum < 1 and s.weight_decay >= 0
-          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new and 0 <= s.n_old <= MAX_OLD
+          and (s.momentum == 0 or cfg.momentum_buffers)
+          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new and 0 <= s.n_old <= cfg.max_old
           and s.mode in (0, 1, 2) and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1)
     if not ok:
         raise LearnerError("TOL_ERR_ARG")
@@ -540,13 +554,14 @@ class Learner:
     """
 
     def __init__(self, cfg: Config):
-        if cfg.max_new < 1 or cfg.max_new > REPLAY_MAX_BATCH:
+        if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD):
             raise LearnerError("TOL_ERR_ARG")
         check_settings(cfg, cfg.settings)
         self.cfg = cfg
         self.prng = Prng(cfg.seed)
         init_active = cfg.n_outputs if cfg.head_kind == HEAD_AUTOENCODER else cfg.init_classes
-        self.head = Head(cfg.latent_dim, cfg.n_outputs, cfg.init_weight, cfg.init_bias, init_active)
+        self.head = Head(cfg.latent_dim, cfg.n_outputs, cfg.init_weight, cfg.init_bias, init_active,
+                         cfg.momentum_buffers)
         self.replay = (Replay(cfg.replay_capacity, cfg.latent_dim, cfg.replay_bits, cfg.n_outputs,
                               cfg.replay_policy, cfg.latent_scale, cfg.latent_zero_point, self.prng)
                        if cfg.replay_capacity > 0 else None)

@@ -47,11 +47,11 @@ typedef enum {
 /* Run-time settings (get/set at any time; set discards queued samples). */
 typedef struct {
     float lr;              /* learning rate, >= 0 */
-    float momentum;        /* [0, 1) */
+    float momentum;        /* [0, 1); > 0 needs config momentum_buffers */
     float weight_decay;    /* L2 on W (not b), >= 0 */
     float clip_norm;       /* global gradient-norm clip, 0 = off */
     uint16_t n_new;        /* fresh samples per update, 1..config max_new */
-    uint16_t n_old;        /* replayed samples per update, 0..1024 */
+    uint16_t n_old;        /* replayed samples per update, 0..config max_old */
     uint8_t mode;          /* tol_learn_mode_t */
     uint8_t train_anomalies; /* autoencoder: also train on flagged samples */
     float threshold_k;     /* autoencoder: threshold = mean + k*std, >= 0 */
@@ -66,16 +66,20 @@ typedef struct {
  *   latent_scale/zero_point = TOL_LATENT_SCALE/ZERO_POINT,
  *   target_scale/zero_point = TOL_INPUT_SCALE/ZERO_POINT,
  *   replay_capacity = TOL_REPLAY_CAPACITY, replay_bits = TOL_REPLAY_BITS,
- *   max_new = TOL_REPLAY_N_NEW, seed = TOL_SEED, settings from TOL_LR, ... */
+ *   max_new = TOL_REPLAY_N_NEW, max_old = TOL_REPLAY_N_OLD (or larger to allow
+ *   raising n_old at run time), momentum_buffers = (TOL_MOMENTUM > 0),
+ *   seed = TOL_SEED, settings from TOL_LR, TOL_MOMENTUM, ... */
 typedef struct {
     uint8_t head_kind;          /* tol_head_kind_t */
     uint8_t replay_bits;        /* 32, 8 or 7 */
     uint8_t replay_policy;      /* tol_replay_policy_t */
+    uint8_t momentum_buffers;   /* 1: allocate momentum state (needed for momentum > 0) */
     uint16_t latent_dim;        /* D >= 1 */
     uint16_t n_outputs;         /* C_max or OUT, >= 1 */
     uint16_t init_classes;      /* rows active after reset (autoencoder: ignored, all) */
     uint16_t replay_capacity;   /* 0 = no buffer */
     uint16_t max_new;           /* largest n_new, 1..TOL_REPLAY_MAX_BATCH */
+    uint16_t max_old;           /* largest n_old, 0..TOL_LEARNER_MAX_OLD */
     const float *init_weight;   /* [n_outputs][latent_dim], const, not owned */
     const float *init_bias;     /* [n_outputs] */
     float latent_scale;         /* > 0 */
@@ -86,12 +90,18 @@ typedef struct {
     tol_learner_settings_t settings; /* initial settings */
 } tol_learner_config_t;
 
-/* Caller memory for one learner. */
-#define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new)       \
-    (TOL_HEAD_BYTES(dim, n_outputs) +                                                 \
+/* Largest max_old. */
+#define TOL_LEARNER_MAX_OLD 1024u
+
+/* Caller memory for one learner: head (weights, optional momentum, gradient
+ * factors for max_new + max_old samples, which also queue the fresh
+ * latents), replay buffer, latent/target scratch, per-class counters. */
+#define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new, max_old,   \
+                          momentum_buffers)                                                \
+    (TOL_HEAD_BYTES(dim, n_outputs, (size_t)(max_new) + (size_t)(max_old), momentum_buffers) + \
      ((replay_capacity) > 0 ? TOL_REPLAY_BYTES(replay_capacity, dim, replay_bits, n_outputs) \
-                            : (size_t)0u) +                                          \
-     (size_t)4u * ((size_t)(dim) * (1u + (size_t)(max_new)) + 2u * (size_t)(n_outputs)) + \
+                            : (size_t)0u) +                                               \
+     (size_t)4u * ((size_t)(dim) + 2u * (size_t)(n_outputs)) +                            \
      TOL_ALIGN4((size_t)2u * (size_t)(max_new)))
 
 typedef struct {
@@ -115,11 +125,10 @@ typedef struct {
     tol_anomaly_t anomaly;
     tol_prng_t prng;
     float *x;                /* [dim] scratch */
-    float *pending;          /* [max_new][dim] queued fresh latents */
     float *target;           /* [n_outputs] scratch */
     uint32_t *class_count;   /* [n_outputs] */
     uint16_t *pending_labels;/* [max_new] */
-    uint16_t n_pending;
+    uint16_t n_pending;      /* queued fresh latents, in head.x[0..n_pending-1] */
     uint32_t samples_seen, updates, rejected, anomalies;
 } tol_learner_t;
 
