@@ -208,3 +208,93 @@ def test_real_digits_stream_c_matches_numpy(lib):
         # stronger than the contract: same float32 steps, so bit-identical
         np.testing.assert_array_equal(cl.w, py.head.w)
         assert [p[1] for p in pp] == [p[1] for p in pc]
+
+
+FW_MAIN = r"""
+#include <stdio.h>
+int main(void)
+{
+    if (app_learner_init() != TOL_OK) return 2;
+    int8_t q[TOL_LATENT_DIM];
+    for (int i = 0; i < 120; i++) {
+        for (int j = 0; j < TOL_LATENT_DIM; j++)
+            q[j] = (int8_t)((i * 31 + j * 17 + (i * j) % 7) % 256 - 128);
+        int32_t label;
+        float conf;
+        if (tol_learner_predict(&learner, q, &label, &conf) != TOL_OK) return 3;
+        printf("%d %.9g\n", (int)label, (double)conf);
+        if (tol_learner_learn(&learner, q, (uint16_t)(5 + i % 5)) != TOL_OK) return 4;
+    }
+    return 0;
+}
+"""
+
+
+def test_doc_firmware_example_with_generated_config(tmp_path):
+    """docs/learner.md's app-layer example, built natively against models/digits/config.h and
+    head_init.c, matches the numpy learner configured from the manifest."""
+    import json
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[1]
+    model = root / "models" / "digits"
+    if not (model / "config.h").exists():
+        pytest.skip("models/digits not exported")
+    doc = (root / "docs" / "learner.md").read_text()
+    example = re.search(r'```c\n(#include "tol_learner.h"\n#include "config.h".*?)```', doc,
+                        re.S).group(1)
+    (tmp_path / "app.c").write_text(example + FW_MAIN)
+    exe = tmp_path / "app"
+    srcs = [str(MCU / "src" / s) for s in SOURCES] + [str(tmp_path / "app.c"),
+                                                       str(model / "head_init.c")]
+    subprocess.run(["gcc", *STRICT, "-O2", f"-I{MCU / 'include'}", f"-I{model}", "-o", str(exe),
+                    *srcs, "-lm"], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    got = [(int(a), float(b)) for a, b in zip(out[::2], out[1::2])]
+    m = json.loads((model / "manifest.json").read_text())
+    npz = np.load(model / "head_init.npz")
+    ln = m["learner"]
+    cfg = Config(latent_dim=m["latent"]["dim"], n_outputs=m["head"]["max_classes"],
+                 init_classes=m["head"]["init_classes"], init_weight=npz["W"],
+                 init_bias=npz["b"], latent_scale=np.float32(m["latent"]["scale"]),
+                 latent_zero_point=m["latent"]["zero_point"], replay_capacity=ln["replay_capacity"],
+                 replay_bits=ln["replay_bits"], max_new=ln["replay_n_new"],
+                 max_old=ln["replay_n_old"], momentum_buffers=False, seed=ln["seed"],
+                 settings=Settings(lr=ln["lr"], momentum=ln["momentum"],
+                                   weight_decay=ln["weight_decay"], n_new=ln["replay_n_new"],
+                                   n_old=ln["replay_n_old"]))
+    py = Learner(cfg)
+    D = cfg.latent_dim
+    for i in range(120):
+        q = np.array([(i * 31 + j * 17 + (i * j) % 7) % 256 - 128 for j in range(D)], np.int8)
+        lab, conf = py.predict(q)
+        assert got[i][0] == lab
+        assert got[i][1] == pytest.approx(conf, rel=1e-6)
+        py.learn(q, 5 + i % 5)
+
+
+def test_real_anomaly_model_c_matches_numpy(lib):
+    """The shipped 640x16 autoencoder head on TFLM latents of the sensor stream (int8 path)."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "models" / "anomaly"
+    if not (root / "manifest.json").exists():
+        pytest.skip("models/anomaly not exported")
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from tinyol.commands import simulate as S
+    from tinyol.datasets import load_source
+    model = S.load_model(root)
+    X, y, _ = load_source("sensor:anomalies@test")
+    X, y = X[:250], y[:250]
+    Xq = S.quantize_input(X, *model.input_q)
+    Q = S.latents(model, Xq)
+    settings, replay = S.learner_settings(model, momentum=0.5, warmup=40)
+    cfg = S.make_learner(model, settings, replay).cfg
+    py, cl = Learner(cfg), CLearner(lib, cfg)
+    flags = []
+    for q, t in zip(Q, Xq):
+        a, b = py.anomaly(q, t.reshape(-1)), cl.anomaly(q, t.reshape(-1))
+        assert a[1] == b[1] and a[0] == b[0]
+        flags.append(a[1])
+    np.testing.assert_array_equal(cl.w, py.head.w)
+    np.testing.assert_array_equal(cl.b, py.head.b)
+    assert cl.stats()["anomalies"] == sum(flags) > 0
