@@ -179,6 +179,12 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
 tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
                                    float *score, uint8_t *is_anomaly);
 
+/* Autoencoder: score and flag one sample like tol_learner_anomaly(), but
+ * change nothing (no training, no threshold statistics, no counters): the
+ * PREDICT message. Outputs may be NULL. TOL_ERR_UNSUPPORTED for a classifier. */
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly);
+
 void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s);
 /* Validate and apply; TOL_ERR_ARG (no change) if out of range. */
 tol_status_t tol_learner_set_settings(tol_learner_t *L, const tol_learner_settings_t *s);

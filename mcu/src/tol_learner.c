@@ -273,6 +273,26 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
     return tol_learner_anomaly_f(L, L->x, L->target, score, is_anomaly);
 }
 
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly)
+{
+    TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
+    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
+    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+                            L->cfg.latent_zero_point, L->x);
+    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
+                            L->cfg.target_zero_point, L->target);
+    const float s = tol_head_mse(&L->head, L->x, L->target);
+    if (score != NULL) *score = s;
+    if (is_anomaly != NULL) {
+        *is_anomaly = (uint8_t)((!tol_anomaly_warming(&L->anomaly) &&
+                                 s > tol_anomaly_threshold(&L->anomaly))
+                                    ? 1u
+                                    : 0u);
+    }
+    return TOL_OK;
+}
+
 void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s)
 {
     *s = L->set;

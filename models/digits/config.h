@@ -3,7 +3,7 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "digits"
-#define TOL_MODEL_HASH               0x366BD66Eu  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0x450E5AE4u  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               64  /* int8 values per sample */
 #define TOL_LATENT_DIM               32  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00392156886f  /* real = scale * (q - zero_point) */
@@ -24,12 +24,12 @@
 #define TOL_SEED                     1u
 
 /* memory budget (bytes) */
-#define TOL_BUDGET_ARENA_BYTES        2848
+#define TOL_BUDGET_ARENA_BYTES        768
 #define TOL_BUDGET_HEAD_BYTES         2640  /* W, momentum, b, b momentum */
 #define TOL_BUDGET_REPLAY_BYTES       6800
 #define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */
 #define TOL_RAM_NEEDED_BYTES          (TOL_BUDGET_ARENA_BYTES + TOL_BUDGET_HEAD_BYTES + TOL_BUDGET_REPLAY_BYTES + TOL_BUDGET_FW_RAM_BYTES)
-#define TOL_FLASH_NEEDED_BYTES        56504  /* weights + head init + 40960 firmware estimate */
+#define TOL_FLASH_NEEDED_BYTES        52368  /* weights + head init + 40960 firmware estimate */
 
 /* budget checked for board nucleo_l476rg at export time (SRAM1 + SRAM2) */
 #ifndef TOL_BOARD_RAM_BYTES

@@ -3,7 +3,7 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "mobilenet_v1_vww"
-#define TOL_MODEL_HASH               0xE87B55C3u  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0xF79197ACu  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               27648  /* int8 values per sample */
 #define TOL_LATENT_DIM               256  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00392156793f  /* real = scale * (q - zero_point) */
@@ -24,12 +24,12 @@
 #define TOL_SEED                     1u
 
 /* memory budget (bytes) */
-#define TOL_BUDGET_ARENA_BYTES        103248
+#define TOL_BUDGET_ARENA_BYTES        55296
 #define TOL_BUDGET_HEAD_BYTES         4112  /* W, momentum, b, b momentum */
 #define TOL_BUDGET_REPLAY_BYTES       51600
 #define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */
 #define TOL_RAM_NEEDED_BYTES          (TOL_BUDGET_ARENA_BYTES + TOL_BUDGET_HEAD_BYTES + TOL_BUDGET_REPLAY_BYTES + TOL_BUDGET_FW_RAM_BYTES)
-#define TOL_FLASH_NEEDED_BYTES        362968  /* weights + head init + 40960 firmware estimate */
+#define TOL_FLASH_NEEDED_BYTES        283448  /* weights + head init + 40960 firmware estimate */
 
 /* budget checked for board nucleo_l4r5zi at export time (SRAM1 + SRAM2) */
 #ifndef TOL_BOARD_RAM_BYTES

@@ -1,0 +1,40 @@
+# tinyol: the two commands a newcomer needs are `make demo` and `make test`.
+# Both run scripts/setup.sh first (idempotent; about a second once installed).
+
+VENV      := .venv
+PY        := $(VENV)/bin/python
+PYTEST    := $(PY) -m pytest
+export PLATFORMIO_CORE_DIR := $(CURDIR)/.pio-core
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: setup demo test test-fast firmware bench clean help
+
+help:
+	@echo "make demo       build the firmware, boot it in QEMU, stream digits, show it learn"
+	@echo "make test       all tests (host C, protocol, learner, kernels, QEMU, native, Renode checks)"
+	@echo "make test-fast  the quick inner-loop subset (no emulator boots, no TensorFlow)"
+	@echo "make firmware   build every board's firmware with PlatformIO (offline)"
+	@echo "make bench      instruction counts under QEMU -icount -> docs/benchmarks.md"
+	@echo "make setup      install what is missing (apt packages, .venv, PlatformIO core)"
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/tinyol demo
+
+test: setup
+	$(PYTEST) -q -ra
+
+test-fast: setup
+	$(PYTEST) -q -ra -m "not slow"
+
+firmware: setup
+	@for e in nucleo_l476rg nucleo_l432kc disco_l475vg_iot01a nucleo_l4r5zi native; do \
+		$(VENV)/bin/tinyol build --board $$e || exit 1; done
+
+bench: setup
+	$(VENV)/bin/tinyol bench
+
+clean:
+	rm -rf .pio build

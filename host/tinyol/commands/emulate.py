@@ -1,0 +1,49 @@
+"""`tinyol emulate`: run the firmware in QEMU, Renode or natively; print its serial URL."""
+from __future__ import annotations
+
+import signal
+import tempfile
+
+import click
+
+from .. import emulator
+from ..firmware import BuildConfig, build
+from ..options import board_option, model_option
+
+
+@click.command("emulate")
+@board_option()
+@model_option()
+@click.option("--emulator", "emu", type=click.Choice(["qemu", "renode", "native"]), default="qemu",
+              show_default=True, help="What runs the firmware.")
+@click.option("--port", type=int, default=0, help="TCP port for the serial line (0: a free one).")
+@click.option("--state", type=click.Path(file_okay=False), default=None,
+              help="native: directory for persistent state (boot counter, flash image).")
+@click.option("--icount", type=int, default=None, metavar="SHIFT",
+              help="qemu: deterministic time, one instruction = 2^SHIFT ns.")
+@click.pass_context
+def cmd(ctx, board, model, emu, port, state, icount):
+    """Start the firmware without hardware and print its pyserial URL.
+
+    \b
+    In another shell:
+      tinyol info --port socket://127.0.0.1:PORT
+    Ctrl-C stops the target.
+    """
+    verbose = ctx.find_root().obj.get("verbose", False)
+    native = emu == "native" or board == "native"
+    cfg = BuildConfig("native" if native else board, model, test_build=not native and emu == "qemu")
+    res = build(cfg, verbose=verbose, echo=click.echo if verbose else None)
+    state_dir = state or (tempfile.mkdtemp(prefix="tinyol-native-") if native else None)
+    target = emulator.start(board, res, emulator=emu, port=port or None, state_dir=state_dir,
+                            icount_shift=icount, timeout=24 * 3600)
+    click.echo(f"{emu}: {board} running; serial port: {target.url}")
+    click.echo("stop with Ctrl-C")
+    try:
+        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        rc = target.proc.wait()
+        click.echo(f"{emu} exited with code {rc}")
+    except KeyboardInterrupt:
+        click.echo("stopping")
+    finally:
+        target.stop()

@@ -1,0 +1,193 @@
+"""Running firmware without hardware: QEMU, the native process, Renode.
+
+Every runner exposes a pyserial URL (`socket://127.0.0.1:PORT`) that the same
+host client uses as for a real board. QEMU always runs under a time limit.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .boards import BOARDS, NATIVE
+from .errors import TinyolError
+
+QEMU_MACHINE = "b-l475e-iot01a"   # the only STM32L4 machine QEMU has (>= 9.1)
+QEMU_MIN = (9, 1)
+QEMU_SERIALS = 6                  # USART1, USART2, USART3, UART4, UART5, LPUART1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def qemu_binary() -> str:
+    path = shutil.which("qemu-system-arm")
+    if not path:
+        raise TinyolError("qemu-system-arm not found",
+                          hint="run `make setup` (installs QEMU >= 9.1; on Debian 12 from bookworm-backports)")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    if not m or (int(m[1]), int(m[2])) < QEMU_MIN:
+        raise TinyolError(f"QEMU {m[1]}.{m[2] if m else '?'} is too old: the {QEMU_MACHINE} machine "
+                          f"with UARTs needs >= {QEMU_MIN[0]}.{QEMU_MIN[1]}",
+                          hint="on Debian 12: apt-get install -t bookworm-backports qemu-system-arm")
+    return path
+
+
+def qemu_command(board: str, elf: Path, chardev: str, *, icount_shift: int | None = None,
+                 semihosting: bool = True, extra: list[str] | None = None) -> list[str]:
+    """The QEMU command line that runs `elf` with the board's console on `chardev`.
+
+    `chardev` is a QEMU character device spec, e.g.
+    ``tcp:127.0.0.1:4321,server=on,wait=on`` (output is kept until a client connects).
+    """
+    b = BOARDS[board]
+    if b.qemu_serial_index is None:
+        raise TinyolError(f"{board} cannot run in QEMU")
+    serials: list[str] = []
+    for i in range(b.qemu_serial_index + 1):
+        serials += ["-serial", chardev if i == b.qemu_serial_index else "null"]
+    argv = [qemu_binary(), "-M", QEMU_MACHINE, "-nographic", "-monitor", "none",
+            "-kernel", str(elf), *serials]
+    if semihosting:
+        argv += ["-semihosting-config", "enable=on,target=native"]
+    if icount_shift is not None:
+        argv += ["-icount", f"shift={icount_shift},align=off,sleep=off"]
+    return argv + (extra or [])
+
+
+@dataclass
+class Target:
+    """A running emulated device. Use as a context manager; `url` is its serial port."""
+    argv: list[str]
+    url: str = ""
+    timeout: float = 600.0
+    proc: subprocess.Popen | None = None
+    log: list[str] = field(default_factory=list)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def output(self) -> str:
+        """What the emulator printed so far (QEMU's warnings and errors)."""
+        f = getattr(self, "logfile", None)
+        if f is None:
+            return ""
+        f.seek(0)
+        return f.read()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise TinyolError(f"emulated target did not exit within {timeout} s") from None
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_qemu(board: str, elf: Path, *, port: int | None = None, icount_shift: int | None = None,
+               timeout: float = 600.0) -> Target:
+    """Boot `elf` in QEMU; QEMU waits for the first client on the returned URL."""
+    if not Path(elf).is_file():
+        raise TinyolError(f"firmware not found: {elf}", hint="build it with `tinyol build --board ...`")
+    port = port or free_port()
+    # nodelay: without it Nagle + the client's delayed ACK hold every reply ~40 ms
+    chardev = f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"
+    argv = ["timeout", "-s", "TERM", str(int(timeout))] + qemu_command(
+        board, Path(elf), chardev, icount_shift=icount_shift)
+    t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)
+    # QEMU prints little (warnings); a file, not a pipe, so it can never block on a full pipe
+    t.logfile = tempfile.TemporaryFile(mode="w+")
+    t.proc = subprocess.Popen(argv, stdout=t.logfile, stderr=subprocess.STDOUT, text=True)
+    _wait_listening(t, port)
+    return t
+
+
+def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
+                 board: str | None = None, timeout: float = 600.0) -> Target:
+    """Start the native firmware process; its URL comes from its first stdout line."""
+    if not Path(program).is_file():
+        raise TinyolError(f"native firmware not found: {program}",
+                          hint="build it with `tinyol build --board native`")
+    argv = ["timeout", "-s", "TERM", str(int(timeout)), str(program), "--port", str(port)]
+    if state_dir:
+        argv += ["--state", str(state_dir)]
+    if board:
+        argv += ["--board", board]
+    t = Target(argv, timeout=timeout)
+    t.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = t.proc.stdout.readline().strip()
+    m = re.match(r"tinyol native serial: (\S+)", line)
+    if not m:
+        t.stop()
+        raise TinyolError(f"native firmware did not start: {line or 'no output'}")
+    t.url = m[1]
+    return t
+
+
+def _wait_listening(t: Target, port: int, limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if not t.alive():
+            out = t.output()
+            raise TinyolError(f"QEMU exited at start (code {t.proc.returncode}): {out.strip()[-500:]}")
+        # connecting would consume QEMU's single wait=on connection: read the listen table instead
+        if _port_listening(port):
+            return
+        time.sleep(0.05)
+    t.stop()
+    raise TinyolError(f"QEMU did not open its serial socket on port {port} within {limit} s")
+
+
+def _port_listening(port: int) -> bool:
+    try:
+        text = Path("/proc/net/tcp").read_text()
+    except OSError:
+        time.sleep(0.5)
+        return True
+    want = f":{port:04X} "
+    return any(want in line and line.split()[3] == "0A" for line in text.splitlines()[1:])
+
+
+def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
+          state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0) -> Target:
+    """Start a built firmware (tinyol.firmware.BuildResult) on the chosen emulator."""
+    if emulator == "native" or board == NATIVE:
+        return start_native(build.program, port=port or 0, state_dir=state_dir, timeout=timeout)
+    if emulator == "qemu":
+        return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
+    if emulator == "renode":
+        from . import renode
+        port = port or free_port()
+        argv = renode.renode_command(board, build.elf, port)
+        t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)
+        t.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
+        _wait_listening(t, port, limit=60.0)
+        return t
+    raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")

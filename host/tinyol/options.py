@@ -1,0 +1,50 @@
+"""Option groups shared by several verbs (one definition, one help text)."""
+from __future__ import annotations
+
+import json as _json
+
+import click
+
+from .boards import BOARDS, NATIVE
+
+BOARD_NAMES = [*BOARDS, NATIVE]
+
+
+def board_option(default: str | None = "nucleo_l476rg", allow_native: bool = True):
+    choices = BOARD_NAMES if allow_native else list(BOARDS)
+    return click.option("--board", "-b", type=click.Choice(choices), default=default, show_default=True,
+                        help="Target board (PlatformIO environment).")
+
+
+def port_option(required: bool = True):
+    return click.option("--port", "-p", required=required, metavar="URL",
+                        help="Serial port as a pyserial URL: /dev/ttyACM0, socket://127.0.0.1:4321, "
+                             "or `auto` (first ST-Link virtual COM port).")
+
+
+def model_option(default: str = "models/digits"):
+    return click.option("--model", "-m", default=default, show_default=True, metavar="DIR",
+                        help="Model directory written by `tinyol export`.")
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def emit_json(obj) -> None:
+    click.echo(_json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def resolve_port(url: str) -> str:
+    """`auto` -> the first ST-Link VCP found by USB VID/PID, else the URL unchanged."""
+    if url != "auto":
+        return url
+    from serial.tools import list_ports
+
+    from .errors import TinyolError
+
+    ids = {b.usb_vid_pid for b in BOARDS.values()} | {(0x0483, 0x374E), (0x0483, 0x3752), (0x0483, 0x3753)}
+    for p in sorted(list_ports.comports(), key=lambda p: p.device):
+        if (p.vid, p.pid) in ids:
+            return p.device
+    raise TinyolError("no ST-Link virtual COM port found (USB VID 0483)",
+                      hint="plug the board in, or pass --port /dev/ttyACM0 explicitly")

@@ -1,0 +1,360 @@
+"""The host side of the serial protocol (spec: docs/protocol.md).
+
+Pure functions for the codec (COBS, CRC-32, frames) plus :class:`Link`, a
+request/reply client over any pyserial URL with retransmission. The device
+side is mcu/src/tol_proto.c + tol_app.c; tests drive the two against each other.
+"""
+from __future__ import annotations
+
+import random
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ._defs import MSG_TEXT, STATUS_TEXT, Msg, Status
+from .errors import TinyolError
+
+VERSION = 1
+HEADER = struct.Struct("<BBHH")  # version, type, seq, length
+CRC_BYTES = 4
+REPLY_FLAG = 0x80
+TEXT_PREFIX = b"tinyol "
+
+
+def crc32(data: bytes) -> int:
+    """CRC-32/IEEE (same as zlib.crc32): the frame checksum."""
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def cobs_encode(data: bytes) -> bytes:
+    out = bytearray([0])
+    code_at, code = 0, 1
+    for b in data:
+        if b == 0:
+            out[code_at] = code
+            code_at, code = len(out), 1
+            out.append(0)
+        else:
+            out.append(b)
+            code += 1
+            if code == 0xFF:
+                out[code_at] = code
+                code_at, code = len(out), 1
+                out.append(0)
+    out[code_at] = code
+    return bytes(out)
+
+
+def cobs_decode(data: bytes) -> bytes:
+    out = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        code = data[i]
+        i += 1
+        if code == 0 or i + code - 1 > n:
+            raise ValueError("bad COBS code byte")
+        block = data[i : i + code - 1]
+        if 0 in block:
+            raise ValueError("zero inside COBS block")
+        out += block
+        i += code - 1
+        if code != 0xFF and i < n:
+            out.append(0)
+    return bytes(out)
+
+
+@dataclass(frozen=True)
+class Frame:
+    type: int
+    seq: int
+    payload: bytes = b""
+    version: int = VERSION
+
+    def encode(self) -> bytes:
+        """Wire bytes: COBS(header | payload | crc) followed by the 0x00 delimiter."""
+        raw = HEADER.pack(self.version, self.type, self.seq, len(self.payload)) + self.payload
+        return cobs_encode(raw + struct.pack("<I", crc32(raw))) + b"\x00"
+
+    @classmethod
+    def decode(cls, chunk: bytes) -> "Frame":
+        """Parse one delimited chunk (without its 0x00). Raises ValueError."""
+        raw = cobs_decode(chunk)
+        if len(raw) < HEADER.size + CRC_BYTES:
+            raise ValueError("frame too short")
+        (want,) = struct.unpack_from("<I", raw, len(raw) - CRC_BYTES)
+        if crc32(raw[:-CRC_BYTES]) != want:
+            raise ValueError("CRC mismatch")
+        version, typ, seq, length = HEADER.unpack_from(raw)
+        if length != len(raw) - HEADER.size - CRC_BYTES:
+            raise ValueError("length field disagrees with frame size")
+        return cls(typ, seq, bytes(raw[HEADER.size : HEADER.size + length]), version)
+
+
+class Deframer:
+    """Splits a byte stream into frames and device text lines."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.garbage = 0
+
+    def feed(self, data: bytes) -> Iterator[Frame | str]:
+        self.buf += data
+        while True:
+            try:
+                end = self.buf.index(0)
+            except ValueError:
+                return
+            chunk = bytes(self.buf[:end])
+            del self.buf[: end + 1]
+            if not chunk:
+                continue
+            try:
+                yield Frame.decode(chunk)
+            except ValueError:
+                start = chunk.find(TEXT_PREFIX)
+                if start >= 0:
+                    yield chunk[start:].decode("ascii", "replace").strip()
+                else:
+                    self.garbage += 1
+
+
+class DeviceError(TinyolError):
+    """The device answered a request with an ERROR frame."""
+
+    def __init__(self, status: int, request: int, detail: int = 0):
+        self.status = status
+        self.request = request
+        self.detail = detail
+        try:
+            name = Status(status).name
+            text = STATUS_TEXT[Status(status)]
+        except ValueError:
+            name, text = f"status {status}", "unknown status"
+        try:
+            req = Msg(request).name
+        except ValueError:
+            req = f"0x{request:02x}"
+        super().__init__(f"device refused {req}: {name} ({text})")
+
+
+class DeviceReset(TinyolError):
+    """The device rebooted during a session (its boot counter or banner changed)."""
+
+
+class LinkTimeout(TinyolError):
+    pass
+
+
+class DeviceGone(TinyolError):
+    """The serial port closed or failed under us (unplugged board, emulator stopped)."""
+
+
+# ---- INFO -------------------------------------------------------------------------
+
+INFO_FIXED = struct.Struct("<BBHIIIIIIIIIIHHHBB")
+INFO_FLAGS = {0x01: "emulated", 0x02: "test_build", 0x04: "simd_kernels", 0x08: "has_model"}
+HEAD_MODES = {0: "classifier", 1: "autoencoder"}
+
+
+@dataclass
+class Info:
+    proto_version: int
+    flags: list[str]
+    max_payload: int
+    fw_version: str
+    model_hash: int
+    boot_count: int
+    cpu_hz: int
+    ram_used: int
+    ram_total: int
+    ram2_used: int
+    ram2_total: int
+    flash_used: int
+    flash_total: int
+    input_size: int
+    latent_dim: int
+    max_classes: int
+    head_mode: str
+    replay_bits: int
+    board: str
+    model: str
+
+    @classmethod
+    def parse(cls, p: bytes) -> "Info":
+        if len(p) < INFO_FIXED.size + 2:
+            raise TinyolError(f"INFO reply too short ({len(p)} bytes)")
+        v = INFO_FIXED.unpack_from(p)
+        at = INFO_FIXED.size
+        strings = []
+        for _ in range(2):
+            n = p[at]
+            strings.append(p[at + 1 : at + 1 + n].decode("ascii", "replace"))
+            at += 1 + n
+        fw = v[3]
+        return cls(
+            proto_version=v[0],
+            flags=[name for bit, name in INFO_FLAGS.items() if v[1] & bit],
+            max_payload=v[2],
+            fw_version=f"{fw >> 16}.{(fw >> 8) & 0xFF}.{fw & 0xFF}",
+            model_hash=v[4],
+            boot_count=v[5],
+            cpu_hz=v[6],
+            ram_used=v[7],
+            ram_total=v[8],
+            ram2_used=v[9],
+            ram2_total=v[10],
+            flash_used=v[11],
+            flash_total=v[12],
+            input_size=v[13],
+            latent_dim=v[14],
+            max_classes=v[15],
+            head_mode=HEAD_MODES.get(v[16], str(v[16])),
+            replay_bits=v[17],
+            board=strings[0],
+            model=strings[1],
+        )
+
+
+# ---- the link -------------------------------------------------------------------------
+
+
+@dataclass
+class LinkStats:
+    requests: int = 0
+    retries: int = 0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    garbage_frames: int = 0
+    device_lines: list[str] = field(default_factory=list)
+
+
+def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
+    """Open a pyserial URL (/dev/ttyACM0, socket://host:port, loop://) with a clear error."""
+    import serial
+
+    try:
+        return serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
+    except (serial.SerialException, OSError, ValueError) as e:
+        raise TinyolError(
+            f"cannot open serial port {url!r}: {e}",
+            hint="is the device (or `tinyol emulate`) running? ports are pyserial URLs, "
+            "e.g. /dev/ttyACM0 or socket://127.0.0.1:4321",
+        ) from None
+
+
+class Link:
+    """Request/reply over a serial port with retransmission.
+
+    Each request gets a fresh sequence number; when a reply is lost or
+    corrupted the *same* frame is resent, and the device answers a repeat from
+    its reply cache without executing it again (exactly-once learning).
+    """
+
+    def __init__(self, port, *, timeout: float = 2.0, retries: int = 3,
+                 on_line: Callable[[str], None] | None = None, seed: int | None = None):
+        self.port = port
+        self.timeout = timeout
+        self.retries = retries
+        self.deframer = Deframer()
+        self.stats = LinkStats()
+        self.on_line = on_line
+        rng = random.Random(seed)
+        self.seq = rng.randrange(1, 0xFFFF)  # random start: a restarted host never reuses (seq, crc)
+        self.boot_lines: list[str] = []
+
+    @classmethod
+    def open(cls, url: str, **kw) -> "Link":
+        return cls(open_serial(url), **kw)
+
+    def close(self) -> None:
+        self.port.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _next_seq(self) -> int:
+        self.seq = self.seq % 0xFFFF + 1  # 1..65535, never 0 (0 = link-level error)
+        return self.seq
+
+    def _handle_line(self, line: str) -> None:
+        self.stats.device_lines.append(line)
+        if line.startswith("tinyol boot"):
+            self.boot_lines.append(line)
+        if self.on_line:
+            self.on_line(line)
+
+    def send_frame(self, frame: Frame) -> None:
+        wire = frame.encode()
+        self.port.write(wire)
+        self.stats.bytes_out += len(wire)
+
+    def poll(self, deadline: float) -> Iterator[Frame]:
+        """Yield frames received until the deadline."""
+        import serial
+
+        while time.monotonic() < deadline:
+            try:
+                data = self.port.read(1)  # blocks up to the port's timeout
+                if data:
+                    waiting = self.port.in_waiting
+                    if waiting:
+                        data += self.port.read(waiting)
+            except (serial.SerialException, OSError) as e:
+                raise DeviceGone(
+                    f"the device went away: {e}",
+                    hint="it was unplugged, reset into a bootloader, or the emulator stopped",
+                ) from None
+            if not data:
+                continue
+            self.stats.bytes_in += len(data)
+            for item in self.deframer.feed(data):
+                if isinstance(item, str):
+                    self._handle_line(item)
+                else:
+                    yield item
+            self.stats.garbage_frames = self.deframer.garbage
+
+    def request(self, msg: int, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
+        """Send one request, return the reply payload; raise DeviceError on an ERROR reply."""
+        frame = Frame(int(msg), self._next_seq(), bytes(payload))
+        self.stats.requests += 1
+        wait = self.timeout if timeout is None else timeout
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.stats.retries += 1
+            self.send_frame(frame)
+            for reply in self.poll(time.monotonic() + wait):
+                if reply.seq == 0 and reply.type == Msg.ERROR:
+                    break  # the device saw a damaged frame (perhaps ours): resend
+                if reply.seq != frame.seq:
+                    continue  # a stale reply
+                if reply.type == Msg.ERROR:
+                    status, req = reply.payload[0], reply.payload[1]
+                    detail = struct.unpack_from("<H", reply.payload, 2)[0]
+                    if status in (Status.ERR_CRC, Status.ERR_FRAME):
+                        break  # our frame was damaged on the way: resend it
+                    raise DeviceError(status, req, detail)
+                if reply.type == frame.type | REPLY_FLAG:
+                    return reply.payload
+        name = MSG_TEXT.get(Msg(frame.type), hex(frame.type)) if frame.type in set(Msg) else hex(frame.type)
+        raise LinkTimeout(
+            f"no reply to {Msg(frame.type).name if frame.type in set(Msg) else frame.type} "
+            f"({name}) after {self.retries + 1} attempts of {wait:.1f} s",
+            hint="check the port and that the firmware is running (`tinyol info`)",
+        )
+
+    def info(self) -> Info:
+        return Info.parse(self.request(Msg.INFO))
+
+    def wait_boot(self, timeout: float = 10.0) -> str | None:
+        """Wait for a `tinyol boot ...` line (e.g. right after starting an emulator)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.boot_lines:
+            for _ in self.poll(min(deadline, time.monotonic() + 0.1)):
+                pass
+        return self.boot_lines[-1] if self.boot_lines else None

@@ -1,0 +1,377 @@
+/*
+ * model.c - model glue of the app layer: owns the backbone's input/latent
+ * buffers and the learner (static memory sized by the model's config.h) and
+ * turns protocol payloads into backbone and learner calls (see tol_model.h,
+ * payload layouts in docs/protocol.md).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backbone.h"
+#include "config.h"
+#include "tol_app.h"
+#include "tol_hal.h"
+#include "tol_learner.h"
+#include "tol_model.h"
+#include "tol_proto.h"
+
+#ifndef TOL_REPLAY_POLICY
+#define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
+#endif
+#define TOL_MODEL_OUTPUTS (TOL_HEAD_MODE == 1 ? TOL_HEAD_OUT_DIM : TOL_HEAD_MAX_CLASSES)
+#define TOL_CYCLES_INVALID 0xFFFFFFFFu
+
+_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h and config.h disagree on the input");
+_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and config.h disagree on the latent");
+_Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
+               "autoencoder head must reconstruct the model input");
+
+extern const float tol_head_init_weight[];
+extern const float tol_head_init_bias[];
+
+#define TOL_LEARNER_MEM_BYTES \
+    TOL_LEARNER_BYTES(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
+/* The learner's memory (head, momentum, replay buffer) goes to SRAM2 when it
+ * fits there (TOL_BOARD_RAM2_BYTES comes from the board's build), leaving
+ * SRAM1 to the backbone arena, the protocol buffers and the stack. */
+#ifndef TOL_BOARD_RAM2_BYTES
+#define TOL_BOARD_RAM2_BYTES 0
+#endif
+/* TOL_LEARNER_BYTES uses casts, which #if cannot evaluate: decide with this
+ * cast-free upper bound (asserted below to really be one). */
+#define TOL_LEARNER_MEM_BOUND                                                            \
+    (16 * (TOL_LATENT_DIM + 1) * TOL_MODEL_OUTPUTS + 16 * TOL_MODEL_OUTPUTS +            \
+     TOL_REPLAY_CAPACITY * ((TOL_REPLAY_BITS * TOL_LATENT_DIM) / 8 + 10) + 4 * TOL_LATENT_DIM * (1 + TOL_REPLAY_N_NEW) + \
+     2 * TOL_REPLAY_N_NEW + 1024)
+#if TOL_LEARNER_MEM_BOUND <= TOL_BOARD_RAM2_BYTES
+#define TOL_LEARNER_SECTION __attribute__((section(".ram2")))
+#else
+#define TOL_LEARNER_SECTION
+#endif
+static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
+_Static_assert(TOL_LEARNER_MEM_BYTES <= TOL_LEARNER_MEM_BOUND, "TOL_LEARNER_MEM_BOUND is not an upper bound");
+static tol_learner_t tol_learner;
+static int8_t tol_input[TOL_INPUT_SIZE];
+static int8_t tol_latent[TOL_LATENT_DIM];
+static struct {
+    uint32_t backbone, predict, learn;
+} tol_cycles = {TOL_CYCLES_INVALID, TOL_CYCLES_INVALID, TOL_CYCLES_INVALID};
+
+/* Time stamps that know whether a UART receive disturbed the counter. */
+typedef struct {
+    uint32_t t;
+    uint32_t epoch;
+} tol_stamp_t;
+
+static tol_stamp_t tol_now(void)
+{
+    tol_stamp_t s = {tol_hal_cycles(), tol_hal_cycles_epoch()};
+    return s;
+}
+
+static uint32_t tol_since(tol_stamp_t s)
+{
+    uint32_t t = tol_hal_cycles();
+    return tol_hal_cycles_epoch() == s.epoch ? t - s.t : TOL_CYCLES_INVALID;
+}
+
+tol_status_t tol_model_init(void)
+{
+    tol_learner_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.head_kind = (uint8_t)TOL_HEAD_MODE;
+    cfg.replay_bits = (uint8_t)TOL_REPLAY_BITS;
+    cfg.replay_policy = (uint8_t)TOL_REPLAY_POLICY;
+    cfg.latent_dim = (uint16_t)TOL_LATENT_DIM;
+    cfg.n_outputs = (uint16_t)TOL_MODEL_OUTPUTS;
+    cfg.init_classes = (uint16_t)TOL_HEAD_INIT_CLASSES;
+    cfg.replay_capacity = (uint16_t)TOL_REPLAY_CAPACITY;
+    cfg.max_new = (uint16_t)TOL_REPLAY_N_NEW;
+    cfg.init_weight = tol_head_init_weight;
+    cfg.init_bias = tol_head_init_bias;
+    cfg.latent_scale = TOL_LATENT_SCALE;
+    cfg.latent_zero_point = TOL_LATENT_ZERO_POINT;
+    cfg.target_scale = TOL_INPUT_SCALE;
+    cfg.target_zero_point = TOL_INPUT_ZERO_POINT;
+    cfg.seed = TOL_SEED;
+    tol_learner_settings_default(&cfg.settings);
+    cfg.settings.lr = TOL_LR;
+    cfg.settings.momentum = TOL_MOMENTUM;
+    cfg.settings.weight_decay = TOL_WEIGHT_DECAY;
+    cfg.settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
+    cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
+    cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
+    return tol_learner_init(&tol_learner, tol_learner_mem, sizeof(tol_learner_mem), &cfg);
+}
+
+/* float32 input payload size; 0 where float inputs are not accepted (> 8 KB) */
+#define TOL_FLOAT_REQUEST_BYTES (TOL_APP_FLOAT_INPUT ? 1u + 4u * (uint32_t)TOL_INPUT_SIZE : 0u)
+
+/* Read an input (int8 or float32) from a payload into tol_input. */
+static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
+{
+    TOL_CHECK(n >= 1u, TOL_ERR_LENGTH);
+    if (p[0] == TOL_INPUT_INT8) {
+        TOL_CHECK((uint32_t)n == 1u + (uint32_t)TOL_INPUT_SIZE, TOL_ERR_LENGTH);
+        memcpy(tol_input, p + 1, TOL_INPUT_SIZE);
+        return TOL_OK;
+    }
+    TOL_CHECK(p[0] == TOL_INPUT_FLOAT32, TOL_ERR_ARG);
+    TOL_CHECK(TOL_APP_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
+    TOL_CHECK(n == TOL_FLOAT_REQUEST_BYTES, TOL_ERR_LENGTH);
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
+        uint32_t bits = tol_get_u32(p + 1 + 4u * i);
+        float x;
+        memcpy(&x, &bits, sizeof(x));
+        TOL_CHECK(isfinite(x), TOL_ERR_NONFINITE);
+    }
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
+        uint32_t bits = tol_get_u32(p + 1 + 4u * i);
+        float x;
+        memcpy(&x, &bits, sizeof(x));
+        float q = roundf(x / TOL_INPUT_SCALE) + (float)TOL_INPUT_ZERO_POINT; /* half away from zero */
+        q = q < -128.0f ? -128.0f : (q > 127.0f ? 127.0f : q);
+        tol_input[i] = (int8_t)q;
+    }
+    return TOL_OK;
+}
+
+static void tol_put_f32(uint8_t *p, float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    tol_put_u32(p, bits);
+}
+
+static float tol_get_f32(const uint8_t *p)
+{
+    uint32_t bits = tol_get_u32(p);
+    float v;
+    memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+/* SAMPLE / PREDICT reply: pred i16, flags u8, 0, value f32, loss f32, seen u32, active u16 */
+#define TOL_FLAG_LEARNED 0x01u
+#define TOL_FLAG_NEW_CLASS 0x02u
+#define TOL_FLAG_ANOMALY 0x04u
+
+static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn, uint8_t *reply,
+                                     uint16_t *reply_len)
+{
+    TOL_CHECK(n >= 3u, TOL_ERR_LENGTH);
+    uint16_t label = tol_get_u16(req);
+    TOL_TRY(tol_model_read_input(req + 2, (uint16_t)(n - 2u)));
+    tol_stamp_t s = tol_now();
+    TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+    tol_cycles.backbone = tol_since(s);
+
+    tol_learner_stats_t before;
+    tol_learner_get_stats(&tol_learner, &before);
+    int32_t pred = -1;
+    float value = 0.0f;
+    float loss = 0.0f;
+    uint8_t flags = 0u;
+    if (TOL_HEAD_MODE == 0) {
+        TOL_CHECK(!learn || label < TOL_HEAD_MAX_CLASSES, TOL_ERR_LABEL);
+        s = tol_now();
+        TOL_TRY(tol_learner_predict(&tol_learner, tol_latent, &pred, &value));
+        tol_cycles.predict = tol_since(s);
+        if (learn) {
+            const tol_head_t *h = tol_learner_head(&tol_learner);
+            float p = h->active[label] ? h->z[label] : 0.0f;
+            loss = -logf(p > 1e-7f ? p : 1e-7f);
+            s = tol_now();
+            TOL_TRY(tol_learner_learn(&tol_learner, tol_latent, label));
+            tol_cycles.learn = tol_since(s);
+        }
+    } else {
+        uint8_t is_anomaly = 0u;
+        s = tol_now();
+        TOL_TRY(learn ? tol_learner_anomaly(&tol_learner, tol_latent, tol_input, &value, &is_anomaly)
+                      : tol_learner_score(&tol_learner, tol_latent, tol_input, &value, &is_anomaly));
+        tol_cycles.learn = tol_since(s);
+        pred = is_anomaly;
+        loss = value;
+        if (is_anomaly) flags |= TOL_FLAG_ANOMALY;
+    }
+    tol_learner_stats_t after;
+    tol_learner_get_stats(&tol_learner, &after);
+    if (after.samples_seen != before.samples_seen && learn) flags |= TOL_FLAG_LEARNED;
+    if (after.n_active > before.n_active) flags |= TOL_FLAG_NEW_CLASS;
+    tol_put_u16(reply, (uint16_t)(int16_t)pred);
+    reply[2] = flags;
+    reply[3] = 0u;
+    tol_put_f32(reply + 4, value);
+    tol_put_f32(reply + 8, loss);
+    tol_put_u32(reply + 12, after.samples_seen);
+    tol_put_u16(reply + 16, after.n_active);
+    *reply_len = 18u;
+    return TOL_OK;
+}
+
+static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, uint8_t *reply,
+                                      uint16_t *reply_len)
+{
+    TOL_CHECK(n == (set ? 5u : 1u), TOL_ERR_LENGTH);
+    tol_learner_settings_t st;
+    tol_learner_get_settings(&tol_learner, &st);
+    uint8_t key = req[0];
+    float f = set ? tol_get_f32(req + 1) : 0.0f;
+    uint32_t u = set ? tol_get_u32(req + 1) : 0u;
+    float *fp = NULL;
+    uint32_t uv = 0u;
+    switch ((tol_setting_t)key) {
+    case TOL_SET_LR: fp = &st.lr; break;
+    case TOL_SET_MOMENTUM: fp = &st.momentum; break;
+    case TOL_SET_WEIGHT_DECAY: fp = &st.weight_decay; break;
+    case TOL_SET_CLIP_NORM: fp = &st.clip_norm; break;
+    case TOL_SET_THRESHOLD_K: fp = &st.threshold_k; break;
+    case TOL_SET_EMA_ALPHA: fp = &st.ema_alpha; break;
+    case TOL_SET_N_NEW:
+        TOL_CHECK(!set || u <= 0xFFFFu, TOL_ERR_RANGE);
+        if (set) st.n_new = (uint16_t)u;
+        uv = st.n_new;
+        break;
+    case TOL_SET_N_OLD:
+        TOL_CHECK(!set || u <= 0xFFFFu, TOL_ERR_RANGE);
+        if (set) st.n_old = (uint16_t)u;
+        uv = st.n_old;
+        break;
+    case TOL_SET_MODE:
+        TOL_CHECK(!set || u <= 0xFFu, TOL_ERR_RANGE);
+        if (set) st.mode = (uint8_t)u;
+        uv = st.mode;
+        break;
+    case TOL_SET_TRAIN_ANOMALIES:
+        TOL_CHECK(!set || u <= 1u, TOL_ERR_RANGE);
+        if (set) st.train_anomalies = (uint8_t)u;
+        uv = st.train_anomalies;
+        break;
+    case TOL_SET_WARMUP:
+        if (set) st.warmup = u;
+        uv = st.warmup;
+        break;
+    default:
+        return TOL_ERR_ARG;
+    }
+    if (fp != NULL) {
+        if (set) {
+            TOL_CHECK(isfinite(f), TOL_ERR_NONFINITE);
+            *fp = f;
+        }
+        memcpy(&uv, fp, sizeof(uv));
+    }
+    if (set) TOL_TRY(tol_learner_set_settings(&tol_learner, &st));
+    reply[0] = key;
+    tol_put_u32(reply + 1, uv);
+    *reply_len = 5u;
+    return TOL_OK;
+}
+
+static tol_status_t tol_model_get_head(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t cap,
+                                       uint16_t *reply_len)
+{
+    TOL_CHECK(n == 4u, TOL_ERR_LENGTH);
+    const tol_head_t *h = tol_learner_head(&tol_learner);
+    uint16_t row = tol_get_u16(req);
+    uint16_t offset = tol_get_u16(req + 2);
+    TOL_CHECK(row < h->rows && offset <= h->dim, TOL_ERR_RANGE);
+    uint16_t count = (uint16_t)(h->dim - offset);
+    uint16_t room = (uint16_t)((cap - 12u) / 4u);
+    if (count > room) count = room;
+    tol_put_u16(reply, row);
+    tol_put_u16(reply + 2, offset);
+    reply[4] = h->active[row];
+    reply[5] = 0u;
+    tol_put_u16(reply + 6, count);
+    tol_put_f32(reply + 8, h->b[row]);
+    for (uint16_t i = 0; i < count; i++) {
+        tol_put_f32(reply + 12 + 4u * i, h->w[(uint32_t)row * h->dim + offset + i]);
+    }
+    *reply_len = (uint16_t)(12u + 4u * count);
+    return TOL_OK;
+}
+
+tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
+                              uint16_t reply_cap, uint16_t *reply_len)
+{
+    *reply_len = 0u;
+    switch ((tol_msg_t)type) {
+    case TOL_MSG_SAMPLE:
+        return tol_model_sample(req, req_len, true, reply, reply_len);
+    case TOL_MSG_PREDICT:
+        return tol_model_sample(req, req_len, false, reply, reply_len);
+    case TOL_MSG_EMBED: {
+        TOL_TRY(tol_model_read_input(req, req_len));
+        TOL_CHECK(reply_cap >= TOL_LATENT_DIM, TOL_ERR_OVERFLOW);
+        tol_stamp_t s = tol_now();
+        TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+        tol_cycles.backbone = tol_since(s);
+        memcpy(reply, tol_latent, TOL_LATENT_DIM);
+        *reply_len = (uint16_t)TOL_LATENT_DIM;
+        return TOL_OK;
+    }
+    case TOL_MSG_SET:
+        return tol_model_setting(req, req_len, true, reply, reply_len);
+    case TOL_MSG_GET:
+        return tol_model_setting(req, req_len, false, reply, reply_len);
+    case TOL_MSG_RESET:
+        TOL_CHECK(req_len == 0u, TOL_ERR_LENGTH);
+        tol_learner_reset(&tol_learner);
+        return TOL_OK;
+    case TOL_MSG_GET_HEAD:
+        return tol_model_get_head(req, req_len, reply, reply_cap, reply_len);
+    default:
+        return TOL_ERR_TYPE;
+    }
+}
+
+uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
+{
+    tol_learner_stats_t st;
+    tol_learner_get_stats(&tol_learner, &st);
+    if (cap < 40u) return 0u;
+    tol_put_u32(out + 0, st.samples_seen);
+    tol_put_u32(out + 4, st.updates);
+    tol_put_u32(out + 8, st.rejected);
+    tol_put_u32(out + 12, st.anomalies);
+    tol_put_u16(out + 16, st.n_active);
+    tol_put_u16(out + 18, st.n_outputs);
+    tol_put_u16(out + 20, st.replay_fill);
+    tol_put_u16(out + 22, st.replay_capacity);
+    tol_put_f32(out + 24, st.threshold);
+    tol_put_u32(out + 28, tol_cycles.backbone);
+    tol_put_u32(out + 32, tol_cycles.predict);
+    tol_put_u32(out + 36, tol_cycles.learn);
+    uint16_t at = 40u;
+    uint16_t classes = TOL_HEAD_MODE == 0 ? st.n_outputs : 0u;
+    for (uint16_t c = 0; c < classes && at + 4u <= cap; c++, at = (uint16_t)(at + 4u)) {
+        tol_put_u32(out + at, st.class_count[c]);
+    }
+    return at;
+}
+
+tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
+{
+    int32_t label = 0;
+    float conf = 0.0f;
+    tol_stamp_t s = tol_now();
+    switch (region) {
+    case 2:
+        TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+        break;
+    case 3:
+        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_learner_predict(&tol_learner, tol_latent, &label, &conf)
+                                   : tol_learner_score(&tol_learner, tol_latent, tol_input, &conf, NULL));
+        break;
+    case 4:
+        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_learner_learn(&tol_learner, tol_latent, 0u)
+                                   : tol_learner_anomaly(&tol_learner, tol_latent, tol_input, &conf, NULL));
+        break;
+    default:
+        return TOL_ERR_RANGE;
+    }
+    *cycles = tol_since(s);
+    return TOL_OK;
+}

@@ -1,0 +1,209 @@
+/*
+ * hal_native.c - tol_hal.h for the native target: the firmware core as a
+ * Linux process whose serial line is a TCP socket (default) or a pty.
+ *
+ *   program [--port N] [--host ADDR] [--pty] [--state DIR] [--board NAME]
+ *
+ * --port 0 picks a free port. The process prints one line
+ * "tinyol native serial: <pyserial URL>" on stdout, then waits for the first
+ * client before booting (so the boot banner is never lost). When a client
+ * disconnects it waits for the next. --state DIR keeps the boot counter (and,
+ * later, the simulated flash) across restarts; a reset re-executes the program.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tol_hal.h"
+#include "tol_native.h"
+
+static struct {
+    int listen_fd;
+    int fd;           /* connected client or pty master; -1 when none */
+    bool pty;
+    uint8_t buf[4096];
+    size_t len;
+    size_t at;
+    char **argv;
+} tol_nat = {.listen_fd = -1, .fd = -1};
+
+static tol_hal_info_t tol_info = {.board = "native", .cpu_hz = 1000000000u, .emulated = true};
+static tol_native_options_t tol_opts;
+
+static void tol_die(const char *what)
+{
+    fprintf(stderr, "tinyol native: %s: %s\n", what, strerror(errno));
+    exit(2);
+}
+
+static void tol_accept(void)
+{
+    if (tol_nat.pty) return;
+    tol_nat.fd = accept(tol_nat.listen_fd, NULL, NULL);
+    if (tol_nat.fd < 0) tol_die("accept");
+    int one = 1;
+    (void)setsockopt(tol_nat.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void tol_open_line(void)
+{
+    if (tol_opts.pty) {
+        int slave;
+        char name[128];
+        if (openpty(&tol_nat.fd, &slave, name, NULL, NULL) != 0) tol_die("openpty");
+        struct termios t;
+        tcgetattr(slave, &t);
+        cfmakeraw(&t);
+        tcsetattr(slave, TCSANOW, &t);
+        tol_nat.pty = true;
+        printf("tinyol native serial: %s\n", name);
+        fflush(stdout);
+        return; /* keep the slave open so the master never sees EOF between clients */
+    }
+    tol_nat.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (tol_nat.listen_fd < 0) tol_die("socket");
+    int one = 1;
+    (void)setsockopt(tol_nat.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(tol_opts.port);
+    if (inet_pton(AF_INET, tol_opts.host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "tinyol native: bad --host %s\n", tol_opts.host);
+        exit(2);
+    }
+    if (bind(tol_nat.listen_fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) tol_die("bind");
+    if (listen(tol_nat.listen_fd, 1) != 0) tol_die("listen");
+    socklen_t alen = sizeof(addr);
+    getsockname(tol_nat.listen_fd, (struct sockaddr *)&addr, &alen);
+    printf("tinyol native serial: socket://%s:%u\n", tol_opts.host, (unsigned)ntohs(addr.sin_port));
+    fflush(stdout);
+    tol_accept();
+}
+
+static uint32_t tol_boot_counter(void)
+{
+    if (tol_opts.state_dir == NULL) return 1u;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/boot_count", tol_opts.state_dir);
+    unsigned count = 0;
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%u", &count) != 1) count = 0;
+        fclose(f);
+    }
+    count++;
+    f = fopen(path, "w");
+    if (f == NULL) tol_die(path);
+    fprintf(f, "%u\n", count);
+    fclose(f);
+    return (uint32_t)count;
+}
+
+void tol_native_configure(const tol_native_options_t *opts, char **argv)
+{
+    tol_opts = *opts;
+    tol_nat.argv = argv;
+    if (opts->board != NULL) tol_info.board = opts->board;
+}
+
+void tol_hal_init(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    tol_info.boot_count = tol_boot_counter();
+    tol_open_line();
+}
+
+const tol_hal_info_t *tol_hal_info(void)
+{
+    return &tol_info;
+}
+
+void tol_hal_uart_write(const uint8_t *data, size_t n)
+{
+    while (n > 0u && tol_nat.fd >= 0) {
+        ssize_t w = write(tol_nat.fd, data, n);
+        if (w < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return; /* client gone: like a UART with nobody listening */
+        }
+        data += w;
+        n -= (size_t)w;
+    }
+}
+
+bool tol_hal_uart_read(uint8_t *byte)
+{
+    if (tol_nat.at < tol_nat.len) {
+        *byte = tol_nat.buf[tol_nat.at++];
+        return true;
+    }
+    struct pollfd p = {.fd = tol_nat.fd, .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0) return false;
+    ssize_t r = read(tol_nat.fd, tol_nat.buf, sizeof(tol_nat.buf));
+    if (r <= 0) {
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) return false;
+        if (tol_nat.pty) {
+            usleep(100000); /* no reader on the pty side yet */
+            return false;
+        }
+        close(tol_nat.fd);
+        tol_nat.fd = -1;
+        tol_accept(); /* the next client continues the same device session */
+        return false;
+    }
+    tol_nat.len = (size_t)r;
+    tol_nat.at = 1;
+    *byte = tol_nat.buf[0];
+    return true;
+}
+
+uint32_t tol_hal_uart_errors(void)
+{
+    return 0u;
+}
+
+uint32_t tol_hal_cycles(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+}
+
+uint32_t tol_hal_cycles_epoch(void)
+{
+    return 0u;
+}
+
+void tol_hal_uart_flush(void)
+{
+}
+
+void tol_hal_reset(void)
+{
+    /* a reset re-executes the program: state in RAM is gone, --state survives */
+    if (tol_nat.fd >= 0) close(tol_nat.fd);
+    if (tol_nat.listen_fd >= 0) close(tol_nat.listen_fd);
+    fflush(NULL);
+    execv("/proc/self/exe", tol_nat.argv);
+    tol_die("execv");
+    exit(2);
+}
+
+void tol_hal_exit(int code)
+{
+    fflush(NULL);
+    exit(code);
+}

@@ -1,0 +1,56 @@
+/*
+ * main_native.c - process entry of the native target: parse the command line,
+ * then run the same application main as the boards (app/main.c, compiled with
+ * main renamed to tol_app_main for this target).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tol_native.h"
+
+int tol_app_main(void);
+
+static void usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s [--port N] [--host ADDR] [--pty] [--state DIR] [--board NAME]\n"
+            "  serves the tinyol protocol on a TCP socket (default: a free port on 127.0.0.1)\n"
+            "  or a pty; prints the pyserial URL as 'tinyol native serial: URL'\n",
+            prog);
+}
+
+int main(int argc, char **argv)
+{
+    tol_native_options_t opts = {.host = "127.0.0.1", .port = 0, .pty = false, .state_dir = NULL,
+                                 .board = NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--pty") == 0) {
+            opts.pty = true;
+        } else if (strcmp(a, "--port") == 0 && v != NULL) {
+            long port = strtol(v, NULL, 10);
+            if (port < 0 || port > 65535) {
+                fprintf(stderr, "tinyol native: --port must be 0..65535\n");
+                return 2;
+            }
+            opts.port = (uint16_t)port;
+            i++;
+        } else if (strcmp(a, "--host") == 0 && v != NULL) {
+            opts.host = v;
+            i++;
+        } else if (strcmp(a, "--state") == 0 && v != NULL) {
+            opts.state_dir = v;
+            i++;
+        } else if (strcmp(a, "--board") == 0 && v != NULL) {
+            opts.board = v;
+            i++;
+        } else {
+            usage(argv[0]);
+            return strcmp(a, "--help") == 0 ? 0 : 2;
+        }
+    }
+    tol_native_configure(&opts, argv);
+    return tol_app_main();
+}

@@ -1,0 +1,156 @@
+/*
+ * tol_kernels.h - int8 inference kernels, bit-exact with TensorFlow Lite
+ * Micro's reference kernels (checked against the tflite-micro runtime).
+ *
+ * Two implementations share this header and are chosen by FILE at build time:
+ *   mcu/src/kernels/ref/   plain C
+ *   mcu/src/kernels/simd/  Cortex-M4 DSP (ACLE, see tol_acle.h)
+ * Link exactly one of the two directories.
+ *
+ * Conventions for every kernel:
+ *   - Tensors are int8, batch 1, layout NHWC without N: [H][W][C].
+ *   - The caller owns all buffers (inputs, outputs, weights). Kernels keep no
+ *     state and allocate nothing. Input and output buffers must not overlap
+ *     unless a kernel says otherwise.
+ *   - Parameter structs are filled by generated code (host/tinyol/codegen.py)
+ *     and usually live in flash. Kernels do not validate them: the code
+ *     generator checks shapes and ranges before emitting a call.
+ *   - Requantization follows TFLM: value' = MBQM(acc, mult, shift) with
+ *     mult a Q31 multiplier in [2^30, 2^31) (or 0) and shift in [-31, 30],
+ *     positive = left shift. Multipliers are computed on the host.
+ *   - Offsets follow TFLM naming: input_offset = -input_zero_point,
+ *     output_offset = +output_zero_point.
+ */
+#ifndef TOL_KERNELS_H
+#define TOL_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CONV_2D and DEPTHWISE_CONV_2D parameters. */
+typedef struct {
+    int32_t in_h, in_w, in_c;      /* input shape [in_h][in_w][in_c], each >= 1 */
+    int32_t out_h, out_w, out_c;   /* output shape [out_h][out_w][out_c] */
+    int32_t k_h, k_w;              /* filter height/width, >= 1 */
+    int32_t stride_h, stride_w;    /* >= 1 */
+    int32_t dil_h, dil_w;          /* dilation factors, >= 1 */
+    int32_t pad_top, pad_left;     /* implicit zero padding (taps outside the
+                                      image are skipped, as in TFLM), >= 0 */
+    int32_t depth_mult;            /* depthwise only: out_c = in_c * depth_mult;
+                                      ignored by tol_conv2d_s8 */
+    int32_t input_offset;          /* -input zero point, [-127, 128] */
+    int32_t output_offset;         /* output zero point, [-128, 127] */
+    int32_t act_min, act_max;      /* output clamp, -128 <= act_min <= act_max <= 127 */
+    const int8_t *weights;         /* conv: [out_c][k_h][k_w][in_c];
+                                      depthwise: [k_h][k_w][out_c]; zero point 0 */
+    const int32_t *bias;           /* [out_c] (scale in_scale*w_scale) or NULL */
+    const int32_t *out_mult;       /* [out_c] per-channel multipliers */
+    const int32_t *out_shift;      /* [out_c] per-channel shifts */
+} tol_conv_params_t;
+
+/* FULLY_CONNECTED parameters: out[r][o] = sum_i w[o][i] * (in[r][i] + input_offset). */
+typedef struct {
+    int32_t rows;                  /* number of input vectors (batch rows), >= 1 */
+    int32_t in_features;           /* accumulation depth, >= 1 */
+    int32_t out_features;          /* >= 1 */
+    int32_t input_offset;          /* -input zero point */
+    int32_t output_offset;         /* output zero point */
+    int32_t act_min, act_max;      /* output clamp */
+    const int8_t *weights;         /* [out_features][in_features], zero point 0 */
+    const int32_t *bias;           /* [out_features] or NULL */
+    const int32_t *out_mult;       /* [out_features] (per-tensor: all equal) */
+    const int32_t *out_shift;      /* [out_features] */
+} tol_fc_params_t;
+
+/* AVERAGE_POOL_2D / MAX_POOL_2D parameters (input and output share scale and
+ * zero point, as TFLM requires). */
+typedef struct {
+    int32_t in_h, in_w, c;         /* input [in_h][in_w][c] */
+    int32_t out_h, out_w;          /* output [out_h][out_w][c] */
+    int32_t k_h, k_w;              /* window */
+    int32_t stride_h, stride_w;
+    int32_t pad_top, pad_left;     /* windows are clipped to the image */
+    int32_t act_min, act_max;      /* output clamp */
+} tol_pool_params_t;
+
+/* MEAN over H and W of a [h][w][c] tensor -> [c] (GlobalAveragePooling2D).
+ * TFLM semantics: when input and output quantization are equal (requant == 0)
+ * out = sum / (h*w) (integer division, truncating); otherwise
+ * out = clamp(MBQM(sum - input_zp*h*w, mult, shift) + output_zp), where the
+ * multiplier already contains 1/(h*w) (computed on the host as TFLM does). */
+typedef struct {
+    int32_t h, w, c;
+    int32_t requant;               /* 0: integer mean, 1: rescale */
+    int32_t input_zp, output_zp;   /* zero points */
+    int32_t mult, shift;           /* requant only */
+} tol_mean_params_t;
+
+/* ADD of two same-shape int8 tensors, each with its own scale (TFLM scheme,
+ * left_shift 20, three multipliers). */
+typedef struct {
+    int32_t size;                  /* number of elements */
+    int32_t in1_offset, in2_offset;/* -zero points */
+    int32_t left_shift;            /* 20 for int8 */
+    int32_t in1_mult, in1_shift;   /* shift <= 0 */
+    int32_t in2_mult, in2_shift;
+    int32_t out_mult, out_shift;
+    int32_t output_offset;         /* output zero point */
+    int32_t act_min, act_max;
+} tol_add_params_t;
+
+/* PAD of H and W (ZeroPadding2D); padded cells get pad_value. */
+typedef struct {
+    int32_t in_h, in_w, c;         /* input [in_h][in_w][c] */
+    int32_t out_h, out_w;          /* output [out_h][out_w][c] */
+    int32_t pad_top, pad_left;     /* bottom/right padding follow from out_h/out_w */
+    int32_t pad_value;             /* output zero point, [-128, 127] */
+} tol_pad_params_t;
+
+/* Element-wise requantization (QUANTIZE int8->int8, standalone RELU/RELU6):
+ * out = clamp(MBQM(in - input_zp, mult, shift) + output_zp, act_min, act_max). */
+typedef struct {
+    int32_t size;
+    int32_t input_zp;
+    int32_t mult, shift;
+    int32_t output_zp;
+    int32_t act_min, act_max;
+} tol_requant_params_t;
+
+/* CONV_2D. input [in_h][in_w][in_c] (read), output [out_h][out_w][out_c] (written). */
+void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output);
+
+/* DEPTHWISE_CONV_2D, any depth multiplier; output channel = ic * depth_mult + m. */
+void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output);
+
+/* FULLY_CONNECTED. input [rows][in_features], output [rows][out_features]. */
+void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output);
+
+/* AVERAGE_POOL_2D (rounded integer average over the clipped window). */
+void tol_avgpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output);
+
+/* MAX_POOL_2D. */
+void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output);
+
+/* MEAN over axes H, W. input [h][w][c], output [c]. */
+void tol_mean_hw_s8(const tol_mean_params_t *p, const int8_t *input, int8_t *output);
+
+/* ADD. in1, in2, output: [size]. output may alias in1 or in2 (element-wise). */
+void tol_add_s8(const tol_add_params_t *p, const int8_t *in1, const int8_t *in2, int8_t *output);
+
+/* PAD. input [in_h][in_w][c], output [out_h][out_w][c]. */
+void tol_pad_s8(const tol_pad_params_t *p, const int8_t *input, int8_t *output);
+
+/* Requantize / RELU. input, output: [size]; output may alias input. */
+void tol_requantize_s8(const tol_requant_params_t *p, const int8_t *input, int8_t *output);
+
+/* TFLM MultiplyByQuantizedMultiplier (double rounding, gemmlowp semantics). */
+int32_t tol_mbqm(int32_t x, int32_t mult, int32_t shift);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOL_KERNELS_H */

@@ -1,0 +1,33 @@
+/*
+ * tol_model.h - what the app layer's model glue provides to tol_app.c.
+ *
+ * mcu/app/model.c implements it for a model directory from `tinyol export`
+ * (backbone + learner instances, static memory); mcu/app/nomodel/nomodel.c
+ * for a firmware without a model (every model request: TOL_ERR_UNSUPPORTED).
+ * The builder links exactly one of them.
+ */
+#ifndef TOL_MODEL_H
+#define TOL_MODEL_H
+
+#include <stdint.h>
+
+#include "tol_status.h"
+
+/* Set up the backbone and learner (once, at boot). */
+tol_status_t tol_model_init(void);
+
+/*
+ * Handle a model message (SAMPLE, PREDICT, EMBED, SET, GET, RESET, GET_HEAD).
+ * req[0..req_len): request payload (read only). reply[0..reply_cap): out;
+ * *reply_len: bytes written. Layouts: docs/protocol.md.
+ */
+tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
+                              uint16_t reply_cap, uint16_t *reply_len);
+
+/* Append the learner's statistics to a STATS reply; returns bytes written (<= cap). */
+uint16_t tol_model_stats(uint8_t *out, uint16_t cap);
+
+/* BENCH regions >= 2 (2 backbone, 3 head predict, 4 training step); *cycles out. */
+tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles);
+
+#endif /* TOL_MODEL_H */

@@ -1,0 +1,320 @@
+/* tol_app.c - frame collection, de-duplication, dispatch (see tol_app.h). */
+#include "tol_app.h"
+
+#include <string.h>
+
+#include "config.h"
+#include "tol_crc32.h"
+#include "tol_hal.h"
+#include "tol_model.h"
+#include "tol_version.h"
+
+#ifndef TOL_HAS_MODEL
+#define TOL_HAS_MODEL 1
+#endif
+#ifndef TOL_KERNELS_SIMD
+#define TOL_KERNELS_SIMD 0
+#endif
+#ifndef TOL_TEST_BUILD
+#define TOL_TEST_BUILD 0
+#endif
+
+/* INFO flag bits (docs/protocol.md) */
+#define TOL_INFO_EMULATED   0x01u
+#define TOL_INFO_TEST_BUILD 0x02u
+#define TOL_INFO_SIMD       0x04u
+#define TOL_INFO_HAS_MODEL  0x08u
+
+/* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */
+
+static size_t tol_app_append(char *dst, size_t at, size_t cap, const char *s)
+{
+    while (*s != '\0' && at + 1u < cap) dst[at++] = *s++;
+    dst[at] = '\0';
+    return at;
+}
+
+static size_t tol_app_append_u32(char *dst, size_t at, size_t cap, uint32_t v)
+{
+    char digits[11];
+    size_t n = 0;
+    do {
+        digits[n++] = (char)('0' + (char)(v % 10u));
+        v /= 10u;
+    } while (v != 0u);
+    while (n > 0u && at + 1u < cap) dst[at++] = digits[--n];
+    dst[at] = '\0';
+    return at;
+}
+
+void tol_app_print(const char *text)
+{
+    static const uint8_t tail[3] = {'\r', '\n', 0u};
+    tol_hal_uart_write((const uint8_t *)text, strlen(text));
+    tol_hal_uart_write(tail, sizeof(tail));
+}
+
+/* ---- replies ---------------------------------------------------------------- */
+
+/* Where handlers write reply payloads: inside scratch, after the header (no copy). */
+static uint8_t *tol_app_reply_buf(tol_app_t *app)
+{
+    return app->scratch + TOL_PROTO_HEADER_BYTES;
+}
+
+static void tol_app_send(tol_app_t *app, uint8_t type, uint16_t seq, uint16_t length)
+{
+    size_t n = 0;
+    if (tol_proto_build(app->tx, sizeof(app->tx), app->scratch, sizeof(app->scratch), type, seq,
+                        tol_app_reply_buf(app), length, &n) != TOL_OK) {
+        app->tx_len = 0;
+        return;
+    }
+    app->tx_len = n;
+    tol_hal_uart_write(app->tx, n);
+}
+
+static void tol_app_send_error(tol_app_t *app, uint16_t seq, tol_status_t status, uint8_t req_type,
+                               uint16_t detail)
+{
+    uint8_t *p = tol_app_reply_buf(app);
+    p[0] = (uint8_t)status;
+    p[1] = req_type;
+    tol_put_u16(p + 2, detail);
+    tol_app_send(app, (uint8_t)TOL_MSG_ERROR, seq, 4u);
+}
+
+/* ---- handlers: each fills the reply payload and returns its length via *len - */
+
+static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    TOL_CHECK(req->length == 0u, TOL_ERR_LENGTH);
+    const tol_hal_info_t *hi = tol_hal_info();
+    uint8_t *p = tol_app_reply_buf(app);
+    uint8_t flags = 0u;
+    if (hi->emulated) flags |= TOL_INFO_EMULATED;
+    if (TOL_TEST_BUILD) flags |= TOL_INFO_TEST_BUILD;
+    if (TOL_KERNELS_SIMD) flags |= TOL_INFO_SIMD;
+    if (TOL_HAS_MODEL) flags |= TOL_INFO_HAS_MODEL;
+    p[0] = (uint8_t)TOL_PROTO_VERSION;
+    p[1] = flags;
+    tol_put_u16(p + 2, (uint16_t)TOL_APP_MAX_REQUEST);
+    tol_put_u32(p + 4, (uint32_t)TOL_FW_VERSION_NUM);
+    tol_put_u32(p + 8, (uint32_t)TOL_MODEL_HASH);
+    tol_put_u32(p + 12, hi->boot_count);
+    tol_put_u32(p + 16, hi->cpu_hz);
+    tol_put_u32(p + 20, hi->ram_used);
+    tol_put_u32(p + 24, hi->ram_total);
+    tol_put_u32(p + 28, hi->ram2_used);
+    tol_put_u32(p + 32, hi->ram2_total);
+    tol_put_u32(p + 36, hi->flash_used);
+    tol_put_u32(p + 40, hi->flash_total);
+    tol_put_u16(p + 44, (uint16_t)TOL_INPUT_SIZE);
+    tol_put_u16(p + 46, (uint16_t)TOL_LATENT_DIM);
+    tol_put_u16(p + 48, (uint16_t)TOL_HEAD_MAX_CLASSES);
+    p[50] = (uint8_t)TOL_HEAD_MODE;
+    p[51] = (uint8_t)TOL_REPLAY_BITS;
+    size_t at = 52u;
+    const char *strings[2] = {hi->board, TOL_MODEL_NAME};
+    for (size_t i = 0; i < 2u; i++) {
+        size_t n = strlen(strings[i]);
+        if (n > 32u) n = 32u;
+        p[at++] = (uint8_t)n;
+        memcpy(p + at, strings[i], n);
+        at += n;
+    }
+    *len = (uint16_t)at;
+    return TOL_OK;
+}
+
+static tol_status_t tol_app_on_stats(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    TOL_CHECK(req->length == 0u, TOL_ERR_LENGTH);
+    uint8_t *p = tol_app_reply_buf(app);
+    tol_put_u32(p + 0, app->link.frames_ok);
+    tol_put_u32(p + 4, app->link.frames_bad);
+    tol_put_u32(p + 8, app->link.duplicates);
+    tol_put_u32(p + 12, app->link.rx_overflows);
+    tol_put_u32(p + 16, tol_hal_uart_errors());
+    *len = (uint16_t)(20u + tol_model_stats(p + 20, (uint16_t)(TOL_APP_MAX_REPLY - 20u)));
+    return TOL_OK;
+}
+
+static tol_status_t tol_app_on_exit(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    (void)app;
+    TOL_CHECK(TOL_TEST_BUILD, TOL_ERR_UNSUPPORTED);
+    TOL_CHECK(req->length == 1u, TOL_ERR_LENGTH);
+    *len = 0u;
+    return TOL_OK; /* the exit itself happens after the reply is sent */
+}
+
+/*
+ * BENCH: run one measurement region between two cycle-counter reads.
+ * payload: region u8, param u16. reply: cycles u32, valid u8 (0 when a UART
+ * receive disturbed the counter, see tol_hal.h).
+ * Region 0 measures nothing (the overhead of the measurement itself);
+ * region 1 runs CRC-32 over `param` bytes (a fixed, known workload).
+ */
+static uint8_t tol_app_bench_buf[2048];
+
+static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    TOL_CHECK(req->length == 3u, TOL_ERR_LENGTH);
+    uint8_t region = req->payload[0];
+    uint16_t param = tol_get_u16(req->payload + 1);
+    uint8_t *p = tol_app_reply_buf(app);
+    if (region >= 2u) {
+        uint32_t cycles = 0;
+        TOL_TRY(tol_model_bench(region, &cycles));
+        tol_put_u32(p, cycles);
+        p[4] = (uint8_t)(cycles != 0xFFFFFFFFu);
+        tol_put_u32(p + 5, 0u);
+        *len = 9u;
+        return TOL_OK;
+    }
+    TOL_CHECK(param <= sizeof(tol_app_bench_buf), TOL_ERR_RANGE);
+    for (size_t i = 0; i < param; i++) tol_app_bench_buf[i] = (uint8_t)(i * 7u + 1u);
+    uint32_t epoch = tol_hal_cycles_epoch();
+    uint32_t sink = 0;
+    uint32_t t0 = tol_hal_cycles();
+    if (region == 1u) sink = tol_crc32(TOL_CRC32_INIT, tol_app_bench_buf, param);
+    uint32_t t1 = tol_hal_cycles();
+    tol_put_u32(p, t1 - t0);
+    p[4] = (uint8_t)(epoch == tol_hal_cycles_epoch());
+    tol_put_u32(p + 5, sink);
+    *len = 9u;
+    return TOL_OK;
+}
+
+static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    switch ((tol_msg_t)req->type) {
+    case TOL_MSG_INFO:
+        return tol_app_on_info(app, req, len);
+    case TOL_MSG_STATS:
+        return tol_app_on_stats(app, req, len);
+    case TOL_MSG_EXIT:
+        return tol_app_on_exit(app, req, len);
+    case TOL_MSG_BENCH:
+        return tol_app_on_bench(app, req, len);
+    case TOL_MSG_SAMPLE:
+    case TOL_MSG_PREDICT:
+    case TOL_MSG_EMBED:
+    case TOL_MSG_SET:
+    case TOL_MSG_GET:
+    case TOL_MSG_RESET:
+    case TOL_MSG_GET_HEAD:
+        return tol_model_handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
+                                (uint16_t)TOL_APP_MAX_REPLY, len);
+    default:
+        return TOL_ERR_TYPE;
+    }
+}
+
+/* Error for a frame that never became a request: built on the stack so the
+ * cached reply of the last real request (for retransmissions) survives. */
+static void tol_app_send_link_error(uint16_t seq, tol_status_t status, uint8_t req_type)
+{
+    uint8_t raw[TOL_PROTO_OVERHEAD + 4u];
+    uint8_t wire[TOL_PROTO_WIRE_MAX(4u)];
+    uint8_t payload[4] = {(uint8_t)status, req_type, 0u, 0u};
+    size_t n = 0;
+    if (tol_proto_build(wire, sizeof(wire), raw, sizeof(raw), (uint8_t)TOL_MSG_ERROR, seq, payload,
+                        4u, &n) == TOL_OK) {
+        tol_hal_uart_write(wire, n);
+    }
+}
+
+static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
+{
+    tol_frame_t req;
+    tol_status_t st = tol_proto_parse(raw, n, &req);
+    if (st == TOL_ERR_FRAME || st == TOL_ERR_CRC || st == TOL_ERR_ARG) {
+        /* seq unknown or untrustworthy: answer with seq 0 so the host learns of it */
+        app->link.frames_bad++;
+        tol_app_send_link_error(0u, st, 0u);
+        return;
+    }
+    if (st != TOL_OK) {
+        app->link.frames_bad++;
+        tol_app_send_link_error(req.seq, st, req.type);
+        return;
+    }
+    for (size_t i = 0; i < TOL_APP_REPLY_CACHE; i++) {
+        const uint8_t k = (uint8_t)((app->cache_next + TOL_APP_REPLY_CACHE - 1u - i) % TOL_APP_REPLY_CACHE);
+        if (app->cache[k].wire_len == 0u || app->cache[k].seq != req.seq || app->cache[k].crc != req.crc) {
+            continue;
+        }
+        app->link.duplicates++; /* retransmission: the same reply, no second execution */
+        if (app->cache[k].wire_len <= TOL_APP_CACHE_WIRE) {
+            tol_hal_uart_write(app->cache[k].wire, app->cache[k].wire_len);
+        } else if (i == 0u) {
+            tol_hal_uart_write(app->tx, app->tx_len); /* a large reply: only the latest is kept */
+        } else {
+            tol_app_send_link_error(req.seq, TOL_ERR_FULL, req.type); /* executed; reply no longer kept */
+        }
+        return;
+    }
+    app->link.frames_ok++;
+    uint16_t len = 0;
+    st = tol_app_dispatch(app, &req, &len);
+    if (st == TOL_OK) {
+        tol_app_send(app, (uint8_t)(req.type | TOL_PROTO_REPLY_FLAG), req.seq, len);
+    } else {
+        tol_app_send_error(app, req.seq, st, req.type, 0u);
+    }
+    uint8_t k = app->cache_next;
+    app->cache_next = (uint8_t)((k + 1u) % TOL_APP_REPLY_CACHE);
+    app->cache[k].seq = req.seq;
+    app->cache[k].crc = req.crc;
+    app->cache[k].wire_len = (uint16_t)(app->tx_len > 0xFFFFu ? 0xFFFFu : app->tx_len);
+    if (app->tx_len <= TOL_APP_CACHE_WIRE) memcpy(app->cache[k].wire, app->tx, app->tx_len);
+    if (st == TOL_OK && req.type == (uint8_t)TOL_MSG_EXIT) {
+        tol_hal_uart_flush();
+        tol_hal_exit((int)req.payload[0]);
+    }
+}
+
+/* ---- public API ---------------------------------------------------------------- */
+
+void tol_app_init(tol_app_t *app)
+{
+    memset(app, 0, sizeof(*app));
+    app->boot_cycles = tol_hal_cycles();
+    tol_status_t model = tol_model_init();
+    const tol_hal_info_t *hi = tol_hal_info();
+    char line[120];
+    size_t at = 0;
+    at = tol_app_append(line, at, sizeof(line), "tinyol boot board=");
+    at = tol_app_append(line, at, sizeof(line), hi->board);
+    at = tol_app_append(line, at, sizeof(line), " fw=" TOL_FW_VERSION_STR " boot=");
+    at = tol_app_append_u32(line, at, sizeof(line), hi->boot_count);
+    at = tol_app_append(line, at, sizeof(line), " model=" TOL_MODEL_NAME);
+    if (model != TOL_OK) {
+        at = tol_app_append(line, at, sizeof(line), " model_error=");
+        at = tol_app_append(line, at, sizeof(line), tol_status_name(model));
+    }
+    (void)at;
+    tol_app_print(line);
+}
+
+void tol_app_feed(tol_app_t *app, uint8_t byte)
+{
+    if (byte == 0u) {
+        if (app->rx_overflow) {
+            app->link.rx_overflows++;
+            tol_app_send_link_error(0u, TOL_ERR_OVERFLOW, 0u);
+        } else if (app->rx_len > 0u) {
+            tol_app_on_frame(app, app->rx, app->rx_len);
+        }
+        app->rx_len = 0;
+        app->rx_overflow = false;
+        return;
+    }
+    if (app->rx_len < sizeof(app->rx)) {
+        app->rx[app->rx_len++] = byte;
+    } else {
+        app->rx_overflow = true;
+    }
+}

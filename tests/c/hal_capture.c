@@ -1,0 +1,47 @@
+/*
+ * hal_capture.c - a tol_hal.h for host unit tests: the UART is a pair of
+ * memory buffers driven from Python (ctypes). Also owns one tol_app_t.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tol_app.h"
+#include "tol_hal.h"
+
+static uint8_t out_buf[1 << 16];
+static size_t out_len;
+static uint32_t fake_cycles;
+static int exit_code = -1;
+static tol_hal_info_t info = {.board = "hosttest", .boot_count = 1, .cpu_hz = 80000000u, .emulated = true};
+static tol_app_t app;
+
+void tol_hal_init(void) {}
+const tol_hal_info_t *tol_hal_info(void) { return &info; }
+void tol_hal_uart_write(const uint8_t *data, size_t n)
+{
+    if (out_len + n > sizeof(out_buf)) n = sizeof(out_buf) - out_len;
+    memcpy(out_buf + out_len, data, n);
+    out_len += n;
+}
+bool tol_hal_uart_read(uint8_t *byte) { (void)byte; return false; }
+uint32_t tol_hal_uart_errors(void) { return 0u; }
+uint32_t tol_hal_cycles(void) { return fake_cycles += 3u; }
+uint32_t tol_hal_cycles_epoch(void) { return 0u; }
+void tol_hal_uart_flush(void) {}
+void tol_hal_reset(void) { abort(); }
+void tol_hal_exit(int code) { exit_code = code; abort(); }
+
+/* ---- test entry points ---- */
+void tol_test_init(void) { out_len = 0; tol_app_init(&app); }
+void tol_test_feed(const uint8_t *data, size_t n)
+{
+    for (size_t i = 0; i < n; i++) tol_app_feed(&app, data[i]);
+}
+size_t tol_test_take(uint8_t *dst, size_t cap)
+{
+    size_t n = out_len < cap ? out_len : cap;
+    memcpy(dst, out_buf, n);
+    out_len = 0;
+    return n;
+}
+size_t tol_test_app_bytes(void) { return sizeof(tol_app_t); }

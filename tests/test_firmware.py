@@ -1,0 +1,157 @@
+"""The firmware foundation: offline builds for every board, the images'
+vector tables, QEMU boot + INFO, the native target, the icount helper."""
+from __future__ import annotations
+
+import json
+import re
+import struct
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from tinyol import emulator
+from tinyol.boards import BOARDS
+from tinyol.errors import TinyolError
+from tinyol.firmware import BuildConfig, build
+from tinyol.protocol import Frame, Link, Msg
+
+pytestmark = pytest.mark.slow
+
+
+def test_generated_constants_are_current():
+    r = subprocess.run([sys.executable, "-m", "tinyol.gen_defs", "--check"], capture_output=True, text=True,
+                       cwd=ROOT, env={"PYTHONPATH": str(ROOT / "host")})
+    assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_board_definitions_agree(board):
+    """boards.py, the linker script and the PlatformIO board manifest describe the same memory."""
+    b = BOARDS[board]
+    ld = (ROOT / f"mcu/boards/stm32l4/ld/{board}.ld").read_text()
+    regions = {m[1]: (int(m[2], 16), int(m[3]) * 1024)
+               for m in re.finditer(r"(\w+) \(\w+\) : ORIGIN = (0x[0-9A-Fa-f]+), LENGTH = (\d+)K", ld)}
+    assert regions["FLASH"] == (0x08000000, b.flash_bytes)
+    assert regions["RAM"] == (0x20000000, b.ram_bytes)
+    assert regions["RAM2"] == (0x10000000, b.ram2_bytes)
+    manifest = json.loads((ROOT / f"mcu/platform/stm32l4/boards/{board}.json").read_text())
+    assert manifest["upload"]["maximum_size"] == b.flash_bytes
+    assert manifest["upload"]["maximum_ram_size"] == b.ram_bytes
+    assert manifest["tinyol"]["ram2_size"] == b.ram2_bytes
+    assert manifest["tinyol"]["console"] == b.console
+    board_c = (ROOT / f"mcu/boards/stm32l4/board_{board}.c").read_text()
+    assert f"TOL_{b.console}_BASE" in board_c and f"TOL_{b.console}_IRQN" in board_c
+
+
+@pytest.mark.parametrize("board", list(BOARDS))
+def test_release_image_vector_table(firmware, board):
+    """What a board needs to boot: initial SP inside its SRAM1, reset vector in flash, Thumb bit set."""
+    res = firmware(board, test_build=False)
+    image = res.bin.read_bytes()
+    sp, reset = struct.unpack_from("<II", image)
+    b = BOARDS[board]
+    assert 0x20000000 < sp <= 0x20000000 + b.ram_bytes and sp % 8 == 0
+    assert reset & 1 == 1, "reset vector must have the Thumb bit"
+    assert 0x08000000 <= (reset & ~1) < 0x08000000 + len(image)
+    # the release image must not contain the semihosting breakpoint (bkpt 0xAB = 0xBEAB)
+    assert b"\xab\xbe" not in image[: len(image) & ~1][::1] or _no_bkpt(image)
+
+
+def _no_bkpt(image: bytes) -> bool:
+    return all(struct.unpack_from("<H", image, i)[0] != 0xBEAB for i in range(0, len(image) - 1, 2))
+
+
+def test_semihosting_only_in_test_builds(firmware):
+    rel = firmware("nucleo_l476rg", test_build=False).bin.read_bytes()
+    test = firmware("nucleo_l476rg", test_build=True).bin.read_bytes()
+    assert _no_bkpt(rel)
+    assert not _no_bkpt(test)
+
+
+def test_memory_overflow_fails_with_the_size(tmp_path):
+    """A model too big for the board's flash fails the build and says by how much."""
+    model = tmp_path / "huge"
+    model.mkdir()
+    (model / "config.h").write_text((ROOT / "mcu/app/nomodel/config.h").read_text())
+    (model / "blob.c").write_text(
+        "#include <stdint.h>\n"
+        "/* a KEEP'd section, so --gc-sections cannot drop it */\n"
+        "__attribute__((used, section(\".isr_vector\"))) const uint8_t tol_blob[300 * 1024] = {1};\n")
+    with pytest.raises(TinyolError) as e:
+        build(BuildConfig("nucleo_l432kc", str(model)))
+    msg = str(e.value)
+    assert "nucleo_l432kc" in msg
+    assert re.search(r"overflowed by \d+ bytes", msg), msg
+
+
+def _qemu_info(firmware, board):
+    res = firmware(board)
+    with emulator.start_qemu(board, res.elf, timeout=60) as target:
+        with Link.open(target.url, timeout=5) as link:
+            info = link.info()
+            link.request(Msg.EXIT, bytes([42]))
+        rc = target.wait(20)
+    return info, rc
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["nucleo_l476rg", "disco_l475vg_iot01a"])
+def test_qemu_boot_and_info(firmware, board):
+    info, rc = _qemu_info(firmware, board)
+    b = BOARDS[board]
+    assert info.board == board
+    assert info.cpu_hz == 80_000_000
+    assert "emulated" in info.flags and "test_build" in info.flags
+    assert info.ram_total == b.ram_bytes and info.flash_total == b.flash_bytes
+    assert 0 < info.flash_used < 64 * 1024 and info.ram_used > 8192  # includes the reserved stack
+    assert info.boot_count == 1
+    assert rc == 42, "semihosting exit code must come back from QEMU"
+
+
+def test_native_info_and_boot_counter(firmware, tmp_path):
+    res = firmware("native")
+    counts = []
+    for _ in range(2):
+        with emulator.start_native(res.program, state_dir=tmp_path, timeout=30) as t:
+            with Link.open(t.url) as link:
+                info = link.info()
+                counts.append(info.boot_count)
+                assert info.board == "native" and "emulated" in info.flags
+                # a second client on the same running device sees the same session
+            with Link.open(t.url) as link:
+                assert link.info().boot_count == counts[-1]
+    assert counts == [1, 2]
+
+
+@pytest.mark.qemu
+def test_icount_measurement_is_deterministic(firmware):
+    from tinyol.icount import Session
+
+    elf = firmware("nucleo_l476rg").elf
+    runs = []
+    for _ in range(2):
+        with Session("nucleo_l476rg", elf, timeout=60) as s:
+            runs.append([s.instructions(1, n) for n in (0, 512, 1024, 2048)])
+    assert runs[0] == runs[1]
+    c0, c512, c1k, c2k = runs[0]
+    # CRC-32 cost is linear in the length: equal increments per 1024 bytes, up to
+    # one SysTick wrap interrupt (~10 instructions, every 1.6 M) landing in a region
+    assert abs((c2k - c1k) - (c1k - c0)) <= 16
+    assert abs(2 * (c1k - c512) - (c1k - c0)) <= 16
+    assert 4 <= (c1k - c0) / 1024 <= 30  # a nibble-table CRC: ~10 instructions per byte on M4
+
+
+def test_flash_dry_run_command(root):
+    from tinyol.commands.flash import upload_argv
+
+    bin_, elf = root / "x/firmware.bin", root / "x/firmware.elf"
+    assert upload_argv("nucleo_l476rg", "stlink", bin_, elf, None) == [
+        "st-flash", "--reset", "write", str(bin_), "0x08000000"]
+    argv = upload_argv("nucleo_l4r5zi", "openocd", bin_, elf, None)
+    assert argv[:3] == ["openocd", "-f", "interface/stlink.cfg"] and "target/stm32l4x.cfg" in argv
+    assert upload_argv("nucleo_l432kc", "pyocd", bin_, elf, "0668FF") == [
+        "pyocd", "flash", "--target", "stm32l432kcux", "--uid", "0668FF", str(elf)]
+    assert upload_argv("nucleo_l432kc", "mbed", bin_, elf, "/media/u/NODE_L432KC") == [
+        "cp", str(bin_), "/media/u/NODE_L432KC/firmware.bin"]

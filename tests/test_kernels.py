@@ -1,0 +1,194 @@
+"""Bit-exactness of the int8 kernels (ref and simd) against TFLM's runtime.
+
+Each case is a tiny Keras model converted to int8 by TensorFlow's converter;
+codegen turns it into C calling our kernels, the C is compiled on the host with
+strict warnings and its outputs on random int8 inputs must equal TFLM's, bit
+for bit. Big sweeps are marked slow.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _kernel_util import IMPLS, ModelCache, assert_bit_exact
+
+pytest.importorskip("tflite_micro")
+keras = pytest.importorskip("keras")
+layers = keras.layers
+
+RB = "random_normal"  # non-zero biases exercise the bias path
+
+
+def _seq(input_shape, *ls):
+    def build():
+        inp = keras.Input(input_shape)
+        x = inp
+        for layer in ls:
+            x = layer(x)
+        return keras.Model(inp, x)
+    return build, input_shape
+
+
+def conv(f, k, **kw):
+    return layers.Conv2D(f, k, bias_initializer=RB, **kw)
+
+
+def dw(k, **kw):
+    return layers.DepthwiseConv2D(k, bias_initializer=RB, **kw)
+
+
+def _residual(shape, act=None):
+    def build():
+        inp = keras.Input(shape)
+        a = conv(shape[-1], 3, padding="same", activation="relu")(inp)
+        b = conv(shape[-1], 1)(a)
+        x = layers.Add()([a, b])
+        if act:
+            x = layers.Activation(act)(x)
+        return keras.Model(inp, x)
+    return build, shape
+
+
+def _two_branch_gap(shape):
+    def build():
+        inp = keras.Input(shape)
+        x = conv(8, 3, padding="same", activation="relu6")(inp)
+        g = layers.GlobalAveragePooling2D()(x)
+        f = layers.Dense(8, bias_initializer=RB)(layers.Flatten()(layers.MaxPooling2D(2)(x)))
+        return keras.Model(inp, layers.Add()([g, f]))
+    return build, shape
+
+
+CASES = {
+    # CONV_2D
+    "conv_3x3_valid": _seq((8, 8, 3), conv(4, 3)),
+    "conv_3x3_same_relu": _seq((9, 7, 5), conv(7, 3, padding="same", activation="relu")),
+    "conv_stride2_same_relu6": _seq((10, 10, 8), conv(8, 3, strides=2, padding="same", activation="relu6")),
+    "conv_1x1_c16": _seq((5, 5, 16), conv(12, 1)),
+    "conv_5x3_stride21_odd": _seq((11, 9, 7), conv(5, (5, 3), strides=(2, 1), padding="same")),
+    "conv_in1": _seq((8, 8, 1), conv(8, 3, padding="same", activation="relu")),
+    # DEPTHWISE_CONV_2D
+    "dw_3x3_same": _seq((8, 8, 8), dw(3, padding="same")),
+    "dw_3x3_valid_relu_odd": _seq((7, 9, 5), dw(3, activation="relu")),
+    "dw_dm2_stride2": _seq((9, 9, 3), dw(3, strides=2, padding="same", depth_multiplier=2, activation="relu6")),
+    "dw_dm2_c8": _seq((6, 6, 8), dw(3, padding="same", depth_multiplier=2)),
+    # FULLY_CONNECTED (+ Flatten's shape ops and RESHAPE)
+    "fc_flatten": _seq((4, 4, 3), layers.Flatten(), layers.Dense(10, bias_initializer=RB)),
+    "fc_relu_odd": _seq((37,), layers.Dense(13, activation="relu", bias_initializer=RB)),
+    "fc_stack": _seq((64,), layers.Dense(32, activation="relu", bias_initializer=RB),
+                     layers.Dense(8, bias_initializer=RB)),
+    # pools, GAP, pad
+    "avgpool_2": _seq((8, 8, 6), conv(6, 1), layers.AveragePooling2D(2)),
+    "avgpool_3_s2_same": _seq((9, 9, 5), conv(5, 1), layers.AveragePooling2D(3, strides=2, padding="same")),
+    "maxpool_2": _seq((8, 8, 6), conv(6, 1), layers.MaxPooling2D(2)),
+    "maxpool_3_s2_same": _seq((7, 9, 3), conv(3, 1), layers.MaxPooling2D(3, strides=2, padding="same")),
+    "gap": _seq((6, 6, 8), conv(8, 3, padding="same", activation="relu"), layers.GlobalAveragePooling2D()),
+    "zeropad": _seq((6, 6, 3), layers.ZeroPadding2D(((1, 2), (2, 1))), conv(4, 3)),
+    # ADD
+    "add_residual": _residual((6, 6, 8)),
+    "add_relu": _residual((5, 5, 5), act="relu"),
+    "add_gap_dense": _two_branch_gap((8, 8, 2)),
+}
+
+FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2",
+        "dw_3x3_same", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
+        "add_relu", "add_gap_dense"]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    return ModelCache(tmp_path_factory.mktemp("tflite_models"))
+
+
+@pytest.fixture(scope="session")
+def cwork(tmp_path_factory):
+    return tmp_path_factory.mktemp("cbuild")
+
+
+def _model(models, name):
+    build, shape = CASES[name]
+    return models.get(name, build, shape)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", FAST)
+def test_bit_exact(models, cwork, name, impl):
+    assert_bit_exact(_model(models, name), impl, cwork, n=12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", sorted(set(CASES) - set(FAST)))
+def test_bit_exact_sweep(models, cwork, name, impl):
+    assert_bit_exact(_model(models, name), impl, cwork, n=24)
+
+
+# ----------------------------------------------------------------------------- on Cortex-M4 (QEMU)
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
+    """Both kernel sets built for Cortex-M4 (real DSP instructions and the ARM asm
+    paths) run in QEMU, match TFLM bit for bit, and SIMD needs fewer instructions."""
+    from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
+    from tinyol import codegen
+
+    if not have_qemu_m4():
+        pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
+    path = _model(models, "conv_3x3_same_relu")
+    x = random_inputs((9, 7, 5), 3, seed=7)
+    want = codegen.run_tflm(path, x).reshape(3, -1)
+    counts = {}
+    for impl in IMPLS:
+        got, instr = run_on_m4(path, impl, x, tmp_path)
+        assert np.array_equal(got, want), impl
+        counts[impl] = instr
+    assert counts["simd"] < counts["ref"], counts
+
+
+# ----------------------------------------------------------------------------- requantization
+
+def _mbqm_py(x: int, m: int, s: int) -> int:
+    """gemmlowp/TFLM MultiplyByQuantizedMultiplier with Python integers (oracle)."""
+    left, right = max(s, 0), max(-s, 0)
+    a = ((x << left) + 2**31) % 2**32 - 2**31            # int32 wrap of x * 2^left
+    ab = a * m
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    v = ab + nudge
+    q = (abs(v) >> 31) * (1 if v >= 0 else -1)          # C++ division truncates toward zero
+    mask = (1 << right) - 1
+    rem, thr = q & mask, (mask >> 1) + (1 if q < 0 else 0)
+    return (q >> right) + (1 if rem > thr else 0)
+
+
+def test_requantization_edge_cases(tmp_path):
+    """The reference (gemmlowp formulation) and the SIMD fast path against a
+    Python oracle, including accumulators near +-2^31 and every shift."""
+    import ctypes
+    import subprocess
+
+    from _kernel_util import KERNELS, MCU_INC, STRICT
+
+    shim = tmp_path / "shim.c"
+    shim.write_text('#include "simd/tol_simd_dot.h"\n'
+                    "int32_t shim_fast(int32_t x, int32_t m, int32_t s);\n"
+                    "int32_t shim_fast(int32_t x, int32_t m, int32_t s) { return tol_mbqm_fast_(x, m, s); }\n")
+    lib = tmp_path / "librq.so"
+    subprocess.run(["gcc", *STRICT, "-O2", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{KERNELS}", str(shim),
+                    str(KERNELS / "ref" / "tol_eltwise.c"), "-o", str(lib)], check=True)
+    so = ctypes.CDLL(str(lib))
+    rng = np.random.default_rng(3)
+    xs = [0, 1, -1, 2**31 - 1, -2**31 + 1, -2**31, 2**30, -2**30, 12345, -12345]
+    xs += [int(v) for v in rng.integers(-2**31, 2**31, size=150)]
+    xs += [int(v) for v in rng.integers(-2**20, 2**20, size=150)]
+    cases = 0
+    for s in range(-31, 8):
+        for m in (1 << 30, (1 << 31) - 1, 1518500250, int(rng.integers(1 << 30, 1 << 31))):
+            for x in xs:
+                if s > 0 and not (-2**31 <= x * (1 << s) < 2**31):
+                    continue  # TFLM's left shift would overflow int32 (UB)
+                want = _mbqm_py(x, m, s)
+                assert so.tol_mbqm(x, m, s) == want, ("ref", x, m, s)
+                assert so.shim_fast(x, m, s) == want, ("simd", x, m, s)
+                cases += 1
+    assert cases > 10000
