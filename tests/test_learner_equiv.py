@@ -32,7 +32,7 @@ def base_cfg(rng, **kw) -> Config:
 
 
 CASES = {
-    "naive_sgd": dict(momentum_buffers=False, settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
+    "naive_sgd": dict(no_momentum=True, settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
     "momentum_decay_clip": dict(settings=Settings(lr=0.02, momentum=0.9, weight_decay=1e-3,
                                                   clip_norm=1.0, mode=MODE_SGD)),
     "replay_f32_reservoir": dict(replay_capacity=40, replay_bits=32,
@@ -43,7 +43,7 @@ CASES = {
     "replay_7bit_balanced": dict(replay_capacity=30, replay_bits=7, replay_policy=POLICY_BALANCED,
                                  settings=Settings(lr=0.05, n_old=4, weight_decay=1e-4)),
     "replay_i8_ar1_batch": dict(replay_capacity=25, replay_bits=8, replay_policy=POLICY_AR1,
-                                max_new=4, max_old=6, momentum_buffers=False,
+                                max_new=4, max_old=6, no_momentum=True,
                                 settings=Settings(lr=0.05, n_new=4, n_old=6)),
     "replay_7bit_ar1": dict(replay_capacity=20, replay_bits=7, replay_policy=POLICY_AR1,
                             settings=Settings(lr=0.1, n_old=2)),
@@ -146,17 +146,22 @@ def test_anomaly_int8_entry(lib):
 
 def test_sizes_match_python_formulas(lib):
     from tinyol.learner import head_bytes, learner_bytes, replay_bytes
-    for d, c, cap, bits, mx, mo, mom in [(32, 10, 100, 7, 1, 16, 0), (33, 5, 0, 8, 4, 0, 1),
-                                         (64, 10, 200, 32, 2, 8, 1), (7, 3, 13, 7, 1, 3, 0)]:
-        assert lib.shim_learner_bytes(d, c, cap, bits, mx, mo, mom) == learner_bytes(
-            d, c, cap, bits, mx, mo, bool(mom))
+    for d, c, cap, bits, mx, mo, nomom in [(32, 10, 100, 7, 1, 16, 1), (33, 5, 0, 8, 4, 0, 0),
+                                           (64, 10, 200, 32, 2, 8, 0), (7, 3, 13, 7, 1, 0, 1),
+                                           (16, 640, 0, 8, 1, 0, 1)]:
+        assert lib.shim_learner_bytes(d, c, cap, bits, mx, mo, nomom) == learner_bytes(
+            d, c, cap, bits, mx, mo, bool(nomom))
+        assert lib.shim_learner_bytes5(d, c, cap, bits, mx) == learner_bytes(d, c, cap, bits, mx)
         assert lib.shim_replay_bytes(cap, d, bits, c) == replay_bytes(cap, d, bits, c)
-        assert lib.shim_head_bytes(d, c, mx + mo, mom) == head_bytes(d, c, mx + mo, bool(mom))
+        assert lib.shim_head_bytes(d, c, mx + mo, 1 - nomom) == head_bytes(d, c, mx + mo,
+                                                                         not nomom)
     # 7-bit rows are 7/8 of int8 rows when dim is a multiple of 8
     assert replay_bytes(100, 32, 7, 10) - replay_bytes(100, 32, 8, 10) == -100 * 4
     # independent count for the 640x16 autoencoder head, batch 1, no momentum:
     # W + b + z + e (1 x 640) + x (1 x 16) floats + 640 flags
     assert head_bytes(16, 640, 1, False) == 4 * (640 * 16 + 640 + 640 + 640 + 16) + 640
+    # max_old 0 = automatic: 16 with a buffer
+    assert learner_bytes(32, 10, 50, 8, 1, 0) == learner_bytes(32, 10, 50, 8, 1, 16)
 
 
 def test_learner_rejects_short_memory_and_bad_config(lib):
@@ -168,8 +173,7 @@ def test_learner_rejects_short_memory_and_bad_config(lib):
                                 ctypes.byref(cl.ccfg)) == 16  # TOL_ERR_OVERFLOW
     assert lib.tol_learner_init(cl.state, mem.ctypes.data + 2, cl.nbytes,
                                 ctypes.byref(cl.ccfg)) == 1  # misaligned: TOL_ERR_ARG
-    bad = dataclasses.replace(cfg, momentum_buffers=False,
-                              settings=Settings(momentum=0.9))
+    bad = dataclasses.replace(cfg, no_momentum=True, settings=Settings(momentum=0.9))
     with pytest.raises(Exception) as e:
         CLearner(lib, bad)
     assert getattr(e.value, "status", "") == "TOL_ERR_ARG"
@@ -259,7 +263,7 @@ def test_doc_firmware_example_with_generated_config(tmp_path):
                  init_bias=npz["b"], latent_scale=np.float32(m["latent"]["scale"]),
                  latent_zero_point=m["latent"]["zero_point"], replay_capacity=ln["replay_capacity"],
                  replay_bits=ln["replay_bits"], max_new=ln["replay_n_new"],
-                 max_old=ln["replay_n_old"], momentum_buffers=False, seed=ln["seed"],
+                 max_old=0, no_momentum=False, seed=ln["seed"],
                  settings=Settings(lr=ln["lr"], momentum=ln["momentum"],
                                    weight_decay=ln["weight_decay"], n_new=ln["replay_n_new"],
                                    n_old=ln["replay_n_old"]))
@@ -292,7 +296,10 @@ def test_real_anomaly_model_c_matches_numpy(lib):
     py, cl = Learner(cfg), CLearner(lib, cfg)
     flags = []
     for q, t in zip(Q, Xq):
+        sa, sb = py.score(q, t.reshape(-1)), cl.score(q, t.reshape(-1))
+        assert sa == sb
         a, b = py.anomaly(q, t.reshape(-1)), cl.anomaly(q, t.reshape(-1))
+        assert a == sa  # score() predicts exactly what anomaly() then reports
         assert a[1] == b[1] and a[0] == b[0]
         flags.append(a[1])
     np.testing.assert_array_equal(cl.w, py.head.w)

@@ -163,10 +163,19 @@ def replay_bytes(cap: int, dim: int, bits: int, n_classes: int) -> int:
             + _align4(2 * n_classes))
 
 
+DEFAULT_MAX_OLD = 16
+
+
+def max_old_eff(cap: int, max_old: int) -> int:
+    """TOL_LEARNER_MAX_OLD_EFF: max_old 0 means 16 with a buffer, 0 without."""
+    return max_old if max_old > 0 else (DEFAULT_MAX_OLD if cap > 0 else 0)
+
+
 def learner_bytes(dim: int, n_outputs: int, cap: int, bits: int, max_new: int = 1,
-                  max_old: int = 16, momentum: bool = True) -> int:
-    """TOL_LEARNER_BYTES (the static buffer the firmware reserves)."""
-    return (head_bytes(dim, n_outputs, max_new + max_old, momentum)
+                  max_old: int = 0, no_momentum: bool = False) -> int:
+    """TOL_LEARNER_BYTES_EX (the static buffer the firmware reserves);
+    with the defaults it is TOL_LEARNER_BYTES."""
+    return (head_bytes(dim, n_outputs, max_new + max_old_eff(cap, max_old), not no_momentum)
             + (replay_bytes(cap, dim, bits, n_outputs) if cap else 0)
             + 4 * (dim + 2 * n_outputs) + _align4(2 * max_new))
 
@@ -518,15 +527,15 @@ class Config:
     replay_bits: int = 8
     replay_policy: int = POLICY_RESERVOIR
     max_new: int = 1
-    max_old: int = 16
-    momentum_buffers: bool = True
+    max_old: int = 0              # 0 = automatic (16 with a buffer)
+    no_momentum: bool = False     # True: no momentum buffers, momentum must be 0
     seed: int = 1
     settings: Settings = dataclasses.field(default_factory=Settings)
 
     @property
     def nbytes(self) -> int:
         return learner_bytes(self.latent_dim, self.n_outputs, self.replay_capacity,
-                             self.replay_bits, self.max_new, self.max_old, self.momentum_buffers)
+                             self.replay_bits, self.max_new, self.max_old, self.no_momentum)
 
 
 class LearnerError(Exception):
@@ -539,8 +548,10 @@ class LearnerError(Exception):
 
 def check_settings(cfg: Config, s: Settings) -> None:
     ok = (math.isfinite(s.lr) and s.lr >= 0 and 0 <= s.momentum < 1 and s.weight_decay >= 0
-          and (s.momentum == 0 or cfg.momentum_buffers)
-          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new and 0 <= s.n_old <= cfg.max_old
+          and (s.momentum == 0 or not cfg.no_momentum)
+          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new
+          and (cfg.replay_capacity == 0 or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity,
+                                                                       cfg.max_old))
           and s.mode in (0, 1, 2) and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1)
     if not ok:
         raise LearnerError("TOL_ERR_ARG")
@@ -561,7 +572,7 @@ class Learner:
         self.prng = Prng(cfg.seed)
         init_active = cfg.n_outputs if cfg.head_kind == HEAD_AUTOENCODER else cfg.init_classes
         self.head = Head(cfg.latent_dim, cfg.n_outputs, cfg.init_weight, cfg.init_bias, init_active,
-                         cfg.momentum_buffers)
+                         not cfg.no_momentum)
         self.replay = (Replay(cfg.replay_capacity, cfg.latent_dim, cfg.replay_bits, cfg.n_outputs,
                               cfg.replay_policy, cfg.latent_scale, cfg.latent_zero_point, self.prng)
                        if cfg.replay_capacity > 0 else None)
@@ -674,16 +685,27 @@ class Learner:
         self.replay_add_f(self._deq(q), label)
 
     # -- autoencoder
-    def anomaly_f(self, x, target) -> tuple[float, bool]:
+    def score_f(self, x, target) -> tuple[float, bool]:
+        """tol_learner_score_f: score and flag, change nothing."""
         if self.cfg.head_kind != HEAD_AUTOENCODER:
             raise LearnerError("TOL_ERR_UNSUPPORTED")
         if not (self._finite(x) and self._finite(target)):
             raise LearnerError("TOL_ERR_NONFINITE")
+        a = self.anomaly_stats
+        score = self.head.mse(np.asarray(x, F32), np.asarray(target, F32))
+        return float(score), (not a.warming) and float(score) > a.threshold()
+
+    def score(self, q_latent, q_target) -> tuple[float, bool]:
+        x = self._deq(q_latent)
+        t = dequantize(q_target, self.cfg.target_scale, self.cfg.target_zero_point)
+        return self.score_f(x, t)
+
+    def anomaly_f(self, x, target) -> tuple[float, bool]:
         h, a, s = self.head, self.anomaly_stats, self.settings
+        score, flag = self.score_f(x, target)
         x = np.asarray(x, F32)
         target = np.asarray(target, F32)
-        score = h.mse(x, target)
-        flag = (not a.warming) and float(score) > a.threshold()
+        score = F32(score)
         self.samples_seen += 1
         if flag:
             self.anomalies += 1

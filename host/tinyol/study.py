@@ -119,7 +119,7 @@ def study(d: Data, seeds: int, tuned: tuple[dict, dict], log) -> list[dict]:
             r[k] = (float(v.mean()), float(v.std()))
         r["replay_bytes"] = L.replay_bytes(cap, D, r_bits, C) if cap else 0
         r["learner_bytes"] = L.learner_bytes(D, C, cap, r_bits, kw.get("n_new", 1),
-                                             kw.get("n_old", 0), kw.get("momentum", 0) > 0)
+                                             kw.get("n_old", 0), kw.get("momentum", 0) == 0)
         rows.append(r)
         log(f"{name:<16} bits={r_bits} cap={cap:<4} {r_policy:<9} final "
             f"{r['final_accuracy'][0]:.3f}±{r['final_accuracy'][1]:.3f}")

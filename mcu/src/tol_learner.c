@@ -24,11 +24,13 @@ static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
 {
     TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->momentum == 0.0f || cfg->momentum_buffers, TOL_ERR_ARG);
+    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
-    TOL_CHECK(s->n_old <= cfg->max_old, TOL_ERR_ARG);
+    TOL_CHECK(cfg->replay_capacity == 0u ||
+                  s->n_old <= TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old),
+              TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->threshold_k) && s->threshold_k >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->ema_alpha > 0.0f && s->ema_alpha <= 1.0f, TOL_ERR_ARG);
@@ -49,17 +51,18 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
     TOL_TRY(tol_learner_check_settings_(cfg, &cfg->settings));
     const uint16_t d = cfg->latent_dim;
     const uint16_t c = cfg->n_outputs;
-    const uint16_t max_batch = (uint16_t)(cfg->max_new + cfg->max_old);
-    TOL_CHECK(mem_bytes >= TOL_LEARNER_BYTES(d, c, cfg->replay_capacity, cfg->replay_bits,
-                                             cfg->max_new, cfg->max_old,
-                                             cfg->momentum_buffers),
+    const uint16_t max_batch =
+        (uint16_t)(cfg->max_new + TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old));
+    const uint8_t momentum = (uint8_t)(cfg->no_momentum ? 0u : 1u);
+    TOL_CHECK(mem_bytes >= TOL_LEARNER_BYTES_EX(d, c, cfg->replay_capacity, cfg->replay_bits,
+                                                cfg->max_new, cfg->max_old, cfg->no_momentum),
               TOL_ERR_OVERFLOW);
     L->cfg = *cfg;
     const uint16_t init_active =
         cfg->head_kind == (uint8_t)TOL_HEAD_AUTOENCODER ? c : cfg->init_classes;
-    const size_t hb = TOL_HEAD_BYTES(d, c, max_batch, cfg->momentum_buffers);
+    const size_t hb = TOL_HEAD_BYTES(d, c, max_batch, momentum);
     uint8_t *p = mem;
-    TOL_TRY(tol_head_init(&L->head, p, hb, d, c, max_batch, cfg->momentum_buffers,
+    TOL_TRY(tol_head_init(&L->head, p, hb, d, c, max_batch, momentum,
                           cfg->init_weight, cfg->init_bias, init_active));
     p += hb;
     if (cfg->replay_capacity > 0u) {
@@ -225,19 +228,51 @@ tol_status_t tol_learner_replay_add(tol_learner_t *L, const int8_t *latent, uint
     return tol_learner_replay_add_f(L, L->x, label);
 }
 
-tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
-                                   float *score, uint8_t *is_anomaly)
+static tol_status_t tol_learner_check_ae_(const tol_learner_t *L, const float *latent,
+                                          const float *target)
 {
     TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(tol_learner_all_finite_(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
     TOL_CHECK(tol_learner_all_finite_(target, L->cfg.n_outputs), TOL_ERR_NONFINITE);
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_score_f(tol_learner_t *L, const float *latent, const float *target,
+                                 float *score, uint8_t *is_anomaly)
+{
+    TOL_TRY(tol_learner_check_ae_(L, latent, target));
+    const float s = tol_head_mse(&L->head, latent, target);
+    if (score != NULL) *score = s;
+    if (is_anomaly != NULL) {
+        *is_anomaly = (uint8_t)((!tol_anomaly_warming(&L->anomaly) &&
+                                 s > tol_anomaly_threshold(&L->anomaly))
+                                    ? 1u
+                                    : 0u);
+    }
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly)
+{
+    TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
+    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
+    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+                            L->cfg.latent_zero_point, L->x);
+    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
+                            L->cfg.target_zero_point, L->target);
+    return tol_learner_score_f(L, L->x, L->target, score, is_anomaly);
+}
+
+tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
+                                   float *score, uint8_t *is_anomaly)
+{
+    TOL_TRY(tol_learner_check_ae_(L, latent, target));
     tol_head_t *h = &L->head;
-    const float s = tol_head_mse(h, latent, target);
-    const uint8_t flag =
-        (uint8_t)((!tol_anomaly_warming(&L->anomaly) && s > tol_anomaly_threshold(&L->anomaly))
-                      ? 1u
-                      : 0u);
+    float s;
+    uint8_t flag;
+    TOL_TRY(tol_learner_score_f(L, latent, target, &s, &flag));
     if (score != NULL) *score = s;
     if (is_anomaly != NULL) *is_anomaly = flag;
     L->samples_seen++;
@@ -271,26 +306,6 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
     tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
                             L->cfg.target_zero_point, L->target);
     return tol_learner_anomaly_f(L, L->x, L->target, score, is_anomaly);
-}
-
-tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
-                               float *score, uint8_t *is_anomaly)
-{
-    TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
-    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
-                            L->cfg.latent_zero_point, L->x);
-    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
-                            L->cfg.target_zero_point, L->target);
-    const float s = tol_head_mse(&L->head, L->x, L->target);
-    if (score != NULL) *score = s;
-    if (is_anomaly != NULL) {
-        *is_anomaly = (uint8_t)((!tol_anomaly_warming(&L->anomaly) &&
-                                 s > tol_anomaly_threshold(&L->anomaly))
-                                    ? 1u
-                                    : 0u);
-    }
-    return TOL_OK;
 }
 
 void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s)

@@ -134,7 +134,7 @@ def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
                    replay_capacity=0 if model.autoencoder else replay["capacity"],
                    replay_bits=replay["bits"], replay_policy=replay["policy"],
                    max_new=max(1, replay["max_new"]), max_old=settings.n_old,
-                   momentum_buffers=settings.momentum > 0, seed=replay["seed"],
+                   no_momentum=settings.momentum == 0, seed=replay["seed"],
                    settings=settings)
     try:
         return L.Learner(cfg)
