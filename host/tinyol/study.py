@@ -194,8 +194,9 @@ def markdown(d: Data, rows: list[dict], tuned, seeds: int, cmdline: str) -> str:
     out += [
         "",
         "Bytes: `replay bytes` = TOL_REPLAY_BYTES(slots, D, bits, C_max) (rows, uint16 labels, "
-        "per-class counters); `learner bytes` = TOL_LEARNER_BYTES (head with momentum and "
-        "gradient scratch + buffer + queues), the static buffer the firmware reserves. "
+        "per-class counters); `learner bytes` = TOL_LEARNER_BYTES_EX(D, C_max, slots, bits, "
+        "n_new, n_old, no momentum): head, gradient factors for n_new + n_old samples, buffer, "
+        "scratch and counters, the static buffer the firmware reserves. "
         "See docs/learner.md for the formulas.",
         "",
         "## Reading",
