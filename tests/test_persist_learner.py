@@ -92,6 +92,7 @@ SCENARIOS = {
                           REPLAY | MOMENTUM),
     "replay8_pending": (classifier_cfg(replay_bits=8, settings=Settings(lr=0.05, n_new=3, n_old=2)), REPLAY),
     "sgd_no_buffer": (classifier_cfg(replay_capacity=0, settings=Settings(mode=1)), 0),
+    "no_momentum_buffers": (classifier_cfg(no_momentum=True), REPLAY | MOMENTUM),  # MOMENTUM part dropped
 }
 
 

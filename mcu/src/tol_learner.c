@@ -403,6 +403,7 @@ static float tol_learner_getf_(const uint8_t *p)
 static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
 {
     if (L->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_REPLAY);
+    if (L->head.vw == NULL) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_MOMENTUM);
     return (uint8_t)(parts & (TOL_LEARNER_STATE_REPLAY | TOL_LEARNER_STATE_MOMENTUM));
 }
 
@@ -418,7 +419,7 @@ static uint32_t tol_learner_segs_(const tol_learner_t *L, uint8_t parts, tol_lea
     seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->b, 4u * rows};
     seg[k++] = (tol_learner_seg_t){h->active, rows};
     seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->class_count, 4u * L->cfg.n_outputs};
-    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->pending, 4u * d * L->n_pending};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->x, 4u * d * L->n_pending}; /* the queue */
     seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->pending_labels, 2u * L->n_pending};
     if (parts & TOL_LEARNER_STATE_MOMENTUM) {
         seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vw, 4u * wn};
@@ -579,7 +580,7 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
             L->replay.batches = tol_learner_get32_(p + 100);
         }
     }
-    if (!(pt & TOL_LEARNER_STATE_MOMENTUM)) {
+    if (!(pt & TOL_LEARNER_STATE_MOMENTUM) && L->head.vw != NULL) {
         const size_t wn = (size_t)L->head.rows * L->head.dim;
         memset(L->head.vw, 0, wn * sizeof(float));
         memset(L->head.vb, 0, (size_t)L->head.rows * sizeof(float));
@@ -605,16 +606,19 @@ static tol_status_t tol_learner_state_check_(tol_learner_t *L, uint8_t parts)
 {
     tol_head_t *h = &L->head;
     const size_t wn = (size_t)h->rows * h->dim;
-    for (size_t i = 0; i < wn; i++) TOL_CHECK(isfinite(h->w[i]) && isfinite(h->vw[i]), TOL_ERR_RANGE);
+    for (size_t i = 0; i < wn; i++) {
+        TOL_CHECK(isfinite(h->w[i]) && (h->vw == NULL || isfinite(h->vw[i])), TOL_ERR_RANGE);
+    }
     uint16_t active = 0;
     for (uint16_t r = 0; r < h->rows; r++) {
-        TOL_CHECK(isfinite(h->b[r]) && isfinite(h->vb[r]) && h->active[r] <= 1u, TOL_ERR_RANGE);
+        TOL_CHECK(isfinite(h->b[r]) && (h->vb == NULL || isfinite(h->vb[r])) && h->active[r] <= 1u,
+                  TOL_ERR_RANGE);
         active = (uint16_t)(active + h->active[r]);
     }
     h->n_active = active;
     for (uint16_t i = 0; i < L->n_pending; i++) {
         TOL_CHECK(L->pending_labels[i] < L->cfg.n_outputs, TOL_ERR_RANGE);
-        TOL_CHECK(tol_learner_all_finite_(&L->pending[(size_t)i * L->cfg.latent_dim], L->cfg.latent_dim),
+        TOL_CHECK(tol_learner_all_finite_(&h->x[(size_t)i * L->cfg.latent_dim], L->cfg.latent_dim),
                   TOL_ERR_RANGE);
     }
     if (parts & TOL_LEARNER_STATE_REPLAY) {
@@ -645,8 +649,10 @@ tol_status_t tol_learner_set_head_row(tol_learner_t *L, uint16_t row, uint16_t o
     float *dst = &h->w[(size_t)row * h->dim];
     if (n > 0u) memcpy(dst + offset, w, (size_t)n * sizeof(float));
     h->b[row] = bias;
-    memset(&h->vw[(size_t)row * h->dim], 0, (size_t)h->dim * sizeof(float));
-    h->vb[row] = 0.0f;
+    if (h->vw != NULL) {
+        memset(&h->vw[(size_t)row * h->dim], 0, (size_t)h->dim * sizeof(float));
+        h->vb[row] = 0.0f;
+    }
     h->n_active = (uint16_t)(h->n_active - h->active[row] + active);
     h->active[row] = active;
     L->n_pending = 0;
