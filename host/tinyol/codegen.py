@@ -633,8 +633,15 @@ def _lower_requant(gen: _Gen, op: Operator):
     _check_int8(gen, op, x, "input")
     _check_int8(gen, op, y, "output")
     mq, sq = quantize_multiplier(float(np.float32(x.scale[0])) / float(np.float32(y.scale[0])))
+    in_zp, out_zp = _zp(x), _zp(y)
     if op.opname == "QUANTIZE":
         amin, amax = -128, 127
+    elif op.opname == "RELU6":
+        # TFLM's int8 RELU6 clamps in the input's quantization and ignores the output's:
+        # out = clamp(in, in_zp, FloatToQuantizedType(6, in_scale, in_zp)).
+        mq, sq, in_zp, out_zp = 1 << 30, 1, 0, 0  # identity requantization
+        amin = _zp(x)
+        amax = max(-128, min(127, _roundf(np.float32(6.0) / np.float32(x.scale[0])) + _zp(x)))
     else:
         s, zp = np.float32(y.scale[0]), _zp(y)
         amin = max(-128, zp + _roundf(np.float32(0.0) / s))
@@ -642,8 +649,8 @@ def _lower_requant(gen: _Gen, op: Operator):
     n = f"op{op.index}"
     gen.consts.append(
         f"static const tol_requant_params_t {n} = {{\n"
-        f"    .size = {y.size}, .input_zp = {_zp(x)}, .mult = {mq}, .shift = {sq},\n"
-        f"    .output_zp = {_zp(y)}, .act_min = {amin}, .act_max = {amax},\n}};\n")
+        f"    .size = {y.size}, .input_zp = {in_zp}, .mult = {mq}, .shift = {sq},\n"
+        f"    .output_zp = {out_zp}, .act_min = {amin}, .act_max = {amax},\n}};\n")
     return f"tol_requantize_s8(&{n}, ", [op.inputs[0]]
 
 
