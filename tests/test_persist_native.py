@@ -172,3 +172,19 @@ def test_native_without_state_dir_still_saves_in_memory(program):
 
 
 _ = ROOT
+
+
+def test_autosave_every_n_updates(program, tmp_path):
+    xs, ys = samples(12, 6)
+    with emulator.start_native(program, state_dir=state(tmp_path / "s"), timeout=120) as t:
+        with Device.open(t.url) as dev:
+            assert dev.get("autosave") == 0  # off by default
+            assert dev.set("autosave", 5) == 5
+            feed(dev, xs, ys)
+            st = dev.stats()
+            assert st.updates == 12
+            assert (st.persist.saves, st.persist.seq, st.persist.autosave_updates) == (2, 2, 5)
+    with emulator.start_native(program, state_dir=tmp_path / "s", timeout=120) as t:
+        with Device.open(t.url) as dev:
+            assert dev.store_status() == ("loaded", 2)
+            assert dev.stats().samples_seen == 10

@@ -26,7 +26,6 @@
 #define TOL_AUTOSAVE_UPDATES 0u
 #endif
 #define TOL_SAVE_NO_REPLAY 0x01u /* SAVE option bit: leave the replay buffer out */
-static const uint32_t tol_autosave_every = TOL_AUTOSAVE_UPDATES;
 
 _Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h and config.h disagree on the input");
 _Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and config.h disagree on the latent");
@@ -73,7 +72,8 @@ static struct {
     uint32_t record_bytes;    /* last save: header + payload */
     uint16_t pages;           /* last save: pages the record spans (erased per save) */
     uint32_t saved_updates;   /* learner's update counter at the last save/load */
-} tol_persist;
+    uint32_t autosave_every;  /* auto-save period in updates (SET key AUTOSAVE), 0 = off */
+} tol_persist = {.autosave_every = TOL_AUTOSAVE_UPDATES};
 
 /* Time stamps that know whether a UART receive disturbed the counter. */
 typedef struct {
@@ -245,6 +245,18 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
                                       uint16_t *reply_len)
 {
     TOL_CHECK(n == (set ? 5u : 1u), TOL_ERR_LENGTH);
+    if (req[0] == (uint8_t)TOL_SET_AUTOSAVE) { /* a device policy, not a learner setting */
+        if (set) {
+            tol_learner_stats_t ls;
+            tol_learner_get_stats(&tol_learner, &ls);
+            tol_persist.autosave_every = tol_get_u32(req + 1);
+            tol_persist.saved_updates = ls.updates; /* count the period from now */
+        }
+        reply[0] = req[0];
+        tol_put_u32(reply + 1, tol_persist.autosave_every);
+        *reply_len = 5u;
+        return TOL_OK;
+    }
     tol_learner_settings_t st;
     tol_learner_get_settings(&tol_learner, &st);
     uint8_t key = req[0];
@@ -454,10 +466,10 @@ static tol_status_t tol_model_on_load(uint16_t n, uint8_t *reply, uint16_t *repl
 /* Auto-save after a learning request, when configured (TOL_AUTOSAVE_UPDATES). */
 static void tol_model_autosave(void)
 {
-    if (tol_autosave_every == 0u || tol_store.flash != TOL_OK) return;
+    if (tol_persist.autosave_every == 0u || tol_store.flash != TOL_OK) return;
     tol_learner_stats_t ls;
     tol_learner_get_stats(&tol_learner, &ls);
-    if (ls.updates - tol_persist.saved_updates < tol_autosave_every) return;
+    if (ls.updates - tol_persist.saved_updates < tol_persist.autosave_every) return;
     uint8_t parts = 0u;
     tol_persist.last_status = (uint8_t)tol_model_save(0u, &parts);
     if (tol_persist.last_status != (uint8_t)TOL_OK) tol_persist.saved_updates = ls.updates; /* retry later */
@@ -577,7 +589,7 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     tol_put_u16(p + 18, (uint16_t)pages_per_slot);
     tol_put_u32(p + 20, tol_persist.record_bytes);
     tol_put_u32(p + 24, tol_store.flash == TOL_OK ? left : 0u);
-    tol_put_u32(p + 28, tol_autosave_every);
+    tol_put_u32(p + 28, tol_persist.autosave_every);
     return (uint16_t)(at + 32u);
 }
 
