@@ -4,16 +4,14 @@
 #include <math.h>
 #include <string.h>
 
-#define TOL_LEARNER_MAX_OLD 1024u
-
 void tol_learner_settings_default(tol_learner_settings_t *s)
 {
-    s->lr = 0.05f;
+    s->lr = 0.03f; /* docs/study.md: best validation accuracy with replay */
     s->momentum = 0.0f;
     s->weight_decay = 0.0f;
     s->clip_norm = 0.0f;
     s->n_new = 1;
-    s->n_old = 4;
+    s->n_old = 16;
     s->mode = (uint8_t)TOL_LEARN_REPLAY;
     s->train_anomalies = 0;
     s->threshold_k = 3.0f;
@@ -26,10 +24,13 @@ static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
 {
     TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
+    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
-    TOL_CHECK(s->n_old <= TOL_LEARNER_MAX_OLD, TOL_ERR_ARG);
+    TOL_CHECK(cfg->replay_capacity == 0u ||
+                  s->n_old <= TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old),
+              TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->threshold_k) && s->threshold_k >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->ema_alpha > 0.0f && s->ema_alpha <= 1.0f, TOL_ERR_ARG);
@@ -43,22 +44,27 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
     TOL_CHECK(cfg->head_kind <= (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_ARG);
     TOL_CHECK(cfg->latent_dim >= 1u && cfg->n_outputs >= 1u, TOL_ERR_ARG);
     TOL_CHECK(cfg->max_new >= 1u && cfg->max_new <= TOL_REPLAY_MAX_BATCH, TOL_ERR_ARG);
+    TOL_CHECK(cfg->max_old <= TOL_LEARNER_MAX_OLD, TOL_ERR_ARG);
     TOL_CHECK(cfg->init_classes <= cfg->n_outputs, TOL_ERR_ARG);
     TOL_CHECK(isfinite(cfg->latent_scale) && cfg->latent_scale > 0.0f, TOL_ERR_ARG);
     TOL_CHECK(((uintptr_t)mem & 3u) == 0u, TOL_ERR_ARG);
     TOL_TRY(tol_learner_check_settings_(cfg, &cfg->settings));
     const uint16_t d = cfg->latent_dim;
     const uint16_t c = cfg->n_outputs;
-    TOL_CHECK(mem_bytes >= TOL_LEARNER_BYTES(d, c, cfg->replay_capacity, cfg->replay_bits,
-                                             cfg->max_new),
+    const uint16_t max_batch =
+        (uint16_t)(cfg->max_new + TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old));
+    const uint8_t momentum = (uint8_t)(cfg->no_momentum ? 0u : 1u);
+    TOL_CHECK(mem_bytes >= TOL_LEARNER_BYTES_EX(d, c, cfg->replay_capacity, cfg->replay_bits,
+                                                cfg->max_new, cfg->max_old, cfg->no_momentum),
               TOL_ERR_OVERFLOW);
     L->cfg = *cfg;
     const uint16_t init_active =
         cfg->head_kind == (uint8_t)TOL_HEAD_AUTOENCODER ? c : cfg->init_classes;
+    const size_t hb = TOL_HEAD_BYTES(d, c, max_batch, momentum);
     uint8_t *p = mem;
-    TOL_TRY(tol_head_init(&L->head, p, TOL_HEAD_BYTES(d, c), d, c, cfg->init_weight,
-                          cfg->init_bias, init_active));
-    p += TOL_HEAD_BYTES(d, c);
+    TOL_TRY(tol_head_init(&L->head, p, hb, d, c, max_batch, momentum,
+                          cfg->init_weight, cfg->init_bias, init_active));
+    p += hb;
     if (cfg->replay_capacity > 0u) {
         const size_t rb = TOL_REPLAY_BYTES(cfg->replay_capacity, d, cfg->replay_bits, c);
         TOL_TRY(tol_replay_init(&L->replay, p, rb, cfg->replay_capacity, d, cfg->replay_bits, c,
@@ -68,8 +74,6 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
     }
     L->x = (float *)(void *)p;
     p += (size_t)4u * d;
-    L->pending = (float *)(void *)p;
-    p += (size_t)4u * d * cfg->max_new;
     L->target = (float *)(void *)p;
     p += (size_t)4u * c;
     L->class_count = (uint32_t *)(void *)p;
@@ -138,13 +142,16 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
     const float weight = 1.0f / (float)(L->n_pending + n_old);
     tol_head_grad_zero(h);
     for (uint16_t i = 0; i < L->n_pending; i++) {
-        tol_head_grad_add_ce(h, &L->pending[(size_t)i * d], L->pending_labels[i], weight, NULL);
+        /* the queued latent already sits in batch slot i */
+        TOL_TRY(tol_head_grad_add_ce(h, &h->x[(size_t)i * d], L->pending_labels[i], weight,
+                                     NULL));
     }
     for (uint16_t r = 0; r < n_old; r++) {
         uint16_t y;
-        tol_replay_get(&L->replay, tol_replay_draw(&L->replay), L->x, &y);
+        float *slot = tol_head_batch_slot(h);
+        tol_replay_get(&L->replay, tol_replay_draw(&L->replay), slot, &y);
         tol_head_activate(h, y);
-        tol_head_grad_add_ce(h, L->x, y, weight, NULL);
+        TOL_TRY(tol_head_grad_add_ce(h, slot, y, weight, NULL));
     }
     const tol_status_t s =
         tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
@@ -154,9 +161,15 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
     }
     L->updates++;
     if (replay) {
-        TOL_TRY(tol_replay_add_batch(&L->replay, L->pending, L->pending_labels, L->n_pending));
+        TOL_TRY(tol_replay_add_batch(&L->replay, h->x, L->pending_labels, L->n_pending));
     }
     return TOL_OK;
+}
+
+/* Queue slot of the next fresh latent. */
+static float *tol_learner_queue_slot_(tol_learner_t *L)
+{
+    return &L->head.x[(size_t)L->n_pending * L->cfg.latent_dim];
 }
 
 tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t label)
@@ -169,9 +182,8 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
     if (L->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
     const int newly = L->head.active[label] ? 0 : 1;
     tol_head_activate(&L->head, label);
-    if (latent != &L->pending[(size_t)L->n_pending * d]) {
-        memmove(&L->pending[(size_t)L->n_pending * d], latent, (size_t)d * sizeof(float));
-    }
+    float *slot = tol_learner_queue_slot_(L);
+    if (latent != slot) memmove(slot, latent, (size_t)d * sizeof(float));
     L->pending_labels[L->n_pending] = label;
     L->n_pending++;
     L->samples_seen++;
@@ -192,10 +204,10 @@ tol_status_t tol_learner_learn(tol_learner_t *L, const int8_t *latent, uint16_t 
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(label < L->cfg.n_outputs, TOL_ERR_LABEL);
     if (L->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
-    const uint16_t d = L->cfg.latent_dim;
     /* Dequantize straight into the queue slot (learn_f recognises it). */
-    float *slot = &L->pending[(size_t)L->n_pending * d];
-    tol_learner_dequantize_(latent, d, L->cfg.latent_scale, L->cfg.latent_zero_point, slot);
+    float *slot = tol_learner_queue_slot_(L);
+    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+                            L->cfg.latent_zero_point, slot);
     return tol_learner_learn_f(L, slot, label);
 }
 
@@ -216,19 +228,51 @@ tol_status_t tol_learner_replay_add(tol_learner_t *L, const int8_t *latent, uint
     return tol_learner_replay_add_f(L, L->x, label);
 }
 
-tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
-                                   float *score, uint8_t *is_anomaly)
+static tol_status_t tol_learner_check_ae_(const tol_learner_t *L, const float *latent,
+                                          const float *target)
 {
     TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(tol_learner_all_finite_(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
     TOL_CHECK(tol_learner_all_finite_(target, L->cfg.n_outputs), TOL_ERR_NONFINITE);
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_score_f(tol_learner_t *L, const float *latent, const float *target,
+                                 float *score, uint8_t *is_anomaly)
+{
+    TOL_TRY(tol_learner_check_ae_(L, latent, target));
+    const float s = tol_head_mse(&L->head, latent, target);
+    if (score != NULL) *score = s;
+    if (is_anomaly != NULL) {
+        *is_anomaly = (uint8_t)((!tol_anomaly_warming(&L->anomaly) &&
+                                 s > tol_anomaly_threshold(&L->anomaly))
+                                    ? 1u
+                                    : 0u);
+    }
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly)
+{
+    TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
+    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
+    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+                            L->cfg.latent_zero_point, L->x);
+    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
+                            L->cfg.target_zero_point, L->target);
+    return tol_learner_score_f(L, L->x, L->target, score, is_anomaly);
+}
+
+tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
+                                   float *score, uint8_t *is_anomaly)
+{
+    TOL_TRY(tol_learner_check_ae_(L, latent, target));
     tol_head_t *h = &L->head;
-    const float s = tol_head_mse(h, latent, target);
-    const uint8_t flag =
-        (uint8_t)((!tol_anomaly_warming(&L->anomaly) && s > tol_anomaly_threshold(&L->anomaly))
-                      ? 1u
-                      : 0u);
+    float s;
+    uint8_t flag;
+    TOL_TRY(tol_learner_score_f(L, latent, target, &s, &flag));
     if (score != NULL) *score = s;
     if (is_anomaly != NULL) *is_anomaly = flag;
     L->samples_seen++;
@@ -241,7 +285,7 @@ tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const 
         return TOL_OK;
     }
     tol_head_grad_zero(h);
-    tol_head_grad_add_mse(h, latent, target, 1.0f, NULL);
+    TOL_TRY(tol_head_grad_add_mse(h, latent, target, 1.0f, NULL));
     const tol_status_t st =
         tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
     if (st != TOL_OK) {
@@ -262,26 +306,6 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
     tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
                             L->cfg.target_zero_point, L->target);
     return tol_learner_anomaly_f(L, L->x, L->target, score, is_anomaly);
-}
-
-tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
-                               float *score, uint8_t *is_anomaly)
-{
-    TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
-    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
-                            L->cfg.latent_zero_point, L->x);
-    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
-                            L->cfg.target_zero_point, L->target);
-    const float s = tol_head_mse(&L->head, L->x, L->target);
-    if (score != NULL) *score = s;
-    if (is_anomaly != NULL) {
-        *is_anomaly = (uint8_t)((!tol_anomaly_warming(&L->anomaly) &&
-                                 s > tol_anomaly_threshold(&L->anomaly))
-                                    ? 1u
-                                    : 0u);
-    }
-    return TOL_OK;
 }
 
 void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s)
@@ -325,4 +349,312 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
 {
     L->n_pending = 0;
     return tol_head_load(&L->head, w, b, active);
+}
+
+/* ---- persistence: the state as a byte stream (see tol_learner.h) ----------------- */
+
+#define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
+#define TOL_LEARNER_MAX_SEGS 12u
+
+typedef struct {
+    uint8_t *p;
+    uint32_t n;
+} tol_learner_seg_t;
+
+static void tol_learner_put32_(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static void tol_learner_put16_(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void tol_learner_putf_(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    tol_learner_put32_(p, u);
+}
+
+static uint32_t tol_learner_get32_(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint16_t tol_learner_get16_(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)(p[1] << 8));
+}
+
+static float tol_learner_getf_(const uint8_t *p)
+{
+    uint32_t u = tol_learner_get32_(p);
+    float v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
+{
+    if (L->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_REPLAY);
+    if (L->head.vw == NULL) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_MOMENTUM);
+    return (uint8_t)(parts & (TOL_LEARNER_STATE_REPLAY | TOL_LEARNER_STATE_MOMENTUM));
+}
+
+/* The arrays after the header, in stream order. */
+static uint32_t tol_learner_segs_(const tol_learner_t *L, uint8_t parts, tol_learner_seg_t *seg)
+{
+    const tol_head_t *h = &L->head;
+    const uint32_t rows = h->rows;
+    const uint32_t wn = rows * h->dim;
+    const uint32_t d = L->cfg.latent_dim;
+    uint32_t k = 0;
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->w, 4u * wn};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->b, 4u * rows};
+    seg[k++] = (tol_learner_seg_t){h->active, rows};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->class_count, 4u * L->cfg.n_outputs};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->x, 4u * d * L->n_pending}; /* the queue */
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->pending_labels, 2u * L->n_pending};
+    if (parts & TOL_LEARNER_STATE_MOMENTUM) {
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vw, 4u * wn};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vb, 4u * rows};
+    }
+    if (parts & TOL_LEARNER_STATE_REPLAY) {
+        const tol_replay_t *rb = &L->replay;
+        seg[k++] = (tol_learner_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
+    }
+    return k;
+}
+
+static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uint8_t *p)
+{
+    const tol_learner_config_t *c = &L->cfg;
+    const tol_learner_settings_t *s = &L->set;
+    memset(p, 0, TOL_LEARNER_STATE_HEADER);
+    tol_learner_put32_(p + 0, TOL_LEARNER_STATE_MAGIC);
+    p[4] = parts;
+    p[5] = c->head_kind;
+    p[6] = c->replay_bits;
+    p[7] = c->replay_policy;
+    tol_learner_put16_(p + 8, c->latent_dim);
+    tol_learner_put16_(p + 10, c->n_outputs);
+    tol_learner_put16_(p + 12, c->replay_capacity);
+    tol_learner_put16_(p + 14, c->max_new);
+    tol_learner_putf_(p + 16, s->lr);
+    tol_learner_putf_(p + 20, s->momentum);
+    tol_learner_putf_(p + 24, s->weight_decay);
+    tol_learner_putf_(p + 28, s->clip_norm);
+    tol_learner_put16_(p + 32, s->n_new);
+    tol_learner_put16_(p + 34, s->n_old);
+    p[36] = s->mode;
+    p[37] = s->train_anomalies;
+    tol_learner_putf_(p + 40, s->threshold_k);
+    tol_learner_putf_(p + 44, s->ema_alpha);
+    tol_learner_put32_(p + 48, s->warmup);
+    tol_learner_put32_(p + 52, L->prng.state);
+    tol_learner_put32_(p + 56, L->samples_seen);
+    tol_learner_put32_(p + 60, L->updates);
+    tol_learner_put32_(p + 64, L->rejected);
+    tol_learner_put32_(p + 68, L->anomalies);
+    tol_learner_put16_(p + 72, L->n_pending);
+    tol_learner_put16_(p + 74, L->head.n_active);
+    tol_learner_put32_(p + 76, L->anomaly.n);
+    tol_learner_putf_(p + 80, L->anomaly.mean);
+    tol_learner_putf_(p + 84, L->anomaly.m2);
+    tol_learner_putf_(p + 88, L->anomaly.var);
+    if (c->replay_capacity > 0u) {
+        tol_learner_put16_(p + 92, L->replay.fill);
+        tol_learner_put32_(p + 96, L->replay.seen);
+        tol_learner_put32_(p + 100, L->replay.batches);
+    }
+}
+
+uint32_t tol_learner_state_bytes(const tol_learner_t *L, uint8_t parts)
+{
+    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    const uint32_t k = tol_learner_segs_(L, tol_learner_parts_(L, parts), seg);
+    uint32_t n = TOL_LEARNER_STATE_HEADER;
+    for (uint32_t i = 0; i < k; i++) n += seg[i].n;
+    return n;
+}
+
+/* Copy between the stream range [offset, offset + n) and the segments. */
+static void tol_learner_state_copy_(const tol_learner_seg_t *seg, uint32_t k, uint32_t offset, uint8_t *buf,
+                                    uint32_t n, int to_state)
+{
+    uint32_t at = TOL_LEARNER_STATE_HEADER;
+    for (uint32_t i = 0; i < k && n > 0u; i++) {
+        const uint32_t end = at + seg[i].n;
+        if (offset < end) {
+            const uint32_t from = offset - at;
+            const uint32_t m = (end - offset) < n ? (end - offset) : n;
+            if (to_state) {
+                memcpy(seg[i].p + from, buf, m);
+            } else {
+                memcpy(buf, seg[i].p + from, m);
+            }
+            buf += m;
+            offset += m;
+            n -= m;
+        }
+        at = end;
+    }
+}
+
+void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offset, uint8_t *dst,
+                            uint32_t n)
+{
+    parts = tol_learner_parts_(L, parts);
+    if (offset < TOL_LEARNER_STATE_HEADER) {
+        uint8_t hdr[TOL_LEARNER_STATE_HEADER];
+        tol_learner_state_header_(L, parts, hdr);
+        const uint32_t m = (TOL_LEARNER_STATE_HEADER - offset) < n ? (TOL_LEARNER_STATE_HEADER - offset) : n;
+        memcpy(dst, hdr + offset, m);
+        dst += m;
+        offset += m;
+        n -= m;
+    }
+    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    const uint32_t k = tol_learner_segs_(L, parts, seg);
+    tol_learner_state_copy_(seg, k, offset, dst, n, 0);
+}
+
+tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
+                                     uint8_t *parts, uint32_t *total)
+{
+    const tol_learner_config_t *c = &L->cfg;
+    const uint8_t *p = header;
+    TOL_CHECK(n >= TOL_LEARNER_STATE_HEADER && tol_learner_get32_(p) == TOL_LEARNER_STATE_MAGIC, TOL_ERR_ARG);
+    TOL_CHECK(p[5] == c->head_kind && p[6] == c->replay_bits && p[7] == c->replay_policy &&
+                  tol_learner_get16_(p + 8) == c->latent_dim && tol_learner_get16_(p + 10) == c->n_outputs &&
+                  tol_learner_get16_(p + 12) == c->replay_capacity && tol_learner_get16_(p + 14) == c->max_new,
+              TOL_ERR_MODEL);
+    const uint8_t pt = p[4];
+    TOL_CHECK(pt == tol_learner_parts_(L, pt), TOL_ERR_ARG);
+    tol_learner_settings_t s;
+    s.lr = tol_learner_getf_(p + 16);
+    s.momentum = tol_learner_getf_(p + 20);
+    s.weight_decay = tol_learner_getf_(p + 24);
+    s.clip_norm = tol_learner_getf_(p + 28);
+    s.n_new = tol_learner_get16_(p + 32);
+    s.n_old = tol_learner_get16_(p + 34);
+    s.mode = p[36];
+    s.train_anomalies = p[37];
+    s.threshold_k = tol_learner_getf_(p + 40);
+    s.ema_alpha = tol_learner_getf_(p + 44);
+    s.warmup = tol_learner_get32_(p + 48);
+    TOL_TRY(tol_learner_check_settings_(c, &s));
+    const uint16_t n_pending = tol_learner_get16_(p + 72);
+    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
+    const uint16_t fill = tol_learner_get16_(p + 92);
+    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
+    const uint32_t prng = tol_learner_get32_(p + 52);
+    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    /* checked: apply */
+    L->set = s;
+    L->prng.state = prng;
+    L->samples_seen = tol_learner_get32_(p + 56);
+    L->updates = tol_learner_get32_(p + 60);
+    L->rejected = tol_learner_get32_(p + 64);
+    L->anomalies = tol_learner_get32_(p + 68);
+    L->n_pending = n_pending;
+    tol_anomaly_init(&L->anomaly, s.threshold_k, s.ema_alpha, s.warmup);
+    L->anomaly.n = tol_learner_get32_(p + 76);
+    L->anomaly.mean = tol_learner_getf_(p + 80);
+    L->anomaly.m2 = tol_learner_getf_(p + 84);
+    L->anomaly.var = tol_learner_getf_(p + 88);
+    if (c->replay_capacity > 0u) {
+        tol_replay_clear(&L->replay);
+        if (pt & TOL_LEARNER_STATE_REPLAY) {
+            L->replay.fill = fill;
+            L->replay.seen = tol_learner_get32_(p + 96);
+            L->replay.batches = tol_learner_get32_(p + 100);
+        }
+    }
+    if (!(pt & TOL_LEARNER_STATE_MOMENTUM) && L->head.vw != NULL) {
+        const size_t wn = (size_t)L->head.rows * L->head.dim;
+        memset(L->head.vw, 0, wn * sizeof(float));
+        memset(L->head.vb, 0, (size_t)L->head.rows * sizeof(float));
+    }
+    *parts = pt;
+    *total = tol_learner_state_bytes(L, pt);
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_state_write(tol_learner_t *L, uint8_t parts, uint32_t offset,
+                                     const uint8_t *src, uint32_t n)
+{
+    parts = tol_learner_parts_(L, parts);
+    const uint32_t total = tol_learner_state_bytes(L, parts);
+    TOL_CHECK(offset >= TOL_LEARNER_STATE_HEADER && offset <= total && n <= total - offset, TOL_ERR_RANGE);
+    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    const uint32_t k = tol_learner_segs_(L, parts, seg);
+    tol_learner_state_copy_(seg, k, offset, (uint8_t *)(uintptr_t)src, n, 1);
+    return TOL_OK;
+}
+
+static tol_status_t tol_learner_state_check_(tol_learner_t *L, uint8_t parts)
+{
+    tol_head_t *h = &L->head;
+    const size_t wn = (size_t)h->rows * h->dim;
+    for (size_t i = 0; i < wn; i++) {
+        TOL_CHECK(isfinite(h->w[i]) && (h->vw == NULL || isfinite(h->vw[i])), TOL_ERR_RANGE);
+    }
+    uint16_t active = 0;
+    for (uint16_t r = 0; r < h->rows; r++) {
+        TOL_CHECK(isfinite(h->b[r]) && (h->vb == NULL || isfinite(h->vb[r])) && h->active[r] <= 1u,
+                  TOL_ERR_RANGE);
+        active = (uint16_t)(active + h->active[r]);
+    }
+    h->n_active = active;
+    for (uint16_t i = 0; i < L->n_pending; i++) {
+        TOL_CHECK(L->pending_labels[i] < L->cfg.n_outputs, TOL_ERR_RANGE);
+        TOL_CHECK(tol_learner_all_finite_(&h->x[(size_t)i * L->cfg.latent_dim], L->cfg.latent_dim),
+                  TOL_ERR_RANGE);
+    }
+    if (parts & TOL_LEARNER_STATE_REPLAY) {
+        const tol_replay_t *rb = &L->replay;
+        uint32_t slots = 0;
+        for (uint16_t i = 0; i < rb->fill; i++) TOL_CHECK(rb->labels[i] < rb->n_classes, TOL_ERR_RANGE);
+        for (uint16_t c = 0; c < rb->n_classes; c++) slots += rb->count[c];
+        TOL_CHECK(slots == rb->fill, TOL_ERR_RANGE);
+    }
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_state_end(tol_learner_t *L, uint8_t parts)
+{
+    const tol_status_t s = tol_learner_state_check_(L, tol_learner_parts_(L, parts));
+    if (s != TOL_OK) tol_learner_reset(L);
+    return s;
+}
+
+tol_status_t tol_learner_set_head_row(tol_learner_t *L, uint16_t row, uint16_t offset, const float *w,
+                                      uint16_t n, float bias, uint8_t active)
+{
+    tol_head_t *h = &L->head;
+    TOL_CHECK(row < h->rows && offset <= h->dim && n <= h->dim - offset && active <= 1u, TOL_ERR_RANGE);
+    TOL_CHECK(n == 0u || w != NULL, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(bias) && tol_learner_all_finite_(w != NULL ? w : &bias, w != NULL ? n : 1u),
+              TOL_ERR_NONFINITE);
+    float *dst = &h->w[(size_t)row * h->dim];
+    if (n > 0u) memcpy(dst + offset, w, (size_t)n * sizeof(float));
+    h->b[row] = bias;
+    if (h->vw != NULL) {
+        memset(&h->vw[(size_t)row * h->dim], 0, (size_t)h->dim * sizeof(float));
+        h->vb[row] = 0.0f;
+    }
+    h->n_active = (uint16_t)(h->n_active - h->active[row] + active);
+    h->active[row] = active;
+    L->n_pending = 0;
+    return TOL_OK;
 }
