@@ -36,19 +36,19 @@ static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, i
 static inline void tol_store16_(int8_t *dst, int32_t v)
 {
     const int16_t h = (int16_t)v;
-    memcpy(dst, &h, sizeof h);
+    TOL_COPY4(dst, &h, sizeof h);
 }
 
 static inline int32_t tol_load16_(const int8_t *src)
 {
     int16_t h;
-    memcpy(&h, src, sizeof h);
+    TOL_COPY4(&h, src, sizeof h);
     return h;
 }
 
 static inline void tol_store32_(int8_t *dst, uint32_t v)
 {
-    memcpy(dst, &v, sizeof v);
+    TOL_COPY4(dst, &v, sizeof v);
 }
 
 /* Window of output pixel (oy, ox) -> col (int16 slots, permuted groups of 4). */
