@@ -24,7 +24,7 @@
 #define TOL_SEED                     1u
 
 /* memory budget (bytes) */
-#define TOL_BUDGET_ARENA_BYTES        768
+#define TOL_BUDGET_ARENA_BYTES        1056
 #define TOL_BUDGET_HEAD_BYTES         2640  /* W, momentum, b, b momentum */
 #define TOL_BUDGET_REPLAY_BYTES       6800
 #define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */
