@@ -88,7 +88,7 @@ class Stats:
         return cls(*link, *v[:9], *cyc, counts, persist)
 
 
-STORE_STATES = ("none", "unavailable", "empty", "loaded", "foreign", "rejected")
+from .protocol import STORE_STATES  # noqa: E402  (re-exported for callers)
 RATED_ERASE_CYCLES = 10_000  # per page, STM32L4 data sheets
 
 

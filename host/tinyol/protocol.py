@@ -156,6 +156,8 @@ class DeviceGone(TinyolError):
 INFO_FIXED = struct.Struct("<BBHIIIIIIIIIIHHHBB")
 INFO_FLAGS = {0x01: "emulated", 0x02: "test_build", 0x04: "simd_kernels", 0x08: "has_model"}
 HEAD_MODES = {0: "classifier", 1: "autoencoder"}
+# what the persistent store gave at boot (INFO's tail; docs/persistence.md)
+STORE_STATES = ("none", "unavailable", "empty", "loaded", "foreign", "rejected")
 
 
 @dataclass
@@ -180,6 +182,8 @@ class Info:
     replay_bits: int
     board: str
     model: str
+    store: str = "none"     # persistent store at boot: STORE_STATES
+    store_seq: int = 0      # sequence number of the record loaded at boot
 
     @classmethod
     def parse(cls, p: bytes) -> "Info":
@@ -193,6 +197,10 @@ class Info:
             strings.append(p[at + 1 : at + 1 + n].decode("ascii", "replace"))
             at += 1 + n
         fw = v[3]
+        store, store_seq = "none", 0
+        if len(p) >= at + 5:
+            st, store_seq = struct.unpack_from("<BI", p, at)
+            store = STORE_STATES[st] if st < len(STORE_STATES) else str(st)
         return cls(
             proto_version=v[0],
             flags=[name for bit, name in INFO_FLAGS.items() if v[1] & bit],
@@ -214,6 +222,8 @@ class Info:
             replay_bits=v[17],
             board=strings[0],
             model=strings[1],
+            store=store,
+            store_seq=store_seq,
         )
 
 

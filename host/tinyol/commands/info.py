@@ -41,6 +41,7 @@ def cmd(port, as_json, timeout):
         ("RAM", f"{_kb(info.ram_used)} of {_kb(info.ram_total)} (+ SRAM2 {_kb(info.ram2_used)} of {_kb(info.ram2_total)})"),
         ("flash", f"{_kb(info.flash_used)} of {_kb(info.flash_total)}"),
         ("boot count", str(info.boot_count)),
+        ("stored state", info.store + (f" (record {info.store_seq})" if info.store_seq else "")),
         ("max payload", f"{info.max_payload} bytes"),
     ]
     for k, v in rows:
