@@ -38,8 +38,9 @@ def cmd(port, as_json, timeout):
         ("head", f"{info.head_mode}, up to {info.max_classes} classes"),
         ("replay storage", f"{info.replay_bits} bit" if info.replay_bits else "-"),
         ("cpu clock", f"{info.cpu_hz / 1e6:.0f} MHz"),
-        ("RAM", f"{_kb(info.ram_used)} of {_kb(info.ram_total)} (+ SRAM2 {_kb(info.ram2_used)} of {_kb(info.ram2_total)})"),
-        ("flash", f"{_kb(info.flash_used)} of {_kb(info.flash_total)}"),
+        ("RAM", f"{_kb(info.ram_used)} of {_kb(info.ram_total)} (+ SRAM2 {_kb(info.ram2_used)} of {_kb(info.ram2_total)})"
+         if info.ram_total else "n/a (host process)"),
+        ("flash", f"{_kb(info.flash_used)} of {_kb(info.flash_total)}" if info.flash_total else "n/a (host process)"),
         ("boot count", str(info.boot_count)),
         ("stored state", info.store + (f" (record {info.store_seq})" if info.store_seq else "")),
         ("max payload", f"{info.max_payload} bytes"),
