@@ -17,6 +17,13 @@ How a missing reply is noticed:
 * a ``tinyol boot`` line, or a ``samples_seen`` that goes backwards, means the
   device reset: :class:`~tinyol.protocol.DeviceReset`.
 
+Order: on a clean link the device learns the samples in the order sent. When a
+request is lost, the ones sent after it may already have executed when its
+resend arrives, so within the window the device may learn a few samples in a
+different order than sent (each exactly once, none skipped). Every SAMPLE
+reply carries the device's sample counter after it, which gives the order the
+device really learned them in (``Record.samples_seen``, logged by `--log`).
+
 The device caches the replies of its last 8 requests. A resend is safe only
 while fewer than 8 requests have been sent after it, so the window counts
 *every* request sent since the oldest unanswered one (a span, not a count), and
@@ -37,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
+import serial
 
 from ._defs import Msg, Status
 from .device import (FLAG_LEARNED, FLAG_NEW_CLASS, INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
@@ -127,7 +135,12 @@ class Pipeline:
             self.link.stats.retries += 1
         p.last_tx, p.t_last = self._tx, now
         p.attempts += 1
-        self.link.port.write(p.wire)
+        try:
+            self.link.port.write(p.wire)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceGone(f"the device went away: {e}",
+                             hint="it was unplugged, reset into a bootloader, or the emulator "
+                                  "stopped") from None
         self.link.stats.bytes_out += len(p.wire)
 
     def _new(self, tag, msg: int, payload: bytes, control: bool = False) -> _Pending:
@@ -419,7 +432,8 @@ class Stream:
         self.window, self.timeout, self.retries = window, timeout, retries
         self.records: list[Record] = []
         self.summary = Summary(mode)
-        self._last_seen = -1
+        self._last_seen = self._base_seen = 0
+        self._counters: set[int] = set()
 
     def _requests(self, rows: Iterable[tuple[int, np.ndarray, int | None]]):
         msg = Msg.SAMPLE if self.mode == "train" else Msg.PREDICT
@@ -443,13 +457,17 @@ class Stream:
                 raise TinyolError(f"row {index}: {e}") from None
             return Record(index, label, None, None, None, False, False, c.latency, name)
         r = Result.parse(c.payload)
-        if self.mode == "train":
-            if r.samples_seen < self._last_seen:
+        if self.mode == "train" and r.learned:
+            # after a loss, requests in flight may execute out of order (each exactly once):
+            # counters are then a permutation within the window, never repeated, never far back
+            if r.samples_seen in self._counters or r.samples_seen <= self._base_seen \
+                    or r.samples_seen < self._last_seen - DEVICE_CACHE:
                 raise DeviceReset(
                     f"the device reset during the stream (its sample counter went back from "
                     f"{self._last_seen} to {r.samples_seen}) after {self.summary.samples} samples",
                     hint="restart the stream; results before and after a reset are not comparable")
-            self._last_seen = r.samples_seen
+            self._counters.add(r.samples_seen)
+            self._last_seen = max(self._last_seen, r.samples_seen)
         return Record(index, label, r.prediction, r.value, r.loss if self.mode == "train" else None,
                       r.learned, r.new_class, c.latency, None, r.samples_seen)
 
@@ -468,7 +486,8 @@ class Stream:
         link = self.device.link
         st0 = self.device.stats()
         b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
-        self._last_seen = st0.samples_seen if self.mode == "train" else -1
+        self._last_seen = self._base_seen = st0.samples_seen
+        self._counters: set[int] = set()
         link.boot_lines.clear()
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
                         retries=self.retries)
