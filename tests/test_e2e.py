@@ -150,6 +150,5 @@ def test_qemu_stream_equals_reference_learner(firmware, digits_stream, reference
         with Device.open(t.url, timeout=5) as dev:
             s, recs = stream(dev, X, y, MANIFEST, mode="train", window=4, timeout=3.0)
             st = dev.stats()
-            dev.link.request(0x0E, bytes([0]))  # EXIT
     _check_against_reference(s, recs, reference, len(y))
     assert st.samples_seen == len(y)
