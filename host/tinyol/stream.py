@@ -542,6 +542,25 @@ def stream(device: Device, X: np.ndarray, y: np.ndarray | None, manifest: dict |
     return summary, st.records
 
 
+def embed_all(device: Device, Xq: np.ndarray, manifest: dict | None = None, *,
+              window: int = DEFAULT_WINDOW, timeout: float = 2.0) -> np.ndarray:
+    """The device's int8 latents [N, latent_dim] for int8 inputs Xq [N, input_size] (EMBED)."""
+    info = device.info
+    if manifest is not None:
+        check_model(info, manifest)
+    Xq = np.asarray(Xq, np.int8).reshape(len(Xq), -1)
+    if Xq.shape[1] != info.input_size:
+        raise TinyolError(f"inputs have {Xq.shape[1]} values, the device's model takes {info.input_size}")
+    out = np.empty((len(Xq), info.latent_dim), np.int8)
+    pipe = Pipeline(device.link, info.boot_count, window=window, timeout=timeout)
+    reqs = ((i, Msg.EMBED, bytes([INPUT_INT8]) + Xq[i].tobytes()) for i in range(len(Xq)))
+    for c in pipe.run(reqs):
+        if c.status:
+            raise TinyolError(f"input {c.tag}: {DeviceError(c.status, c.msg)}")
+        out[c.tag] = np.frombuffer(c.payload, np.int8)
+    return out
+
+
 # --------------------------------------------------------------------------- bench
 def bench_stream(url: str, model_dir: str = "models/digits", *, n: int = 400, mode: str = "predict",
                  window: int = DEFAULT_WINDOW, encoding: str = "int8", timeout: float = 2.0,
