@@ -136,3 +136,72 @@ def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None,
         seen.append(lrn.samples_seen)
     return {"predictions": np.array(preds), "confidence": np.array(conf), "learner": lrn,
             "samples_seen": seen}
+
+
+# --------------------------------------------------------------------------- in-process device
+class CPort:
+    """A pyserial-like port whose other end is the firmware's protocol stack, compiled for the
+    host (tests/c/hal_capture.c + the digits model) and called in-process through ctypes.
+
+    `drop_writes`: indices of write() calls whose bytes are lost (the device never sees them);
+    `drop_reads`: indices of device replies (one per write that produced output) to lose.
+    """
+
+    def __init__(self, lib, *, drop_writes=(), drop_reads=(), inject=b""):
+        import ctypes
+        self.ctypes = ctypes
+        self.lib = lib
+        self.buf = bytearray(inject)
+        self.writes = 0
+        self.outputs = 0
+        self.drop_writes, self.drop_reads = set(drop_writes), set(drop_reads)
+        self.timeout = 0.01
+        self.wire_log: list[bytes] = []
+        out = ctypes.create_string_buffer(1 << 16)
+        self.buf += out.raw[: lib.tol_test_take(out, len(out))]  # the boot line, if any
+
+    def write(self, data: bytes) -> int:
+        i = self.writes
+        self.writes += 1
+        self.wire_log.append(bytes(data))
+        if i in self.drop_writes:
+            return len(data)
+        self.lib.tol_test_feed(bytes(data), len(data))
+        out = self.ctypes.create_string_buffer(1 << 16)
+        n = self.lib.tol_test_take(out, len(out))
+        if n:
+            if self.outputs not in self.drop_reads:
+                self.buf += out.raw[:n]
+            self.outputs += 1
+        return len(data)
+
+    def read(self, n: int = 1) -> bytes:
+        if not self.buf:
+            time.sleep(self.timeout)
+            return b""
+        d = bytes(self.buf[:n])
+        del self.buf[:n]
+        return d
+
+    @property
+    def in_waiting(self) -> int:
+        return len(self.buf)
+
+    def close(self) -> None:
+        pass
+
+
+def compile_device(model: str = "models/digits"):
+    """The digits firmware's protocol stack as a ctypes library (cached)."""
+    import ctypes
+
+    from conftest import ROOT, compile_shared
+    mcu = ROOT / "mcu"
+    srcs = (sorted((mcu / "src").glob("*.c")) + sorted((mcu / "src/kernels/ref").glob("*.c"))
+            + [mcu / "app/model.c", ROOT / model / "backbone.c", ROOT / model / "head_init.c",
+               ROOT / "tests/c/hal_capture.c"])
+    lib = compile_shared(srcs, [mcu / "include", ROOT / model], {"TOL_TEST_BUILD": 0})
+    lib.tol_test_feed.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.tol_test_take.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.tol_test_take.restype = ctypes.c_size_t
+    return lib

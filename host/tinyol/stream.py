@@ -237,14 +237,38 @@ class Pipeline:
                 self.stats.resend_timeout += 1
                 self._transmit(p)
 
+    def _read_some(self) -> bytes:
+        """Whatever arrived (waits up to the port's timeout for the first byte)."""
+        port = self.link.port
+        try:
+            data = port.read(1)
+            if data:
+                waiting = port.in_waiting
+                if waiting:
+                    data += port.read(waiting)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceGone(f"the device went away: {e}",
+                             hint="it was unplugged, reset into a bootloader, or the emulator "
+                                  "stopped") from None
+        return data
+
     def _pump(self, wait: float) -> None:
-        """Read what arrived within `wait` seconds (returns early once something did)."""
+        """Handle what arrives within `wait` seconds; returns early once the oldest is answered."""
         deadline = time.monotonic() + wait
-        for f in self.link.poll(deadline):
-            self._on_frame(f)
-            if self._queue and self._queue[0].done:
+        link = self.link
+        while True:
+            data = self._read_some()
+            if data:
+                link.stats.bytes_in += len(data)
+                for item in link.deframer.feed(data):  # every complete frame, none left behind
+                    if isinstance(item, str):
+                        link._handle_line(item)
+                    else:
+                        self._on_frame(item)
+                link.stats.garbage_frames = link.deframer.garbage
+                self._check_lines()
+            if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
                 break
-        self._check_lines()
         self._timeouts()
 
     def _deliver(self) -> Iterator[Completion]:
