@@ -152,3 +152,26 @@ def test_qemu_stream_equals_reference_learner(firmware, digits_stream, reference
             st = dev.stats()
     _check_against_reference(s, recs, reference, len(y))
     assert st.samples_seen == len(y)
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_qemu_exit_mid_stream_is_reported(firmware, digits_stream):
+    """QEMU stops (EXIT message, test build) while samples are in flight: one clear error
+    that says how many samples were done."""
+    from tinyol.protocol import Frame
+    X, y = digits_stream
+    fw = firmware("nucleo_l476rg", model=MODEL, test_build=True)
+    with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=120) as t:
+        with Device.open(t.url, timeout=5) as dev:
+            st = Stream(dev, MANIFEST, mode="train", window=4, timeout=1.0, retries=2)
+
+            def exit_at_30(rec):
+                if rec.index == 30:
+                    dev.link.send_frame(Frame(0x0E, 1, bytes([7])))  # EXIT with code 7
+
+            with pytest.raises((DeviceGone, DeviceReset)) as e:
+                st.run(((i, X[i], int(y[i])) for i in range(len(y))), on_record=exit_at_30)
+        assert t.wait(20) == 7
+    assert "\n" not in str(e.value) and "samples" in str(e.value)
+    assert 30 < st.summary.samples <= 35
