@@ -24,7 +24,7 @@ from tinyol.datasets import load_source
 from tinyol.device import Device
 from tinyol.errors import TinyolError
 from tinyol.protocol import DeviceReset, Link
-from tinyol.stream import Pipeline, Stream, check_samples, stream
+from tinyol.stream import Stream, check_samples, stream
 
 MODEL = "models/digits"
 MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
@@ -78,7 +78,7 @@ def test_window_never_exceeds_the_device_cache(lib, digits):
     X, y = digits
     dev, port = open_dev(lib, drop_reads=set(range(3, 60, 3)))
     Stream(dev, MANIFEST, window=8, timeout=0.05).run((i, X[i], int(y[i])) for i in range(60))
-    from tinyol.protocol import Frame, cobs_decode
+    from tinyol.protocol import cobs_decode
     seqs = []
     for w in port.wire_log:
         for chunk in w.split(b"\0"):

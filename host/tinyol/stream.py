@@ -47,7 +47,7 @@ import numpy as np
 import serial
 
 from ._defs import Msg, Status
-from .device import (FLAG_LEARNED, FLAG_NEW_CLASS, INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
+from .device import (INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
                      Result, quantize)
 from .errors import TinyolError
 from .protocol import (REPLY_FLAG, DeviceError, DeviceGone, DeviceReset, Frame, Info, Link,
@@ -108,7 +108,7 @@ class Pipeline:
     """
 
     def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
-                 timeout: float = 1.0, retries: int = 8, on_done_check: Callable | None = None):
+                 timeout: float = 1.0, retries: int = 8):
         if not 1 <= window <= DEVICE_CACHE:
             raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
         self.link = link
@@ -620,3 +620,25 @@ def bench_stream(url: str, model_dir: str = "models/digits", *, n: int = 400, mo
         "fraction_of_uart": s.samples_per_s / uart_sps,
         "retries": s.retries, "link_limited": not url.startswith("socket://"),
     }
+
+
+def bench_emulators(model_dir: str = "models/digits", *, board: str = "nucleo_l476rg",
+                    targets: tuple[str, ...] = ("native", "qemu"), windows: tuple[int, ...] = (1, 4),
+                    n_native: int = 1000, n_qemu: int = 300, mode: str = "train") -> list[dict]:
+    """Build the model's firmware, start each emulated target and run :func:`bench_stream`
+    for every window (a fresh target each time). For `tinyol bench` and docs/streaming.md."""
+    from . import emulator
+    from .firmware import BuildConfig, build
+
+    rows = []
+    for kind in targets:
+        fw = build(BuildConfig("native" if kind == "native" else board, model_dir, None, kind != "native"))
+        for w in windows:
+            t = (emulator.start_native(fw.program, timeout=300) if kind == "native"
+                 else emulator.start_qemu(board, fw.elf, timeout=300))
+            with t:
+                r = bench_stream(t.url, model_dir, n=n_native if kind == "native" else n_qemu,
+                                 window=w, mode=mode, timeout=3.0)
+            r["target"] = kind
+            rows.append(r)
+    return rows
