@@ -113,3 +113,128 @@ def assert_bit_exact(tflite_path: Path, impl: str, workdir: Path, n: int = 16, s
 
 def have_arm_gcc() -> bool:
     return shutil.which("arm-none-eabi-gcc") is not None
+
+
+# ----------------------------------------------------------------------------- Cortex-M4 in QEMU
+# A bare-metal harness for QEMU's mps2-an386 (Cortex-M4F): runs the generated
+# backbone on embedded inputs, prints the outputs through semihosting and marks
+# the first invoke so the executed instructions can be counted exactly from
+# QEMU's one-instruction-per-block execution log.
+
+_M4_START = r"""
+#include <stdint.h>
+extern uint32_t _sidata, _sdata, _edata, _sbss, _ebss, _estack;
+int main(void);
+static int semi(int op, const void *arg)
+{
+    register int r0 __asm__("r0") = op;
+    register const void *r1 __asm__("r1") = arg;
+    __asm__ volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+    return r0;
+}
+void tol_semi_write0(const char *s) { (void)semi(0x04, s); }
+void tol_semi_exit(int code)
+{
+    const uint32_t a[2] = {0x20026u, (uint32_t)code};
+    (void)semi(0x20, a);
+    for (;;) {
+    }
+}
+void Reset_Handler(void)
+{
+    uint32_t *s = &_sidata, *d = &_sdata;
+    while (d < &_edata) *d++ = *s++;
+    for (d = &_sbss; d < &_ebss;) *d++ = 0;
+    *(volatile uint32_t *)0xE000ED88u |= (0xFu << 20);
+    tol_semi_exit(main());
+}
+void Default_Handler(void) { tol_semi_exit(99); }
+__attribute__((section(".isr_vector"), used)) void (*const tol_vectors[16])(void) = {
+    (void (*)(void))(uintptr_t)&_estack, Reset_Handler, Default_Handler, Default_Handler,
+    Default_Handler, Default_Handler, Default_Handler, 0, 0, 0, 0,
+    Default_Handler, Default_Handler, 0, Default_Handler, Default_Handler};
+"""
+
+_M4_LD = """
+MEMORY { FLASH (rx) : ORIGIN = 0x00000000, LENGTH = 4M  RAM (rwx) : ORIGIN = 0x20000000, LENGTH = 4M }
+_estack = ORIGIN(RAM) + LENGTH(RAM);
+SECTIONS {
+  .text : { KEEP(*(.isr_vector)) *(.text*) *(.rodata*) } > FLASH
+  _sidata = LOADADDR(.data);
+  .data : { _sdata = .; *(.data*) _edata = .; } > RAM AT > FLASH
+  .bss (NOLOAD) : { _sbss = .; *(.bss*) *(COMMON) . = ALIGN(4); _ebss = .; } > RAM
+}
+"""
+
+
+def have_qemu_m4() -> bool:
+    return have_arm_gcc() and shutil.which("qemu-system-arm") is not None
+
+
+def run_on_m4(tflite_path: Path, impl: str, x: np.ndarray, workdir: Path, count: bool = True):
+    """Run the generated backbone on Cortex-M4 (QEMU mps2-an386).
+
+    Returns (outputs int8 [n, latent], instructions executed by the first
+    tol_backbone_invoke or None)."""
+    from tinyol import codegen
+
+    workdir = Path(workdir) / f"m4_{Path(tflite_path).stem}_{impl}"
+    gen = workdir / "gen"
+    info = codegen.generate_backbone(tflite_path, gen, Path(tflite_path).name)
+    x = np.asarray(x, dtype=np.int8).reshape(-1, int(np.prod(info.input_shape)))
+    rows = ",\n".join("{" + ",".join(str(int(v)) for v in r) + "}" for r in x)
+    main = (
+        "#include <stdint.h>\n#include \"backbone.h\"\n"
+        "void tol_semi_write0(const char *s);\n"
+        "__attribute__((noinline)) void tol_bench_mark(int i) { __asm__ volatile(\"\" : : \"r\"(i)); }\n"
+        f"static const int8_t inputs[{len(x)}][TOL_BACKBONE_INPUT_SIZE] = {{\n{rows}\n}};\n"
+        "static int8_t latent[TOL_BACKBONE_LATENT_SIZE];\n"
+        "static char line[4 * TOL_BACKBONE_LATENT_SIZE + 4];\n"
+        "int main(void)\n{\n"
+        f"    for (int n = 0; n < {len(x)}; ++n) {{\n"
+        "        tol_bench_mark(1);\n"
+        "        if (tol_backbone_invoke(inputs[n], latent) != TOL_OK) return 2;\n"
+        "        tol_bench_mark(2);\n"
+        "        int k = 0;\n"
+        "        for (int i = 0; i < TOL_BACKBONE_LATENT_SIZE; ++i) {\n"
+        "            const uint8_t b = (uint8_t)latent[i];\n"
+        "            line[k++] = \"0123456789abcdef\"[b >> 4];\n"
+        "            line[k++] = \"0123456789abcdef\"[b & 15];\n"
+        "        }\n"
+        "        line[k++] = '\\n';\n        line[k] = 0;\n        tol_semi_write0(line);\n"
+        "    }\n    return 0;\n}\n")
+    (workdir / "main.c").write_text(main)
+    (workdir / "start.c").write_text(_M4_START)
+    (workdir / "link.ld").write_text(_M4_LD)
+    elf = workdir / "bench.elf"
+    subprocess.run(["arm-none-eabi-gcc", *ARM_FLAGS, "-std=c11", "-nostartfiles", "--specs=nano.specs",
+                    f"-I{MCU_INC}", f"-I{gen}", "-T", str(workdir / "link.ld"),
+                    str(workdir / "start.c"), str(workdir / "main.c"), str(gen / "backbone.c"),
+                    *map(str, kernel_sources(impl)), "-o", str(elf), "-lc", "-lgcc"], check=True)
+    qemu = ["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
+            "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
+    res = subprocess.run(["timeout", "120", *qemu], capture_output=True, text=True)
+    assert res.returncode == 0, f"QEMU run failed ({res.returncode}): {res.stderr[-500:]}"
+    lines = [ln for ln in (res.stdout + res.stderr).split("\n") if ln.strip() and all(c in "0123456789abcdef" for c in ln.strip())]
+    out = np.array([[int(ln[i:i + 2], 16) for i in range(0, len(ln), 2)] for ln in lines],
+                   dtype=np.uint8).view(np.int8)
+    instr = None
+    if count:
+        mark = int(subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True)
+                   .stdout.split("tol_bench_mark")[0].split("\n")[-1].split()[0], 16)
+        log = workdir / "exec.log"
+        # re-run logging every executed instruction (keep x small: the log grows ~90 B/instruction)
+        subprocess.run(["timeout", "300", *qemu, "-accel", "tcg,one-insn-per-tb=on",
+                        "-d", "exec,nochain", "-D", str(log)], capture_output=True, text=True)
+        pcs = []
+        with open(log) as f:
+            for n, ln in enumerate(f):
+                if ln.startswith("Trace") and f"/{mark:016x}/" in ln:
+                    pcs.append(n)
+                    if len(pcs) == 2:
+                        break
+        if len(pcs) == 2:
+            # lines between the two marks, minus the mark function's own instructions
+            instr = pcs[1] - pcs[0] - 3
+        log.unlink(missing_ok=True)
+    return out, instr

@@ -27,11 +27,15 @@ ARM = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-
 SHIM = r"""
 #include "tol_learner.h"
 size_t shim_sizeof_learner(void) { return sizeof(tol_learner_t); }
-size_t shim_learner_bytes(unsigned d, unsigned c, unsigned cap, unsigned bits, unsigned mx)
+size_t shim_learner_bytes(unsigned d, unsigned c, unsigned cap, unsigned bits, unsigned mx,
+                          unsigned mo, unsigned mom)
+{ return TOL_LEARNER_BYTES_EX(d, c, cap, bits, mx, mo, mom); }
+size_t shim_learner_bytes5(unsigned d, unsigned c, unsigned cap, unsigned bits, unsigned mx)
 { return TOL_LEARNER_BYTES(d, c, cap, bits, mx); }
 size_t shim_replay_bytes(unsigned cap, unsigned d, unsigned bits, unsigned c)
 { return TOL_REPLAY_BYTES(cap, d, bits, c); }
-size_t shim_head_bytes(unsigned d, unsigned c) { return TOL_HEAD_BYTES(d, c); }
+size_t shim_head_bytes(unsigned d, unsigned c, unsigned mb, unsigned mom)
+{ return TOL_HEAD_BYTES(d, c, mb, mom); }
 const float *shim_w(const tol_learner_t *L) { return L->head.w; }
 const float *shim_b(const tol_learner_t *L) { return L->head.b; }
 const uint8_t *shim_active(const tol_learner_t *L) { return L->head.active; }
@@ -72,9 +76,11 @@ class CSettings(C.Structure):
 
 class CConfig(C.Structure):
     _fields_ = [("head_kind", C.c_uint8), ("replay_bits", C.c_uint8),
-                ("replay_policy", C.c_uint8), ("latent_dim", C.c_uint16),
+                ("replay_policy", C.c_uint8), ("no_momentum", C.c_uint8),
+                ("latent_dim", C.c_uint16),
                 ("n_outputs", C.c_uint16), ("init_classes", C.c_uint16),
                 ("replay_capacity", C.c_uint16), ("max_new", C.c_uint16),
+                ("max_old", C.c_uint16),
                 ("init_weight", C.POINTER(C.c_float)), ("init_bias", C.POINTER(C.c_float)),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
                 ("target_scale", C.c_float), ("target_zero_point", C.c_int32),
@@ -108,6 +114,7 @@ def _declare(lib: C.CDLL) -> None:
         "tol_learner_set_settings": (C.c_int, [P, C.POINTER(CSettings)]),
         "tol_learner_get_stats": (None, [P, C.POINTER(CStats)]),
         "tol_learner_settings_default": (None, [C.POINTER(CSettings)]),
+        "tol_head_expf": (C.c_float, [C.c_float]),
         "tol_prng_seed": (None, [P, C.c_uint32]),
         "tol_prng_next": (C.c_uint32, [P]),
         "tol_prng_below": (C.c_uint32, [P, C.c_uint32]),
@@ -116,9 +123,12 @@ def _declare(lib: C.CDLL) -> None:
         "tol_replay_requant7": (C.c_int8, [C.c_int8]),
         "tol_replay_quantize": (None, [f32p, C.c_uint16, C.c_float, C.c_int32, i8p]),
         "shim_sizeof_learner": (C.c_size_t, []),
-        "shim_learner_bytes": (C.c_size_t, [C.c_uint] * 5),
+        "shim_learner_bytes": (C.c_size_t, [C.c_uint] * 7),
+        "shim_learner_bytes5": (C.c_size_t, [C.c_uint] * 5),
+        "tol_learner_score": (C.c_int, [P, i8p, i8p, f32p, C.POINTER(C.c_uint8)]),
+        "tol_learner_score_f": (C.c_int, [P, f32p, f32p, f32p, C.POINTER(C.c_uint8)]),
         "shim_replay_bytes": (C.c_size_t, [C.c_uint] * 4),
-        "shim_head_bytes": (C.c_size_t, [C.c_uint] * 2),
+        "shim_head_bytes": (C.c_size_t, [C.c_uint] * 4),
         "shim_w": (f32p, [P]),
         "shim_b": (f32p, [P]),
         "shim_active": (C.POINTER(C.c_uint8), [P]),
@@ -159,13 +169,14 @@ class CLearner:
                    else np.ascontiguousarray(cfg.init_weight, np.float32).reshape(c, d))
         self._b = (np.zeros(c, np.float32) if cfg.init_bias is None
                    else np.ascontiguousarray(cfg.init_bias, np.float32).reshape(c))
-        self.ccfg = CConfig(cfg.head_kind, cfg.replay_bits, cfg.replay_policy, d, c,
-                            cfg.init_classes, cfg.replay_capacity, cfg.max_new, _fptr(self._w),
+        self.ccfg = CConfig(cfg.head_kind, cfg.replay_bits, cfg.replay_policy,
+                            int(cfg.no_momentum), d, c, cfg.init_classes,
+                            cfg.replay_capacity, cfg.max_new, cfg.max_old, _fptr(self._w),
                             _fptr(self._b), cfg.latent_scale, cfg.latent_zero_point,
                             cfg.target_scale, cfg.target_zero_point, cfg.seed,
                             settings_to_c(cfg.settings))
         self.nbytes = lib.shim_learner_bytes(d, c, cfg.replay_capacity, cfg.replay_bits,
-                                             cfg.max_new)
+                                             cfg.max_new, cfg.max_old, int(cfg.no_momentum))
         self.state = C.create_string_buffer(lib.shim_sizeof_learner())
         self.mem = np.zeros(self.nbytes // 4 + 1, np.uint32)  # 4-byte aligned
         self._check(lib.tol_learner_init(self.state, self.mem.ctypes.data, self.nbytes,
@@ -228,6 +239,20 @@ class CLearner:
         s, f = C.c_float(), C.c_uint8()
         self._check(self.lib.tol_learner_anomaly_f(self.state, _fptr(x), _fptr(t), C.byref(s),
                                                    C.byref(f)))
+        return s.value, bool(f.value)
+
+    def score(self, ql, qt):
+        ql, qt = self._q(ql), self._q(qt)
+        s, f = C.c_float(), C.c_uint8()
+        self._check(self.lib.tol_learner_score(self.state, _i8ptr(ql), _i8ptr(qt), C.byref(s),
+                                               C.byref(f)))
+        return s.value, bool(f.value)
+
+    def score_f(self, x, t):
+        x, t = self._f(x), self._f(t)
+        s, f = C.c_float(), C.c_uint8()
+        self._check(self.lib.tol_learner_score_f(self.state, _fptr(x), _fptr(t), C.byref(s),
+                                                 C.byref(f)))
         return s.value, bool(f.value)
 
     def get_settings(self) -> Settings:

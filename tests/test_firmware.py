@@ -7,6 +7,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT
@@ -15,7 +16,7 @@ from tinyol import emulator
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
 from tinyol.firmware import BuildConfig, build
-from tinyol.protocol import Frame, Link, Msg
+from tinyol.protocol import DeviceGone, Frame, Link, Msg
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ def test_memory_overflow_fails_with_the_size(tmp_path):
         build(BuildConfig("nucleo_l432kc", str(model)))
     msg = str(e.value)
     assert "nucleo_l432kc" in msg
-    assert re.search(r"overflow|over by \d+ bytes", msg), msg
+    assert re.search(r"overflowed by \d+ bytes", msg), msg
 
 
 def _qemu_info(firmware, board):
@@ -110,6 +111,29 @@ def test_qemu_boot_and_info(firmware, board):
     assert rc == 42, "semihosting exit code must come back from QEMU"
 
 
+@pytest.mark.qemu
+def test_hard_fault_is_reported(firmware):
+    """A fault prints one `tinyol fault ...` line with the PC, then exits with code 3."""
+    res = firmware("nucleo_l476rg")
+    lines = []
+    with emulator.start_qemu("nucleo_l476rg", res.elf, timeout=60) as target:
+        with Link.open(target.url, timeout=5, on_line=lines.append) as link:
+            link.request(Msg.EXIT, bytes([0xFE]))
+            deadline = time.monotonic() + 10
+            try:
+                while not any(l.startswith("tinyol fault") for l in lines) and time.monotonic() < deadline:
+                    list(link.poll(time.monotonic() + 0.2))
+            except DeviceGone:
+                pass  # QEMU exits right after the report
+        rc = target.wait(20)
+    fault = next(l for l in lines if l.startswith("tinyol fault"))
+    fields = dict(kv.split("=") for kv in fault.split()[2:])
+    assert int(fields["exc"], 16) in (3, 6)        # HardFault or UsageFault
+    assert int(fields["cfsr"], 16) & (1 << 17)     # UFSR.INVSTATE: branch without the Thumb bit
+    assert int(fields["pc"], 16) == 0x20000000
+    assert rc == 3
+
+
 def test_native_info_and_boot_counter(firmware, tmp_path):
     res = firmware("native")
     counts = []
@@ -133,12 +157,13 @@ def test_icount_measurement_is_deterministic(firmware):
     runs = []
     for _ in range(2):
         with Session("nucleo_l476rg", elf, timeout=60) as s:
-            runs.append([s.instructions(1, n) for n in (0, 512, 1024, 2048)])
+            runs.append([s.instructions(1, n) for n in (0, 256, 512, 1024)])
     assert runs[0] == runs[1]
-    c0, c512, c1k, c2k = runs[0]
-    # CRC-32 cost is linear in the length: equal increments per 1024 bytes (to a few instructions)
-    assert abs((c2k - c1k) - (c1k - c0)) <= 4
-    assert abs(2 * (c1k - c512) - (c1k - c0)) <= 4
+    c0, c256, c512, c1k = runs[0]
+    # CRC-32 cost is linear in the length: equal increments per 512 bytes, up to
+    # one SysTick wrap interrupt (~10 instructions, every 1.6 M) landing in a region
+    assert abs((c1k - c512) - (c512 - c0)) <= 16
+    assert abs(2 * (c512 - c256) - (c512 - c0)) <= 16
     assert 4 <= (c1k - c0) / 1024 <= 30  # a nibble-table CRC: ~10 instructions per byte on M4
 
 

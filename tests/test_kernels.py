@@ -121,3 +121,74 @@ def test_bit_exact(models, cwork, name, impl):
 @pytest.mark.parametrize("name", sorted(set(CASES) - set(FAST)))
 def test_bit_exact_sweep(models, cwork, name, impl):
     assert_bit_exact(_model(models, name), impl, cwork, n=24)
+
+
+# ----------------------------------------------------------------------------- on Cortex-M4 (QEMU)
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
+    """Both kernel sets built for Cortex-M4 (real DSP instructions and the ARM asm
+    paths) run in QEMU, match TFLM bit for bit, and SIMD needs fewer instructions."""
+    from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
+    from tinyol import codegen
+
+    if not have_qemu_m4():
+        pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
+    path = _model(models, "conv_3x3_same_relu")
+    x = random_inputs((9, 7, 5), 3, seed=7)
+    want = codegen.run_tflm(path, x).reshape(3, -1)
+    counts = {}
+    for impl in IMPLS:
+        got, instr = run_on_m4(path, impl, x, tmp_path)
+        assert np.array_equal(got, want), impl
+        counts[impl] = instr
+    assert counts["simd"] < counts["ref"], counts
+
+
+# ----------------------------------------------------------------------------- requantization
+
+def _mbqm_py(x: int, m: int, s: int) -> int:
+    """gemmlowp/TFLM MultiplyByQuantizedMultiplier with Python integers (oracle)."""
+    left, right = max(s, 0), max(-s, 0)
+    a = ((x << left) + 2**31) % 2**32 - 2**31            # int32 wrap of x * 2^left
+    ab = a * m
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    v = ab + nudge
+    q = (abs(v) >> 31) * (1 if v >= 0 else -1)          # C++ division truncates toward zero
+    mask = (1 << right) - 1
+    rem, thr = q & mask, (mask >> 1) + (1 if q < 0 else 0)
+    return (q >> right) + (1 if rem > thr else 0)
+
+
+def test_requantization_edge_cases(tmp_path):
+    """The reference (gemmlowp formulation) and the SIMD fast path against a
+    Python oracle, including accumulators near +-2^31 and every shift."""
+    import ctypes
+    import subprocess
+
+    from _kernel_util import KERNELS, MCU_INC, STRICT
+
+    shim = tmp_path / "shim.c"
+    shim.write_text('#include "simd/tol_simd_dot.h"\n'
+                    "int32_t shim_fast(int32_t x, int32_t m, int32_t s);\n"
+                    "int32_t shim_fast(int32_t x, int32_t m, int32_t s) { return tol_mbqm_fast_(x, m, s); }\n")
+    lib = tmp_path / "librq.so"
+    subprocess.run(["gcc", *STRICT, "-O2", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{KERNELS}", str(shim),
+                    str(KERNELS / "ref" / "tol_eltwise.c"), "-o", str(lib)], check=True)
+    so = ctypes.CDLL(str(lib))
+    rng = np.random.default_rng(3)
+    xs = [0, 1, -1, 2**31 - 1, -2**31 + 1, -2**31, 2**30, -2**30, 12345, -12345]
+    xs += [int(v) for v in rng.integers(-2**31, 2**31, size=150)]
+    xs += [int(v) for v in rng.integers(-2**20, 2**20, size=150)]
+    cases = 0
+    for s in range(-31, 8):
+        for m in (1 << 30, (1 << 31) - 1, 1518500250, int(rng.integers(1 << 30, 1 << 31))):
+            for x in xs:
+                if s > 0 and not (-2**31 <= x * (1 << s) < 2**31):
+                    continue  # TFLM's left shift would overflow int32 (UB)
+                want = _mbqm_py(x, m, s)
+                assert so.tol_mbqm(x, m, s) == want, ("ref", x, m, s)
+                assert so.shim_fast(x, m, s) == want, ("simd", x, m, s)
+                cases += 1
+    assert cases > 10000

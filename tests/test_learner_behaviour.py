@@ -319,3 +319,15 @@ def test_balanced_policy_evens_out_classes(lib):
     # class in turn down to 10/10/10; later 0s only replace 0s (CBRS)
     assert counts.tolist() == [10, 10, 10, 0]
     assert cl.replay_labels() == py.replay.labels[:30].tolist()
+
+
+def test_expf_bit_exact_and_accurate(lib):
+    rng = np.random.default_rng(8)
+    xs = np.concatenate([rng.uniform(-90, 0, 20000), rng.uniform(-1, 0, 20000),
+                         [0.0, -0.0, -1e-30, -86.99, -87.0, -87.01, -100.0, 3.0, np.nan, -np.inf]]).astype(np.float32)
+    c = np.array([lib.tol_head_expf(float(v)) for v in xs], np.float32)
+    np.testing.assert_array_equal(c.view(np.uint32), ref.expf(xs).view(np.uint32))
+    ok = xs >= -80  # away from the flush-to-zero end
+    want = np.exp(np.minimum(xs[ok], 0).astype(np.float64))
+    assert np.max(np.abs(c[ok] - want) / want) < 3e-7
+    assert c[~(xs >= -87.0)].max() == 0.0 and c[xs == 3.0][0] == 1.0

@@ -32,7 +32,7 @@ def base_cfg(rng, **kw) -> Config:
 
 
 CASES = {
-    "naive_sgd": dict(settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
+    "naive_sgd": dict(no_momentum=True, settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
     "momentum_decay_clip": dict(settings=Settings(lr=0.02, momentum=0.9, weight_decay=1e-3,
                                                   clip_norm=1.0, mode=MODE_SGD)),
     "replay_f32_reservoir": dict(replay_capacity=40, replay_bits=32,
@@ -43,7 +43,8 @@ CASES = {
     "replay_7bit_balanced": dict(replay_capacity=30, replay_bits=7, replay_policy=POLICY_BALANCED,
                                  settings=Settings(lr=0.05, n_old=4, weight_decay=1e-4)),
     "replay_i8_ar1_batch": dict(replay_capacity=25, replay_bits=8, replay_policy=POLICY_AR1,
-                                max_new=4, settings=Settings(lr=0.05, n_new=4, n_old=6)),
+                                max_new=4, max_old=6, no_momentum=True,
+                                settings=Settings(lr=0.05, n_new=4, n_old=6)),
     "replay_7bit_ar1": dict(replay_capacity=20, replay_bits=7, replay_policy=POLICY_AR1,
                             settings=Settings(lr=0.1, n_old=2)),
     "replay_f32_balanced_batch": dict(replay_capacity=30, replay_bits=32,
@@ -66,6 +67,7 @@ def test_stream_c_matches_numpy(lib, name):
     np.testing.assert_allclose([p[1] for p in pc], [p[1] for p in pp], rtol=1e-4, atol=1e-6)
     assert rel_err(cl.w, py.head.w) < 1e-5
     assert rel_err(cl.b, py.head.b) < 1e-5
+    np.testing.assert_array_equal(cl.w, py.head.w)  # in fact bit-identical
     assert (cl.active == py.head.active).all()
     sc, sp = cl.stats(), py.stats()
     for k in ("samples_seen", "updates", "rejected", "n_active", "replay_fill", "class_count"):
@@ -144,13 +146,37 @@ def test_anomaly_int8_entry(lib):
 
 def test_sizes_match_python_formulas(lib):
     from tinyol.learner import head_bytes, learner_bytes, replay_bytes
-    for d, c, cap, bits, mx in [(32, 10, 100, 7, 1), (33, 5, 0, 8, 4), (64, 10, 200, 32, 2),
-                                (7, 3, 13, 7, 1)]:
-        assert lib.shim_learner_bytes(d, c, cap, bits, mx) == learner_bytes(d, c, cap, bits, mx)
+    for d, c, cap, bits, mx, mo, nomom in [(32, 10, 100, 7, 1, 16, 1), (33, 5, 0, 8, 4, 0, 0),
+                                           (64, 10, 200, 32, 2, 8, 0), (7, 3, 13, 7, 1, 0, 1),
+                                           (16, 640, 0, 8, 1, 0, 1)]:
+        assert lib.shim_learner_bytes(d, c, cap, bits, mx, mo, nomom) == learner_bytes(
+            d, c, cap, bits, mx, mo, bool(nomom))
+        assert lib.shim_learner_bytes5(d, c, cap, bits, mx) == learner_bytes(d, c, cap, bits, mx)
         assert lib.shim_replay_bytes(cap, d, bits, c) == replay_bytes(cap, d, bits, c)
-        assert lib.shim_head_bytes(d, c) == head_bytes(d, c)
+        assert lib.shim_head_bytes(d, c, mx + mo, 1 - nomom) == head_bytes(d, c, mx + mo,
+                                                                         not nomom)
     # 7-bit rows are 7/8 of int8 rows when dim is a multiple of 8
     assert replay_bytes(100, 32, 7, 10) - replay_bytes(100, 32, 8, 10) == -100 * 4
+    # independent count for the 640x16 autoencoder head, batch 1, no momentum:
+    # W + b + z + e (1 x 640) + x (1 x 16) floats + 640 flags
+    assert head_bytes(16, 640, 1, False) == 4 * (640 * 16 + 640 + 640 + 640 + 16) + 640
+    # max_old 0 = automatic: 16 with a buffer
+    assert learner_bytes(32, 10, 50, 8, 1, 0) == learner_bytes(32, 10, 50, 8, 1, 16)
+
+
+def test_learner_rejects_short_memory_and_bad_config(lib):
+    import ctypes
+    cfg = base_cfg(np.random.default_rng(0), replay_capacity=10, replay_bits=7)
+    cl = CLearner(lib, cfg)
+    mem = np.zeros(cl.nbytes // 4, np.uint32)
+    assert lib.tol_learner_init(cl.state, mem.ctypes.data, cl.nbytes - 1,
+                                ctypes.byref(cl.ccfg)) == 16  # TOL_ERR_OVERFLOW
+    assert lib.tol_learner_init(cl.state, mem.ctypes.data + 2, cl.nbytes,
+                                ctypes.byref(cl.ccfg)) == 1  # misaligned: TOL_ERR_ARG
+    bad = dataclasses.replace(cfg, no_momentum=True, settings=Settings(momentum=0.9))
+    with pytest.raises(Exception) as e:
+        CLearner(lib, bad)
+    assert getattr(e.value, "status", "") == "TOL_ERR_ARG"
 
 
 def test_compiles_for_cortex_m4(tmp_path):
@@ -160,3 +186,122 @@ def test_compiles_for_cortex_m4(tmp_path):
     for s in SOURCES:
         subprocess.run([gcc, *STRICT, *ARM, f"-I{MCU / 'include'}", "-c", str(MCU / "src" / s),
                         "-o", str(tmp_path / (s + ".o"))], check=True, capture_output=True)
+
+
+def test_real_digits_stream_c_matches_numpy(lib):
+    """The shipped digits model: TFLM latents of digits 5-9, buffer pre-filled with 0-4."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "models" / "digits"
+    if not (root / "manifest.json").exists():
+        pytest.skip("models/digits not exported")
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from tinyol.commands import simulate as S
+    from tinyol.datasets import load_source
+    model = S.load_model(root)
+    X, y, _ = load_source("digits@test")
+    Q = S.latents(model, S.quantize_input(X, *model.input_q))
+    old, new = np.flatnonzero(y < 5), np.flatnonzero(y >= 5)
+    for bits, policy in [(7, "balanced"), (8, "reservoir")]:
+        settings, replay = S.learner_settings(model, replay_capacity=60, replay_bits=bits,
+                                              replay_n_old=16, lr=0.03, policy=policy)
+        cfg = S.make_learner(model, settings, replay).cfg
+        py, cl, pp, pc = run_pair(lib, cfg, Q[new], y[new], prefill=(Q[old], y[old]))
+        assert [p[0] for p in pp] == [p[0] for p in pc]
+        assert rel_err(cl.w, py.head.w) < 1e-5
+        assert rel_err(cl.b, py.head.b) < 1e-5
+        # stronger than the contract: same float32 steps, so bit-identical
+        np.testing.assert_array_equal(cl.w, py.head.w)
+        assert [p[1] for p in pp] == [p[1] for p in pc]
+
+
+FW_MAIN = r"""
+#include <stdio.h>
+int main(void)
+{
+    if (app_learner_init() != TOL_OK) return 2;
+    int8_t q[TOL_LATENT_DIM];
+    for (int i = 0; i < 120; i++) {
+        for (int j = 0; j < TOL_LATENT_DIM; j++)
+            q[j] = (int8_t)((i * 31 + j * 17 + (i * j) % 7) % 256 - 128);
+        int32_t label;
+        float conf;
+        if (tol_learner_predict(&learner, q, &label, &conf) != TOL_OK) return 3;
+        printf("%d %.9g\n", (int)label, (double)conf);
+        if (tol_learner_learn(&learner, q, (uint16_t)(5 + i % 5)) != TOL_OK) return 4;
+    }
+    return 0;
+}
+"""
+
+
+def test_doc_firmware_example_with_generated_config(tmp_path):
+    """docs/learner.md's app-layer example, built natively against models/digits/config.h and
+    head_init.c, matches the numpy learner configured from the manifest."""
+    import json
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[1]
+    model = root / "models" / "digits"
+    if not (model / "config.h").exists():
+        pytest.skip("models/digits not exported")
+    doc = (root / "docs" / "learner.md").read_text()
+    example = re.search(r'```c\n(#include "tol_learner.h"\n#include "config.h".*?)```', doc,
+                        re.S).group(1)
+    (tmp_path / "app.c").write_text(example + FW_MAIN)
+    exe = tmp_path / "app"
+    srcs = [str(MCU / "src" / s) for s in SOURCES] + [str(tmp_path / "app.c"),
+                                                       str(model / "head_init.c")]
+    subprocess.run(["gcc", *STRICT, "-O2", f"-I{MCU / 'include'}", f"-I{model}", "-o", str(exe),
+                    *srcs, "-lm"], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    got = [(int(a), float(b)) for a, b in zip(out[::2], out[1::2])]
+    m = json.loads((model / "manifest.json").read_text())
+    npz = np.load(model / "head_init.npz")
+    ln = m["learner"]
+    cfg = Config(latent_dim=m["latent"]["dim"], n_outputs=m["head"]["max_classes"],
+                 init_classes=m["head"]["init_classes"], init_weight=npz["W"],
+                 init_bias=npz["b"], latent_scale=np.float32(m["latent"]["scale"]),
+                 latent_zero_point=m["latent"]["zero_point"], replay_capacity=ln["replay_capacity"],
+                 replay_bits=ln["replay_bits"], max_new=ln["replay_n_new"],
+                 max_old=0, no_momentum=False, seed=ln["seed"],
+                 settings=Settings(lr=ln["lr"], momentum=ln["momentum"],
+                                   weight_decay=ln["weight_decay"], n_new=ln["replay_n_new"],
+                                   n_old=ln["replay_n_old"]))
+    py = Learner(cfg)
+    D = cfg.latent_dim
+    for i in range(120):
+        q = np.array([(i * 31 + j * 17 + (i * j) % 7) % 256 - 128 for j in range(D)], np.int8)
+        lab, conf = py.predict(q)
+        assert got[i][0] == lab
+        assert got[i][1] == pytest.approx(conf, rel=1e-6)
+        py.learn(q, 5 + i % 5)
+
+
+def test_real_anomaly_model_c_matches_numpy(lib):
+    """The shipped 640x16 autoencoder head on TFLM latents of the sensor stream (int8 path)."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "models" / "anomaly"
+    if not (root / "manifest.json").exists():
+        pytest.skip("models/anomaly not exported")
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from tinyol.commands import simulate as S
+    from tinyol.datasets import load_source
+    model = S.load_model(root)
+    X, y, _ = load_source("sensor:anomalies@test")
+    X, y = X[:250], y[:250]
+    Xq = S.quantize_input(X, *model.input_q)
+    Q = S.latents(model, Xq)
+    settings, replay = S.learner_settings(model, momentum=0.5, warmup=40)
+    cfg = S.make_learner(model, settings, replay).cfg
+    py, cl = Learner(cfg), CLearner(lib, cfg)
+    flags = []
+    for q, t in zip(Q, Xq):
+        sa, sb = py.score(q, t.reshape(-1)), cl.score(q, t.reshape(-1))
+        assert sa == sb
+        a, b = py.anomaly(q, t.reshape(-1)), cl.anomaly(q, t.reshape(-1))
+        assert a == sa  # score() predicts exactly what anomaly() then reports
+        assert a[1] == b[1] and a[0] == b[0]
+        flags.append(a[1])
+    np.testing.assert_array_equal(cl.w, py.head.w)
+    np.testing.assert_array_equal(cl.b, py.head.b)
+    assert cl.stats()["anomalies"] == sum(flags) > 0

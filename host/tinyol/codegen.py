@@ -769,24 +769,37 @@ def run_tflm(tflite_path: str | Path, inputs_int8) -> np.ndarray:
     return np.stack(outs) if outs else np.zeros((0,), np.int8)
 
 
+_PROBE = r"""
+import sys
+import numpy as np
+from tflite_micro.python.tflite_micro import runtime
+data = open(sys.argv[1], "rb").read()
+interp = runtime.Interpreter.from_bytes(data, arena_size=int(sys.argv[2]))
+det = interp.get_input_details(0)
+interp.set_input(np.zeros(tuple(int(d) for d in det["shape"]), np.int8), 0)
+interp.invoke()
+print("ok")
+"""
+
+
 def tflm_arena_bytes(tflite_path: str | Path) -> int:
-    """Smallest arena (16-byte granularity) with which TFLM can allocate and run the model."""
-    runtime = _tflm()
-    data = Path(tflite_path).read_bytes()
+    """Smallest arena (16-byte granularity) with which TFLM can allocate and run the model.
+
+    Each probe runs in a child process: with some too-small arenas the runtime
+    does not fail cleanly but crashes."""
+    import subprocess
+    import sys
+
+    _tflm()
+    path = str(Path(tflite_path).resolve())
 
     def fits(n: int) -> bool:
-        try:
-            interp = runtime.Interpreter.from_bytes(data, arena_size=n)
-            det = interp.get_input_details(0)
-            interp.set_input(np.zeros(tuple(int(d) for d in det["shape"]), np.int8), 0)
-            interp.invoke()
-            return True
-        except Exception:  # noqa: BLE001 - the runtime raises RuntimeError/ValueError on a short arena
-            return False
+        r = subprocess.run([sys.executable, "-c", _PROBE, path, str(n)], capture_output=True, text=True)
+        return r.returncode == 0 and r.stdout.strip().endswith("ok")
 
-    hi = 1 << 12
+    hi = 1 << 14
     while not fits(hi):
-        hi *= 2
+        hi *= 4
         if hi > 1 << 28:
             raise TinyolError(f"TFLM cannot run {tflite_path}")
     lo = 0

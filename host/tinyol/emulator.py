@@ -117,7 +117,8 @@ def start_qemu(board: str, elf: Path, *, port: int | None = None, icount_shift: 
     if not Path(elf).is_file():
         raise TinyolError(f"firmware not found: {elf}", hint="build it with `tinyol build --board ...`")
     port = port or free_port()
-    chardev = f"tcp:127.0.0.1:{port},server=on,wait=on"
+    # nodelay: without it Nagle + the client's delayed ACK hold every reply ~40 ms
+    chardev = f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"
     argv = ["timeout", "-s", "TERM", str(int(timeout))] + qemu_command(
         board, Path(elf), chardev, icount_shift=icount_shift)
     t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import struct
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ FIRMWARE_RAM_BASE_BYTES = 12 * 1024    # stack, protocol buffers, drivers (estim
 FIRMWARE_FLASH_BASE_BYTES = 40 * 1024  # code besides the model (estimate)
 CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
+
+ARTIFACTS = ("backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
+             "head_init.c", "head_init.npz", "config.h")
 
 HEAD_CLASSIFIER = 0
 HEAD_AUTOENCODER = 1
@@ -253,6 +257,8 @@ def load_keras(path: str):
 
 
 _PASS_AFTER_HEAD = {"Softmax", "Dropout"}
+_RECURRENT = {"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D", "ConvLSTM2D",
+              "ConvLSTM3D", "TimeDistributed"}
 
 
 def find_split(model, split: str | int | None):
@@ -291,6 +297,12 @@ def find_split(model, split: str | int | None):
                               f"softmax may follow the head", hint="choose another --split layer")
     if len(model.inputs) != 1:
         raise TinyolError(f"model has {len(model.inputs)} inputs; tinyol needs exactly one")
+    for l in layers[:idx]:
+        k = l.__class__.__name__
+        if k in _RECURRENT or "RNN" in k or "LSTM" in k or "GRU" in k:
+            # TF 2.21's int8 calibrator crashes (segfault) on recurrent layers: refuse them first
+            raise TinyolError(f"layer {l.name!r} ({k}) is not supported: recurrent layers have no "
+                              f"int8 kernel in tinyol", hint="use Conv1D/Dense over a window instead")
     return head
 
 
@@ -326,7 +338,11 @@ def quantize_backbone(backbone, X: np.ndarray) -> bytes:
     # PACK) into one RESHAPE with a constant shape.
     keras = _keras()
     inp = keras.Input(batch_shape=(1,) + tuple(X.shape[1:]), name="input")
-    fixed = keras.Model(inp, backbone(inp), name=backbone.name)
+    try:  # a clone keeps the layer names in the TFLite tensor names (codegen's error messages)
+        fixed = keras.models.clone_model(backbone, input_tensors=[inp])
+        fixed.set_weights(backbone.get_weights())
+    except Exception:
+        fixed = keras.Model(inp, backbone(inp), name=backbone.name)
     conv = tf.lite.TFLiteConverter.from_keras_model(fixed)
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     conv.representative_dataset = rep
@@ -362,17 +378,19 @@ def budget(*, arena_bytes: int, max_rows: int, dim: int, replay_capacity: int, r
                 firmware_flash_base_bytes=FIRMWARE_FLASH_BASE_BYTES, flash_bytes=flash)
 
 
-def check_budget(board_name: str, b: dict) -> None:
+def check_budget(board_name: str, b: dict, arena_known: bool = True) -> None:
     from .boards import get_board
 
     board = get_board(board_name)
     ram_have = board.ram_bytes + board.ram2_bytes
     if b["ram_bytes"] > ram_have:
         raise TinyolError(
-            f"does not fit {board_name}: RAM needs {b['ram_bytes']} bytes, board has {ram_have}, "
+            f"does not fit {board_name}: RAM needs {'' if arena_known else 'at least '}"
+            f"{b['ram_bytes']} bytes, board has {ram_have}, "
             f"over by {b['ram_bytes'] - ram_have} bytes",
-            hint=(f"backbone arena {b['ram_bytes'] - b['head_bytes'] - b['replay_bytes'] - b['firmware_ram_base_bytes']}"
-                  f" + head {b['head_bytes']} + replay {b['replay_bytes']} + firmware "
+            hint=((f"backbone arena {b['ram_bytes'] - b['head_bytes'] - b['replay_bytes'] - b['firmware_ram_base_bytes']} + "
+                   if arena_known else "backbone arena (not counted yet) + ")
+                  + f"head {b['head_bytes']} + replay {b['replay_bytes']} + firmware "
                   f"{b['firmware_ram_base_bytes']}; lower --replay-capacity/--replay-bits/--max-classes"))
     if b["flash_bytes"] > board.flash_bytes:
         raise TinyolError(
@@ -403,14 +421,22 @@ def _c_array(values: np.ndarray, per_line: int = 8) -> str:
     return "    " + ",\n    ".join(lines) + "\n" if lines else ""
 
 
-def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray) -> None:
+def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray,
+                    with_backbone_h: bool = False) -> None:
     rows, dim = W.shape
+    tie = ""
+    if with_backbone_h:  # the generated pieces must agree with each other at compile time
+        tie = ('#include "backbone.h"\n\n'
+               '_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h vs config.h");\n'
+               '_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h vs config.h");\n'
+               '_Static_assert(TOL_BACKBONE_ARENA_BYTES == TOL_BUDGET_ARENA_BYTES, '
+               '"backbone.h vs config.h");\n')
     text = (
         banner(source)
         + "/* Initial weights of the trainable head: W [TOL_HEAD_MAX_CLASSES][TOL_LATENT_DIM]\n"
           " * row-major [class][latent] (autoencoder: [output][latent]), b [TOL_HEAD_MAX_CLASSES].\n"
           " * Rows beyond TOL_HEAD_INIT_CLASSES are zero: classes the device has not seen yet. */\n"
-        + '#include "config.h"\n\n'
+        + '#include "config.h"\n' + tie + "\n"
         + f"_Static_assert(TOL_HEAD_MAX_CLASSES == {rows}, \"head_init.c does not match config.h\");\n"
         + f"_Static_assert(TOL_LATENT_DIM == {dim}, \"head_init.c does not match config.h\");\n\n"
         + "const float tol_head_init_weight[TOL_HEAD_MAX_CLASSES * TOL_LATENT_DIM] = {\n"
@@ -550,16 +576,39 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
         raise TinyolError(f"model file {model_path!r} not found")
     source = src_path.name
     name = name or src_path.stem
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out_dir)
+    final.mkdir(parents=True, exist_ok=True)
+    # Everything is written to a staging directory next to out_dir and moved in at the end:
+    # a failed export (unsupported op, budget) leaves out_dir as it was.
+    with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
+        manifest = _export(src_path, Path(stage), source=source, name=name, split=split,
+                           calib=calib, classes=classes, max_classes=max_classes, board=board,
+                           board_obj=board_obj, class_names=class_names, mode=mode,
+                           label_column=label_column, replay_capacity=replay_capacity,
+                           replay_bits=replay_bits, lr=lr, momentum=momentum,
+                           weight_decay=weight_decay, replay_n_new=replay_n_new,
+                           replay_n_old=replay_n_old, seed=seed, echo=echo)
+        for a in ARTIFACTS + ("manifest.json",):
+            if (Path(stage) / a).exists():
+                os.replace(Path(stage) / a, final / a)
+            elif (final / a).exists():
+                (final / a).unlink()  # stale output of an earlier export
+    echo(f"wrote {final}/ (model hash 0x{manifest['model_hash']:08x})")
+    return manifest
+
+
+def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, max_classes, board,
+            board_obj, class_names, mode, label_column, replay_capacity, replay_bits, lr, momentum,
+            weight_decay, replay_n_new, replay_n_old, seed, echo) -> dict:
+    model_path = str(src_path)
 
     calib_desc = None
     if src_path.suffix.lower() == ".tflite":
         echo(f"reading {model_path} (used whole as the int8 backbone)")
         tfl = src_path.read_bytes()
         inp, lat = tflite_io(tfl)
-        if classes is None:
-            raise TinyolError("a .tflite backbone needs --classes N (its head starts from zeros)")
+        if classes is None or classes < 1:
+            raise TinyolError("a .tflite backbone needs --classes N >= 1 (its head starts from zeros)")
         dim = int(np.prod(lat.shape[1:]))
         W = np.zeros((classes, dim), np.float32)
         b = np.zeros((classes,), np.float32)
@@ -600,7 +649,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
             rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
             check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
                                        replay_capacity=replay_capacity, replay_bits=replay_bits,
-                                       weights_bytes=0))
+                                       weights_bytes=0), arena_known=False)
         backbone = keras.Model(model.inputs, head.input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
@@ -643,18 +692,19 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
 
     tflite_path = out / "backbone.tflite"
     tflite_path.write_bytes(tfl)
-    echo(f"wrote {tflite_path} ({len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))})")
+    echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
     info = run_codegen(tflite_path, out, source, echo)
 
-    macs = int(getattr(info, "macs", 0) or 0) or tflite_macs(tfl)
+    # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
+    macs = int(info.macs) if info is not None else tflite_macs(tfl)
     tflm_arena = tflm_arena_bytes(tfl)
-    arena = int(getattr(info, "arena_bytes", 0) or 0) or int(tflm_arena or 0)
+    arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
     learner = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                    replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
                    replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
     bud = budget(arena_bytes=arena, max_rows=max_rows, dim=dim, replay_capacity=replay_capacity,
                  replay_bits=replay_bits,
-                 weights_bytes=int(getattr(info, "weights_bytes", 0) or 0) or len(tfl))
+                 weights_bytes=int(info.weights_bytes) if info is not None else len(tfl))
     echo(f"memory: RAM {bud['ram_bytes']} bytes (arena {arena}, head {bud['head_bytes']}, replay "
          f"{bud['replay_bytes']}, firmware ~{FIRMWARE_RAM_BASE_BYTES}), flash ~{bud['flash_bytes']}")
     if board is not None:
@@ -680,14 +730,11 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
 
     _deterministic_npz(out / "head_init.npz",
                        {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
-    write_head_init(out, source, Wp, bp)
+    write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
     write_config_h(out, source, manifest, board_obj)
 
-    artifacts = ["backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
-                 "head_init.c", "head_init.npz", "config.h"]
-    manifest["artifacts"] = {a: sha256(out / a) for a in artifacts if (out / a).exists()}
+    manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
-    echo(f"wrote {out}/ (model hash 0x{manifest['model_hash']:08x})")
     return manifest

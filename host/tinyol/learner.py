@@ -72,6 +72,25 @@ def seqsum(a: np.ndarray) -> np.float32:
     return F32(np.add.accumulate(a, dtype=F32)[-1])
 
 
+_EXP_POLY = [F32(v) for v in ("1.98412698e-4", "1.38888889e-3", "8.33333333e-3",
+                               "4.16666667e-2", "1.66666667e-1", "0.5", "1.0", "1.0")]
+
+
+def expf(x) -> np.ndarray:
+    """tol_head_expf: exp(x) for x <= 0 in the C function's float32 steps (bit-exact)."""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        flush = ~(x >= F32(-87.0))  # also NaN
+        x = np.where(flush, F32(0.0), np.minimum(x, F32(0.0))).astype(F32)
+        kf = np.floor(x * F32("1.44269504") + F32(0.5)).astype(F32)
+        r = (x - kf * F32("0.693359375")) - kf * F32("-2.12194440e-4")
+        p = _EXP_POLY[0]
+        for c in _EXP_POLY[1:]:
+            p = (p * r + c).astype(F32)
+        scale = ((kf.astype(np.int32) + 127).astype(np.uint32) << np.uint32(23)).view(F32)
+        return np.where(flush, F32(0.0), p * scale).astype(F32)
+
+
 def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
     """x = scale * (q - zero_point), float32 (as tol_learner's dequantize)."""
     q = np.asarray(q)
@@ -132,9 +151,10 @@ def _align4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def head_bytes(dim: int, rows: int) -> int:
-    """TOL_HEAD_BYTES."""
-    return 4 * (3 * (rows * dim + rows) + rows) + _align4(rows)
+def head_bytes(dim: int, rows: int, max_batch: int = 1, momentum: bool = True) -> int:
+    """TOL_HEAD_BYTES: W, b, [vW, vb], z, batch errors and inputs, active flags."""
+    return (4 * ((2 if momentum else 1) * (rows * dim + rows) + rows
+                 + max_batch * (rows + dim)) + _align4(rows))
 
 
 def replay_bytes(cap: int, dim: int, bits: int, n_classes: int) -> int:
@@ -143,18 +163,31 @@ def replay_bytes(cap: int, dim: int, bits: int, n_classes: int) -> int:
             + _align4(2 * n_classes))
 
 
-def learner_bytes(dim: int, n_outputs: int, cap: int, bits: int, max_new: int) -> int:
-    """TOL_LEARNER_BYTES."""
-    return (head_bytes(dim, n_outputs) + (replay_bytes(cap, dim, bits, n_outputs) if cap else 0)
-            + 4 * (dim * (1 + max_new) + 2 * n_outputs) + _align4(2 * max_new))
+DEFAULT_MAX_OLD = 16
+
+
+def max_old_eff(cap: int, max_old: int) -> int:
+    """TOL_LEARNER_MAX_OLD_EFF: max_old 0 means 16 with a buffer, 0 without."""
+    return max_old if max_old > 0 else (DEFAULT_MAX_OLD if cap > 0 else 0)
+
+
+def learner_bytes(dim: int, n_outputs: int, cap: int, bits: int, max_new: int = 1,
+                  max_old: int = 0, no_momentum: bool = False) -> int:
+    """TOL_LEARNER_BYTES_EX (the static buffer the firmware reserves);
+    with the defaults it is TOL_LEARNER_BYTES."""
+    return (head_bytes(dim, n_outputs, max_new + max_old_eff(cap, max_old), not no_momentum)
+            + (replay_bytes(cap, dim, bits, n_outputs) if cap else 0)
+            + 4 * (dim + 2 * n_outputs) + _align4(2 * max_new))
 
 
 # --------------------------------------------------------------------------- head
 class Head:
     """Dense head y = W x + b with active rows; mirrors tol_head.c."""
 
-    def __init__(self, dim: int, rows: int, init_w=None, init_b=None, init_active: int = 0):
+    def __init__(self, dim: int, rows: int, init_w=None, init_b=None, init_active: int = 0,
+                 momentum_buffers: bool = True):
         self.dim, self.rows = int(dim), int(rows)
+        self.momentum_buffers = bool(momentum_buffers)
         self.init_w = None if init_w is None else np.asarray(init_w, F32).reshape(rows, dim)
         self.init_b = None if init_b is None else np.asarray(init_b, F32).reshape(rows)
         self.init_active = int(init_active)
@@ -204,7 +237,7 @@ class Head:
         if not a.any():
             return p
         za = z[a]
-        e = np.exp(za - za.max()).astype(F32)
+        e = expf(za - za.max())
         p[a] = e / seqsum(e)
         return p
 
@@ -249,7 +282,13 @@ class Head:
         return m
 
     def step(self, lr, momentum, weight_decay, clip_norm) -> bool:
-        """SGD step; False (nothing changed) if it would diverge."""
+        """SGD step; False (nothing changed) if it would diverge.
+
+        The gradient is accumulated densely here; the C keeps it factored
+        (per-sample errors and inputs) and sums the products in the same order
+        (b ascending from 0.0f), which gives the same float32 values."""
+        if momentum != 0 and not self.momentum_buffers:
+            raise LearnerError("TOL_ERR_ARG")
         a = self.active
         lr, mu, wd, clip = F32(lr), F32(momentum), F32(weight_decay), F32(clip_norm)
         gw, gb = self.gw[a], self.gb[a]
@@ -264,9 +303,9 @@ class Head:
                 gb = gb * sc
         with np.errstate(over="ignore", invalid="ignore"):
             g = gw + wd * self.w[a]
-            v = mu * self.vw[a] + g
+            v = mu * self.vw[a] + g if self.momentum_buffers else g
             wn = self.w[a] - lr * v
-            vb = mu * self.vb[a] + gb
+            vb = mu * self.vb[a] + gb if self.momentum_buffers else gb
             bn = self.b[a] - lr * vb
         if not (np.isfinite(v).all() and np.isfinite(wn).all()
                 and np.isfinite(vb).all() and np.isfinite(bn).all()):
@@ -457,12 +496,12 @@ class AnomalyThreshold:
 class Settings:
     """tol_learner_settings_t (defaults = tol_learner_settings_default)."""
 
-    lr: float = 0.05
+    lr: float = 0.03
     momentum: float = 0.0
     weight_decay: float = 0.0
     clip_norm: float = 0.0
     n_new: int = 1
-    n_old: int = 4
+    n_old: int = 16
     mode: int = MODE_REPLAY
     train_anomalies: int = 0
     threshold_k: float = 3.0
@@ -488,13 +527,15 @@ class Config:
     replay_bits: int = 8
     replay_policy: int = POLICY_RESERVOIR
     max_new: int = 1
+    max_old: int = 0              # 0 = automatic (16 with a buffer)
+    no_momentum: bool = False     # True: no momentum buffers, momentum must be 0
     seed: int = 1
     settings: Settings = dataclasses.field(default_factory=Settings)
 
     @property
     def nbytes(self) -> int:
         return learner_bytes(self.latent_dim, self.n_outputs, self.replay_capacity,
-                             self.replay_bits, self.max_new)
+                             self.replay_bits, self.max_new, self.max_old, self.no_momentum)
 
 
 class LearnerError(Exception):
@@ -507,7 +548,10 @@ class LearnerError(Exception):
 
 def check_settings(cfg: Config, s: Settings) -> None:
     ok = (math.isfinite(s.lr) and s.lr >= 0 and 0 <= s.momentum < 1 and s.weight_decay >= 0
-          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new and 0 <= s.n_old <= MAX_OLD
+          and (s.momentum == 0 or not cfg.no_momentum)
+          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new
+          and (cfg.replay_capacity == 0 or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity,
+                                                                       cfg.max_old))
           and s.mode in (0, 1, 2) and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1)
     if not ok:
         raise LearnerError("TOL_ERR_ARG")
@@ -521,13 +565,14 @@ class Learner:
     """
 
     def __init__(self, cfg: Config):
-        if cfg.max_new < 1 or cfg.max_new > REPLAY_MAX_BATCH:
+        if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD):
             raise LearnerError("TOL_ERR_ARG")
         check_settings(cfg, cfg.settings)
         self.cfg = cfg
         self.prng = Prng(cfg.seed)
         init_active = cfg.n_outputs if cfg.head_kind == HEAD_AUTOENCODER else cfg.init_classes
-        self.head = Head(cfg.latent_dim, cfg.n_outputs, cfg.init_weight, cfg.init_bias, init_active)
+        self.head = Head(cfg.latent_dim, cfg.n_outputs, cfg.init_weight, cfg.init_bias, init_active,
+                         not cfg.no_momentum)
         self.replay = (Replay(cfg.replay_capacity, cfg.latent_dim, cfg.replay_bits, cfg.n_outputs,
                               cfg.replay_policy, cfg.latent_scale, cfg.latent_zero_point, self.prng)
                        if cfg.replay_capacity > 0 else None)
@@ -640,16 +685,27 @@ class Learner:
         self.replay_add_f(self._deq(q), label)
 
     # -- autoencoder
-    def anomaly_f(self, x, target) -> tuple[float, bool]:
+    def score_f(self, x, target) -> tuple[float, bool]:
+        """tol_learner_score_f: score and flag, change nothing."""
         if self.cfg.head_kind != HEAD_AUTOENCODER:
             raise LearnerError("TOL_ERR_UNSUPPORTED")
         if not (self._finite(x) and self._finite(target)):
             raise LearnerError("TOL_ERR_NONFINITE")
+        a = self.anomaly_stats
+        score = self.head.mse(np.asarray(x, F32), np.asarray(target, F32))
+        return float(score), (not a.warming) and float(score) > a.threshold()
+
+    def score(self, q_latent, q_target) -> tuple[float, bool]:
+        x = self._deq(q_latent)
+        t = dequantize(q_target, self.cfg.target_scale, self.cfg.target_zero_point)
+        return self.score_f(x, t)
+
+    def anomaly_f(self, x, target) -> tuple[float, bool]:
         h, a, s = self.head, self.anomaly_stats, self.settings
+        score, flag = self.score_f(x, target)
         x = np.asarray(x, F32)
         target = np.asarray(target, F32)
-        score = h.mse(x, target)
-        flag = (not a.warming) and float(score) > a.threshold()
+        score = F32(score)
         self.samples_seen += 1
         if flag:
             self.anomalies += 1

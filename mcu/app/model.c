@@ -29,8 +29,27 @@ _Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
 extern const float tol_head_init_weight[];
 extern const float tol_head_init_bias[];
 
-static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_BYTES(
-    TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)];
+#define TOL_LEARNER_MEM_BYTES \
+    TOL_LEARNER_BYTES(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
+/* The learner's memory (head, momentum, replay buffer) goes to SRAM2 when it
+ * fits there (TOL_BOARD_RAM2_BYTES comes from the board's build), leaving
+ * SRAM1 to the backbone arena, the protocol buffers and the stack. */
+#ifndef TOL_BOARD_RAM2_BYTES
+#define TOL_BOARD_RAM2_BYTES 0
+#endif
+/* TOL_LEARNER_BYTES uses casts, which #if cannot evaluate: decide with this
+ * cast-free upper bound (asserted below to really be one). */
+#define TOL_LEARNER_MEM_BOUND                                                            \
+    (16 * (TOL_LATENT_DIM + 1) * TOL_MODEL_OUTPUTS + 16 * TOL_MODEL_OUTPUTS +            \
+     TOL_REPLAY_CAPACITY * ((TOL_REPLAY_BITS * TOL_LATENT_DIM) / 8 + 10) + 4 * TOL_LATENT_DIM * (1 + TOL_REPLAY_N_NEW) + \
+     2 * TOL_REPLAY_N_NEW + 1024)
+#if TOL_LEARNER_MEM_BOUND <= TOL_BOARD_RAM2_BYTES
+#define TOL_LEARNER_SECTION __attribute__((section(".ram2")))
+#else
+#define TOL_LEARNER_SECTION
+#endif
+static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
+_Static_assert(TOL_LEARNER_MEM_BYTES <= TOL_LEARNER_MEM_BOUND, "TOL_LEARNER_MEM_BOUND is not an upper bound");
 static tol_learner_t tol_learner;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
@@ -85,17 +104,21 @@ tol_status_t tol_model_init(void)
     return tol_learner_init(&tol_learner, tol_learner_mem, sizeof(tol_learner_mem), &cfg);
 }
 
+/* float32 input payload size; 0 where float inputs are not accepted (> 8 KB) */
+#define TOL_FLOAT_REQUEST_BYTES (TOL_APP_FLOAT_INPUT ? 1u + 4u * (uint32_t)TOL_INPUT_SIZE : 0u)
+
 /* Read an input (int8 or float32) from a payload into tol_input. */
 static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
 {
     TOL_CHECK(n >= 1u, TOL_ERR_LENGTH);
     if (p[0] == TOL_INPUT_INT8) {
-        TOL_CHECK(n == 1u + TOL_INPUT_SIZE, TOL_ERR_LENGTH);
+        TOL_CHECK((uint32_t)n == 1u + (uint32_t)TOL_INPUT_SIZE, TOL_ERR_LENGTH);
         memcpy(tol_input, p + 1, TOL_INPUT_SIZE);
         return TOL_OK;
     }
     TOL_CHECK(p[0] == TOL_INPUT_FLOAT32, TOL_ERR_ARG);
-    TOL_CHECK(n == 1u + 4u * TOL_INPUT_SIZE, TOL_ERR_LENGTH);
+    TOL_CHECK(TOL_APP_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
+    TOL_CHECK(n == TOL_FLOAT_REQUEST_BYTES, TOL_ERR_LENGTH);
     for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
         uint32_t bits = tol_get_u32(p + 1 + 4u * i);
         float x;

@@ -3,8 +3,8 @@
  * with growing classes, or autoencoder anomaly detector) plus latent replay.
  *
  * One instance = one tol_learner_t (state, owned by the app layer) + one
- * byte buffer of TOL_LEARNER_BYTES(...) (caller-owned, 4-byte aligned, e.g.
- * `static _Alignas(4) uint8_t mem[TOL_LEARNER_BYTES(...)]`). No malloc, no
+ * byte buffer of TOL_LEARNER_BYTES_EX(...) (caller-owned, 4-byte aligned, e.g.
+ * `static _Alignas(4) uint8_t mem[TOL_LEARNER_BYTES_EX(...)]`). No malloc, no
  * globals, no registers. Float32 arithmetic in a fixed order that
  * host/tinyol/learner.py reproduces (docs/learner.md).
  *
@@ -47,11 +47,11 @@ typedef enum {
 /* Run-time settings (get/set at any time; set discards queued samples). */
 typedef struct {
     float lr;              /* learning rate, >= 0 */
-    float momentum;        /* [0, 1) */
+    float momentum;        /* [0, 1); > 0 needs momentum buffers (config no_momentum 0) */
     float weight_decay;    /* L2 on W (not b), >= 0 */
     float clip_norm;       /* global gradient-norm clip, 0 = off */
     uint16_t n_new;        /* fresh samples per update, 1..config max_new */
-    uint16_t n_old;        /* replayed samples per update, 0..1024 */
+    uint16_t n_old;        /* replayed samples per update, 0..max_old (unused without buffer) */
     uint8_t mode;          /* tol_learn_mode_t */
     uint8_t train_anomalies; /* autoencoder: also train on flagged samples */
     float threshold_k;     /* autoencoder: threshold = mean + k*std, >= 0 */
@@ -66,16 +66,22 @@ typedef struct {
  *   latent_scale/zero_point = TOL_LATENT_SCALE/ZERO_POINT,
  *   target_scale/zero_point = TOL_INPUT_SCALE/ZERO_POINT,
  *   replay_capacity = TOL_REPLAY_CAPACITY, replay_bits = TOL_REPLAY_BITS,
- *   max_new = TOL_REPLAY_N_NEW, seed = TOL_SEED, settings from TOL_LR, ... */
+ *   max_new = TOL_REPLAY_N_NEW, max_old = TOL_REPLAY_N_OLD (or 0 = automatic),
+ *   no_momentum = 1 when TOL_MOMENTUM is 0 (saves the momentum buffers),
+ *   seed = TOL_SEED, settings from TOL_LR, TOL_MOMENTUM, ...
+ * A zeroed config plus the fields above is valid (zero = the defaults). */
 typedef struct {
     uint8_t head_kind;          /* tol_head_kind_t */
     uint8_t replay_bits;        /* 32, 8 or 7 */
     uint8_t replay_policy;      /* tol_replay_policy_t */
+    uint8_t no_momentum;        /* 1: no momentum buffers (momentum must stay 0) */
     uint16_t latent_dim;        /* D >= 1 */
     uint16_t n_outputs;         /* C_max or OUT, >= 1 */
     uint16_t init_classes;      /* rows active after reset (autoencoder: ignored, all) */
     uint16_t replay_capacity;   /* 0 = no buffer */
     uint16_t max_new;           /* largest n_new, 1..TOL_REPLAY_MAX_BATCH */
+    uint16_t max_old;           /* largest n_old, <= TOL_LEARNER_MAX_OLD; 0 = automatic:
+                                   TOL_LEARNER_DEFAULT_MAX_OLD with a buffer, else 0 */
     const float *init_weight;   /* [n_outputs][latent_dim], const, not owned */
     const float *init_bias;     /* [n_outputs] */
     float latent_scale;         /* > 0 */
@@ -86,13 +92,30 @@ typedef struct {
     tol_learner_settings_t settings; /* initial settings */
 } tol_learner_config_t;
 
-/* Caller memory for one learner. */
-#define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new)       \
-    (TOL_HEAD_BYTES(dim, n_outputs) +                                                 \
-     ((replay_capacity) > 0 ? TOL_REPLAY_BYTES(replay_capacity, dim, replay_bits, n_outputs) \
-                            : (size_t)0u) +                                          \
-     (size_t)4u * ((size_t)(dim) * (1u + (size_t)(max_new)) + 2u * (size_t)(n_outputs)) + \
+/* Largest max_old, and the value max_old = 0 stands for when there is a buffer. */
+#define TOL_LEARNER_MAX_OLD 1024u
+#define TOL_LEARNER_DEFAULT_MAX_OLD 16u
+
+/* The max_old a config really gets. */
+#define TOL_LEARNER_MAX_OLD_EFF(replay_capacity, max_old) \
+    ((size_t)((max_old) > 0 ? (max_old) : ((replay_capacity) > 0 ? TOL_LEARNER_DEFAULT_MAX_OLD : 0u)))
+
+/* Caller memory for one learner: head (weights, optional momentum, gradient
+ * factors for max_new + max_old samples, which also queue the fresh
+ * latents), replay buffer, latent/target scratch, per-class counters. */
+#define TOL_LEARNER_BYTES_EX(dim, n_outputs, replay_capacity, replay_bits, max_new, max_old,   \
+                             no_momentum)                                                     \
+    (TOL_HEAD_BYTES(dim, n_outputs,                                                           \
+                    (size_t)(max_new) + TOL_LEARNER_MAX_OLD_EFF(replay_capacity, max_old),     \
+                    !(no_momentum)) +                                                         \
+     ((replay_capacity) > 0 ? TOL_REPLAY_BYTES(replay_capacity, dim, replay_bits, n_outputs)   \
+                            : (size_t)0u) +                                                  \
+     (size_t)4u * ((size_t)(dim) + 2u * (size_t)(n_outputs)) +                               \
      TOL_ALIGN4((size_t)2u * (size_t)(max_new)))
+
+/* The same for max_old = 0 (automatic) and momentum buffers allocated. */
+#define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new) \
+    TOL_LEARNER_BYTES_EX(dim, n_outputs, replay_capacity, replay_bits, max_new, 0u, 0u)
 
 typedef struct {
     uint32_t samples_seen;   /* accepted learn()/anomaly() samples */
@@ -115,18 +138,17 @@ typedef struct {
     tol_anomaly_t anomaly;
     tol_prng_t prng;
     float *x;                /* [dim] scratch */
-    float *pending;          /* [max_new][dim] queued fresh latents */
     float *target;           /* [n_outputs] scratch */
     uint32_t *class_count;   /* [n_outputs] */
     uint16_t *pending_labels;/* [max_new] */
-    uint16_t n_pending;
+    uint16_t n_pending;      /* queued fresh latents, in head.x[0..n_pending-1] */
     uint32_t samples_seen, updates, rejected, anomalies;
 } tol_learner_t;
 
 /* Settings used when nothing else is given (the study's choice, docs/study.md). */
 void tol_learner_settings_default(tol_learner_settings_t *s);
 
-/* Set up a learner in caller memory (mem_bytes >= TOL_LEARNER_BYTES(...)),
+/* Set up a learner in caller memory (mem_bytes >= TOL_LEARNER_BYTES_EX(...)),
  * then reset it. TOL_ERR_ARG on an invalid config or settings,
  * TOL_ERR_OVERFLOW if mem is too small. */
 tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
@@ -159,6 +181,15 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
 tol_status_t tol_learner_replay_add(tol_learner_t *L, const int8_t *latent, uint16_t label);
 tol_status_t tol_learner_replay_add_f(tol_learner_t *L, const float *latent, uint16_t label);
 
+/* Autoencoder, predict only (the PREDICT message): score and is_anomaly as
+ * tol_learner_anomaly() computes them, but change nothing (no training, no
+ * threshold statistics, no counters). Outputs may be NULL.
+ * TOL_ERR_UNSUPPORTED for a classifier. */
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly);
+tol_status_t tol_learner_score_f(tol_learner_t *L, const float *latent, const float *target,
+                                 float *score, uint8_t *is_anomaly);
+
 /* Autoencoder: score = MSE(W x + b, target); is_anomaly = score > threshold
  * (never during warm-up); then train on it unless flagged (or
  * train_anomalies), and absorb the score into the threshold statistics
@@ -169,12 +200,6 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
                                  float *score, uint8_t *is_anomaly);
 tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
                                    float *score, uint8_t *is_anomaly);
-
-/* Autoencoder: score and flag one sample like tol_learner_anomaly(), but
- * change nothing (no training, no threshold statistics, no counters): the
- * PREDICT message. Outputs may be NULL. TOL_ERR_UNSUPPORTED for a classifier. */
-tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
-                               float *score, uint8_t *is_anomaly);
 
 void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s);
 /* Validate and apply; TOL_ERR_ARG (no change) if out of range. */

@@ -140,6 +140,18 @@ static tol_status_t tol_app_on_stats(tol_app_t *app, const tol_frame_t *req, uin
     return TOL_OK;
 }
 
+/* EXIT with this code provokes a fault instead (test builds): checks the fault report. */
+#define TOL_EXIT_CODE_FAULT 0xFEu
+
+/* Branch to an address without the Thumb bit: an INVSTATE UsageFault on
+ * Cortex-M (a crash on native). Reached only from EXIT 0xFE in test builds. */
+static void tol_app_fault(void)
+{
+    volatile uintptr_t target = (uintptr_t)0x20000000u;
+    void (*jump)(void) = (void (*)(void))target;
+    jump();
+}
+
 static tol_status_t tol_app_on_exit(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
 {
     (void)app;
@@ -156,7 +168,7 @@ static tol_status_t tol_app_on_exit(tol_app_t *app, const tol_frame_t *req, uint
  * Region 0 measures nothing (the overhead of the measurement itself);
  * region 1 runs CRC-32 over `param` bytes (a fixed, known workload).
  */
-static uint8_t tol_app_bench_buf[2048];
+static uint8_t tol_app_bench_buf[1024];
 
 static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
 {
@@ -272,6 +284,7 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
     if (app->tx_len <= TOL_APP_CACHE_WIRE) memcpy(app->cache[k].wire, app->tx, app->tx_len);
     if (st == TOL_OK && req.type == (uint8_t)TOL_MSG_EXIT) {
         tol_hal_uart_flush();
+        if (req.payload[0] == TOL_EXIT_CODE_FAULT) tol_app_fault();
         tol_hal_exit((int)req.payload[0]);
     }
 }

@@ -9,32 +9,37 @@ static int tol_head_finite_(float v)
     return isfinite(v) ? 1 : 0;
 }
 
-tol_status_t tol_head_init(tol_head_t *h, uint8_t *mem, size_t mem_bytes,
-                           uint16_t dim, uint16_t rows, const float *init_w,
-                           const float *init_b, uint16_t init_active)
+tol_status_t tol_head_init(tol_head_t *h, uint8_t *mem, size_t mem_bytes, uint16_t dim,
+                           uint16_t rows, uint16_t max_batch, uint8_t momentum,
+                           const float *init_w, const float *init_b, uint16_t init_active)
 {
     TOL_CHECK(h != NULL && mem != NULL, TOL_ERR_ARG);
-    TOL_CHECK(dim > 0u && rows > 0u && init_active <= rows, TOL_ERR_ARG);
+    TOL_CHECK(dim > 0u && rows > 0u && max_batch > 0u && init_active <= rows, TOL_ERR_ARG);
     TOL_CHECK(((uintptr_t)mem & 3u) == 0u, TOL_ERR_ARG);
-    TOL_CHECK(mem_bytes >= TOL_HEAD_BYTES(dim, rows), TOL_ERR_OVERFLOW);
+    TOL_CHECK(mem_bytes >= TOL_HEAD_BYTES(dim, rows, max_batch, momentum), TOL_ERR_OVERFLOW);
     const size_t n = (size_t)rows * dim;
     float *f = (float *)(void *)mem;
     h->dim = dim;
     h->rows = rows;
+    h->max_batch = max_batch;
     h->w = f;
-    f += n;
-    h->vw = f;
-    f += n;
-    h->gw = f;
     f += n;
     h->b = f;
     f += rows;
-    h->vb = f;
-    f += rows;
-    h->gb = f;
-    f += rows;
+    h->vw = NULL;
+    h->vb = NULL;
+    if (momentum) {
+        h->vw = f;
+        f += n;
+        h->vb = f;
+        f += rows;
+    }
     h->z = f;
     f += rows;
+    h->e = f;
+    f += (size_t)max_batch * rows;
+    h->x = f;
+    f += (size_t)max_batch * dim;
     h->active = (uint8_t *)(void *)f;
     h->init_w = init_w;
     h->init_b = init_b;
@@ -51,24 +56,27 @@ void tol_head_reset(tol_head_t *h)
     memset(h->b, 0, (size_t)h->rows * sizeof(float));
     if (h->init_w != NULL) memcpy(h->w, h->init_w, n_init * sizeof(float));
     if (h->init_b != NULL) memcpy(h->b, h->init_b, (size_t)h->init_active * sizeof(float));
-    memset(h->vw, 0, n * sizeof(float));
-    memset(h->vb, 0, (size_t)h->rows * sizeof(float));
-    memset(h->gw, 0, n * sizeof(float));
-    memset(h->gb, 0, (size_t)h->rows * sizeof(float));
+    if (h->vw != NULL) {
+        memset(h->vw, 0, n * sizeof(float));
+        memset(h->vb, 0, (size_t)h->rows * sizeof(float));
+    }
     memset(h->z, 0, (size_t)h->rows * sizeof(float));
     for (uint16_t r = 0; r < h->rows; r++) {
         h->active[r] = (uint8_t)(r < h->init_active ? 1u : 0u);
     }
     h->n_active = h->init_active;
+    h->n_batch = 0;
 }
 
 void tol_head_activate(tol_head_t *h, uint16_t r)
 {
     if (r >= h->rows || h->active[r]) return;
     memset(&h->w[(size_t)r * h->dim], 0, (size_t)h->dim * sizeof(float));
-    memset(&h->vw[(size_t)r * h->dim], 0, (size_t)h->dim * sizeof(float));
     h->b[r] = 0.0f;
-    h->vb[r] = 0.0f;
+    if (h->vw != NULL) {
+        memset(&h->vw[(size_t)r * h->dim], 0, (size_t)h->dim * sizeof(float));
+        h->vb[r] = 0.0f;
+    }
     h->active[r] = 1u;
     h->n_active++;
 }
@@ -89,6 +97,27 @@ void tol_head_forward(tol_head_t *h, const float *x)
     }
 }
 
+float tol_head_expf(float x)
+{
+    if (!(x >= -87.0f)) return 0.0f; /* also NaN */
+    if (x > 0.0f) x = 0.0f;
+    /* x = k ln2 + r, |r| <= ln2/2; ln2 split in two (Cody-Waite) */
+    const float kf = floorf(x * 1.44269504f + 0.5f);
+    const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
+    float p = 1.98412698e-4f; /* 1/5040 */
+    p = p * r + 1.38888889e-3f; /* 1/720 */
+    p = p * r + 8.33333333e-3f; /* 1/120 */
+    p = p * r + 4.16666667e-2f; /* 1/24 */
+    p = p * r + 1.66666667e-1f; /* 1/6 */
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^k, k in [-126, 0] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 void tol_head_softmax(tol_head_t *h)
 {
     float zmax = -INFINITY;
@@ -98,7 +127,7 @@ void tol_head_softmax(tol_head_t *h)
     float sum = 0.0f;
     for (uint16_t r = 0; r < h->rows; r++) {
         if (h->active[r]) {
-            h->z[r] = expf(h->z[r] - zmax);
+            h->z[r] = tol_head_expf(h->z[r] - zmax);
             sum += h->z[r];
         } else {
             h->z[r] = 0.0f;
@@ -127,33 +156,42 @@ void tol_head_predict(tol_head_t *h, const float *x, int32_t *label, float *conf
 
 void tol_head_grad_zero(tol_head_t *h)
 {
-    memset(h->gw, 0, (size_t)h->rows * h->dim * sizeof(float));
-    memset(h->gb, 0, (size_t)h->rows * sizeof(float));
+    h->n_batch = 0;
 }
 
-static void tol_head_accumulate_(tol_head_t *h, const float *x, uint16_t r, float g)
+float *tol_head_batch_slot(tol_head_t *h)
 {
-    float *gr = &h->gw[(size_t)r * h->dim];
-    h->gb[r] += g;
-    for (uint16_t j = 0; j < h->dim; j++) {
-        gr[j] += g * x[j];
-    }
+    if (h->n_batch >= h->max_batch) return NULL;
+    return &h->x[(size_t)h->n_batch * h->dim];
 }
 
-void tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label, float weight,
-                          float *loss)
+/* Store x as the next batch input (unless it is already there); return it. */
+static float *tol_head_take_(tol_head_t *h, const float *x)
 {
-    tol_head_forward(h, x);
+    float *slot = &h->x[(size_t)h->n_batch * h->dim];
+    if (x != slot) memcpy(slot, x, (size_t)h->dim * sizeof(float));
+    return slot;
+}
+
+tol_status_t tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label, float weight,
+                                  float *loss)
+{
+    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
+    TOL_CHECK(label < h->rows, TOL_ERR_LABEL);
+    const float *xs = tol_head_take_(h, x);
+    float *e = &h->e[(size_t)h->n_batch * h->rows];
+    tol_head_forward(h, xs);
     tol_head_softmax(h);
     if (loss != NULL) {
         const float p = h->z[label];
         *loss = -logf(p > 1e-30f ? p : 1e-30f);
     }
     for (uint16_t r = 0; r < h->rows; r++) {
-        if (!h->active[r]) continue;
         const float t = (r == label) ? 1.0f : 0.0f;
-        tol_head_accumulate_(h, x, r, (h->z[r] - t) * weight);
+        e[r] = h->active[r] ? (h->z[r] - t) * weight : 0.0f;
     }
+    h->n_batch++;
+    return TOL_OK;
 }
 
 float tol_head_mse(tol_head_t *h, const float *x, const float *target)
@@ -161,74 +199,99 @@ float tol_head_mse(tol_head_t *h, const float *x, const float *target)
     tol_head_forward(h, x);
     float s = 0.0f;
     for (uint16_t r = 0; r < h->rows; r++) {
-        const float e = h->z[r] - target[r];
-        s += e * e;
+        const float d = h->z[r] - target[r];
+        s += d * d;
     }
     return s / (float)h->rows;
 }
 
-void tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target, float weight,
-                           float *mse)
+tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
+                                   float weight, float *mse)
 {
-    const float m = tol_head_mse(h, x, target);
+    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
+    const float *xs = tol_head_take_(h, x);
+    float *e = &h->e[(size_t)h->n_batch * h->rows];
+    const float m = tol_head_mse(h, xs, target);
     if (mse != NULL) *mse = m;
     const float coef = 2.0f / (float)h->rows * weight;
     for (uint16_t r = 0; r < h->rows; r++) {
-        if (!h->active[r]) continue;
-        tol_head_accumulate_(h, x, r, (h->z[r] - target[r]) * coef);
+        e[r] = h->active[r] ? (h->z[r] - target[r]) * coef : 0.0f;
     }
+    h->n_batch++;
+    return TOL_OK;
+}
+
+/* Weight gradient element from the factors: sum_b e_b[r] x_b[j]. */
+static float tol_head_gw_(const tol_head_t *h, uint16_t r, uint16_t j)
+{
+    float acc = 0.0f;
+    for (uint16_t b = 0; b < h->n_batch; b++) {
+        acc += h->e[(size_t)b * h->rows + r] * h->x[(size_t)b * h->dim + j];
+    }
+    return acc;
+}
+
+static float tol_head_gb_(const tol_head_t *h, uint16_t r)
+{
+    float acc = 0.0f;
+    for (uint16_t b = 0; b < h->n_batch; b++) acc += h->e[(size_t)b * h->rows + r];
+    return acc;
 }
 
 tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight_decay,
                            float clip_norm)
 {
+    TOL_CHECK(momentum == 0.0f || h->vw != NULL, TOL_ERR_ARG);
     const uint16_t d = h->dim;
+    int scale = 0;
+    float sc = 1.0f;
     if (clip_norm > 0.0f) {
         float s = 0.0f;
         for (uint16_t r = 0; r < h->rows; r++) {
             if (!h->active[r]) continue;
-            const float *gr = &h->gw[(size_t)r * d];
-            for (uint16_t j = 0; j < d; j++) s += gr[j] * gr[j];
-            s += h->gb[r] * h->gb[r];
+            for (uint16_t j = 0; j < d; j++) {
+                const float g = tol_head_gw_(h, r, j);
+                s += g * g;
+            }
+            const float gb = tol_head_gb_(h, r);
+            s += gb * gb;
         }
         const float norm = sqrtf(s);
         if (!tol_head_finite_(norm)) return TOL_ERR_DIVERGED;
         if (norm > clip_norm) {
-            const float sc = clip_norm / norm;
-            for (uint16_t r = 0; r < h->rows; r++) {
-                if (!h->active[r]) continue;
-                float *gr = &h->gw[(size_t)r * d];
-                for (uint16_t j = 0; j < d; j++) gr[j] = gr[j] * sc;
-                h->gb[r] = h->gb[r] * sc;
+            scale = 1;
+            sc = clip_norm / norm;
+        }
+    }
+    /* pass 0 checks every new value, pass 1 commits the same values */
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint16_t r = 0; r < h->rows; r++) {
+            if (!h->active[r]) continue;
+            const size_t o = (size_t)r * d;
+            for (uint16_t j = 0; j < d; j++) {
+                float g = tol_head_gw_(h, r, j);
+                if (scale) g = g * sc;
+                g = g + weight_decay * h->w[o + j];
+                const float v = (h->vw != NULL) ? momentum * h->vw[o + j] + g : g;
+                const float wn = h->w[o + j] - lr * v;
+                if (pass == 0) {
+                    if (!tol_head_finite_(v) || !tol_head_finite_(wn)) return TOL_ERR_DIVERGED;
+                } else {
+                    if (h->vw != NULL) h->vw[o + j] = v;
+                    h->w[o + j] = wn;
+                }
+            }
+            float gb = tol_head_gb_(h, r);
+            if (scale) gb = gb * sc;
+            const float vb = (h->vb != NULL) ? momentum * h->vb[r] + gb : gb;
+            const float bn = h->b[r] - lr * vb;
+            if (pass == 0) {
+                if (!tol_head_finite_(vb) || !tol_head_finite_(bn)) return TOL_ERR_DIVERGED;
+            } else {
+                if (h->vb != NULL) h->vb[r] = vb;
+                h->b[r] = bn;
             }
         }
-    }
-    /* Pass 1: new momentum into the gradient scratch; check every new value. */
-    for (uint16_t r = 0; r < h->rows; r++) {
-        if (!h->active[r]) continue;
-        const size_t o = (size_t)r * d;
-        for (uint16_t j = 0; j < d; j++) {
-            const float g = h->gw[o + j] + weight_decay * h->w[o + j];
-            const float v = momentum * h->vw[o + j] + g;
-            const float wn = h->w[o + j] - lr * v;
-            if (!tol_head_finite_(v) || !tol_head_finite_(wn)) return TOL_ERR_DIVERGED;
-            h->gw[o + j] = v;
-        }
-        const float vb = momentum * h->vb[r] + h->gb[r];
-        const float bn = h->b[r] - lr * vb;
-        if (!tol_head_finite_(vb) || !tol_head_finite_(bn)) return TOL_ERR_DIVERGED;
-        h->gb[r] = vb;
-    }
-    /* Pass 2: commit. */
-    for (uint16_t r = 0; r < h->rows; r++) {
-        if (!h->active[r]) continue;
-        const size_t o = (size_t)r * d;
-        for (uint16_t j = 0; j < d; j++) {
-            h->vw[o + j] = h->gw[o + j];
-            h->w[o + j] = h->w[o + j] - lr * h->gw[o + j];
-        }
-        h->vb[r] = h->gb[r];
-        h->b[r] = h->b[r] - lr * h->gb[r];
     }
     return TOL_OK;
 }
@@ -242,12 +305,15 @@ tol_status_t tol_head_load(tol_head_t *h, const float *w, const float *b,
     for (uint16_t r = 0; r < h->rows; r++) TOL_CHECK(tol_head_finite_(b[r]), TOL_ERR_NONFINITE);
     memcpy(h->w, w, n * sizeof(float));
     memcpy(h->b, b, (size_t)h->rows * sizeof(float));
-    memset(h->vw, 0, n * sizeof(float));
-    memset(h->vb, 0, (size_t)h->rows * sizeof(float));
+    if (h->vw != NULL) {
+        memset(h->vw, 0, n * sizeof(float));
+        memset(h->vb, 0, (size_t)h->rows * sizeof(float));
+    }
     h->n_active = 0;
     for (uint16_t r = 0; r < h->rows; r++) {
         h->active[r] = (uint8_t)((active == NULL || active[r]) ? 1u : 0u);
         h->n_active = (uint16_t)(h->n_active + h->active[r]);
     }
+    h->n_batch = 0;
     return TOL_OK;
 }

@@ -10,10 +10,10 @@
 #define TOL_BACKBONE_INPUT_H 0
 #define TOL_BACKBONE_INPUT_W 0
 #define TOL_BACKBONE_INPUT_C 0
-#define TOL_BACKBONE_LATENT_SIZE 16   /* int8 latent vector */
+#define TOL_BACKBONE_LATENT_SIZE 8   /* int8 latent vector */
 #define TOL_BACKBONE_ARENA_BYTES 264   /* static activation arena */
-#define TOL_BACKBONE_MACS 167936UL
-#define TOL_BACKBONE_WEIGHTS_BYTES 178976   /* const data in flash */
+#define TOL_BACKBONE_MACS 166912UL
+#define TOL_BACKBONE_WEIGHTS_BYTES 177856   /* const data in flash */
 
 /* Run the backbone on one sample.
  * input  [in]  TOL_BACKBONE_INPUT_SIZE int8 values, quantized with the model's input

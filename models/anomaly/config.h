@@ -3,18 +3,18 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "anomaly"
-#define TOL_MODEL_HASH               0xBEE11340u  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0x28F2AFFCu  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               640  /* int8 values per sample */
-#define TOL_LATENT_DIM               16  /* backbone output = head input */
+#define TOL_LATENT_DIM               8  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00341053307f  /* real = scale * (q - zero_point) */
 #define TOL_INPUT_ZERO_POINT         (-128)
-#define TOL_LATENT_SCALE             0.00765862269f
+#define TOL_LATENT_SCALE             0.0121690882f
 #define TOL_LATENT_ZERO_POINT        (-128)
 #define TOL_HEAD_MODE                1  /* 0 classifier, 1 autoencoder */
 #define TOL_HEAD_OUT_DIM             640  /* autoencoder target size; 0 for a classifier */
 #define TOL_HEAD_INIT_CLASSES        640  /* rows trained on the host */
 #define TOL_HEAD_MAX_CLASSES         640  /* rows allocated on the device */
-#define TOL_REPLAY_CAPACITY          100  /* latents kept for replay */
+#define TOL_REPLAY_CAPACITY          0  /* latents kept for replay */
 #define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed */
 #define TOL_LR                       0.0500000007f
 #define TOL_MOMENTUM                 0.0f
@@ -25,11 +25,11 @@
 
 /* memory budget (bytes) */
 #define TOL_BUDGET_ARENA_BYTES        264
-#define TOL_BUDGET_HEAD_BYTES         87040  /* W, momentum, b, b momentum */
-#define TOL_BUDGET_REPLAY_BYTES       1800
+#define TOL_BUDGET_HEAD_BYTES         46080  /* W, momentum, b, b momentum */
+#define TOL_BUDGET_REPLAY_BYTES       0
 #define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */
 #define TOL_RAM_NEEDED_BYTES          (TOL_BUDGET_ARENA_BYTES + TOL_BUDGET_HEAD_BYTES + TOL_BUDGET_REPLAY_BYTES + TOL_BUDGET_FW_RAM_BYTES)
-#define TOL_FLASH_NEEDED_BYTES        263456  /* weights + head init + 40960 firmware estimate */
+#define TOL_FLASH_NEEDED_BYTES        241856  /* weights + head init + 40960 firmware estimate */
 
 /* budget checked for board nucleo_l476rg at export time (SRAM1 + SRAM2) */
 #ifndef TOL_BOARD_RAM_BYTES
@@ -45,7 +45,7 @@ _Static_assert(TOL_RAM_NEEDED_BYTES <= TOL_BOARD_RAM_BYTES, "model + head + repl
 #ifdef TOL_BOARD_FLASH_BYTES
 _Static_assert(TOL_FLASH_NEEDED_BYTES <= TOL_BOARD_FLASH_BYTES, "model does not fit in the board's flash");
 #endif
-#define TOL_REPLAY_ENTRY_BYTES        18  /* packed latent + 2-byte label */
+#define TOL_REPLAY_ENTRY_BYTES        10  /* packed latent + 2-byte label */
 _Static_assert(TOL_BUDGET_REPLAY_BYTES == TOL_REPLAY_CAPACITY * TOL_REPLAY_ENTRY_BYTES, "replay budget");
 _Static_assert(TOL_BUDGET_HEAD_BYTES == 2 * TOL_HEAD_MAX_CLASSES * TOL_LATENT_DIM * 4 + TOL_HEAD_MAX_CLASSES * 4 * 2, "head budget");
 

@@ -683,12 +683,12 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
         return TOL_ERR_ARG;
     }
     (void)tol_arena;
-    /* 0: CONV_2D (digits_backbone_1) */
+    /* 0: CONV_2D (conv1_1) */
     tol_conv2d_s8(&op0, input, &tol_arena[0]);
-    /* 1: CONV_2D (digits_backbone_1) */
+    /* 1: CONV_2D (conv2_1) */
     tol_conv2d_s8(&op1, &tol_arena[0], &tol_arena[512]);
-    /* 2: RESHAPE (digits_backbone_1): aliases its input */
-    /* 3: FULLY_CONNECTED (StatefulPartitionedCall_1:0) */
+    /* 2: RESHAPE (flatten_1): aliases its input */
+    /* 3: FULLY_CONNECTED (embed_1) */
     tol_fully_connected_s8(&op3, &tol_arena[512], latent);
     return TOL_OK;
 }

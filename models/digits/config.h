@@ -3,7 +3,7 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "digits"
-#define TOL_MODEL_HASH               0x366BD66Eu  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0x450E5AE4u  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               64  /* int8 values per sample */
 #define TOL_LATENT_DIM               32  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00392156886f  /* real = scale * (q - zero_point) */

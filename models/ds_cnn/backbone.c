@@ -1666,27 +1666,27 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
         return TOL_ERR_ARG;
     }
     (void)tol_arena;
-    /* 0: CONV_2D (ds_cnn_backbone_1) */
+    /* 0: CONV_2D (relu1_1) */
     tol_conv2d_s8(&op0, input, &tol_arena[0]);
-    /* 1: DEPTHWISE_CONV_2D (ds_cnn_backbone_1) */
+    /* 1: DEPTHWISE_CONV_2D (dw1_relu_1) */
     tol_depthwise_conv2d_s8(&op1, &tol_arena[0], &tol_arena[8000]);
-    /* 2: CONV_2D (ds_cnn_backbone_1) */
+    /* 2: CONV_2D (pw1_relu_1) */
     tol_conv2d_s8(&op2, &tol_arena[8000], &tol_arena[0]);
-    /* 3: DEPTHWISE_CONV_2D (ds_cnn_backbone_1) */
+    /* 3: DEPTHWISE_CONV_2D (dw2_relu_1) */
     tol_depthwise_conv2d_s8(&op3, &tol_arena[0], &tol_arena[8000]);
-    /* 4: CONV_2D (ds_cnn_backbone_1) */
+    /* 4: CONV_2D (pw2_relu_1) */
     tol_conv2d_s8(&op4, &tol_arena[8000], &tol_arena[0]);
-    /* 5: DEPTHWISE_CONV_2D (ds_cnn_backbone_1) */
+    /* 5: DEPTHWISE_CONV_2D (dw3_relu_1) */
     tol_depthwise_conv2d_s8(&op5, &tol_arena[0], &tol_arena[8000]);
-    /* 6: CONV_2D (ds_cnn_backbone_1) */
+    /* 6: CONV_2D (pw3_relu_1) */
     tol_conv2d_s8(&op6, &tol_arena[8000], &tol_arena[0]);
-    /* 7: DEPTHWISE_CONV_2D (ds_cnn_backbone_1) */
+    /* 7: DEPTHWISE_CONV_2D (dw4_relu_1) */
     tol_depthwise_conv2d_s8(&op7, &tol_arena[0], &tol_arena[8000]);
-    /* 8: CONV_2D (ds_cnn_backbone_1) */
+    /* 8: CONV_2D (pw4_relu_1) */
     tol_conv2d_s8(&op8, &tol_arena[8000], &tol_arena[0]);
-    /* 9: AVERAGE_POOL_2D (ds_cnn_backbone_1) */
+    /* 9: AVERAGE_POOL_2D (pool_1) */
     tol_avgpool2d_s8(&op9, &tol_arena[0], &tol_arena[8000]);
-    /* 10: RESHAPE (StatefulPartitionedCall_1:0) */
+    /* 10: RESHAPE (the layer after pool_1) */
     memcpy(latent, &tol_arena[8000], 64u);
     return TOL_OK;
 }

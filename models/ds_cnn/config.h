@@ -3,7 +3,7 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "ds_cnn"
-#define TOL_MODEL_HASH               0x6CD784A9u  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0x89A9E91Au  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               490  /* int8 values per sample */
 #define TOL_LATENT_DIM               64  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00392155582f  /* real = scale * (q - zero_point) */

@@ -14136,63 +14136,63 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
         return TOL_ERR_ARG;
     }
     (void)tol_arena;
-    /* 0: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 0: CONV_2D (conv1_relu_1) */
     tol_conv2d_s8(&op0, input, &tol_arena[0]);
-    /* 1: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 1: DEPTHWISE_CONV_2D (dw1_relu_1) */
     tol_depthwise_conv2d_s8(&op1, &tol_arena[0], &tol_arena[36864]);
-    /* 2: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 2: CONV_2D (pw1_relu_1) */
     tol_conv2d_s8(&op2, &tol_arena[36864], &tol_arena[0]);
-    /* 3: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 3: DEPTHWISE_CONV_2D (dw2_relu_1) */
     tol_depthwise_conv2d_s8(&op3, &tol_arena[0], &tol_arena[36864]);
-    /* 4: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 4: CONV_2D (pw2_relu_1) */
     tol_conv2d_s8(&op4, &tol_arena[36864], &tol_arena[0]);
-    /* 5: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 5: DEPTHWISE_CONV_2D (dw3_relu_1) */
     tol_depthwise_conv2d_s8(&op5, &tol_arena[0], &tol_arena[18432]);
-    /* 6: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 6: CONV_2D (pw3_relu_1) */
     tol_conv2d_s8(&op6, &tol_arena[18432], &tol_arena[0]);
-    /* 7: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 7: DEPTHWISE_CONV_2D (dw4_relu_1) */
     tol_depthwise_conv2d_s8(&op7, &tol_arena[0], &tol_arena[18432]);
-    /* 8: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 8: CONV_2D (pw4_relu_1) */
     tol_conv2d_s8(&op8, &tol_arena[18432], &tol_arena[0]);
-    /* 9: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 9: DEPTHWISE_CONV_2D (dw5_relu_1) */
     tol_depthwise_conv2d_s8(&op9, &tol_arena[0], &tol_arena[9216]);
-    /* 10: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 10: CONV_2D (pw5_relu_1) */
     tol_conv2d_s8(&op10, &tol_arena[9216], &tol_arena[0]);
-    /* 11: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 11: DEPTHWISE_CONV_2D (dw6_relu_1) */
     tol_depthwise_conv2d_s8(&op11, &tol_arena[0], &tol_arena[9216]);
-    /* 12: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 12: CONV_2D (pw6_relu_1) */
     tol_conv2d_s8(&op12, &tol_arena[9216], &tol_arena[0]);
-    /* 13: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 13: DEPTHWISE_CONV_2D (dw7_relu_1) */
     tol_depthwise_conv2d_s8(&op13, &tol_arena[0], &tol_arena[4608]);
-    /* 14: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 14: CONV_2D (pw7_relu_1) */
     tol_conv2d_s8(&op14, &tol_arena[4608], &tol_arena[0]);
-    /* 15: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 15: DEPTHWISE_CONV_2D (dw8_relu_1) */
     tol_depthwise_conv2d_s8(&op15, &tol_arena[0], &tol_arena[4608]);
-    /* 16: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 16: CONV_2D (pw8_relu_1) */
     tol_conv2d_s8(&op16, &tol_arena[4608], &tol_arena[0]);
-    /* 17: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 17: DEPTHWISE_CONV_2D (dw9_relu_1) */
     tol_depthwise_conv2d_s8(&op17, &tol_arena[0], &tol_arena[4608]);
-    /* 18: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 18: CONV_2D (pw9_relu_1) */
     tol_conv2d_s8(&op18, &tol_arena[4608], &tol_arena[0]);
-    /* 19: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 19: DEPTHWISE_CONV_2D (dw10_relu_1) */
     tol_depthwise_conv2d_s8(&op19, &tol_arena[0], &tol_arena[4608]);
-    /* 20: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 20: CONV_2D (pw10_relu_1) */
     tol_conv2d_s8(&op20, &tol_arena[4608], &tol_arena[0]);
-    /* 21: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 21: DEPTHWISE_CONV_2D (dw11_relu_1) */
     tol_depthwise_conv2d_s8(&op21, &tol_arena[0], &tol_arena[4608]);
-    /* 22: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 22: CONV_2D (pw11_relu_1) */
     tol_conv2d_s8(&op22, &tol_arena[4608], &tol_arena[0]);
-    /* 23: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 23: DEPTHWISE_CONV_2D (dw12_relu_1) */
     tol_depthwise_conv2d_s8(&op23, &tol_arena[0], &tol_arena[4608]);
-    /* 24: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 24: CONV_2D (pw12_relu_1) */
     tol_conv2d_s8(&op24, &tol_arena[4608], &tol_arena[0]);
-    /* 25: DEPTHWISE_CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 25: DEPTHWISE_CONV_2D (dw13_relu_1) */
     tol_depthwise_conv2d_s8(&op25, &tol_arena[0], &tol_arena[2304]);
-    /* 26: CONV_2D (mobilenet_v1_vww_backbone_1) */
+    /* 26: CONV_2D (pw13_relu_1) */
     tol_conv2d_s8(&op26, &tol_arena[2304], &tol_arena[0]);
-    /* 27: AVERAGE_POOL_2D (mobilenet_v1_vww_backbone_1) */
+    /* 27: AVERAGE_POOL_2D (pool_1) */
     tol_avgpool2d_s8(&op27, &tol_arena[0], &tol_arena[2304]);
-    /* 28: RESHAPE (StatefulPartitionedCall_1:0) */
+    /* 28: RESHAPE (the layer after pool_1) */
     memcpy(latent, &tol_arena[2304], 256u);
     return TOL_OK;
 }

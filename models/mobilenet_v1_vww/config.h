@@ -3,7 +3,7 @@
 #define TOL_CONFIG_H
 
 #define TOL_MODEL_NAME               "mobilenet_v1_vww"
-#define TOL_MODEL_HASH               0xE87B55C3u  /* first 4 bytes of sha256(backbone.tflite), LE */
+#define TOL_MODEL_HASH               0xF79197ACu  /* first 4 bytes of sha256(backbone.tflite), LE */
 #define TOL_INPUT_SIZE               27648  /* int8 values per sample */
 #define TOL_LATENT_DIM               256  /* backbone output = head input */
 #define TOL_INPUT_SCALE              0.00392156793f  /* real = scale * (q - zero_point) */

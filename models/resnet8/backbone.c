@@ -5109,33 +5109,33 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
         return TOL_ERR_ARG;
     }
     (void)tol_arena;
-    /* 0: CONV_2D (resnet8_backbone_1) */
+    /* 0: CONV_2D (conv1_relu_1) */
     tol_conv2d_s8(&op0, input, &tol_arena[0]);
-    /* 1: CONV_2D (resnet8_backbone_1) */
+    /* 1: CONV_2D (s1_relu1_1) */
     tol_conv2d_s8(&op1, &tol_arena[0], &tol_arena[16384]);
-    /* 2: CONV_2D (resnet8_backbone_1) */
+    /* 2: CONV_2D (s1_bn2_1) */
     tol_conv2d_s8(&op2, &tol_arena[16384], &tol_arena[32768]);
-    /* 3: ADD (resnet8_backbone_1) */
+    /* 3: ADD (s1_relu_1) */
     tol_add_s8(&op3, &tol_arena[0], &tol_arena[32768], &tol_arena[16384]);
-    /* 4: CONV_2D (resnet8_backbone_1) */
+    /* 4: CONV_2D (s2_relu1_1) */
     tol_conv2d_s8(&op4, &tol_arena[16384], &tol_arena[0]);
-    /* 5: CONV_2D (resnet8_backbone_1) */
+    /* 5: CONV_2D (s2_bn2_1) */
     tol_conv2d_s8(&op5, &tol_arena[0], &tol_arena[8192]);
-    /* 6: CONV_2D (resnet8_backbone_1) */
+    /* 6: CONV_2D (s2_short_1) */
     tol_conv2d_s8(&op6, &tol_arena[16384], &tol_arena[0]);
-    /* 7: ADD (resnet8_backbone_1) */
+    /* 7: ADD (s2_relu_1) */
     tol_add_s8(&op7, &tol_arena[0], &tol_arena[8192], &tol_arena[16384]);
-    /* 8: CONV_2D (resnet8_backbone_1) */
+    /* 8: CONV_2D (s3_relu1_1) */
     tol_conv2d_s8(&op8, &tol_arena[16384], &tol_arena[0]);
-    /* 9: CONV_2D (resnet8_backbone_1) */
+    /* 9: CONV_2D (s3_bn2_1) */
     tol_conv2d_s8(&op9, &tol_arena[0], &tol_arena[4096]);
-    /* 10: CONV_2D (resnet8_backbone_1) */
+    /* 10: CONV_2D (s3_short_1) */
     tol_conv2d_s8(&op10, &tol_arena[16384], &tol_arena[0]);
-    /* 11: ADD (resnet8_backbone_1) */
+    /* 11: ADD (s3_relu_1) */
     tol_add_s8(&op11, &tol_arena[0], &tol_arena[4096], &tol_arena[8192]);
-    /* 12: AVERAGE_POOL_2D (resnet8_backbone_1) */
+    /* 12: AVERAGE_POOL_2D (pool_1) */
     tol_avgpool2d_s8(&op12, &tol_arena[8192], &tol_arena[0]);
-    /* 13: RESHAPE (StatefulPartitionedCall_1:0) */
+    /* 13: RESHAPE (the layer after pool_1) */
     memcpy(latent, &tol_arena[0], 64u);
     return TOL_OK;
 }

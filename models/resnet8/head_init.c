@@ -3,6 +3,11 @@
  * row-major [class][latent] (autoencoder: [output][latent]), b [TOL_HEAD_MAX_CLASSES].
  * Rows beyond TOL_HEAD_INIT_CLASSES are zero: classes the device has not seen yet. */
 #include "config.h"
+#include "backbone.h"
+
+_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h vs config.h");
+_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h vs config.h");
+_Static_assert(TOL_BACKBONE_ARENA_BYTES == TOL_BUDGET_ARENA_BYTES, "backbone.h vs config.h");
 
 _Static_assert(TOL_HEAD_MAX_CLASSES == 10, "head_init.c does not match config.h");
 _Static_assert(TOL_LATENT_DIM == 64, "head_init.c does not match config.h");

@@ -133,7 +133,9 @@ def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
                    target_scale=is_, target_zero_point=iz,
                    replay_capacity=0 if model.autoencoder else replay["capacity"],
                    replay_bits=replay["bits"], replay_policy=replay["policy"],
-                   max_new=max(1, replay["max_new"]), seed=replay["seed"], settings=settings)
+                   max_new=max(1, replay["max_new"]), max_old=settings.n_old,
+                   no_momentum=settings.momentum == 0, seed=replay["seed"],
+                   settings=settings)
     try:
         return L.Learner(cfg)
     except L.LearnerError as e:
@@ -192,19 +194,8 @@ def roc_auc(scores, labels) -> float:
     pos, neg = s[lab], s[~lab]
     if len(pos) == 0 or len(neg) == 0:
         return math.nan
-    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
-    ranks = np.empty(len(order))
-    allv = np.concatenate([pos, neg])[order]
-    # average ranks for ties
-    i = 0
-    r = np.empty(len(allv))
-    while i < len(allv):
-        j = i
-        while j + 1 < len(allv) and allv[j + 1] == allv[i]:
-            j += 1
-        r[i:j + 1] = (i + j) / 2 + 1
-        i = j + 1
-    ranks[order] = r
+    from scipy.stats import rankdata
+    ranks = rankdata(np.concatenate([pos, neg]))  # average ranks for ties
     u = ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
     return float(u / (len(pos) * len(neg)))
 
@@ -219,23 +210,28 @@ def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray
     scores, flags = np.array(scores), np.array(flags, bool)
     anom = np.asarray(y) != 0
     warm = lrn.settings.warmup
-    after = np.arange(len(y)) >= warm
-    first_anom = int(np.argmax(anom)) if anom.any() else None
-    delay = None
-    if first_anom is not None:
-        hits = np.flatnonzero(flags & anom & (np.arange(len(y)) >= first_anom))
-        # delay in anomalous samples seen before the first one flagged
-        delay = int(np.sum(anom[first_anom:hits[0]])) if len(hits) else None
+    idx = np.arange(len(y))
+    after = idx >= warm
+    # onset = first anomalous sample after the warm-up (nothing is flagged before)
+    onset = int(np.argmax(anom & after)) if (anom & after).any() else None
+    delay_samples = delay_anomalies = None
+    if onset is not None:
+        hits = np.flatnonzero(flags & anom & (idx >= onset))
+        if len(hits):
+            delay_samples = int(hits[0] - onset)
+            delay_anomalies = int(np.sum(anom[onset:hits[0]]))
     return {
         "samples": int(len(y)),
         "anomalous": int(anom.sum()),
+        "warmup": int(warm),
         "roc_auc": roc_auc(scores, anom),
         "roc_auc_after_warmup": roc_auc(scores[after], anom[after]),
         "detection_rate": float(flags[anom & after].mean()) if (anom & after).any() else math.nan,
         "false_positive_rate": (float(flags[~anom & after].mean())
                                 if (~anom & after).any() else math.nan),
-        "first_anomaly_index": first_anom,
-        "detection_delay": delay,
+        "onset_index": onset,
+        "detection_delay": delay_samples,
+        "missed_before_detection": delay_anomalies,
         "final_threshold": lrn.anomaly_stats.threshold(),
         "stats": lrn.stats(),
     }
@@ -268,8 +264,9 @@ def _print_classifier(res: dict, names: list[str]) -> None:
 
 
 def _print_anomaly(res: dict) -> None:
-    for k in ("samples", "anomalous", "roc_auc", "roc_auc_after_warmup", "detection_rate",
-              "false_positive_rate", "detection_delay", "final_threshold"):
+    for k in ("samples", "anomalous", "warmup", "roc_auc", "roc_auc_after_warmup",
+              "detection_rate", "false_positive_rate", "onset_index", "detection_delay",
+              "missed_before_detection", "final_threshold"):
         v = res[k]
         click.echo(f"{k:<22} {v:.4f}" if isinstance(v, float) else f"{k:<22} {v}")
 
@@ -277,8 +274,9 @@ def _print_anomaly(res: dict) -> None:
 @click.command("simulate")
 @click.option("--model", "model_dir", required=True, type=click.Path(file_okay=False),
               help="Model directory written by `tinyol export` (e.g. models/digits).")
-@click.option("--data", "data", required=True,
-              help="Stream source: digits:5-9@train, sensor:anomalies, file.csv, file.npz, ...")
+@click.option("--data", "data", required=True, multiple=True,
+              help="Stream source: digits:5-9@train, sensor:anomalies, file.csv, file.npz, ... "
+                   "Repeat to concatenate sources in order.")
 @click.option("--eval", "eval_spec", default=None,
               help="Held-out source for the final accuracy (default: the stream itself).")
 @click.option("--prefill", "prefill_spec", default=None,
@@ -305,7 +303,21 @@ def _print_anomaly(res: dict) -> None:
 def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, clip_norm,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, policy, seed, order_seed,
         mode, threshold_k, warmup, as_json):
-    """Run a labelled stream through the reference learner (predict, then learn)."""
+    """Run a labelled stream through the reference learner (predict, then learn).
+
+    Classifier models print prequential and final accuracy (per class);
+    autoencoder models print ROC AUC of the reconstruction scores, detection
+    rate, false-positive rate and the detection delay (samples from the first
+    anomaly after the warm-up to the first one flagged). Labels != 0 are
+    anomalous.
+
+    \b
+    Examples:
+      tinyol simulate --model models/digits --data digits:5-9@train \\
+          --prefill digits:0-4@train --eval digits@test --order-seed 0
+      tinyol simulate --model models/anomaly --data sensor@train \\
+          --data sensor:anomalies@test
+    """
     model = load_model(model_dir)
     settings, replay = learner_settings(
         model, lr=lr, momentum=momentum, weight_decay=weight_decay, clip_norm=clip_norm,
@@ -313,11 +325,17 @@ def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, cl
         replay_bits=None if replay_bits is None else int(replay_bits),
         replay_n_new=replay_n_new, replay_n_old=replay_n_old, policy=policy, seed=seed,
         mode=mode, threshold_k=threshold_k, warmup=warmup)
-    X, y, names = load_data(data)
     n_in = int(np.prod(model.manifest["input"]["shape"]))
-    if int(np.prod(X.shape[1:])) != n_in:
-        raise TinyolError(f"{data}: samples have {int(np.prod(X.shape[1:]))} values, the model "
-                          f"expects {n_in}")
+    parts, names = [], None
+    for spec in data:
+        Xs, ys, nm = load_data(spec)
+        if int(np.prod(Xs.shape[1:])) != n_in:
+            raise TinyolError(f"{spec}: samples have {int(np.prod(Xs.shape[1:]))} values, the "
+                              f"model expects {n_in}")
+        parts.append((Xs.reshape(len(ys), -1), ys))
+        names = names or nm
+    X = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
     if order_seed is not None:
         perm = np.random.default_rng(order_seed).permutation(len(y))
         X, y = X[perm], y[perm]

@@ -37,6 +37,7 @@ env.Append(
     LIBS=["m"],
 )
 env.Replace(LDSCRIPT_PATH=os.path.join(ld_dir, board.get("build.ldscript")))
+env.Append(CPPDEFINES=[("TOL_BOARD_RAM2_BYTES", board.get("tinyol.ram2_size"))])
 tinyol_build.configure(env, "stm32l4", board_id)
 
 elf = env.BuildProgram()
@@ -49,7 +50,7 @@ def report_size(target, source, env):
     out = subprocess.check_output([env.subst("$SIZETOOL"), "-A", str(target[0])], text=True)
     sec = {m[1]: int(m[2]) for m in re.finditer(r"^(\.\S+)\s+(\d+)\s+\d+", out, re.M)}
     flash = sum(sec.get(s, 0) for s in (".isr_vector", ".text", ".ARM.exidx", ".data"))
-    ram = sum(sec.get(s, 0) for s in (".data", ".bss", ".noinit")) + 8192  # + reserved stack
+    ram = sum(sec.get(s, 0) for s in (".data", ".bss", ".noinit", ".stack"))  # .stack: the reservation
     ram2 = sec.get(".ram2", 0)
     limits = [("flash", flash, board.get("upload.maximum_size")),
               ("RAM (SRAM1, incl. 8 KB stack)", ram, board.get("upload.maximum_ram_size")),

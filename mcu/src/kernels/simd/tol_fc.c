@@ -5,7 +5,7 @@
 #include "../tol_kernels_util.h"
 #include "tol_simd_dot.h"
 
-void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output)
+TOL_SIMD_FN void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output)
 {
     const int32_t depth = p->in_features, out_f = p->out_features;
     const uint32_t off2 = tol_dup16_(p->input_offset);
@@ -21,15 +21,15 @@ void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_
             }
             tol_dot4_(x, p->weights + o * depth, depth, depth, off2, p->input_offset, acc);
             for (int32_t j = 0; j < 4; ++j) {
-                const int32_t v = tol_mbqm_(acc[j], p->out_mult[o + j], p->out_shift[o + j]) + p->output_offset;
-                *output++ = (int8_t)tol_clamp_(v, p->act_min, p->act_max);
+                *output++ = tol_requant1_(acc[j], p->out_mult[o + j], p->out_shift[o + j], p->output_offset,
+                                          p->act_min, p->act_max);
             }
         }
         for (; o < out_f; ++o) {
             int32_t acc = p->bias != NULL ? p->bias[o] : 0;
             acc = tol_dot1_(x, p->weights + o * depth, depth, off2, p->input_offset, acc);
-            acc = tol_mbqm_(acc, p->out_mult[o], p->out_shift[o]) + p->output_offset;
-            *output++ = (int8_t)tol_clamp_(acc, p->act_min, p->act_max);
+            *output++ = tol_requant1_(acc, p->out_mult[o], p->out_shift[o], p->output_offset, p->act_min,
+                                      p->act_max);
         }
     }
 }

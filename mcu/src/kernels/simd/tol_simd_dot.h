@@ -13,6 +13,33 @@
 #include <stdint.h>
 
 #include "tol_acle.h"
+#include "../tol_kernels_util.h"
+
+/* TFLM MultiplyByQuantizedMultiplier, same results as tol_mbqm_ (the gemmlowp
+ * formulation) with a shorter common path: the round-half-away-from-zero
+ * division by 2^right is (q + 2^(right-1) - (q < 0)) >> right unless the add
+ * would overflow (|q| close to 2^31), where the exact formula is used. */
+static inline int32_t tol_mbqm_fast_(int32_t x, int32_t mult, int32_t shift)
+{
+    const int32_t left = shift > 0 ? shift : 0;
+    const int32_t right = left - shift;
+    const int32_t q = tol_srdhm_((int32_t)((uint32_t)x << left), mult);
+    if (right == 0) {
+        return q;
+    }
+    const int32_t half = (int32_t)(1u << (right - 1));
+    if (q > INT32_MAX - half) {
+        return tol_rdbpot_(q, right);
+    }
+    return (q + (q >> 31) + half) >> right;
+}
+
+/* Requantize one accumulator and clamp it to [lo, hi]. */
+static inline int8_t tol_requant1_(int32_t acc, int32_t mult, int32_t shift, int32_t zp, int32_t lo,
+                                   int32_t hi)
+{
+    return (int8_t)tol_clamp_(tol_mbqm_fast_(acc, mult, shift) + zp, lo, hi);
+}
 
 /* Both int16 lanes set to v (v in [-32768, 32767]). */
 static inline uint32_t tol_dup16_(int32_t v)

@@ -1,0 +1,48 @@
+"""The CLI's contract: every verb has --help; user errors are one line and a non-zero exit."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from tinyol.cli import VERBS
+
+
+def tinyol(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "tinyol.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_verb_has_help(verb):
+    r = tinyol(verb, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "Usage:" in r.stdout and verb in r.stdout
+
+
+def test_unreachable_port_is_one_clear_line():
+    r = tinyol("info", "--port", "socket://127.0.0.1:1")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: cannot open serial port 'socket://127.0.0.1:1'")
+
+
+def test_unknown_board_lists_the_choices():
+    r = tinyol("build", "--board", "nucleo_f401re")
+    assert r.returncode != 0 and "nucleo_l476rg" in r.stderr
+
+
+def test_missing_model_dir():
+    r = tinyol("build", "--board", "native", "--model", "models/nope")
+    assert r.returncode == 1
+    assert "models/nope has no config.h" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("renode") is not None, reason="Renode is installed here")
+def test_renode_missing_says_so():
+    r = tinyol("emulate", "--emulator", "renode", "--board", "nucleo_l476rg", "--model", "mcu/app/nomodel")
+    assert r.returncode == 1
+    assert "renode" in r.stderr.lower() and "Traceback" not in r.stderr
