@@ -116,14 +116,15 @@ class FaultProxy:
         self.close()
 
 
-def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None, n_new=None) -> dict:
+def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None, n_new=None,
+                  mode: str | None = None) -> dict:
     """Predictions of the numpy reference learner (`tinyol simulate`) on the same int8 stream.
 
     The inputs are quantized exactly as `tinyol stream` does (tinyol.device.quantize), the
     backbone runs in TFLM's runtime, the head learns with the manifest's settings and seed.
     """
     model = load_model(model_dir)
-    settings, replay = learner_settings(model, replay_n_new=n_new)
+    settings, replay = learner_settings(model, replay_n_new=n_new, mode=mode)
     lrn = make_learner(model, settings, replay)
     Xq = np.stack([quantize(x.ravel(), *model.input_q) for x in X])
     Q = latents(model, Xq)

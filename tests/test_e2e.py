@@ -73,6 +73,16 @@ def test_native_stream_equals_reference_learner(native_fw, digits_stream, refere
     assert st.replay_fill == ref_lrn.replay.fill
 
 
+def test_native_sgd_mode_equals_reference_learner(native_fw, digits_stream):
+    """MODE=1 (naive TinyOL, no replay) set over the link: same as the reference in sgd mode."""
+    X, y = digits_stream
+    with emulator.start_native(native_fw.program, timeout=60) as t, Device.open(t.url) as dev:
+        assert dev.set("mode", 1) == 1
+        s, recs = stream(dev, X, y, MANIFEST, mode="train", window=4)
+    ref = reference_run(str(ROOT / MODEL), X, y, mode="sgd")
+    _check_against_reference(s, recs, ref, len(y))
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_faulty_link_learns_every_sample_exactly_once(native_fw, digits_stream, reference, seed):
     """~1 % of the bytes flipped, dropped or duplicated, both directions."""
