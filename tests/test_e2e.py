@@ -185,3 +185,23 @@ def test_qemu_exit_mid_stream_is_reported(firmware, digits_stream):
         assert t.wait(20) == 7
     assert "\n" not in str(e.value) and "samples" in str(e.value)
     assert 30 < st.summary.samples <= 35
+
+
+def test_native_anomaly_stream_equals_reference(firmware):
+    """The autoencoder head (models/anomaly): the device's scores and flags equal the
+    reference learner's on the same stream (sensor windows with faults)."""
+    from tinyol.commands.simulate import latents, learner_settings, load_model, make_learner
+    from tinyol.device import quantize
+    X, y, _ = load_source("sensor:anomalies")
+    X, y = X[:300], y[:300]
+    model = load_model(ROOT / "models/anomaly")
+    manifest = json.loads((ROOT / "models/anomaly/manifest.json").read_text())
+    fw = firmware("native", model="models/anomaly")
+    with emulator.start_native(fw.program, timeout=60) as t, Device.open(t.url) as dev:
+        s, recs = stream(dev, X, y, manifest, mode="train", window=4)
+    lrn = make_learner(model, *learner_settings(model))
+    Xq = np.stack([quantize(x.ravel(), *model.input_q) for x in X])
+    ref = [lrn.anomaly(q, xq) for q, xq in zip(latents(model, Xq), Xq)]
+    assert [r.prediction for r in recs] == [int(f) for _, f in ref]
+    np.testing.assert_allclose([r.confidence for r in recs], [sc for sc, _ in ref], rtol=1e-3)
+    assert s.flagged == sum(f for _, f in ref) > 0

@@ -400,6 +400,21 @@ class Summary:
     rejected: dict = field(default_factory=dict)     # status name -> count
     interrupted: bool = False
     stopped_by: str | None = None
+    # autoencoder heads: samples flagged as anomalies; with labels (0 normal, else anomalous)
+    flagged: int = 0
+    anomaly_counts: dict = field(default_factory=dict)  # "tp", "fp", "tn", "fn"
+
+    @property
+    def detection_rate(self) -> float:
+        c = self.anomaly_counts
+        pos = c.get("tp", 0) + c.get("fn", 0)
+        return c.get("tp", 0) / pos if pos else math.nan
+
+    @property
+    def false_positive_rate(self) -> float:
+        c = self.anomaly_counts
+        neg = c.get("fp", 0) + c.get("tn", 0)
+        return c.get("fp", 0) / neg if neg else math.nan
 
     @property
     def accuracy(self) -> float:
@@ -427,6 +442,8 @@ class Summary:
             "retries": self.retries, "duplicates": self.duplicates,
             "device_samples_seen": self.device_samples_seen, "rejected": self.rejected,
             "interrupted": self.interrupted, "stopped_by": self.stopped_by,
+            "flagged": self.flagged, "anomaly_counts": self.anomaly_counts,
+            "detection_rate": self.detection_rate, "false_positive_rate": self.false_positive_rate,
         }
 
 
@@ -498,6 +515,12 @@ class Stream:
     def _count(self, rec: Record) -> None:
         s = self.summary
         s.samples += 1
+        if self.info.head_mode == "autoencoder" and rec.prediction is not None:
+            s.flagged += int(rec.prediction == 1)
+            if rec.label is not None:
+                key = ("t" if (rec.prediction == 1) == (rec.label != 0) else "f") + \
+                      ("p" if rec.prediction == 1 else "n")
+                s.anomaly_counts[key] = s.anomaly_counts.get(key, 0) + 1
         if rec.label is not None and rec.prediction is not None and self.info.head_mode == "classifier":
             k, n = s.per_class.get(rec.label, [0, 0])
             ok = int(rec.prediction == rec.label)

@@ -62,6 +62,11 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -
                                                   "is learned)" if s.mode == "train" else ""))
         for c, acc in s.class_accuracy().items():
             echo(f"  class {name(c):>4}  {acc:.4f}  ({s.per_class[c][1]} samples)")
+    if s.anomaly_counts or s.flagged:
+        echo(f"anomalies    {s.flagged} flagged")
+        if s.anomaly_counts:
+            echo(f"  detection rate {s.detection_rate:.4f}, false positive rate "
+                 f"{s.false_positive_rate:.4f} (label 0 = normal)")
     echo(f"throughput   {s.samples_per_s:.1f} samples/s, {s.bytes_per_s:.0f} bytes/s "
          f"({s.bytes_out} out, {s.bytes_in} in, {s.seconds:.2f} s)")
     echo(f"link         {s.retries} resends, {s.duplicates} duplicates answered from the device's cache")
