@@ -259,3 +259,31 @@ def test_bench_stream_native(native_url):
     assert r["samples"] == 200 and r["samples_per_s"] > 100
     assert 70 <= r["bytes_out_per_sample"] <= 90 and 25 <= r["bytes_in_per_sample"] <= 40
     assert abs(r["uart_samples_per_s"] - 11520 / r["bytes_out_per_sample"]) < 1e-6
+
+
+def test_cli_ctrl_c_prints_summary_and_exits_130(native_url, tmp_path):
+    """A live stdin stream interrupted with SIGINT: the summary, then exit code 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tinyol.datasets import as_text_lines
+    X, y, _ = load_source("digits:5-9@train")
+    env = dict(__import__("os").environ, PYTHONPATH=str(ROOT / "host"))
+    p = subprocess.Popen([sys.executable, "-m", "tinyol.cli", "stream", "--port", native_url,
+                          "--data", "-", "--no-progress", "--log", str(tmp_path / "l.jsonl")],
+                         stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p.stdin.write(as_text_lines(X[:30], y[:30]))
+    p.stdin.flush()
+    log = tmp_path / "l.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 30):
+        time.sleep(0.1)  # python start-up + the 30 samples (stdin stays open: live source)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 130, out
+    assert out.startswith("samples      30 (interrupted)"), out
+    assert "device       " in out

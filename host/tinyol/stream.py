@@ -285,16 +285,22 @@ class Pipeline:
                              p.latency, p.attempts)
 
     def run(self, requests: Iterable[tuple[object, int, bytes]]) -> Iterator[Completion]:
-        """Send every request (keeping the window full); yield completions in order."""
+        """Send every request (keeping the window full); yield completions in order.
+
+        `requests` may yield :data:`NOT_YET` when no request is ready (a live source,
+        see :class:`Prefetch`); replies keep being handled meanwhile."""
         it = iter(requests)
         more = True
         while more or self._queue:
             while more and self._span() < self.window:
                 try:
-                    tag, msg, payload = next(it)
+                    item = next(it)
                 except StopIteration:
                     more = False
                     break
+                if item is NOT_YET:
+                    break
+                tag, msg, payload = item
                 self._new(tag, msg, payload)
             yield from self._deliver()
             if self._queue:
@@ -309,6 +315,54 @@ class Pipeline:
             self._pump(min(0.05, self.timeout))
             out.extend(self._deliver())
         return out
+
+
+NOT_YET = object()  # from a live source: no request ready yet
+
+
+class Prefetch:
+    """Read an iterator in a background thread (stdin, a sensor): ``next()`` returns
+    :data:`NOT_YET` instead of blocking, so replies to samples already sent are handled
+    (and shown) while the source waits for its next sample."""
+
+    _END = object()
+
+    def __init__(self, iterable: Iterable, wait: float = 0.05):
+        import queue
+        import threading
+
+        self._q: "queue.Queue" = queue.Queue(maxsize=64)
+        self._empty = queue.Empty
+        self._wait = wait
+        self._done = False
+
+        def pump():
+            try:
+                for item in iterable:
+                    self._q.put(item)
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                self._q.put(e)
+            self._q.put(self._END)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        try:
+            item = self._q.get(timeout=self._wait)
+        except self._empty:
+            return NOT_YET
+        if item is self._END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
 
 
 # --------------------------------------------------------------------------- samples
@@ -528,8 +582,11 @@ class Stream:
             s.correct += ok
 
     def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
-            on_record: Callable[[Record], None] | None = None) -> Summary:
-        """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted)."""
+            on_record: Callable[[Record], None] | None = None, live: bool = False) -> Summary:
+        """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
+
+        `live`: the rows come from a source that may block (stdin, a sensor); they are
+        read in a background thread so every reply is handled as soon as it arrives."""
         link = self.device.link
         st0 = self.device.stats()
         b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
@@ -549,7 +606,8 @@ class Stream:
 
         try:
             try:
-                for c in pipe.run(self._requests(rows)):
+                reqs = self._requests(rows)
+                for c in pipe.run(Prefetch(reqs) if live else reqs):
                     take(c)
             except KeyboardInterrupt:
                 self.summary.interrupted = True

@@ -87,7 +87,7 @@ def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digi
     rows, total, X, y, names = load_rows(data, limit=limit, shuffle=shuffle, seed=seed,
                                          label_column=label_column)
     names = names or [str(i) for i in range(int(manifest["head"].get("max_classes", 0)))]
-    logf = open(log, "w") if log else None
+    logf = open(log, "w", buffering=1) if log else None  # line-buffered: `tail -f` works
     with Device.open(resolve_port(port), timeout=max(timeout, 1.0)) as dev:
         st = Stream(dev, manifest, mode=mode, encoding=encoding, window=window, timeout=timeout,
                     model_dir=model_dir)
@@ -111,7 +111,7 @@ def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digi
                     bar.set_postfix(acc=f"{st.summary.accuracy:.3f}")
 
         try:
-            st.run(rows, on_record=on_record)
+            st.run(rows, on_record=on_record, live=X is None)
         finally:
             if bar is not None:
                 bar.close()
@@ -174,7 +174,7 @@ def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, wind
     if log:
         click.echo(f"log          {log}")
     if summary.interrupted:
-        raise click.exceptions.Exit(130)
+        sys.exit(130)  # like an interrupted shell command (cli.main ignores click's Exit codes)
 
 
 def _clean(v):

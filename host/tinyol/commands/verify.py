@@ -101,4 +101,7 @@ def cmd(port, model, n, data, random_inputs, seed, window, as_json):
                        f"from TFLM ({res['mismatched_values']} values, max |diff| "
                        f"{res['max_abs_diff']}); first at inputs {res['first_mismatches']}")
     if res["mismatched_samples"]:
-        raise click.exceptions.Exit(1)
+        raise TinyolError(f"{res['mismatched_samples']} of {res['samples']} latents differ from TFLM "
+                          f"(first at inputs {res['first_mismatches'][:5]})",
+                          hint="the firmware's backbone is not bit-exact: rebuild with --kernels ref "
+                               "to narrow it down, and report it")
