@@ -210,6 +210,8 @@ class Pipeline:
         self._transmit(p)
 
     def _on_info(self, p: _Pending) -> None:
+        if p.reply.type == Msg.ERROR:
+            return  # no verdict (e.g. ERR_FULL for a stale INFO); the next timeout asks again
         info = Info.parse(p.reply.payload)
         if info.boot_count != self.boot_count:
             raise DeviceReset(
