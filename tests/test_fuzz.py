@@ -28,7 +28,7 @@ from tinyol._defs import Msg
 
 MCU = ROOT / "mcu"
 CORE = sorted((MCU / "src").glob("*.c")) + sorted((MCU / "src/kernels/ref").glob("*.c"))
-BUDGET_S = float(os.environ.get("TINYOL_FUZZ_SECONDS", "8"))  # per variant (two variants)
+BUDGET_S = float(os.environ.get("TINYOL_FUZZ_SECONDS", "6"))  # per variant (two variants)
 SAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
 VARIANTS = {
     "digits": ([MCU / "app/model.c", ROOT / "models/digits/backbone.c", ROOT / "models/digits/head_init.c"],

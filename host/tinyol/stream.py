@@ -76,6 +76,7 @@ class _Pending:
     reply: Frame | None = None
     control: bool = False
     latency: float = 0.0
+    seq_tx: int = 0           # transmission number of the current seq's first transmission
 
 
 @dataclass
@@ -118,6 +119,8 @@ class Pipeline:
         self.retries = retries
         self.stats = PipelineStats()
         self._tx = 0
+        self._history: collections.deque[int] = collections.deque(maxlen=4 * DEVICE_CACHE)
+        self._info_armed = True  # one INFO check per stall, re-armed by a data reply
         self._queue: collections.deque[_Pending] = collections.deque()  # send order
         self._by_seq: dict[int, _Pending] = {}
         self._boot_lines = len(link.boot_lines)
@@ -125,9 +128,11 @@ class Pipeline:
         self.completed = 0        # requests delivered to the caller (data, not control)
 
     # -- sending
-    def _transmit(self, p: _Pending) -> None:
+    def _transmit(self, p: _Pending, fresh: bool = False) -> None:
         self._tx += 1
         now = time.monotonic()
+        if fresh:
+            p.seq_tx = self._tx
         if not p.attempts:
             p.first_tx, p.t_first = self._tx, now
         else:
@@ -154,12 +159,25 @@ class Pipeline:
         self.link.stats.requests += 1
         if not control:
             self.stats.requests += 1
-        self._transmit(p)
+        self._transmit(p, fresh=True)
         return p
 
-    def _span(self) -> int:
-        """Requests sent since (and including) the oldest unanswered one."""
-        return len(self._queue)
+    def _exposure(self, x: _Pending) -> int:
+        """How many other requests may execute on the device after `x` did, at most.
+
+        The device keeps the replies of its last DEVICE_CACHE executed requests, so `x` may
+        be resent safely only while fewer than DEVICE_CACHE others executed after it. Any
+        of them was transmitted after x's seq was first sent, or is still unanswered (and
+        will be resent): count those, answered ones from a short history included. A resend
+        can be a request's *first* execution (its first copy was lost), so resends count."""
+        n = sum(1 for q in self._queue if q is not x and (not q.done or q.last_tx > x.seq_tx))
+        return n + sum(1 for t in self._history if t > x.seq_tx)
+
+    def _may_send(self, limit: int, exclude: _Pending | None = None) -> bool:
+        """May one more new request go out, keeping every unanswered request's exposure
+        below `limit` (DEVICE_CACHE: the device's cache; the window for samples)?"""
+        return all(self._exposure(q) + 1 <= limit - 1
+                   for q in self._queue if not q.done and q is not exclude)
 
     # -- receiving
     def _check_lines(self) -> None:
@@ -187,9 +205,14 @@ class Pipeline:
             return  # cannot be ours (a corrupted frame that passed CRC is not expected)
         if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_FULL \
                 and p.attempts > 1 and p.frame.type in (Msg.PREDICT, Msg.EMBED, Msg.INFO, Msg.STATS):
-            # the device executed it but no longer keeps that (large) reply: harmless to redo
-            self._reissue(p)
-            return
+            # the device executed it but no longer keeps that (large) reply
+            if p.control:
+                pass  # an INFO check without a verdict: done; the next timeout asks again
+            elif self._may_send(DEVICE_CACHE, exclude=p):
+                self._reissue(p)  # idempotent: run it again under a new seq
+                return
+            else:
+                return  # no room in the device's cache yet: the timeout resends, then we retry
         p.done, p.reply = True, f
         p.latency = time.monotonic() - p.t_first
         # order: everything transmitted before this request's first transmission was lost
@@ -203,11 +226,12 @@ class Pipeline:
     def _reissue(self, p: _Pending) -> None:
         """Send an idempotent request again under a fresh seq (its old reply is gone)."""
         del self._by_seq[p.frame.seq]
+        self._history.append(p.last_tx)  # the old seq executed: it holds a cache slot
         seq = self.link._next_seq()
         p.frame = Frame(p.frame.type, seq, p.frame.payload)
         p.wire = p.frame.encode()
         self._by_seq[seq] = p
-        self._transmit(p)
+        self._transmit(p, fresh=True)
 
     def _on_info(self, p: _Pending) -> None:
         if p.reply.type == Msg.ERROR:
@@ -231,7 +255,9 @@ class Pipeline:
                     f"the device stopped answering after {self.completed} samples "
                     f"({p.attempts} attempts of {self.timeout:g} s each)",
                     hint="the board was unplugged or hung, or the emulator stopped")
-        if not any(q.control and not q.done for q in self._queue) and self._span() < DEVICE_CACHE:
+        if self._info_armed and not any(q.control and not q.done for q in self._queue) \
+                and self._may_send(DEVICE_CACHE):
+            self._info_armed = False
             self.stats.info_checks += 1
             self._new("info-check", Msg.INFO, b"", control=True)
         for p in late:
@@ -276,6 +302,9 @@ class Pipeline:
     def _deliver(self) -> Iterator[Completion]:
         while self._queue and self._queue[0].done:
             p = self._queue.popleft()
+            self._history.append(p.last_tx)
+            if not p.control:
+                self._info_armed = True
             del self._by_seq[p.frame.seq]
             if p.control:
                 self._on_info(p)
@@ -294,7 +323,7 @@ class Pipeline:
         it = iter(requests)
         more = True
         while more or self._queue:
-            while more and self._span() < self.window:
+            while more and self._may_send(self.window):
                 try:
                     item = next(it)
                 except StopIteration:
