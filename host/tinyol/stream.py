@@ -14,8 +14,8 @@ How a missing reply is noticed:
   it is resent at once (like TCP's fast retransmit);
 * time: a request without a reply after ``timeout`` s is resent, and an INFO
   request checks the boot counter (a reset device is reported, never fed on);
-* a ``tinyol boot`` line, or a ``samples_seen`` that goes backwards, means the
-  device reset: :class:`~tinyol.protocol.DeviceReset`.
+* a ``tinyol boot`` line, or a ``samples_seen`` that repeats or goes back by
+  more than a window, means the device reset: :class:`~tinyol.protocol.DeviceReset`.
 
 Order: on a clean link the device learns the samples in the order sent. When a
 request is lost, the ones sent after it may already have executed when its
@@ -24,10 +24,12 @@ different order than sent (each exactly once, none skipped). Every SAMPLE
 reply carries the device's sample counter after it, which gives the order the
 device really learned them in (``Record.samples_seen``, logged by `--log`).
 
-The device caches the replies of its last 8 requests. A resend is safe only
-while fewer than 8 requests have been sent after it, so the window counts
-*every* request sent since the oldest unanswered one (a span, not a count), and
-one of the 8 slots is kept for the INFO check: at most 7 samples in flight.
+The device caches the replies of its last 8 executed requests. A resend is
+safe only while fewer than 8 others can have executed after the request, so a
+new request goes out only while, for every unanswered request, the others sent
+or resent since it (a resend may be a first execution) plus those unanswered
+stay below the window (:meth:`Pipeline._exposure`); one of the 8 slots is kept
+for the INFO check: at most 7 samples in flight.
 
 :func:`stream` drives a whole data set through a Device in one of three modes
 (train = SAMPLE, prequential; eval / predict = PREDICT) and returns a
@@ -124,7 +126,6 @@ class Pipeline:
         self._queue: collections.deque[_Pending] = collections.deque()  # send order
         self._by_seq: dict[int, _Pending] = {}
         self._boot_lines = len(link.boot_lines)
-        self._garbage = link.deframer.garbage
         self.completed = 0        # requests delivered to the caller (data, not control)
 
     # -- sending
