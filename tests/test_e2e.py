@@ -212,3 +212,17 @@ def test_native_anomaly_stream_equals_reference(firmware):
     assert [r.prediction for r in recs] == [int(f) for _, f in ref]
     np.testing.assert_allclose([r.confidence for r in recs], [sc for sc, _ in ref], rtol=1e-3)
     assert s.flagged == sum(f for _, f in ref) > 0
+
+
+@pytest.mark.slow
+def test_demo_on_the_native_target(tmp_path):
+    """`tinyol demo --emulator native`: learns the new classes, replay keeps the old ones."""
+    from tinyol.cli import main
+    assert main(["demo", "--emulator", "native", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "summary.json").read_text())
+    before, after, nore = (res[k] for k in ("before", "after", "no_replay"))
+    assert before["accuracy"] == pytest.approx(0.5, abs=0.02)  # knows 0-4 only
+    assert after["accuracy"] > 0.75 and after["accuracy"] > nore["accuracy"] + 0.3
+    assert min(after["per_class"][str(c)] for c in range(5)) > 0.5  # replay protects 0-4
+    assert (tmp_path / "curve.png").stat().st_size > 1000
+    assert len((tmp_path / "run.jsonl").read_text().splitlines()) == 400 + 627
