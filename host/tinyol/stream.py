@@ -483,6 +483,8 @@ class Summary:
     retries: int = 0
     duplicates: int = 0          # retransmissions the device answered from its cache
     device_samples_seen: int | None = None
+    device_classes: int | None = None        # active outputs after the stream
+    replay_fill: str | None = None           # "fill/capacity" of the replay buffer
     rejected: dict = field(default_factory=dict)     # status name -> count
     interrupted: bool = False
     stopped_by: str | None = None
@@ -526,7 +528,8 @@ class Summary:
             "seconds": self.seconds, "samples_per_s": self.samples_per_s,
             "bytes_out": self.bytes_out, "bytes_in": self.bytes_in, "bytes_per_s": self.bytes_per_s,
             "retries": self.retries, "duplicates": self.duplicates,
-            "device_samples_seen": self.device_samples_seen, "rejected": self.rejected,
+            "device_samples_seen": self.device_samples_seen, "device_classes": self.device_classes,
+            "replay_fill": self.replay_fill, "rejected": self.rejected,
             "interrupted": self.interrupted, "stopped_by": self.stopped_by,
             "flagged": self.flagged, "anomaly_counts": self.anomaly_counts,
             "detection_rate": self.detection_rate, "false_positive_rate": self.false_positive_rate,
@@ -664,6 +667,9 @@ class Stream:
             st1 = self.device.stats()
             s.duplicates = st1.duplicates - st0.duplicates
             s.device_samples_seen = st1.samples_seen
+            s.device_classes = st1.n_active
+            if st1.replay_capacity:
+                s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
         except KeyboardInterrupt:
             s.interrupted = True
         return s

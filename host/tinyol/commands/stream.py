@@ -71,7 +71,9 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -
          f"({s.bytes_out} out, {s.bytes_in} in, {s.seconds:.2f} s)")
     echo(f"link         {s.retries} resends, {s.duplicates} duplicates answered from the device's cache")
     if s.device_samples_seen is not None and s.mode == "train":
-        echo(f"device       {s.device_samples_seen} samples learned in total")
+        replay = f", replay buffer {s.replay_fill}" if s.replay_fill else ""
+        echo(f"device       {s.device_samples_seen} samples learned in total, "
+             f"{s.device_classes} classes active{replay}")
     for k, v in s.rejected.items():
         echo(f"rejected     {v} x {k}")
 
