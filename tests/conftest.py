@@ -43,7 +43,7 @@ def compile_arm_objects(sources: list[Path], includes: list[Path], defines: dict
     """Compile (no link) for Cortex-M4 with the strict flags; skip if no cross compiler."""
     if not shutil.which("arm-none-eabi-gcc"):
         pytest.skip("arm-none-eabi-gcc not installed")
-    args = ARM_FLAGS + STRICT + ["-ffreestanding", "-c", "-o", "/dev/null"]
+    args = ARM_FLAGS + STRICT + ["-c", "-o", "/dev/null"]
     args += [f"-I{p}" for p in includes] + [f"-D{k}={v}" for k, v in (defines or {}).items()]
     for s in sources:
         subprocess.run(["arm-none-eabi-gcc", *args, str(s)], check=True)

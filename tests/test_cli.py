@@ -46,3 +46,19 @@ def test_renode_missing_says_so():
     r = tinyol("emulate", "--emulator", "renode", "--board", "nucleo_l476rg", "--model", "mcu/app/nomodel")
     assert r.returncode == 1
     assert "renode" in r.stderr.lower() and "Traceback" not in r.stderr
+
+
+def test_settings_layering_file_env_flag(tmp_path):
+    """tinyol.toml < TINYOL_<VERB>_<OPTION> < --flag, each visible in the error naming the port."""
+    import os
+
+    cfg = tmp_path / "tinyol.toml"
+    cfg.write_text('[info]\nport = "socket://127.0.0.1:2"\n')
+    env = dict(os.environ, TINYOL_CONFIG=str(cfg), PYTHONPATH=str(ROOT / "host"))
+    assert "127.0.0.1:2'" in tinyol("info", env=env).stderr
+    env["TINYOL_INFO_PORT"] = "socket://127.0.0.1:3"
+    assert "127.0.0.1:3'" in tinyol("info", env=env).stderr
+    assert "127.0.0.1:4'" in tinyol("info", "--port", "socket://127.0.0.1:4", env=env).stderr
+    cfg.write_text('[nosuchverb]\nx = 1\n')
+    r = tinyol("info", env=env)
+    assert r.returncode == 1 and "unknown section(s) nosuchverb" in r.stderr

@@ -244,3 +244,29 @@ def test_cross_compiles_for_cortex_m4(models, tmp_path, impl):
         dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True, text=True).stdout
         assert "smlad" in dis and "sxtab16" in dis
     assert (KERNELS / impl).is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", IMPLS)
+def test_sanitizers_clean(models, tmp_path, impl):
+    """Generated code + kernels under AddressSanitizer/UBSan: no out-of-bounds
+    access (the SIMD kernels read whole words) and no undefined behaviour."""
+    main = tmp_path / "main.c"
+    main.write_text(
+        "#include <stdlib.h>\n#include \"backbone.h\"\n"
+        "int main(void)\n{\n"
+        "    static int8_t in[TOL_BACKBONE_INPUT_SIZE], out[TOL_BACKBONE_LATENT_SIZE];\n"
+        "    srand(1);\n"
+        "    for (int n = 0; n < 3; ++n) {\n"
+        "        for (int i = 0; i < TOL_BACKBONE_INPUT_SIZE; ++i) in[i] = (int8_t)(rand() & 0xff);\n"
+        "        if (tol_backbone_invoke(in, out) != TOL_OK) return 2;\n"
+        "    }\n    return 0;\n}\n")
+    for name in ("ds_cnn_small", "resnet_tiny"):
+        gen = tmp_path / name
+        codegen.generate_backbone(_net(models, name), gen, name)
+        exe = tmp_path / f"{name}_{impl}"
+        subprocess.run(["gcc", *STRICT, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{MCU_INC}", f"-I{gen}", str(main), str(gen / "backbone.c"),
+                        *map(str, kernel_sources(impl)), "-o", str(exe)], check=True)
+        r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]

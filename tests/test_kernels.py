@@ -88,11 +88,14 @@ CASES = {
     "add_residual": _residual((6, 6, 8)),
     "add_relu": _residual((5, 5, 5), act="relu"),
     "add_gap_dense": _two_branch_gap((8, 8, 2)),
+    # standalone activations (nothing to fuse into: they act on the model input)
+    "relu_standalone": _seq((6, 6, 4), layers.ReLU(), conv(4, 1)),
+    "relu6_standalone": _seq((40,), layers.ReLU(max_value=6.0), layers.Dense(6, bias_initializer=RB)),
 }
 
 FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2",
         "dw_3x3_same", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
-        "add_relu", "add_gap_dense"]
+        "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +186,7 @@ def test_requantization_edge_cases(tmp_path):
     xs += [int(v) for v in rng.integers(-2**20, 2**20, size=150)]
     cases = 0
     for s in range(-31, 8):
-        for m in (1 << 30, (1 << 31) - 1, 1518500250, int(rng.integers(1 << 30, 1 << 31))):
+        for m in (0, 1 << 30, (1 << 30) + 1, (1 << 31) - 1, 1518500250, int(rng.integers(1 << 30, 1 << 31))):
             for x in xs:
                 if s > 0 and not (-2**31 <= x * (1 << s) < 2**31):
                     continue  # TFLM's left shift would overflow int32 (UB)
@@ -192,3 +195,14 @@ def test_requantization_edge_cases(tmp_path):
                 assert so.shim_fast(x, m, s) == want, ("simd", x, m, s)
                 cases += 1
     assert cases > 10000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["conv_stride2_same_relu6", "dw_dm2_c8", "fc_stack", "zeropad", "add_residual",
+                                  "add_gap_dense"])
+def test_arena_not_larger_than_tflm(models, tmp_path, name):
+    from tinyol import codegen
+
+    path = _model(models, name)
+    info = codegen.generate_backbone(path, tmp_path, "m.tflite")
+    assert info.arena_bytes <= codegen.tflm_arena_bytes(path)

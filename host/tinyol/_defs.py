@@ -98,6 +98,7 @@ class Setting(enum.IntEnum):
     THRESHOLD_K = 9
     EMA_ALPHA = 10
     WARMUP = 11
+    AUTOSAVE = 12
 
 
 # wire type of each setting: 'f' float32, 'u' uint32
@@ -113,6 +114,7 @@ SETTING_TYPE = {
     Setting.THRESHOLD_K: 'f',
     Setting.EMA_ALPHA: 'f',
     Setting.WARMUP: 'u',
+    Setting.AUTOSAVE: 'u',
 }
 
 SETTING_TEXT = {
@@ -127,4 +129,5 @@ SETTING_TEXT = {
     Setting.THRESHOLD_K: 'autoencoder: threshold = mean + k * std',
     Setting.EMA_ALPHA: 'autoencoder: score statistics EMA factor',
     Setting.WARMUP: 'autoencoder: samples that train before flagging',
+    Setting.AUTOSAVE: 'save to flash every N committed updates, 0 = off',
 }

@@ -47,6 +47,7 @@ class ModelBench:
     arena_bytes: int | None = None
     tflm_arena_bytes: int | None = None
     latent_dim: int | None = None
+    outputs: int | None = None
     error: str | None = None
 
     @property
@@ -68,7 +69,8 @@ def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> M
     mem = manifest.get("memory", {})
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),
                    arena_bytes=mem.get("arena_bytes"), tflm_arena_bytes=mem.get("tflm_arena_bytes"),
-                   latent_dim=manifest["latent"]["dim"])
+                   latent_dim=manifest["latent"]["dim"],
+                   outputs=manifest["head"].get("out_dim") or manifest["head"].get("max_classes"))
     try:
         res = build(BuildConfig(BOARD, str(model_dir), kernels, test_build=True))
     except TinyolError as e:
@@ -209,12 +211,18 @@ def render(results: list[ModelBench], stream: list[dict] | None = None) -> str:
     lines += ["", "## Learner: instructions per prediction and per training step", "",
               "A training step is one SGD update on 1 fresh + `n_old` replayed latents (8-bit replay storage),",
               "including the replay buffer update; a prediction is the head's forward pass and softmax.",
+              "The autoencoder's step is one MSE update of its 640-output reconstruction layer, no replay.",
+              "The step computes each weight's gradient from per-sample factors (error x input) twice",
+              "(check, then commit, so a diverging update changes nothing): memory O(batch x (D + C))",
+              "instead of O(C x D), paid for in instructions. `latent256` is a learner-only model",
+              "(identity backbone) for the D = 256 case.",
               "",
-              "| model | latent D | classes | prediction | training step | n_old |", "|---|---:|---:|---:|---:|---:|"]
+              "| model | latent D | outputs (classes or reconstruction) | prediction | training step | n_old |",
+              "|---|---:|---:|---:|---:|---:|"]
     for r in results:
         if r.kernels != "simd" or r.error or r.predict_instr is None:
             continue
-        lines.append(f"| {r.model} | {r.latent_dim} | – | {_fmt(r.predict_instr)} | {_fmt(r.train_instr)} | {_fmt(r.n_old)} |")
+        lines.append(f"| {r.model} | {r.latent_dim} | {_fmt(r.outputs)} | {_fmt(r.predict_instr)} | {_fmt(r.train_instr)} | {_fmt(r.n_old)} |")
     if stream:
         lines += ["", "## Streaming throughput (end to end)", "",
                   "| target | samples/s | bytes/s | link maximum | note |", "|---|---:|---:|---:|---|"]

@@ -57,14 +57,50 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def load_settings(path: str | None = None) -> dict:
+    """Option defaults from a TOML file: [verb] tables of option = value.
+
+    Layering (lowest first): this file (./tinyol.toml, or $TINYOL_CONFIG), then
+    environment variables TINYOL_<VERB>_<OPTION> (e.g. TINYOL_STREAM_PORT),
+    then command-line flags.
+    """
+    import os
+    import tomllib
+    from pathlib import Path
+
+    p = Path(path or os.environ.get("TINYOL_CONFIG") or "tinyol.toml")
+    if not p.is_file():
+        if path or os.environ.get("TINYOL_CONFIG"):
+            raise TinyolError(f"settings file not found: {p}")
+        return {}
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TinyolError(f"{p}: {e}") from None
+    unknown = sorted(set(data) - set(VERBS))
+    if unknown:
+        raise TinyolError(f"{p}: unknown section(s) {', '.join(unknown)}",
+                          hint="sections are verb names: " + ", ".join(VERBS))
+    return {verb: {k.replace("-", "_"): v for k, v in opts.items()} for verb, opts in data.items()}
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                             "auto_envvar_prefix": "TINYOL"})
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and debug output.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Settings file (default: ./tinyol.toml if present).")
 @click.version_option(__version__, prog_name="tinyol")
 @click.pass_context
-def group(ctx, verbose):
-    """tinyol: keep learning on an STM32L4 after deployment."""
+def group(ctx, verbose, config_path):
+    """tinyol: keep learning on an STM32L4 after deployment.
+
+    \b
+    Settings: flags > TINYOL_<VERB>_<OPTION> environment variables > tinyol.toml
+    ([verb] tables, e.g. [stream] port = "socket://127.0.0.1:4321").
+    """
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
+    ctx.default_map = load_settings(config_path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,17 +69,88 @@ class Stats:
     cycles_predict: int | None = None
     cycles_learn: int | None = None
     class_counts: list[int] | None = None
+    persist: "PersistStats | None" = None
 
     @classmethod
-    def parse(cls, p: bytes) -> "Stats":
+    def parse(cls, p: bytes, classes: int | None = None) -> "Stats":
+        """`classes`: class counts in the reply (max_classes for a classifier, 0 for an
+        autoencoder); then the 32-byte persistence block follows, if present."""
         link = struct.unpack_from("<5I", p)
         if len(p) < 60:
             return cls(*link)
         v = struct.unpack_from("<4I4Hf3I", p, 20)
         cyc = [None if c == CYCLES_INVALID else c for c in v[9:12]]
-        n = (len(p) - 60) // 4
+        n = (len(p) - 60) // 4 if classes is None else classes
         counts = list(struct.unpack_from(f"<{n}I", p, 60)) if n else []
-        return cls(*link, *v[:9], *cyc, counts)
+        persist = None
+        if classes is not None and len(p) >= 60 + 4 * n + PersistStats.SIZE:
+            persist = PersistStats.parse(p[60 + 4 * n:])
+        return cls(*link, *v[:9], *cyc, counts, persist)
+
+
+STORE_STATES = ("none", "unavailable", "empty", "loaded", "foreign", "rejected")
+RATED_ERASE_CYCLES = 10_000  # per page, STM32L4 data sheets
+
+
+@dataclass
+class PersistStats:
+    """The persistence block at the end of STATS (docs/protocol.md)."""
+    SIZE = 32
+    store: str             # what happened at boot: STORE_STATES
+    last_status: int       # status of the last SAVE/LOAD/auto-save (0 ok)
+    pages_per_save: int    # pages a save erases (the last one, else the current state's)
+    seq: int               # record the learner state matches (0: none)
+    saves: int             # saves since boot
+    erases: int            # page erases in the store region over its life
+    slots: int             # record slots in the region (saves rotate through them)
+    pages_per_slot: int
+    bytes_per_save: int    # last record, header included (0: none yet)
+    saves_left: int        # saves until the slots' pages reach the rated cycles (rated x slots - seq)
+    autosave_updates: int  # auto-save period in updates (0 off)
+
+    @classmethod
+    def parse(cls, p: bytes) -> "PersistStats":
+        st, last, pages, seq, saves, erases, slots, pps, nbytes, left, auto = struct.unpack_from("<BBH3I2H3I", p)
+        return cls(STORE_STATES[st] if st < len(STORE_STATES) else str(st), last, pages, seq, saves,
+                   erases, slots, pps, nbytes, left, auto)
+
+    @property
+    def cycles_per_page(self) -> float:
+        """Erase cycles each page has seen (round-robin spreads them evenly)."""
+        return self.erases / max(1, self.slots * self.pages_per_slot)
+
+    def lifetime_days(self, saves_per_minute: float = 1.0) -> float:
+        """Days until the rated erase cycles are used up at `saves_per_minute`."""
+        return self.saves_left / saves_per_minute / (60 * 24)
+
+
+@dataclass
+class SaveResult:
+    seq: int           # record sequence number
+    bytes: int         # record size in flash (header + payload)
+    slot: int
+    parts: int         # 1 replay buffer included, 2 momentum included
+    pages: int         # pages erased for it
+    cycles: int | None # time the save took, at cpu_hz
+
+    @classmethod
+    def parse(cls, p: bytes) -> "SaveResult":
+        seq, n, slot, parts, pages, cyc = struct.unpack_from("<IIBBHI", p)
+        return cls(seq, n, slot, parts, pages, None if cyc == CYCLES_INVALID else cyc)
+
+
+@dataclass
+class LoadResult:
+    seq: int
+    bytes: int
+    slot: int
+    n_active: int
+    samples_seen: int
+
+    @classmethod
+    def parse(cls, p: bytes) -> "LoadResult":
+        seq, n, slot, active, seen = struct.unpack_from("<IIBxHI", p)
+        return cls(seq, n, slot, active, seen)
 
 
 class Device:
@@ -157,7 +228,8 @@ class Device:
         return struct.unpack_from("<f" if SETTING_TYPE[s] == "f" else "<I", p, 1)[0]
 
     def stats(self) -> Stats:
-        return Stats.parse(self.link.request(Msg.STATS))
+        classes = self.info.max_classes if self.info.head_mode == "classifier" else 0
+        return Stats.parse(self.link.request(Msg.STATS), classes)
 
     def reset(self) -> None:
         self.link.request(Msg.RESET)
@@ -184,3 +256,43 @@ class Device:
     def bench(self, region: int, param: int = 0) -> int | None:
         ticks, valid = struct.unpack_from("<IB", self.link.request(Msg.BENCH, struct.pack("<BH", region, param)))
         return ticks if valid else None
+
+    # ---- persistence (docs/persistence.md) ---------------------------------------------
+    def save(self, replay: bool = True, timeout: float = 30.0) -> SaveResult:
+        """SAVE: store the learned state in flash (replay=False leaves the replay buffer out)."""
+        opts = b"" if replay else b"\x01"
+        return SaveResult.parse(self.link.request(Msg.SAVE, opts, timeout=timeout))
+
+    def load(self, timeout: float = 30.0) -> LoadResult:
+        """LOAD: replace the learned state with the newest stored record."""
+        return LoadResult.parse(self.link.request(Msg.LOAD, timeout=timeout))
+
+    def store_status(self) -> tuple[str, int]:
+        """(state at boot, seq of the record loaded then) from the end of INFO."""
+        p = self.link.request(Msg.INFO)
+        at = 52
+        for _ in range(2):
+            at += 1 + p[at]
+        if len(p) < at + 5:
+            return "none", 0
+        st, seq = struct.unpack_from("<BI", p, at)
+        return (STORE_STATES[st] if st < len(STORE_STATES) else str(st)), seq
+
+    def set_head(self, w: np.ndarray, b: np.ndarray, active: np.ndarray) -> None:
+        """Write the whole head (W [rows, D], b [rows], active [rows]) with SET_HEAD."""
+        rows = self.info.max_classes if self.info.head_mode == "classifier" else self.info.input_size
+        d = self.info.latent_dim
+        w = np.asarray(w, np.float32)
+        b = np.asarray(b, np.float32).reshape(-1)
+        active = np.asarray(active).reshape(-1)
+        if w.shape != (rows, d) or b.shape != (rows,) or active.shape != (rows,):
+            raise TinyolError(f"head shape mismatch: the device's head is W[{rows}, {d}], b[{rows}]; "
+                              f"got W{list(w.shape)}, b{list(b.shape)}, active{list(active.shape)}")
+        if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
+            raise TinyolError("head contains NaN or Inf")
+        per = max(1, (self.info.max_payload - 12) // 4)
+        for r in range(rows):
+            for off in range(0, d, per):
+                n = min(per, d - off)
+                self.link.request(Msg.SET_HEAD, struct.pack("<HHBxHf", r, off, int(bool(active[r])), n, b[r])
+                                  + w[r, off:off + n].astype("<f4").tobytes())

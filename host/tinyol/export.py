@@ -33,8 +33,8 @@ from . import __version__
 from .errors import TinyolError
 
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
-DEFAULT_LEARNER = dict(lr=0.05, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
-                       replay_n_new=1, replay_n_old=4, seed=1)
+DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
+                       replay_n_new=1, replay_n_old=16, seed=1)  # docs/study.md
 REPLAY_BITS = (32, 8, 7)
 
 FIRMWARE_RAM_BASE_BYTES = 12 * 1024    # stack, protocol buffers, drivers (estimate)

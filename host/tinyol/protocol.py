@@ -341,10 +341,12 @@ class Link:
                     raise DeviceError(status, req, detail)
                 if reply.type == frame.type | REPLY_FLAG:
                     return reply.payload
-        name = MSG_TEXT.get(Msg(frame.type), hex(frame.type)) if frame.type in set(Msg) else hex(frame.type)
+        try:
+            what = f"{Msg(frame.type).name} ({MSG_TEXT[Msg(frame.type)]})"
+        except ValueError:
+            what = f"message 0x{frame.type:02x}"
         raise LinkTimeout(
-            f"no reply to {Msg(frame.type).name if frame.type in set(Msg) else frame.type} "
-            f"({name}) after {self.retries + 1} attempts of {wait:.1f} s",
+            f"no reply to {what} after {self.retries + 1} attempts of {wait:.1f} s",
             hint="check the port and that the firmware is running (`tinyol info`)",
         )
 

@@ -14,12 +14,18 @@
 #include "tol_learner.h"
 #include "tol_model.h"
 #include "tol_proto.h"
+#include "tol_store.h"
 
 #ifndef TOL_REPLAY_POLICY
 #define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
 #endif
 #define TOL_MODEL_OUTPUTS (TOL_HEAD_MODE == 1 ? TOL_HEAD_OUT_DIM : TOL_HEAD_MAX_CLASSES)
 #define TOL_CYCLES_INVALID 0xFFFFFFFFu
+/* Auto-save after this many committed updates since the last save (0 = off). */
+#ifndef TOL_AUTOSAVE_UPDATES
+#define TOL_AUTOSAVE_UPDATES 0u
+#endif
+#define TOL_SAVE_NO_REPLAY 0x01u /* SAVE option bit: leave the replay buffer out */
 
 _Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h and config.h disagree on the input");
 _Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and config.h disagree on the latent");
@@ -57,6 +63,18 @@ static struct {
     uint32_t backbone, predict, learn;
 } tol_cycles = {TOL_CYCLES_INVALID, TOL_CYCLES_INVALID, TOL_CYCLES_INVALID};
 
+/* Persistence (docs/persistence.md): the store, what happened at boot, the last save. */
+static tol_store_t tol_store;
+static struct {
+    tol_store_status_t boot;  /* reported by INFO and the boot line */
+    uint8_t last_status;      /* tol_status_t of the last SAVE/LOAD/auto-save */
+    uint32_t seq;             /* seq of the record the learner state matches (saved or loaded) */
+    uint32_t record_bytes;    /* last save: header + payload */
+    uint16_t pages;           /* last save: pages the record spans (erased per save) */
+    uint32_t saved_updates;   /* learner's update counter at the last save/load */
+    uint32_t autosave_every;  /* auto-save period in updates (SET key AUTOSAVE), 0 = off */
+} tol_persist = {.autosave_every = TOL_AUTOSAVE_UPDATES};
+
 /* Time stamps that know whether a UART receive disturbed the counter. */
 typedef struct {
     uint32_t t;
@@ -74,6 +92,17 @@ static uint32_t tol_since(tol_stamp_t s)
     uint32_t t = tol_hal_cycles();
     return tol_hal_cycles_epoch() == s.epoch ? t - s.t : TOL_CYCLES_INVALID;
 }
+
+static void tol_model_boot_load(void);
+
+/* Largest learner state (tol_learner_state_*: header, W, b, active, class counts, a full
+ * queue, momentum, a full replay buffer) plus the record header: the store's slot size. */
+#define TOL_MODEL_RECORD_MAX                                                                      \
+    (TOL_STORE_HEADER_BYTES + TOL_LEARNER_STATE_HEADER +                                          \
+     4u * 2u * ((uint32_t)TOL_MODEL_OUTPUTS * TOL_LATENT_DIM + TOL_MODEL_OUTPUTS) +               \
+     5u * (uint32_t)TOL_MODEL_OUTPUTS + (4u * TOL_LATENT_DIM + 2u) * (uint32_t)TOL_REPLAY_N_NEW + \
+     (uint32_t)TOL_REPLAY_CAPACITY * ((uint32_t)TOL_REPLAY_ROW_BYTES(TOL_LATENT_DIM, TOL_REPLAY_BITS) + 2u) + \
+     6u * (uint32_t)TOL_MODEL_OUTPUTS)
 
 tol_status_t tol_model_init(void)
 {
@@ -101,7 +130,9 @@ tol_status_t tol_model_init(void)
     cfg.settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
     cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
     cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
-    return tol_learner_init(&tol_learner, tol_learner_mem, sizeof(tol_learner_mem), &cfg);
+    TOL_TRY(tol_learner_init(&tol_learner, tol_learner_mem, sizeof(tol_learner_mem), &cfg));
+    tol_model_boot_load();
+    return TOL_OK;
 }
 
 /* float32 input payload size; 0 where float inputs are not accepted (> 8 KB) */
@@ -214,6 +245,18 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
                                       uint16_t *reply_len)
 {
     TOL_CHECK(n == (set ? 5u : 1u), TOL_ERR_LENGTH);
+    if (req[0] == (uint8_t)TOL_SET_AUTOSAVE) { /* a device policy, not a learner setting */
+        if (set) {
+            tol_learner_stats_t ls;
+            tol_learner_get_stats(&tol_learner, &ls);
+            tol_persist.autosave_every = tol_get_u32(req + 1);
+            tol_persist.saved_updates = ls.updates; /* count the period from now */
+        }
+        reply[0] = req[0];
+        tol_put_u32(reply + 1, tol_persist.autosave_every);
+        *reply_len = 5u;
+        return TOL_OK;
+    }
     tol_learner_settings_t st;
     tol_learner_get_settings(&tol_learner, &st);
     uint8_t key = req[0];
@@ -293,13 +336,180 @@ static tol_status_t tol_model_get_head(const uint8_t *req, uint16_t n, uint8_t *
     return TOL_OK;
 }
 
+/* ---- persistence ------------------------------------------------------------------ */
+
+/* Replace the learner's state with the newest stored record of this model. */
+static tol_status_t tol_model_load(tol_store_record_t *rec)
+{
+    TOL_TRY(tol_store_newest(&tol_store, rec));
+    uint8_t buf[TOL_LEARNER_STATE_HEADER];
+    TOL_CHECK(rec->payload_len >= sizeof(buf), TOL_ERR_MODEL);
+    TOL_TRY(tol_store_read(&tol_store, rec, 0u, buf, sizeof(buf)));
+    uint8_t parts = 0u;
+    uint32_t total = 0u;
+    TOL_TRY(tol_learner_state_begin(&tol_learner, buf, sizeof(buf), &parts, &total));
+    tol_status_t st = total == rec->payload_len ? TOL_OK : TOL_ERR_MODEL;
+    for (uint32_t at = sizeof(buf); st == TOL_OK && at < total; at += sizeof(buf)) {
+        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
+        st = tol_store_read(&tol_store, rec, at, buf, n);
+        if (st == TOL_OK) st = tol_learner_state_write(&tol_learner, parts, at, buf, n);
+    }
+    if (st != TOL_OK) {
+        tol_learner_reset(&tol_learner); /* half-applied: back to the exported head */
+        return st;
+    }
+    TOL_TRY(tol_learner_state_end(&tol_learner, parts));
+    tol_learner_stats_t ls;
+    tol_learner_get_stats(&tol_learner, &ls);
+    tol_persist.seq = rec->seq;
+    tol_persist.saved_updates = ls.updates;
+    return TOL_OK;
+}
+
+static void tol_model_boot_load(void)
+{
+    tol_store_record_t rec;
+    tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, (uint32_t)TOL_MODEL_RECORD_MAX);
+    if (st == TOL_OK) st = tol_model_load(&rec);
+    tol_persist.boot.seq = st == TOL_OK ? rec.seq : 0u;
+    switch (st) {
+    case TOL_OK: tol_persist.boot.state = (uint8_t)TOL_STORE_LOADED; break;
+    case TOL_ERR_NO_RECORD: tol_persist.boot.state = (uint8_t)TOL_STORE_EMPTY; break;
+    case TOL_ERR_MODEL:
+        /* a record of this model hash that does not fit this learner counts as rejected */
+        tol_persist.boot.state = (uint8_t)(tol_store_newest(&tol_store, &rec) == TOL_OK ? TOL_STORE_REJECTED
+                                                                                     : TOL_STORE_FOREIGN);
+        break;
+    case TOL_ERR_FLASH:
+    case TOL_ERR_UNSUPPORTED: tol_persist.boot.state = (uint8_t)TOL_STORE_UNAVAILABLE; break;
+    default: tol_persist.boot.state = (uint8_t)TOL_STORE_REJECTED; break;
+    }
+    tol_persist.last_status = (uint8_t)st;
+}
+
+tol_store_status_t tol_model_store_status(void)
+{
+    return tol_persist.boot;
+}
+
+/* Write the learner's state as a new record. options: TOL_SAVE_NO_REPLAY. */
+static tol_status_t tol_model_save(uint8_t options, uint8_t *parts_out)
+{
+    tol_learner_settings_t set;
+    tol_learner_get_settings(&tol_learner, &set);
+    uint8_t parts = (uint8_t)((options & TOL_SAVE_NO_REPLAY) ? 0u : TOL_LEARNER_STATE_REPLAY);
+    if (set.momentum != 0.0f) parts |= (uint8_t)TOL_LEARNER_STATE_MOMENTUM;
+    uint32_t total = tol_learner_state_bytes(&tol_learner, parts);
+    if (total > tol_store_capacity(&tol_store) && (parts & TOL_LEARNER_STATE_REPLAY)) {
+        parts &= (uint8_t)~TOL_LEARNER_STATE_REPLAY; /* too big for a slot: the head still fits */
+        total = tol_learner_state_bytes(&tol_learner, parts);
+    }
+    TOL_TRY(tol_store_begin(&tol_store, total));
+    uint8_t buf[64];
+    for (uint32_t at = 0; at < total; at += sizeof(buf)) {
+        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
+        tol_learner_state_read(&tol_learner, parts, at, buf, n);
+        TOL_TRY(tol_store_append(&tol_store, buf, n));
+    }
+    TOL_TRY(tol_store_commit(&tol_store));
+    tol_learner_stats_t ls;
+    tol_learner_get_stats(&tol_learner, &ls);
+    uint32_t page = tol_store.region.page_bytes;
+    tol_persist.seq = tol_store.seq_max;
+    tol_persist.record_bytes = TOL_STORE_HEADER_BYTES + total;
+    tol_persist.pages = (uint16_t)((tol_persist.record_bytes + page - 1u) / page);
+    tol_persist.saved_updates = ls.updates;
+    *parts_out = parts;
+    return TOL_OK;
+}
+
+/* SAVE: options:u8 (optional). Reply: seq:u32 bytes:u32 slot:u8 parts:u8 pages:u16 cycles:u32 */
+static tol_status_t tol_model_on_save(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
+{
+    TOL_CHECK(n <= 1u, TOL_ERR_LENGTH);
+    uint8_t parts = 0u;
+    tol_stamp_t s = tol_now();
+    tol_status_t st = tol_model_save(n == 1u ? req[0] : 0u, &parts);
+    uint32_t cycles = tol_since(s);
+    tol_persist.last_status = (uint8_t)st;
+    TOL_TRY(st);
+    tol_put_u32(reply, tol_persist.seq);
+    tol_put_u32(reply + 4, tol_persist.record_bytes);
+    reply[8] = tol_store.target;
+    reply[9] = parts;
+    tol_put_u16(reply + 10, tol_persist.pages);
+    tol_put_u32(reply + 12, cycles);
+    *reply_len = 16u;
+    return TOL_OK;
+}
+
+/* LOAD: no payload. Reply: seq:u32 bytes:u32 slot:u8 0:u8 n_active:u16 samples_seen:u32 */
+static tol_status_t tol_model_on_load(uint16_t n, uint8_t *reply, uint16_t *reply_len)
+{
+    TOL_CHECK(n == 0u, TOL_ERR_LENGTH);
+    tol_store_record_t rec;
+    tol_status_t st = tol_model_load(&rec);
+    tol_persist.last_status = (uint8_t)st;
+    TOL_TRY(st);
+    tol_learner_stats_t ls;
+    tol_learner_get_stats(&tol_learner, &ls);
+    tol_put_u32(reply, rec.seq);
+    tol_put_u32(reply + 4, TOL_STORE_HEADER_BYTES + rec.payload_len);
+    reply[8] = rec.slot;
+    reply[9] = 0u;
+    tol_put_u16(reply + 10, ls.n_active);
+    tol_put_u32(reply + 12, ls.samples_seen);
+    *reply_len = 16u;
+    return TOL_OK;
+}
+
+/* Auto-save after a learning request, when configured (TOL_AUTOSAVE_UPDATES). */
+static void tol_model_autosave(void)
+{
+    if (tol_persist.autosave_every == 0u || tol_store.flash != TOL_OK) return;
+    tol_learner_stats_t ls;
+    tol_learner_get_stats(&tol_learner, &ls);
+    if (ls.updates - tol_persist.saved_updates < tol_persist.autosave_every) return;
+    uint8_t parts = 0u;
+    tol_persist.last_status = (uint8_t)tol_model_save(0u, &parts);
+    if (tol_persist.last_status != (uint8_t)TOL_OK) tol_persist.saved_updates = ls.updates; /* retry later */
+}
+
+/* SET_HEAD: row:u16 offset:u16 active:u8 0:u8 n:u16 bias:f32 w:f32[n].
+ * Reply: row:u16 offset:u16 n:u16 n_active:u16 */
+static tol_status_t tol_model_set_head(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
+{
+    TOL_CHECK(n >= 12u, TOL_ERR_LENGTH);
+    uint16_t row = tol_get_u16(req);
+    uint16_t offset = tol_get_u16(req + 2);
+    uint16_t count = tol_get_u16(req + 6);
+    TOL_CHECK(n == 12u + 4u * (uint32_t)count, TOL_ERR_LENGTH);
+    TOL_CHECK(req[4] <= 1u, TOL_ERR_ARG);
+    TOL_CHECK(count <= TOL_LATENT_DIM, TOL_ERR_RANGE);
+    float w[TOL_LATENT_DIM > 0 ? TOL_LATENT_DIM : 1];
+    for (uint16_t i = 0; i < count; i++) w[i] = tol_get_f32(req + 12 + 4u * i);
+    TOL_TRY(tol_learner_set_head_row(&tol_learner, row, offset, w, count, tol_get_f32(req + 8), req[4]));
+    tol_learner_stats_t ls;
+    tol_learner_get_stats(&tol_learner, &ls);
+    tol_put_u16(reply, row);
+    tol_put_u16(reply + 2, offset);
+    tol_put_u16(reply + 4, count);
+    tol_put_u16(reply + 6, ls.n_active);
+    *reply_len = 8u;
+    return TOL_OK;
+}
+
+
 tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
                               uint16_t reply_cap, uint16_t *reply_len)
 {
     *reply_len = 0u;
     switch ((tol_msg_t)type) {
-    case TOL_MSG_SAMPLE:
-        return tol_model_sample(req, req_len, true, reply, reply_len);
+    case TOL_MSG_SAMPLE: {
+        tol_status_t st = tol_model_sample(req, req_len, true, reply, reply_len);
+        tol_model_autosave();
+        return st;
+    }
     case TOL_MSG_PREDICT:
         return tol_model_sample(req, req_len, false, reply, reply_len);
     case TOL_MSG_EMBED: {
@@ -322,6 +532,12 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
         return TOL_OK;
     case TOL_MSG_GET_HEAD:
         return tol_model_get_head(req, req_len, reply, reply_cap, reply_len);
+    case TOL_MSG_SET_HEAD:
+        return tol_model_set_head(req, req_len, reply, reply_len);
+    case TOL_MSG_SAVE:
+        return tol_model_on_save(req, req_len, reply, reply_len);
+    case TOL_MSG_LOAD:
+        return tol_model_on_load(req_len, reply, reply_len);
     default:
         return TOL_ERR_TYPE;
     }
@@ -349,7 +565,32 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     for (uint16_t c = 0; c < classes && at + 4u <= cap; c++, at = (uint16_t)(at + 4u)) {
         tol_put_u32(out + at, st.class_count[c]);
     }
-    return at;
+    /* persistence and flash wear (docs/protocol.md, STATS) */
+    if (at + 32u > cap) return at;
+    uint8_t *p = out + at;
+    const uint32_t page = tol_store.region.page_bytes;
+    const uint32_t pages_per_slot = page > 0u ? tol_store.slot_bytes / page : 0u;
+    uint32_t per_save = tol_persist.pages;
+    if (per_save == 0u && page > 0u) {
+        uint32_t rec = TOL_STORE_HEADER_BYTES + tol_learner_state_bytes(&tol_learner, TOL_LEARNER_STATE_REPLAY);
+        per_save = (rec + page - 1u) / page;
+    }
+    /* round-robin: a slot's pages are erased once every n_slots saves, so the region is
+     * good for rated x n_slots saves; seq counts the saves made so far */
+    uint32_t budget = TOL_FLASH_RATED_CYCLES * (uint32_t)tol_store.n_slots;
+    uint32_t left = budget > tol_store.seq_max ? budget - tol_store.seq_max : 0u;
+    p[0] = tol_persist.boot.state;
+    p[1] = tol_persist.last_status;
+    tol_put_u16(p + 2, (uint16_t)per_save);
+    tol_put_u32(p + 4, tol_persist.seq);
+    tol_put_u32(p + 8, tol_store.saves);
+    tol_put_u32(p + 12, tol_store.erases);
+    tol_put_u16(p + 16, tol_store.n_slots);
+    tol_put_u16(p + 18, (uint16_t)pages_per_slot);
+    tol_put_u32(p + 20, tol_persist.record_bytes);
+    tol_put_u32(p + 24, tol_store.flash == TOL_OK ? left : 0u);
+    tol_put_u32(p + 28, tol_persist.autosave_every);
+    return (uint16_t)(at + 32u);
 }
 
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)

@@ -14,11 +14,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Fixed-size copies that must become single LDR/STR instructions: GCC's builtin
+ * stays inlined even under -ffreestanding / -fno-builtin (plain memcpy then
+ * turns into a library call per word). */
+#if defined(__GNUC__)
+#define TOL_COPY4(dst, src, n) __builtin_memcpy((dst), (src), (n))
+#else
+#define TOL_COPY4(dst, src, n) memcpy((dst), (src), (n))
+#endif
+
 /* Load 4 int8 values (any alignment) as one word: byte 0 in bits 7..0. */
 static inline uint32_t tol_read_s8x4(const int8_t *p)
 {
     uint32_t v;
-    memcpy(&v, p, sizeof v);
+    TOL_COPY4(&v, p, sizeof v);
     return v;
 }
 

@@ -49,7 +49,16 @@ typedef struct {
     const int32_t *bias;           /* [out_c] (scale in_scale*w_scale) or NULL */
     const int32_t *out_mult;       /* [out_c] per-channel multipliers */
     const int32_t *out_shift;      /* [out_c] per-channel shifts */
+    int8_t *scratch;               /* CONV_2D only: work buffer of
+                                      TOL_CONV2D_SCRATCH_BYTES(k_h, k_w, in_c) bytes,
+                                      4-byte aligned, caller-owned, contents not kept
+                                      between calls; may be NULL (slower SIMD path).
+                                      The reference kernels ignore it. */
 } tol_conv_params_t;
+
+/* Scratch bytes tol_conv2d_s8 may use: two int16 columns of the kernel window
+ * (k_h * k_w * in_c values, rounded up to a multiple of 4). */
+#define TOL_CONV2D_SCRATCH_BYTES(k_h, k_w, in_c) (4 * ((((k_h) * (k_w) * (in_c)) + 3) / 4 * 4))
 
 /* FULLY_CONNECTED parameters: out[r][o] = sum_i w[o][i] * (in[r][i] + input_offset). */
 typedef struct {

@@ -214,4 +214,47 @@ const tol_head_t *tol_learner_head(const tol_learner_t *L);
 tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float *b,
                                    const uint8_t *active);
 
+/* ---- persistence (docs/persistence.md): the learner's state as a byte stream ----
+ * The state is a fixed header of TOL_LEARNER_STATE_HEADER bytes (format,
+ * the configuration it belongs to, settings, PRNG, counters, anomaly
+ * statistics) followed by raw arrays: W, b, active, class counts, the queued
+ * samples, optionally the momentum buffers and the replay buffer (filled
+ * slots only, in their stored 32/8/7-bit form). Restoring it gives a learner
+ * that predicts and keeps learning bit-identically to the one saved. */
+#define TOL_LEARNER_STATE_HEADER 104u
+#define TOL_LEARNER_STATE_REPLAY 0x01u   /* parts: include the replay buffer */
+#define TOL_LEARNER_STATE_MOMENTUM 0x02u /* parts: include the momentum buffers */
+
+/* Bytes of the state with the given parts (an OR of TOL_LEARNER_STATE_*). */
+uint32_t tol_learner_state_bytes(const tol_learner_t *L, uint8_t parts);
+
+/* Copy bytes [offset, offset + n) of the state to dst (out); the range must lie
+ * inside tol_learner_state_bytes(L, parts). Changes nothing. */
+void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offset, uint8_t *dst,
+                            uint32_t n);
+
+/* Restore, step 1: header[0..n) (n >= TOL_LEARNER_STATE_HEADER) is checked
+ * against this learner's configuration and applied. Out: *parts, *total (bytes
+ * of the whole state). TOL_ERR_MODEL if it belongs to another configuration,
+ * TOL_ERR_ARG if malformed; the learner is unchanged on error. */
+tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
+                                     uint8_t *parts, uint32_t *total);
+
+/* Restore, step 2: bytes [offset, offset + n) of the state (offset >=
+ * TOL_LEARNER_STATE_HEADER), in any order and chunking. TOL_ERR_RANGE past the end. */
+tol_status_t tol_learner_state_write(tol_learner_t *L, uint8_t parts, uint32_t offset,
+                                     const uint8_t *src, uint32_t n);
+
+/* Restore, step 3: validate (finite weights, labels in range, counts
+ * consistent). On error the learner is reset to the exported head and
+ * TOL_ERR_RANGE returned. */
+tol_status_t tol_learner_state_end(tol_learner_t *L, uint8_t parts);
+
+/* Write one slice of a head row (the SET_HEAD message): w[row][offset..offset+n)
+ * from w (float[n], may be NULL when n == 0), the row's bias and active flag
+ * (0/1). Clears the row's momentum and the queue. TOL_ERR_RANGE if the slice is
+ * outside the head, TOL_ERR_NONFINITE (no change) on NaN/Inf. */
+tol_status_t tol_learner_set_head_row(tol_learner_t *L, uint16_t row, uint16_t offset, const float *w,
+                                      uint16_t n, float bias, uint8_t active);
+
 #endif /* TOL_LEARNER_H */

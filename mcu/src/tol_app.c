@@ -7,6 +7,7 @@
 #include "tol_crc32.h"
 #include "tol_hal.h"
 #include "tol_model.h"
+#include "tol_store.h"
 #include "tol_version.h"
 
 #ifndef TOL_HAS_MODEL
@@ -24,6 +25,14 @@
 #define TOL_INFO_TEST_BUILD 0x02u
 #define TOL_INFO_SIMD       0x04u
 #define TOL_INFO_HAS_MODEL  0x08u
+
+/* Persistence status for INFO and the boot line: the model glue (mcu/app/model.c)
+ * provides the real one; a firmware without it has no persistence. */
+__attribute__((weak)) tol_store_status_t tol_model_store_status(void)
+{
+    tol_store_status_t none = {(uint8_t)TOL_STORE_NONE, 0u};
+    return none;
+}
 
 /* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */
 
@@ -123,6 +132,10 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
         memcpy(p + at, strings[i], n);
         at += n;
     }
+    tol_store_status_t store = tol_model_store_status(); /* persistence at boot (docs/persistence.md) */
+    p[at] = store.state;
+    tol_put_u32(p + at + 1u, store.seq);
+    at += 5u;
     *len = (uint16_t)at;
     return TOL_OK;
 }
@@ -217,6 +230,9 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
     case TOL_MSG_GET:
     case TOL_MSG_RESET:
     case TOL_MSG_GET_HEAD:
+    case TOL_MSG_SET_HEAD:
+    case TOL_MSG_SAVE:
+    case TOL_MSG_LOAD:
         return tol_model_handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
                                 (uint16_t)TOL_APP_MAX_REPLY, len);
     default:
@@ -304,6 +320,8 @@ void tol_app_init(tol_app_t *app)
     at = tol_app_append(line, at, sizeof(line), " fw=" TOL_FW_VERSION_STR " boot=");
     at = tol_app_append_u32(line, at, sizeof(line), hi->boot_count);
     at = tol_app_append(line, at, sizeof(line), " model=" TOL_MODEL_NAME);
+    at = tol_app_append(line, at, sizeof(line), " store=");
+    at = tol_app_append(line, at, sizeof(line), tol_store_state_name(tol_model_store_status().state));
     if (model != TOL_OK) {
         at = tol_app_append(line, at, sizeof(line), " model_error=");
         at = tol_app_append(line, at, sizeof(line), tol_status_name(model));

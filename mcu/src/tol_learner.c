@@ -350,3 +350,311 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
     L->n_pending = 0;
     return tol_head_load(&L->head, w, b, active);
 }
+
+/* ---- persistence: the state as a byte stream (see tol_learner.h) ----------------- */
+
+#define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
+#define TOL_LEARNER_MAX_SEGS 12u
+
+typedef struct {
+    uint8_t *p;
+    uint32_t n;
+} tol_learner_seg_t;
+
+static void tol_learner_put32_(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static void tol_learner_put16_(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void tol_learner_putf_(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    tol_learner_put32_(p, u);
+}
+
+static uint32_t tol_learner_get32_(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint16_t tol_learner_get16_(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)(p[1] << 8));
+}
+
+static float tol_learner_getf_(const uint8_t *p)
+{
+    uint32_t u = tol_learner_get32_(p);
+    float v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
+{
+    if (L->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_REPLAY);
+    if (L->head.vw == NULL) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_MOMENTUM);
+    return (uint8_t)(parts & (TOL_LEARNER_STATE_REPLAY | TOL_LEARNER_STATE_MOMENTUM));
+}
+
+/* The arrays after the header, in stream order. */
+static uint32_t tol_learner_segs_(const tol_learner_t *L, uint8_t parts, tol_learner_seg_t *seg)
+{
+    const tol_head_t *h = &L->head;
+    const uint32_t rows = h->rows;
+    const uint32_t wn = rows * h->dim;
+    const uint32_t d = L->cfg.latent_dim;
+    uint32_t k = 0;
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->w, 4u * wn};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->b, 4u * rows};
+    seg[k++] = (tol_learner_seg_t){h->active, rows};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->class_count, 4u * L->cfg.n_outputs};
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->x, 4u * d * L->n_pending}; /* the queue */
+    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->pending_labels, 2u * L->n_pending};
+    if (parts & TOL_LEARNER_STATE_MOMENTUM) {
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vw, 4u * wn};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vb, 4u * rows};
+    }
+    if (parts & TOL_LEARNER_STATE_REPLAY) {
+        const tol_replay_t *rb = &L->replay;
+        seg[k++] = (tol_learner_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
+        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
+    }
+    return k;
+}
+
+static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uint8_t *p)
+{
+    const tol_learner_config_t *c = &L->cfg;
+    const tol_learner_settings_t *s = &L->set;
+    memset(p, 0, TOL_LEARNER_STATE_HEADER);
+    tol_learner_put32_(p + 0, TOL_LEARNER_STATE_MAGIC);
+    p[4] = parts;
+    p[5] = c->head_kind;
+    p[6] = c->replay_bits;
+    p[7] = c->replay_policy;
+    tol_learner_put16_(p + 8, c->latent_dim);
+    tol_learner_put16_(p + 10, c->n_outputs);
+    tol_learner_put16_(p + 12, c->replay_capacity);
+    tol_learner_put16_(p + 14, c->max_new);
+    tol_learner_putf_(p + 16, s->lr);
+    tol_learner_putf_(p + 20, s->momentum);
+    tol_learner_putf_(p + 24, s->weight_decay);
+    tol_learner_putf_(p + 28, s->clip_norm);
+    tol_learner_put16_(p + 32, s->n_new);
+    tol_learner_put16_(p + 34, s->n_old);
+    p[36] = s->mode;
+    p[37] = s->train_anomalies;
+    tol_learner_putf_(p + 40, s->threshold_k);
+    tol_learner_putf_(p + 44, s->ema_alpha);
+    tol_learner_put32_(p + 48, s->warmup);
+    tol_learner_put32_(p + 52, L->prng.state);
+    tol_learner_put32_(p + 56, L->samples_seen);
+    tol_learner_put32_(p + 60, L->updates);
+    tol_learner_put32_(p + 64, L->rejected);
+    tol_learner_put32_(p + 68, L->anomalies);
+    tol_learner_put16_(p + 72, L->n_pending);
+    tol_learner_put16_(p + 74, L->head.n_active);
+    tol_learner_put32_(p + 76, L->anomaly.n);
+    tol_learner_putf_(p + 80, L->anomaly.mean);
+    tol_learner_putf_(p + 84, L->anomaly.m2);
+    tol_learner_putf_(p + 88, L->anomaly.var);
+    if (c->replay_capacity > 0u) {
+        tol_learner_put16_(p + 92, L->replay.fill);
+        tol_learner_put32_(p + 96, L->replay.seen);
+        tol_learner_put32_(p + 100, L->replay.batches);
+    }
+}
+
+uint32_t tol_learner_state_bytes(const tol_learner_t *L, uint8_t parts)
+{
+    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    const uint32_t k = tol_learner_segs_(L, tol_learner_parts_(L, parts), seg);
+    uint32_t n = TOL_LEARNER_STATE_HEADER;
+    for (uint32_t i = 0; i < k; i++) n += seg[i].n;
+    return n;
+}
+
+/* Copy between the stream range [offset, offset + n) and the segments. */
+static void tol_learner_state_copy_(const tol_learner_seg_t *seg, uint32_t k, uint32_t offset, uint8_t *buf,
+                                    uint32_t n, int to_state)
+{
+    uint32_t at = TOL_LEARNER_STATE_HEADER;
+    for (uint32_t i = 0; i < k && n > 0u; i++) {
+        const uint32_t end = at + seg[i].n;
+        if (offset < end) {
+            const uint32_t from = offset - at;
+            const uint32_t m = (end - offset) < n ? (end - offset) : n;
+            if (to_state) {
+                memcpy(seg[i].p + from, buf, m);
+            } else {
+                memcpy(buf, seg[i].p + from, m);
+            }
+            buf += m;
+            offset += m;
+            n -= m;
+        }
+        at = end;
+    }
+}
+
+void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offset, uint8_t *dst,
+                            uint32_t n)
+{
+    parts = tol_learner_parts_(L, parts);
+    if (offset < TOL_LEARNER_STATE_HEADER) {
+        uint8_t hdr[TOL_LEARNER_STATE_HEADER];
+        tol_learner_state_header_(L, parts, hdr);
+        const uint32_t m = (TOL_LEARNER_STATE_HEADER - offset) < n ? (TOL_LEARNER_STATE_HEADER - offset) : n;
+        memcpy(dst, hdr + offset, m);
+        dst += m;
+        offset += m;
+        n -= m;
+    }
+    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    const uint32_t k = tol_learner_segs_(L, parts, seg);
+    tol_learner_state_copy_(seg, k, offset, dst, n, 0);
+}
+
+tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
+                                     uint8_t *parts, uint32_t *total)
+{
+    const tol_learner_config_t *c = &L->cfg;
+    const uint8_t *p = header;
+    TOL_CHECK(n >= TOL_LEARNER_STATE_HEADER && tol_learner_get32_(p) == TOL_LEARNER_STATE_MAGIC, TOL_ERR_ARG);
+    TOL_CHECK(p[5] == c->head_kind && p[6] == c->replay_bits && p[7] == c->replay_policy &&
+                  tol_learner_get16_(p + 8) == c->latent_dim && tol_learner_get16_(p + 10) == c->n_outputs &&
+                  tol_learner_get16_(p + 12) == c->replay_capacity && tol_learner_get16_(p + 14) == c->max_new,
+              TOL_ERR_MODEL);
+    const uint8_t pt = p[4];
+    TOL_CHECK(pt == tol_learner_parts_(L, pt), TOL_ERR_ARG);
+    tol_learner_settings_t s;
+    s.lr = tol_learner_getf_(p + 16);
+    s.momentum = tol_learner_getf_(p + 20);
+    s.weight_decay = tol_learner_getf_(p + 24);
+    s.clip_norm = tol_learner_getf_(p + 28);
+    s.n_new = tol_learner_get16_(p + 32);
+    s.n_old = tol_learner_get16_(p + 34);
+    s.mode = p[36];
+    s.train_anomalies = p[37];
+    s.threshold_k = tol_learner_getf_(p + 40);
+    s.ema_alpha = tol_learner_getf_(p + 44);
+    s.warmup = tol_learner_get32_(p + 48);
+    TOL_TRY(tol_learner_check_settings_(c, &s));
+    const uint16_t n_pending = tol_learner_get16_(p + 72);
+    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
+    const uint16_t fill = tol_learner_get16_(p + 92);
+    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
+    const uint32_t prng = tol_learner_get32_(p + 52);
+    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    /* checked: apply */
+    L->set = s;
+    L->prng.state = prng;
+    L->samples_seen = tol_learner_get32_(p + 56);
+    L->updates = tol_learner_get32_(p + 60);
+    L->rejected = tol_learner_get32_(p + 64);
+    L->anomalies = tol_learner_get32_(p + 68);
+    L->n_pending = n_pending;
+    tol_anomaly_init(&L->anomaly, s.threshold_k, s.ema_alpha, s.warmup);
+    L->anomaly.n = tol_learner_get32_(p + 76);
+    L->anomaly.mean = tol_learner_getf_(p + 80);
+    L->anomaly.m2 = tol_learner_getf_(p + 84);
+    L->anomaly.var = tol_learner_getf_(p + 88);
+    if (c->replay_capacity > 0u) {
+        tol_replay_clear(&L->replay);
+        if (pt & TOL_LEARNER_STATE_REPLAY) {
+            L->replay.fill = fill;
+            L->replay.seen = tol_learner_get32_(p + 96);
+            L->replay.batches = tol_learner_get32_(p + 100);
+        }
+    }
+    if (!(pt & TOL_LEARNER_STATE_MOMENTUM) && L->head.vw != NULL) {
+        const size_t wn = (size_t)L->head.rows * L->head.dim;
+        memset(L->head.vw, 0, wn * sizeof(float));
+        memset(L->head.vb, 0, (size_t)L->head.rows * sizeof(float));
+    }
+    *parts = pt;
+    *total = tol_learner_state_bytes(L, pt);
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_state_write(tol_learner_t *L, uint8_t parts, uint32_t offset,
+                                     const uint8_t *src, uint32_t n)
+{
+    parts = tol_learner_parts_(L, parts);
+    const uint32_t total = tol_learner_state_bytes(L, parts);
+    TOL_CHECK(offset >= TOL_LEARNER_STATE_HEADER && offset <= total && n <= total - offset, TOL_ERR_RANGE);
+    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    const uint32_t k = tol_learner_segs_(L, parts, seg);
+    tol_learner_state_copy_(seg, k, offset, (uint8_t *)(uintptr_t)src, n, 1);
+    return TOL_OK;
+}
+
+static tol_status_t tol_learner_state_check_(tol_learner_t *L, uint8_t parts)
+{
+    tol_head_t *h = &L->head;
+    const size_t wn = (size_t)h->rows * h->dim;
+    for (size_t i = 0; i < wn; i++) {
+        TOL_CHECK(isfinite(h->w[i]) && (h->vw == NULL || isfinite(h->vw[i])), TOL_ERR_RANGE);
+    }
+    uint16_t active = 0;
+    for (uint16_t r = 0; r < h->rows; r++) {
+        TOL_CHECK(isfinite(h->b[r]) && (h->vb == NULL || isfinite(h->vb[r])) && h->active[r] <= 1u,
+                  TOL_ERR_RANGE);
+        active = (uint16_t)(active + h->active[r]);
+    }
+    h->n_active = active;
+    for (uint16_t i = 0; i < L->n_pending; i++) {
+        TOL_CHECK(L->pending_labels[i] < L->cfg.n_outputs, TOL_ERR_RANGE);
+        TOL_CHECK(tol_learner_all_finite_(&h->x[(size_t)i * L->cfg.latent_dim], L->cfg.latent_dim),
+                  TOL_ERR_RANGE);
+    }
+    if (parts & TOL_LEARNER_STATE_REPLAY) {
+        const tol_replay_t *rb = &L->replay;
+        uint32_t slots = 0;
+        for (uint16_t i = 0; i < rb->fill; i++) TOL_CHECK(rb->labels[i] < rb->n_classes, TOL_ERR_RANGE);
+        for (uint16_t c = 0; c < rb->n_classes; c++) slots += rb->count[c];
+        TOL_CHECK(slots == rb->fill, TOL_ERR_RANGE);
+    }
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_state_end(tol_learner_t *L, uint8_t parts)
+{
+    const tol_status_t s = tol_learner_state_check_(L, tol_learner_parts_(L, parts));
+    if (s != TOL_OK) tol_learner_reset(L);
+    return s;
+}
+
+tol_status_t tol_learner_set_head_row(tol_learner_t *L, uint16_t row, uint16_t offset, const float *w,
+                                      uint16_t n, float bias, uint8_t active)
+{
+    tol_head_t *h = &L->head;
+    TOL_CHECK(row < h->rows && offset <= h->dim && n <= h->dim - offset && active <= 1u, TOL_ERR_RANGE);
+    TOL_CHECK(n == 0u || w != NULL, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(bias) && tol_learner_all_finite_(w != NULL ? w : &bias, w != NULL ? n : 1u),
+              TOL_ERR_NONFINITE);
+    float *dst = &h->w[(size_t)row * h->dim];
+    if (n > 0u) memcpy(dst + offset, w, (size_t)n * sizeof(float));
+    h->b[row] = bias;
+    if (h->vw != NULL) {
+        memset(&h->vw[(size_t)row * h->dim], 0, (size_t)h->dim * sizeof(float));
+        h->vb[row] = 0.0f;
+    }
+    h->n_active = (uint16_t)(h->n_active - h->active[row] + active);
+    h->active[row] = active;
+    L->n_pending = 0;
+    return TOL_OK;
+}

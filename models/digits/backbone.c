@@ -9,7 +9,7 @@
 
 /* 4 operators, 31232 MACs, 10088 bytes of constants. */
 
-static _Alignas(4) int8_t tol_arena[768];
+static _Alignas(4) int8_t tol_arena[1056];
 
 static const int8_t op0_w[72] = {
     96, 94, -51, -89, -122, -80, 127, 82, 95, 94, 125, 86, -27, -61, 92, -127,
@@ -137,7 +137,7 @@ static const tol_conv_params_t op1 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op1_w, .bias = op1_b,
-    .out_mult = op1_m, .out_shift = op1_s,
+    .out_mult = op1_m, .out_shift = op1_s, .scratch = &tol_arena[512],
 };
 
 static const int8_t op3_w[8192] = {
@@ -686,9 +686,9 @@ tol_status_t tol_backbone_invoke(const int8_t *input, int8_t *latent)
     /* 0: CONV_2D (conv1_1) */
     tol_conv2d_s8(&op0, input, &tol_arena[0]);
     /* 1: CONV_2D (conv2_1) */
-    tol_conv2d_s8(&op1, &tol_arena[0], &tol_arena[512]);
+    tol_conv2d_s8(&op1, &tol_arena[0], &tol_arena[800]);
     /* 2: RESHAPE (flatten_1): aliases its input */
     /* 3: FULLY_CONNECTED (embed_1) */
-    tol_fully_connected_s8(&op3, &tol_arena[512], latent);
+    tol_fully_connected_s8(&op3, &tol_arena[800], latent);
     return TOL_OK;
 }

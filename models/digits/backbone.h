@@ -11,7 +11,7 @@
 #define TOL_BACKBONE_INPUT_W 8
 #define TOL_BACKBONE_INPUT_C 1
 #define TOL_BACKBONE_LATENT_SIZE 32   /* int8 latent vector */
-#define TOL_BACKBONE_ARENA_BYTES 768   /* static activation arena */
+#define TOL_BACKBONE_ARENA_BYTES 1056   /* static activation arena */
 #define TOL_BACKBONE_MACS 31232UL
 #define TOL_BACKBONE_WEIGHTS_BYTES 10088   /* const data in flash */
 

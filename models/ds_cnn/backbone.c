@@ -9,7 +9,7 @@
 
 /* 11 operators, 2656000 MACs, 28160 bytes of constants. */
 
-static _Alignas(4) int8_t tol_arena[16000];
+static _Alignas(4) int8_t tol_arena[16256];
 
 static const int8_t op0_w[2560] = {
     29, 52, 24, 27, 78, -127, 0, 81, -2, 64, 35, 36, -32, 56, -9, -45,
@@ -203,7 +203,7 @@ static const tol_conv_params_t op0 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op0_w, .bias = op0_b,
-    .out_mult = op0_m, .out_shift = op0_s,
+    .out_mult = op0_m, .out_shift = op0_s, .scratch = &tol_arena[8000],
 };
 
 static const int8_t op1_w[576] = {
@@ -565,7 +565,7 @@ static const tol_conv_params_t op2 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op2_w, .bias = op2_b,
-    .out_mult = op2_m, .out_shift = op2_s,
+    .out_mult = op2_m, .out_shift = op2_s, .scratch = &tol_arena[16000],
 };
 
 static const int8_t op3_w[576] = {
@@ -927,7 +927,7 @@ static const tol_conv_params_t op4 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op4_w, .bias = op4_b,
-    .out_mult = op4_m, .out_shift = op4_s,
+    .out_mult = op4_m, .out_shift = op4_s, .scratch = &tol_arena[16000],
 };
 
 static const int8_t op5_w[576] = {
@@ -1289,7 +1289,7 @@ static const tol_conv_params_t op6 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op6_w, .bias = op6_b,
-    .out_mult = op6_m, .out_shift = op6_s,
+    .out_mult = op6_m, .out_shift = op6_s, .scratch = &tol_arena[16000],
 };
 
 static const int8_t op7_w[576] = {
@@ -1651,7 +1651,7 @@ static const tol_conv_params_t op8 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op8_w, .bias = op8_b,
-    .out_mult = op8_m, .out_shift = op8_s,
+    .out_mult = op8_m, .out_shift = op8_s, .scratch = &tol_arena[16000],
 };
 
 static const tol_pool_params_t op9 = {

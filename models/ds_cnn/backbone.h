@@ -11,7 +11,7 @@
 #define TOL_BACKBONE_INPUT_W 10
 #define TOL_BACKBONE_INPUT_C 1
 #define TOL_BACKBONE_LATENT_SIZE 64   /* int8 latent vector */
-#define TOL_BACKBONE_ARENA_BYTES 16000   /* static activation arena */
+#define TOL_BACKBONE_ARENA_BYTES 16256   /* static activation arena */
 #define TOL_BACKBONE_MACS 2656000UL
 #define TOL_BACKBONE_WEIGHTS_BYTES 28160   /* const data in flash */
 

@@ -9,7 +9,7 @@
 
 /* 29 operators, 7489152 MACs, 240432 bytes of constants. */
 
-static _Alignas(4) int8_t tol_arena[55296];
+static _Alignas(4) int8_t tol_arena[55328];
 
 static const int8_t op0_w[216] = {
     27, 116, 0, -86, -92, -64, 127, 63, 48, -94, 69, -31, -59, 96, 93, -14,
@@ -113,7 +113,7 @@ static const tol_conv_params_t op2 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op2_w, .bias = op2_b,
-    .out_mult = op2_m, .out_shift = op2_s,
+    .out_mult = op2_m, .out_shift = op2_s, .scratch = &tol_arena[55296],
 };
 
 static const int8_t op3_w[144] = {
@@ -209,7 +209,7 @@ static const tol_conv_params_t op4 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op4_w, .bias = op4_b,
-    .out_mult = op4_m, .out_shift = op4_s,
+    .out_mult = op4_m, .out_shift = op4_s, .scratch = &tol_arena[18432],
 };
 
 static const int8_t op5_w[288] = {
@@ -349,7 +349,7 @@ static const tol_conv_params_t op6 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op6_w, .bias = op6_b,
-    .out_mult = op6_m, .out_shift = op6_s,
+    .out_mult = op6_m, .out_shift = op6_s, .scratch = &tol_arena[36864],
 };
 
 static const int8_t op7_w[288] = {
@@ -559,7 +559,7 @@ static const tol_conv_params_t op8 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op8_w, .bias = op8_b,
-    .out_mult = op8_m, .out_shift = op8_s,
+    .out_mult = op8_m, .out_shift = op8_s, .scratch = &tol_arena[9216],
 };
 
 static const int8_t op9_w[576] = {
@@ -921,7 +921,7 @@ static const tol_conv_params_t op10 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op10_w, .bias = op10_b,
-    .out_mult = op10_m, .out_shift = op10_s,
+    .out_mult = op10_m, .out_shift = op10_s, .scratch = &tol_arena[18432],
 };
 
 static const int8_t op11_w[576] = {
@@ -1551,7 +1551,7 @@ static const tol_conv_params_t op12 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op12_w, .bias = op12_b,
-    .out_mult = op12_m, .out_shift = op12_s,
+    .out_mult = op12_m, .out_shift = op12_s, .scratch = &tol_arena[4608],
 };
 
 static const int8_t op13_w[1152] = {
@@ -2741,7 +2741,7 @@ static const tol_conv_params_t op14 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op14_w, .bias = op14_b,
-    .out_mult = op14_m, .out_shift = op14_s,
+    .out_mult = op14_m, .out_shift = op14_s, .scratch = &tol_arena[9216],
 };
 
 static const int8_t op15_w[1152] = {
@@ -3931,7 +3931,7 @@ static const tol_conv_params_t op16 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op16_w, .bias = op16_b,
-    .out_mult = op16_m, .out_shift = op16_s,
+    .out_mult = op16_m, .out_shift = op16_s, .scratch = &tol_arena[9216],
 };
 
 static const int8_t op17_w[1152] = {
@@ -5121,7 +5121,7 @@ static const tol_conv_params_t op18 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op18_w, .bias = op18_b,
-    .out_mult = op18_m, .out_shift = op18_s,
+    .out_mult = op18_m, .out_shift = op18_s, .scratch = &tol_arena[9216],
 };
 
 static const int8_t op19_w[1152] = {
@@ -6311,7 +6311,7 @@ static const tol_conv_params_t op20 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op20_w, .bias = op20_b,
-    .out_mult = op20_m, .out_shift = op20_s,
+    .out_mult = op20_m, .out_shift = op20_s, .scratch = &tol_arena[9216],
 };
 
 static const int8_t op21_w[1152] = {
@@ -7501,7 +7501,7 @@ static const tol_conv_params_t op22 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op22_w, .bias = op22_b,
-    .out_mult = op22_m, .out_shift = op22_s,
+    .out_mult = op22_m, .out_shift = op22_s, .scratch = &tol_arena[9216],
 };
 
 static const int8_t op23_w[1152] = {
@@ -9739,7 +9739,7 @@ static const tol_conv_params_t op24 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op24_w, .bias = op24_b,
-    .out_mult = op24_m, .out_shift = op24_s,
+    .out_mult = op24_m, .out_shift = op24_s, .scratch = &tol_arena[2304],
 };
 
 static const int8_t op25_w[2304] = {
@@ -14121,7 +14121,7 @@ static const tol_conv_params_t op26 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op26_w, .bias = op26_b,
-    .out_mult = op26_m, .out_shift = op26_s,
+    .out_mult = op26_m, .out_shift = op26_s, .scratch = &tol_arena[4608],
 };
 
 static const tol_pool_params_t op27 = {

@@ -11,7 +11,7 @@
 #define TOL_BACKBONE_INPUT_W 96
 #define TOL_BACKBONE_INPUT_C 3
 #define TOL_BACKBONE_LATENT_SIZE 256   /* int8 latent vector */
-#define TOL_BACKBONE_ARENA_BYTES 55296   /* static activation arena */
+#define TOL_BACKBONE_ARENA_BYTES 55328   /* static activation arena */
 #define TOL_BACKBONE_MACS 7489152UL
 #define TOL_BACKBONE_WEIGHTS_BYTES 240432   /* const data in flash */
 

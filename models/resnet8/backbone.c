@@ -9,7 +9,7 @@
 
 /* 14 operators, 12500992 MACs, 80752 bytes of constants. */
 
-static _Alignas(4) int8_t tol_arena[49152];
+static _Alignas(4) int8_t tol_arena[49728];
 
 static const int8_t op0_w[432] = {
     27, 0, -92, 127, 48, 69, -59, 93, 22, 109, 74, 44, 25, -105, 70, -123,
@@ -231,7 +231,7 @@ static const tol_conv_params_t op1 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op1_w, .bias = op1_b,
-    .out_mult = op1_m, .out_shift = op1_s,
+    .out_mult = op1_m, .out_shift = op1_s, .scratch = &tol_arena[32768],
 };
 
 static const int8_t op2_w[2304] = {
@@ -401,7 +401,7 @@ static const tol_conv_params_t op2 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -39, .act_min = -128, .act_max = 127,
     .weights = op2_w, .bias = op2_b,
-    .out_mult = op2_m, .out_shift = op2_s,
+    .out_mult = op2_m, .out_shift = op2_s, .scratch = &tol_arena[49152],
 };
 
 static const tol_add_params_t op3 = {
@@ -725,7 +725,7 @@ static const tol_conv_params_t op4 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op4_w, .bias = op4_b,
-    .out_mult = op4_m, .out_shift = op4_s,
+    .out_mult = op4_m, .out_shift = op4_s, .scratch = &tol_arena[8192],
 };
 
 static const int8_t op5_w[9216] = {
@@ -1330,7 +1330,7 @@ static const tol_conv_params_t op5 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -11, .act_min = -128, .act_max = 127,
     .weights = op5_w, .bias = op5_b,
-    .out_mult = op5_m, .out_shift = op5_s,
+    .out_mult = op5_m, .out_shift = op5_s, .scratch = &tol_arena[32768],
 };
 
 static const int8_t op6_w[512] = {
@@ -1391,7 +1391,7 @@ static const tol_conv_params_t op6 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -57, .act_min = -128, .act_max = 127,
     .weights = op6_w, .bias = op6_b,
-    .out_mult = op6_m, .out_shift = op6_s,
+    .out_mult = op6_m, .out_shift = op6_s, .scratch = &tol_arena[32768],
 };
 
 static const tol_add_params_t op7 = {
@@ -2585,7 +2585,7 @@ static const tol_conv_params_t op8 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -128, .act_min = -128, .act_max = 127,
     .weights = op8_w, .bias = op8_b,
-    .out_mult = op8_m, .out_shift = op8_s,
+    .out_mult = op8_m, .out_shift = op8_s, .scratch = &tol_arena[4096],
 };
 
 static const int8_t op9_w[36864] = {
@@ -4924,7 +4924,7 @@ static const tol_conv_params_t op9 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -21, .act_min = -128, .act_max = 127,
     .weights = op9_w, .bias = op9_b,
-    .out_mult = op9_m, .out_shift = op9_s,
+    .out_mult = op9_m, .out_shift = op9_s, .scratch = &tol_arena[8192],
 };
 
 static const int8_t op10_w[2048] = {
@@ -5087,7 +5087,7 @@ static const tol_conv_params_t op10 = {
     .depth_mult = 1,
     .input_offset = 128, .output_offset = -14, .act_min = -128, .act_max = 127,
     .weights = op10_w, .bias = op10_b,
-    .out_mult = op10_m, .out_shift = op10_s,
+    .out_mult = op10_m, .out_shift = op10_s, .scratch = &tol_arena[8192],
 };
 
 static const tol_add_params_t op11 = {

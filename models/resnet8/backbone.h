@@ -11,7 +11,7 @@
 #define TOL_BACKBONE_INPUT_W 32
 #define TOL_BACKBONE_INPUT_C 3
 #define TOL_BACKBONE_LATENT_SIZE 64   /* int8 latent vector */
-#define TOL_BACKBONE_ARENA_BYTES 49152   /* static activation arena */
+#define TOL_BACKBONE_ARENA_BYTES 49728   /* static activation arena */
 #define TOL_BACKBONE_MACS 12500992UL
 #define TOL_BACKBONE_WEIGHTS_BYTES 80752   /* const data in flash */
 

@@ -16,15 +16,15 @@
 #define TOL_HEAD_MAX_CLASSES         10  /* rows allocated on the device */
 #define TOL_REPLAY_CAPACITY          200  /* latents kept for replay */
 #define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed */
-#define TOL_LR                       0.0500000007f
+#define TOL_LR                       0.0299999993f
 #define TOL_MOMENTUM                 0.0f
 #define TOL_WEIGHT_DECAY             0.0f
 #define TOL_REPLAY_N_NEW             1  /* new samples per update */
-#define TOL_REPLAY_N_OLD             4  /* replayed samples per update */
+#define TOL_REPLAY_N_OLD             16  /* replayed samples per update */
 #define TOL_SEED                     1u
 
 /* memory budget (bytes) */
-#define TOL_BUDGET_ARENA_BYTES        49152
+#define TOL_BUDGET_ARENA_BYTES        49728
 #define TOL_BUDGET_HEAD_BYTES         5200  /* W, momentum, b, b momentum */
 #define TOL_BUDGET_REPLAY_BYTES       13200
 #define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */

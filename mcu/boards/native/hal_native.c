@@ -7,8 +7,8 @@
  * --port 0 picks a free port. The process prints one line
  * "tinyol native serial: <pyserial URL>" on stdout, then waits for the first
  * client before booting (so the boot banner is never lost). When a client
- * disconnects it waits for the next. --state DIR keeps the boot counter (and,
- * later, the simulated flash) across restarts; a reset re-executes the program.
+ * disconnects it waits for the next. --state DIR keeps the boot counter and
+ * the simulated flash (flash.bin, see flash_native.c) across restarts; a reset re-executes the program.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tol_flash_native.h"
 #include "tol_hal.h"
 #include "tol_native.h"
 
@@ -123,6 +124,7 @@ void tol_hal_init(void)
 {
     signal(SIGPIPE, SIG_IGN);
     tol_info.boot_count = tol_boot_counter();
+    tol_flash_native_attach(tol_opts.state_dir); /* <state>/flash.bin: the simulated store region */
     tol_open_line();
 }
 

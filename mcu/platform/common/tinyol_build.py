@@ -48,6 +48,7 @@ def configure(env, family, board_id):
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
+                "+<boards/stm32l4/flash_stm32l4.c>",
                 "+<boards/stm32l4/%s>" % exit_impl, "+<boards/stm32l4/board_%s.c>" % board_id]
     else:
         src += ["+<boards/native/>"]

@@ -31,7 +31,7 @@ env.Replace(
 cpu = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]
 ld_dir = os.path.join(env.subst("$PROJECT_DIR"), "mcu", "boards", "stm32l4", "ld")
 env.Append(
-    ASFLAGS=cpu, CCFLAGS=cpu + ["-ffreestanding"],
+    ASFLAGS=cpu, CCFLAGS=cpu,
     LINKFLAGS=cpu + ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", "-L" + ld_dir,
                      "-Wl,-Map=" + os.path.join("$BUILD_DIR", "firmware.map"), "-Wl,--print-memory-usage"],
     LIBS=["m"],

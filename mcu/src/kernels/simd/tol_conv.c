@@ -12,6 +12,8 @@
  * and one weight word per tap, SMLABB/SMLATT on the widened halves. */
 #include "tol_kernels.h"
 
+#include <string.h>
+
 #include "../tol_kernels_util.h"
 #include "tol_simd_dot.h"
 
@@ -24,8 +26,175 @@ static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, i
     *k1 = hi > lo ? hi : lo;
 }
 
+/* ---- CONV_2D with a 2-column int16 scratch (the common, faster path) ------
+ * The kernel window of two output pixels is written once as int16 values
+ * (input + offset, 0 for taps outside the image, as TFLM skips them), in the
+ * lane order SXTB16 produces for the weights: (k0, k2), (k1, k3) per group of 4.
+ * Then 2 filters x 2 pixels are accumulated together: per 4 window values
+ * 2 weight loads, 4 SXTB16, 4 column loads and 8 SMLAD (16 MACs). */
+
+static inline void tol_store16_(int8_t *dst, int32_t v)
+{
+    const int16_t h = (int16_t)v;
+    TOL_COPY4(dst, &h, sizeof h);
+}
+
+static inline int32_t tol_load16_(const int8_t *src)
+{
+    int16_t h;
+    TOL_COPY4(&h, src, sizeof h);
+    return h;
+}
+
+static inline void tol_store32_(int8_t *dst, uint32_t v)
+{
+    TOL_COPY4(dst, &v, sizeof v);
+}
+
+/* Window of output pixel (oy, ox) -> col (int16 slots, permuted groups of 4). */
+static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col)
+{
+    const int32_t in_c = p->in_c, off = p->input_offset;
+    const uint32_t off2 = tol_dup16_(off);
+    const int32_t k4 = (p->k_h * p->k_w * in_c) & ~3;
+    const int32_t iy0 = oy * p->stride_h - p->pad_top, ix0 = ox * p->stride_w - p->pad_left;
+    int32_t k = 0;
+    for (int32_t ky = 0; ky < p->k_h; ++ky) {
+        const int32_t iy = iy0 + ky * p->dil_h;
+        for (int32_t kx = 0; kx < p->k_w; ++kx) {
+            const int32_t ix = ix0 + kx * p->dil_w;
+            const int valid = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
+            const int8_t *src = valid ? input + (iy * p->in_w + ix) * in_c : input;
+            int32_t c = 0;
+            if ((in_c & 3) == 0) { /* every tap starts a group of 4 */
+                for (; c < in_c; c += 4, k += 4) {
+                    const uint32_t v = valid ? tol_read_s8x4(src + c) : 0u;
+                    tol_store32_(col + 2 * k, valid ? tol_sxtab16(off2, v) : 0u);
+                    tol_store32_(col + 2 * k + 4, valid ? tol_sxtab16_ror8(off2, v) : 0u);
+                }
+                continue;
+            }
+            for (; c < in_c; ++c, ++k) {
+                /* slot of value k: groups of 4 hold k0, k2, k1, k3; the tail is plain */
+                const int32_t slot = k < k4 ? (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1) : k;
+                tol_store16_(col + 2 * slot, valid ? src[c] + off : 0);
+            }
+        }
+    }
+}
+
+/* a[f][px] += filter f (w + f * fsz) . column px, over n4 groups of 4 values.
+ * Statement order keeps at most 5 temporaries live (14 registers in all). */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_mm2x2_(const int8_t *w0, int32_t fsz, const int8_t *c0,
+                                                              const int8_t *c1, int32_t n4,
+                                                              int32_t a[4])
+{
+    const int8_t *w1 = w0 + fsz;
+    int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
+    while (n4-- > 0) {
+        uint32_t wv0 = tol_read_s8x4(w0);
+        const uint32_t w0e = tol_sxtb16(wv0);
+        const uint32_t w0o = tol_sxtb16_ror8(wv0);
+        uint32_t ca = tol_read_s8x4(c0);
+        uint32_t cb = tol_read_s8x4(c1);
+        a00 = tol_smlad(w0e, ca, a00);
+        a01 = tol_smlad(w0e, cb, a01);
+        uint32_t wv1 = tol_read_s8x4(w1);
+        const uint32_t w1e = tol_sxtb16(wv1);
+        a10 = tol_smlad(w1e, ca, a10);
+        a11 = tol_smlad(w1e, cb, a11);
+        const uint32_t w1o = tol_sxtb16_ror8(wv1);
+        ca = tol_read_s8x4(c0 + 4);
+        cb = tol_read_s8x4(c1 + 4);
+        a00 = tol_smlad(w0o, ca, a00);
+        a10 = tol_smlad(w1o, ca, a10);
+        a01 = tol_smlad(w0o, cb, a01);
+        a11 = tol_smlad(w1o, cb, a11);
+        w0 += 4;
+        w1 += 4;
+        c0 += 8;
+        c1 += 8;
+    }
+    a[0] = a00;
+    a[1] = a01;
+    a[2] = a10;
+    a[3] = a11;
+}
+
+/* One filter against one column (any length; plain order past k4). */
+static inline int32_t tol_col_dot1_(const int8_t *w, const int8_t *col, int32_t k4, int32_t fsz, int32_t acc)
+{
+    for (int32_t k = 0; k < k4; k += 4) {
+        const uint32_t wv = tol_read_s8x4(w + k);
+        acc = tol_smlad(tol_sxtb16(wv), tol_read_s8x4(col + 2 * k), acc);
+        acc = tol_smlad(tol_sxtb16_ror8(wv), tol_read_s8x4(col + 2 * k + 4), acc);
+    }
+    for (int32_t k = k4; k < fsz; ++k) {
+        acc += w[k] * tol_load16_(col + 2 * k);
+    }
+    return acc;
+}
+
+static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t out_c = p->out_c, npx = p->out_h * p->out_w;
+    const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3;
+    const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    const int32_t *const mult = p->out_mult;
+    const int32_t *const shift = p->out_shift;
+    const int32_t *const bias = p->bias;
+    const int8_t *const weights = p->weights;
+    int8_t *const col0 = p->scratch;
+    int8_t *const col1 = p->scratch + 2 * ((fsz + 3) & ~3);
+
+    for (int32_t px = 0; px < npx; px += 2) {
+        const int32_t two = px + 1 < npx;
+        tol_im2col_(p, input, px / p->out_w, px % p->out_w, col0);
+        if (two) {
+            tol_im2col_(p, input, (px + 1) / p->out_w, (px + 1) % p->out_w, col1);
+        }
+        const int8_t *const c1 = two ? col1 : col0;
+        int8_t *const out0 = output + px * out_c;
+        int8_t *const out1 = out0 + out_c;
+        int32_t oc = 0;
+        for (; oc + 2 <= out_c; oc += 2) {
+            const int8_t *w = weights + oc * fsz;
+            const int32_t b0 = bias != NULL ? bias[oc] : 0;
+            const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
+            int32_t a[4] = {b0, b0, b1, b1};
+            tol_mm2x2_(w, fsz, col0, c1, k4 >> 2, a);
+            for (int32_t k = k4; k < fsz; ++k) {
+                const int32_t x0 = tol_load16_(col0 + 2 * k), x1 = tol_load16_(c1 + 2 * k);
+                a[0] += w[k] * x0;
+                a[1] += w[k] * x1;
+                a[2] += w[fsz + k] * x0;
+                a[3] += w[fsz + k] * x1;
+            }
+            out0[oc] = tol_requant1_(a[0], mult[oc], shift[oc], zp, lo, hi);
+            out0[oc + 1] = tol_requant1_(a[2], mult[oc + 1], shift[oc + 1], zp, lo, hi);
+            if (two) {
+                out1[oc] = tol_requant1_(a[1], mult[oc], shift[oc], zp, lo, hi);
+                out1[oc + 1] = tol_requant1_(a[3], mult[oc + 1], shift[oc + 1], zp, lo, hi);
+            }
+        }
+        if (oc < out_c) {
+            const int8_t *w = weights + oc * fsz;
+            const int32_t b = bias != NULL ? bias[oc] : 0;
+            out0[oc] = tol_requant1_(tol_col_dot1_(w, col0, k4, fsz, b), mult[oc], shift[oc], zp, lo, hi);
+            if (two) {
+                out1[oc] = tol_requant1_(tol_col_dot1_(w, col1, k4, fsz, b), mult[oc], shift[oc], zp, lo, hi);
+            }
+        }
+    }
+}
+
 TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
+    if (p->scratch != NULL) {
+        tol_conv2d_im2col_(p, input, output);
+        return;
+    }
+    /* no scratch: im2col-free path, 4 filters per pass */
     const int32_t in_w = p->in_w, in_c = p->in_c, k_w = p->k_w, out_c = p->out_c;
     const int32_t fsz = p->k_h * k_w * in_c;
     const int32_t off = p->input_offset;
@@ -127,10 +296,98 @@ static void tol_dw_generic_(const tol_conv_params_t *p, const int8_t *input, int
     }
 }
 
+#define TOL_DW_MAX_TAPS 25 /* kernels up to 5x5 use the tap-list path */
+
+/* 4 channels (x + ch, w + ch) over a list of valid taps: taps[2t] is the input
+ * offset, taps[2t + 1] the weight offset. Out of line so the register
+ * allocator sees only this loop (13 registers, no spill). */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_block4_(const int8_t *x, const int8_t *w,
+                                                                 const int32_t *taps, int32_t ntaps,
+                                                                 uint32_t off2, int32_t a[4])
+{
+    int32_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+    const int32_t *const end = taps + 2 * ntaps;
+    while (taps != end) {
+        const uint32_t xv = tol_read_s8x4(x + taps[0]);
+        const uint32_t wv = tol_read_s8x4(w + taps[1]);
+        taps += 2;
+        const uint32_t xe = tol_sxtab16(off2, xv);
+        const uint32_t we = tol_sxtb16(wv);
+        a0 = tol_smlabb(xe, we, a0);
+        a2 = tol_smlatt(xe, we, a2);
+        const uint32_t xo = tol_sxtab16_ror8(off2, xv);
+        const uint32_t wo = tol_sxtb16_ror8(wv);
+        a1 = tol_smlabb(xo, wo, a1);
+        a3 = tol_smlatt(xo, wo, a3);
+    }
+    a[0] = a0;
+    a[1] = a1;
+    a[2] = a2;
+    a[3] = a3;
+}
+
+/* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps: per output pixel
+ * the valid taps are listed once, then every block of 4 channels runs over them. */
+static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;
+    const uint32_t off2 = tol_dup16_(p->input_offset);
+    const int32_t off = p->input_offset;
+    const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    const int32_t *const mult = p->out_mult;
+    const int32_t *const shift = p->out_shift;
+    const int32_t *const bias = p->bias;
+    const int8_t *const weights = p->weights;
+    int32_t taps[2 * TOL_DW_MAX_TAPS];
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        int32_t ky0, ky1;
+        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
+            int32_t n = 0;
+            for (int32_t ky = ky0; ky < ky1; ++ky) {
+                for (int32_t kx = kx0; kx < kx1; ++kx, ++n) {
+                    taps[2 * n] = ((iy0 + ky * p->dil_h) * in_w + ix0 + kx * p->dil_w) * c;
+                    taps[2 * n + 1] = (ky * k_w + kx) * c;
+                }
+            }
+            int32_t ch = 0;
+            for (; ch + 4 <= c; ch += 4) {
+                int32_t a[4] = {0, 0, 0, 0};
+                if (bias != NULL) {
+                    a[0] = bias[ch];
+                    a[1] = bias[ch + 1];
+                    a[2] = bias[ch + 2];
+                    a[3] = bias[ch + 3];
+                }
+                tol_dw_block4_(input + ch, weights + ch, taps, n, off2, a);
+                for (int32_t j = 0; j < 4; ++j) {
+                    output[ch + j] = tol_requant1_(a[j], mult[ch + j], shift[ch + j], zp, lo, hi);
+                }
+            }
+            for (; ch < c; ++ch) {
+                int32_t acc = bias != NULL ? bias[ch] : 0;
+                for (int32_t t = 0; t < n; ++t) {
+                    acc += weights[taps[2 * t + 1] + ch] * (input[taps[2 * t] + ch] + off);
+                }
+                output[ch] = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
+            }
+            output += c;
+        }
+    }
+}
+
 TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
     if (p->depth_mult != 1) {
         tol_dw_generic_(p, input, output);
+        return;
+    }
+    if (p->k_h * p->k_w <= TOL_DW_MAX_TAPS) {
+        tol_dw_taps_(p, input, output);
         return;
     }
     const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;

@@ -15,23 +15,23 @@
 #include "tol_acle.h"
 #include "../tol_kernels_util.h"
 
-/* TFLM MultiplyByQuantizedMultiplier, same results as tol_mbqm_ (the gemmlowp
- * formulation) with a shorter common path: the round-half-away-from-zero
- * division by 2^right is (q + 2^(right-1) - (q < 0)) >> right unless the add
- * would overflow (|q| close to 2^31), where the exact formula is used. */
+/* TFLM MultiplyByQuantizedMultiplier, same results as tol_mbqm_ (gemmlowp's
+ * two roundings) in one 64-bit multiply-accumulate for the usual right shift.
+ * With q = floor((x*m + 2^30) / 2^31) and r = -shift >= 1, gemmlowp returns
+ * floor((q + 2^(r-1) - [q<0]) / 2^r) = floor((x*m + 2^30 + 2^(30+r) - [q<0] 2^31) / 2^(31+r))
+ * (nested floors), and [q<0] may be replaced by [x<0] because m >= 2^30 or m == 0.
+ * The result is the high word of that 64-bit sum shifted right by r - 1. */
 static inline int32_t tol_mbqm_fast_(int32_t x, int32_t mult, int32_t shift)
 {
-    const int32_t left = shift > 0 ? shift : 0;
-    const int32_t right = left - shift;
-    const int32_t q = tol_srdhm_((int32_t)((uint32_t)x << left), mult);
-    if (right == 0) {
-        return q;
+    if (shift >= 0) {
+        return tol_mbqm_(x, mult, shift); /* multiplier >= 0.5: rare */
     }
-    const int32_t half = (int32_t)(1u << (right - 1));
-    if (q > INT32_MAX - half) {
-        return tol_rdbpot_(q, right);
-    }
-    return (q + (q >> 31) + half) >> right;
+    const uint32_t r = (uint32_t)-shift;  /* 1..31 */
+    const uint32_t p2 = 1u << r;
+    const int64_t round = (int64_t)((uint64_t)(p2 >> 2) << 32) + (int64_t)(0x40000000u + (p2 << 30));
+    const int64_t neg = x < 0 ? ((int64_t)1 << 31) : 0;
+    const int64_t acc = (int64_t)x * mult + (round - neg);
+    return (int32_t)(acc >> 32) >> (r - 1u);
 }
 
 /* Requantize one accumulator and clamp it to [lo, hi]. */

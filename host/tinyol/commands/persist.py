@@ -1,0 +1,190 @@
+"""`tinyol save|load|pull|push`: what the board has learned, kept in its flash or copied off it.
+
+save  SAVE: the device writes its learner state (head, settings, statistics, replay
+      buffer) as a new record in its flash store (docs/persistence.md).
+load  LOAD: the device replaces its learner state with the newest stored record.
+pull  GET_HEAD row by row -> an .npz (W, b, active + metadata compatible with head_init.npz).
+push  an .npz -> SET_HEAD row by row (checks the model hash and the shapes first).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import click
+import numpy as np
+
+from .. import __version__
+from .._defs import Status
+from ..device import RATED_ERASE_CYCLES, Device
+from ..errors import TinyolError
+from ..options import emit_json, json_option, port_option, resolve_port
+from ..protocol import DeviceError
+
+HINTS = {
+    Status.ERR_FLASH: "this target cannot write its flash (QEMU does not implement the flash "
+                      "interface); use a board, Renode or the native target (`tinyol emulate --board native`)",
+    Status.ERR_NO_RECORD: "nothing stored yet: run `tinyol save` first",
+    Status.ERR_MODEL: "the stored record belongs to another model or learner configuration; "
+                      "`tinyol save` overwrites it",
+    Status.ERR_UNSUPPORTED: "this firmware has no model, so nothing to save",
+    Status.ERR_OVERFLOW: "the learner state does not fit a store slot; build with a larger "
+                         "TOL_STORE_BYTES (docs/persistence.md)",
+}
+
+timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
+                              help="Seconds to wait for the reply (an erase takes ~25 ms per page).")
+
+
+def _open(port: str, timeout: float) -> Device:
+    return Device.open(resolve_port(port), timeout=timeout)
+
+
+def _explain(e: DeviceError) -> TinyolError:
+    err = TinyolError(str(e), hint=HINTS.get(e.status))
+    return err
+
+
+def _wear_rows(dev: Device) -> dict:
+    p = dev.stats().persist
+    if p is None:
+        return {}
+    return {"page_erases": p.erases, "cycles_per_page": round(p.cycles_per_page, 2), "slots": p.slots,
+            "rated_cycles": RATED_ERASE_CYCLES, "saves_left": p.saves_left,
+            "days_at_one_save_per_minute": round(p.lifetime_days(1.0), 1),
+            "pages_per_save": p.pages_per_save}
+
+
+@click.command("save")
+@port_option()
+@click.option("--no-replay", is_flag=True, help="Leave the replay buffer out (smaller record).")
+@timeout_option
+@json_option
+def cmd_save(port, no_replay, timeout, as_json):
+    """Store the device's learned state in its flash (survives resets and power cuts).
+
+    \b
+    Example:
+      tinyol save --port socket://127.0.0.1:4321
+    """
+    with _open(port, timeout) as dev:
+        try:
+            r = dev.save(replay=not no_replay, timeout=timeout)
+        except DeviceError as e:
+            raise _explain(e) from None
+        wear = _wear_rows(dev)
+        hz = dev.info.cpu_hz
+    out = dataclasses.asdict(r) | wear
+    if as_json:
+        emit_json(out)
+        return
+    parts = ["head"] + (["replay buffer"] if r.parts & 1 else []) + (["momentum"] if r.parts & 2 else [])
+    took = f", {r.cycles / hz * 1e3:.1f} ms" if r.cycles is not None else ""
+    click.echo(f"saved record {r.seq} in slot {r.slot}: {r.bytes} bytes ({' + '.join(parts)}), "
+               f"{r.pages} page(s) erased per save{took}")
+    if wear:
+        click.echo(f"flash wear: {wear['cycles_per_page']} erase cycles per page of {RATED_ERASE_CYCLES} rated "
+                   f"({wear['slots']} slots in rotation); "
+                   f"{wear['saves_left']} saves left (~{wear['days_at_one_save_per_minute']} days at one per minute)")
+
+
+@click.command("load")
+@port_option()
+@timeout_option
+@json_option
+def cmd_load(port, timeout, as_json):
+    """Replace the device's learned state with the newest record in its flash.
+
+    \b
+    Example:
+      tinyol load --port socket://127.0.0.1:4321
+    """
+    with _open(port, timeout) as dev:
+        try:
+            r = dev.load(timeout=timeout)
+        except DeviceError as e:
+            raise _explain(e) from None
+    if as_json:
+        emit_json(dataclasses.asdict(r))
+        return
+    click.echo(f"loaded record {r.seq} from slot {r.slot}: {r.samples_seen} samples seen, "
+               f"{r.n_active} active outputs")
+
+
+@click.command("pull")
+@port_option()
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The .npz to write (W, b, active, metadata).")
+@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
+def cmd_pull(port, out, timeout):
+    """Copy the device's current head to an .npz file.
+
+    \b
+    The file holds W [rows, latent_dim], b [rows], active [rows] and, like
+    head_init.npz, n_classes; plus model_hash, model, head_mode, board, samples_seen.
+    Example:
+      tinyol pull --port socket://127.0.0.1:4321 --out head.npz
+    """
+    with _open(port, timeout) as dev:
+        w, b, active = dev.get_head()
+        info = dev.info
+        st = dev.stats()
+    n_classes = int(np.flatnonzero(active).max() + 1) if active.any() else 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        np.savez(f, W=w.astype(np.float32), b=b.astype(np.float32), active=active.astype(bool),
+                 n_classes=np.int64(n_classes), model_hash=np.int64(info.model_hash), model=np.str_(info.model),
+                 head_mode=np.str_(info.head_mode), board=np.str_(info.board),
+                 samples_seen=np.int64(st.samples_seen), tinyol_version=np.str_(__version__))
+    click.echo(f"wrote {out}: W{list(w.shape)}, {int(active.sum())} active rows, "
+               f"{st.samples_seen} samples seen (model {info.model}, hash 0x{info.model_hash:08x})")
+
+
+def read_head(path: Path) -> dict:
+    """Load an .npz from `pull` or `export` (head_init.npz) -> dict(W, b, active, model_hash or None)."""
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise TinyolError(f"cannot read {path}: {e}") from None
+    missing = [k for k in ("W", "b") if k not in z.files]
+    if missing:
+        raise TinyolError(f"{path} has no {', '.join(missing)} (expected the output of `tinyol pull` "
+                          "or a head_init.npz)")
+    w, b = z["W"], z["b"]
+    if "active" in z.files:
+        active = z["active"].astype(bool)
+    elif "n_classes" in z.files:
+        active = np.arange(len(b)) < int(z["n_classes"])
+    else:
+        active = np.ones(len(b), bool)
+    model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
+    return {"W": w, "b": b, "active": active, "model_hash": model_hash}
+
+
+@click.command("push")
+@port_option()
+@click.option("--in", "inp", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An .npz from `tinyol pull` (or a head_init.npz).")
+@click.option("--force", is_flag=True, help="Push even if the file's model hash differs from the device's.")
+@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
+def cmd_push(port, inp, force, timeout):
+    """Write a head from an .npz file onto the device (SET_HEAD); `tinyol save` keeps it.
+
+    \b
+    Example:
+      tinyol push --port socket://127.0.0.1:4321 --in head.npz
+    """
+    head = read_head(inp)
+    with _open(port, timeout) as dev:
+        info = dev.info
+        if head["model_hash"] is not None and head["model_hash"] != info.model_hash and not force:
+            raise TinyolError(
+                f"model hash mismatch: {inp} is for model hash 0x{head['model_hash']:08x}, the device runs "
+                f"{info.model} (0x{info.model_hash:08x})",
+                hint="a head only fits the backbone it was trained on; --force pushes it anyway")
+        try:
+            dev.set_head(head["W"], head["b"], head["active"])
+        except DeviceError as e:
+            raise _explain(e) from None
+    click.echo(f"pushed {inp}: {int(np.asarray(head['active']).sum())} active rows onto {info.board} "
+               f"(not yet saved: run `tinyol save` to keep it)")
