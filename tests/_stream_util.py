@@ -200,9 +200,11 @@ def compile_device(model: str = "models/digits"):
     mcu = ROOT / "mcu"
     srcs = (sorted((mcu / "src").glob("*.c")) + sorted((mcu / "src/kernels/ref").glob("*.c"))
             + [mcu / "app/model.c", ROOT / model / "backbone.c", ROOT / model / "head_init.c",
-               ROOT / "tests/c/hal_capture.c"])
+               ROOT / "tests/c/hal_capture.c", ROOT / "tests/c/flash_sim.c"])
     lib = compile_shared(srcs, [mcu / "include", ROOT / model], {"TOL_TEST_BUILD": 0})
     lib.tol_test_feed.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.tol_test_take.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.tol_test_take.restype = ctypes.c_size_t
+    lib.sim_setup.argtypes = [ctypes.c_uint32] * 3 + [ctypes.c_uint32]
+    lib.sim_setup.argtypes[2] = ctypes.c_uint8
     return lib

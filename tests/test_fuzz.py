@@ -40,7 +40,8 @@ MSGS = [int(m) for m in Msg]
 
 def sources(variant):
     extra, inc = VARIANTS[variant]
-    srcs = CORE + extra + [ROOT / "tests/c/hal_capture.c", ROOT / "tests/c/fuzz_app.c"]
+    srcs = CORE + extra + [ROOT / "tests/c/hal_capture.c", ROOT / "tests/c/flash_sim.c",
+                           ROOT / "tests/c/fuzz_app.c"]
     return srcs, ["-I" + str(MCU / "include"), "-I" + str(inc)]
 
 
@@ -86,6 +87,13 @@ def _payload(rng: random.Random, typ: int, input_size: int = 64) -> bytes:
                            rng.choice([0, 1, 2048, 2049, 0xFFFF]))
     if typ == Msg.EXIT:
         return bytes([rng.randrange(256)])
+    if typ == Msg.SAVE:  # persistence: optional options byte (bit 0: without the replay buffer)
+        return rng.choice([b"", b"\x00", b"\x01", bytes([rng.randrange(256)]), b"\x00\x00"])
+    if typ == Msg.LOAD:
+        return rng.choice([b"", b"", b"\x00"])
+    if typ == Msg.SET_HEAD:
+        row, off, n = rng.randrange(12), rng.choice([0, 8, 31, 32]), rng.choice([0, 1, 8, 32, 70])
+        return struct.pack("<HHH", row, off, n) + _floats(rng, n + 1)[: rng.choice([4 * n + 4, 4 * n])]
     n = rng.choice([0, 0, 1, 4, rng.randrange(300), rng.randrange(5000)])
     return bytes(rng.randrange(256) for _ in range(n))
 
@@ -109,7 +117,8 @@ def gen_input(rng: random.Random) -> bytes:
         return b"\x01" + b"".join(parts)
     out = bytearray(b"\x00")
     for _ in range(rng.randrange(1, 40)):
-        typ = rng.choice(MSGS + [Msg.SAMPLE] * 6 + [Msg.SET] * 3 + [rng.randrange(256)])
+        typ = rng.choice(MSGS + [Msg.SAMPLE] * 6 + [Msg.SET] * 3 + [Msg.SAVE, Msg.LOAD] * 2
+                         + [rng.randrange(256)])
         p = _payload(rng, typ)
         ctl = 0 if rng.random() < 0.7 else rng.randrange(256)
         seq = rng.randrange(1, 20) if rng.random() < 0.5 else rng.randrange(65536)

@@ -42,6 +42,7 @@ def digits():
 
 
 def open_dev(lib, **kw) -> tuple[Device, CPort]:
+    assert lib.sim_setup(64 * 1024, 2048, 0xFF, 0) == 0  # erased flash: no stored state
     lib.tol_test_init()
     port = CPort(lib, **kw)
     return Device(Link(port, timeout=0.2, seed=3)), port

@@ -1,14 +1,15 @@
 /*
  * fuzz_app.c - fuzz target for the device side of the protocol: COBS/CRC
  * parser, reply cache, dispatcher (tol_app.c) and the model glue behind it
- * (mcu/app/model.c + learner + backbone, or mcu/app/nomodel).
+ * (mcu/app/model.c + learner + backbone + persistence on tests/c/flash_sim.c,
+ * or mcu/app/nomodel).
  *
  * Built two ways (tests/test_fuzz.py, docs/streaming.md):
  *   clang -fsanitize=fuzzer,address,undefined ...        libFuzzer entry point
  *   gcc -fsanitize=address,undefined -DTOL_FUZZ_MAIN ...  a main() that replays
  *       inputs from files: each file holds records [len u32 LE][input bytes]
  *
- * One input = one fresh device (tol_test_init), so every finding replays alone.
+ * One input = one fresh device with erased flash, so every finding replays alone.
  * Input layout: byte 0 selects the mode.
  *   even: structured - a sequence of requests, each
  *         type u8, seq u16, len u16, ctl u8, then `len` payload bytes (fewer if
@@ -33,6 +34,7 @@
 #include "tol_proto.h"
 
 void tol_test_init(void);
+int sim_setup(uint32_t bytes, uint32_t page, uint8_t fill, uint32_t max_record); /* flash_sim.c */
 void tol_test_feed(const uint8_t *data, size_t n);
 size_t tol_test_take(uint8_t *dst, size_t cap);
 
@@ -117,6 +119,7 @@ static void fz_structured(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    if (sim_setup(64u * 1024u, 2048u, 0xFFu, 0u) != 0) abort(); /* erased flash: SAVE/LOAD work */
     tol_test_init();
     size_t seq0 = 0;
     (void)fz_check_output(0u, &seq0); /* the boot line */
