@@ -1,0 +1,187 @@
+"""`tinyol stream`: send samples to a device, learn or evaluate, show accuracy live.
+
+Modes: --train (SAMPLE: the device predicts, then learns; prequential accuracy),
+--eval (PREDICT over a set: accuracy per class), --predict (PREDICT: print the
+predictions). The engine is tinyol.stream (pipelined, exactly-once, resets
+detected); docs/streaming.md describes it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ..errors import TinyolError
+from ..options import emit_json, json_option, model_option, port_option, resolve_port
+from ..stream import DEFAULT_WINDOW, DEVICE_CACHE, Record, Stream, Summary, check_samples
+
+
+def load_manifest(model_dir: str) -> dict:
+    p = Path(model_dir) / "manifest.json"
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise TinyolError(f"{model_dir}: no manifest.json (not a tinyol model directory)",
+                          hint="pass the directory written by `tinyol export` with --model") from None
+    except json.JSONDecodeError as e:
+        raise TinyolError(f"{p}: not valid JSON ({e})") from None
+
+
+def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None):
+    """(rows iterator of (index, x, label), count or None, X, y, class names)."""
+    from ..datasets import iter_source, load_source
+
+    if data == "-":  # live: one sample a line from stdin, sent as it arrives
+        def rows():
+            for i, (x, lab) in enumerate(iter_source("-", label_column=label_column)):
+                if limit is not None and i >= limit:
+                    return
+                yield i, x, lab
+        if shuffle:
+            raise TinyolError("--shuffle needs a whole data set, not stdin")
+        return rows(), None, None, None, None
+    X, y, names = load_source(data, label_column=label_column)
+    if shuffle:
+        perm = np.random.default_rng(seed).permutation(len(y))
+        X, y = X[perm], y[perm]
+    if limit is not None:
+        X, y = X[:limit], y[:limit]
+    return ((i, X[i], int(y[i])) for i in range(len(y))), len(y), X, y, names
+
+
+def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -> None:
+    name = (lambda c: names[c] if names and c < len(names) else str(c))  # noqa: E731
+    state = " (interrupted)" if s.interrupted else ""
+    echo(f"samples      {s.samples}{state}")
+    if s.per_class:
+        echo(f"accuracy     {s.accuracy:.4f}" + ("  (prequential: each sample predicted before it "
+                                                  "is learned)" if s.mode == "train" else ""))
+        for c, acc in s.class_accuracy().items():
+            echo(f"  class {name(c):>4}  {acc:.4f}  ({s.per_class[c][1]} samples)")
+    if s.anomaly_counts or s.flagged:
+        echo(f"anomalies    {s.flagged} flagged")
+        if s.anomaly_counts:
+            echo(f"  detection rate {s.detection_rate:.4f}, false positive rate "
+                 f"{s.false_positive_rate:.4f} (label 0 = normal)")
+    echo(f"throughput   {s.samples_per_s:.1f} samples/s, {s.bytes_per_s:.0f} bytes/s "
+         f"({s.bytes_out} out, {s.bytes_in} in, {s.seconds:.2f} s)")
+    echo(f"link         {s.retries} resends, {s.duplicates} duplicates answered from the device's cache")
+    if s.device_samples_seen is not None and s.mode == "train":
+        replay = f", replay buffer {s.replay_fill}" if s.replay_fill else ""
+        echo(f"device       {s.device_samples_seen} samples learned in total, "
+             f"{s.device_classes} classes active{replay}")
+    for k, v in s.rejected.items():
+        echo(f"rejected     {v} x {k}")
+
+
+def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digits",
+               limit=None, shuffle=False, seed=0, log=None, plot=None, encoding="int8",
+               window=DEFAULT_WINDOW, timeout=1.0, progress=True, print_predictions=False,
+               title=None, label_column=None, echo=click.echo) -> tuple[Summary, list[Record]]:
+    """The body of `tinyol stream` (also used by `tinyol demo`)."""
+    from ..device import Device
+
+    manifest = load_manifest(model_dir)
+    rows, total, X, y, names = load_rows(data, limit=limit, shuffle=shuffle, seed=seed,
+                                         label_column=label_column)
+    names = names or [str(i) for i in range(int(manifest["head"].get("max_classes", 0)))]
+    logf = open(log, "w", buffering=1) if log else None  # line-buffered: `tail -f` works
+    with Device.open(resolve_port(port), timeout=max(timeout, 1.0)) as dev:
+        st = Stream(dev, manifest, mode=mode, encoding=encoding, window=window, timeout=timeout,
+                    model_dir=model_dir)
+        if X is not None:  # a whole data set: every row is checked before anything is sent
+            check_samples(X, y if mode == "train" else None, dev.info, mode)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=total, unit="sample", desc=mode, leave=False, dynamic_ncols=True,
+                       file=sys.stderr)
+
+        def on_record(r: Record) -> None:
+            if logf:
+                logf.write(r.json() + "\n")
+            if print_predictions:
+                lab = "" if r.label is None else f" label={r.label}"
+                echo(f"{r.index} prediction={r.prediction} confidence={r.confidence:.4f}{lab}")
+            if bar is not None:
+                bar.update(1)
+                if st.summary.per_class and st.summary.samples % 10 == 0:
+                    bar.set_postfix(acc=f"{st.summary.accuracy:.3f}")
+
+        try:
+            st.run(rows, on_record=on_record, live=X is None)
+        finally:
+            if bar is not None:
+                bar.close()
+            if logf:
+                logf.close()
+            if plot and st.records and st.summary.per_class:
+                from ..plotting import plot_learning_curve
+                plot_learning_curve(st.records, plot, title=title or f"{mode}: {data} on {dev.info.board}",
+                                    class_names=names)
+    return st.summary, st.records
+
+
+@click.command("stream")
+@port_option()
+@click.option("--data", "-d", required=True, metavar="SOURCE",
+              help="digits, digits:5-9@train, file.csv, file.npz, or - (stdin lines: features..., label).")
+@click.option("--train", "mode", flag_value="train", default=True,
+              help="SAMPLE: the device predicts, then learns (prequential; default).")
+@click.option("--eval", "mode", flag_value="eval", help="PREDICT over the set: accuracy per class.")
+@click.option("--predict", "mode", flag_value="predict", help="PREDICT: print each prediction.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=None, help="Send at most N samples.")
+@click.option("--shuffle", is_flag=True, help="Shuffle the source (with --seed).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Shuffle seed.")
+@click.option("--log", type=click.Path(dir_okay=False), default=None,
+              help="Write one JSON record per sample (jsonl).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Save the accuracy curve (overall and per class) as PNG.")
+@model_option()
+@click.option("--encoding", type=click.Choice(["int8", "float32"]), default="int8", show_default=True,
+              help="int8: quantized on the host (4x less traffic); float32: on the device.")
+@click.option("--window", type=click.IntRange(1, DEVICE_CACHE), default=DEFAULT_WINDOW, show_default=True,
+              help="Requests in flight (pipelining; the device caches 8 replies).")
+@click.option("--timeout", type=float, default=1.0, show_default=True,
+              help="Seconds before a request is resent.")
+@click.option("--label-column", default=None, help="CSV: label column (name or index; default last).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@json_option
+def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, window, timeout,
+        label_column, no_progress, as_json):
+    """Stream labelled samples to a device and report accuracy.
+
+    \b
+    Examples:
+      tinyol stream --port socket://127.0.0.1:4321 --data digits:5-9@train --shuffle --plot curve.png
+      tinyol stream --port auto --data digits@test --eval
+      sensor-reader | tinyol stream --port /dev/ttyACM0 --data - --log run.jsonl
+    """
+    summary, _ = run_stream(port, data, mode, model_dir=model, limit=limit, shuffle=shuffle,
+                            seed=seed, log=log, plot=plot, encoding=encoding, window=window,
+                            timeout=timeout, progress=not (no_progress or as_json),
+                            print_predictions=(mode == "predict" and not as_json),
+                            label_column=label_column,
+                            echo=(lambda *a, **k: None) if as_json else click.echo)
+    if as_json:
+        emit_json(_clean(summary.as_dict()))
+        return
+    print_summary(summary)
+    if plot and summary.per_class:
+        click.echo(f"plot         {plot}")
+    if log:
+        click.echo(f"log          {log}")
+    if summary.interrupted:
+        sys.exit(130)  # like an interrupted shell command (cli.main ignores click's Exit codes)
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    return v

@@ -1,0 +1,763 @@
+"""Streaming samples to a device: pipelined, exactly-once, reset-aware.
+
+:class:`Pipeline` keeps up to ``window`` requests in flight over one
+:class:`~tinyol.protocol.Link` so the serial line never idles while the device
+computes. Every request keeps its frame; when its reply is missing the
+*identical* frame is sent again and the device answers from its reply cache
+(docs/protocol.md, "Exactly once"), so a SAMPLE is never learned twice.
+
+How a missing reply is noticed:
+
+* order: the device handles requests one at a time, in arrival order, and
+  replies in that order. A reply to request E proves that every request sent
+  before E (whose reply has not come) was lost on the way, in either direction:
+  it is resent at once (like TCP's fast retransmit);
+* time: a request without a reply after ``timeout`` s is resent, and an INFO
+  request checks the boot counter (a reset device is reported, never fed on);
+* a ``tinyol boot`` line, or a ``samples_seen`` that repeats or goes back by
+  more than a window, means the device reset: :class:`~tinyol.protocol.DeviceReset`.
+
+Order: on a clean link the device learns the samples in the order sent. When a
+request is lost, the ones sent after it may already have executed when its
+resend arrives, so within the window the device may learn a few samples in a
+different order than sent (each exactly once, none skipped). Every SAMPLE
+reply carries the device's sample counter after it, which gives the order the
+device really learned them in (``Record.samples_seen``, logged by `--log`).
+
+The device caches the replies of its last 8 executed requests. A resend is
+safe only while fewer than 8 others can have executed after the request, so a
+new request goes out only while, for every unanswered request, the others sent
+or resent since it (a resend may be a first execution) plus those unanswered
+stay below the window (:meth:`Pipeline._exposure`); one of the 8 slots is kept
+for the INFO check: at most 7 samples in flight.
+
+:func:`stream` drives a whole data set through a Device in one of three modes
+(train = SAMPLE, prequential; eval / predict = PREDICT) and returns a
+:class:`Summary`; :func:`bench_stream` measures end-to-end throughput.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import serial
+
+from ._defs import Msg, Status
+from .device import (INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
+                     Result, quantize)
+from .errors import TinyolError
+from .protocol import (REPLY_FLAG, DeviceError, DeviceGone, DeviceReset, Frame, Info, Link,
+                       LinkTimeout)
+
+DEVICE_CACHE = 8          # TOL_APP_REPLY_CACHE: requests a host may have in flight
+MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
+DEFAULT_WINDOW = 4
+MODES = ("train", "eval", "predict")
+UART_BAUD = 115200
+UART_BYTES_PER_S = UART_BAUD / 10  # 8N1: 10 bit times per byte
+
+
+# --------------------------------------------------------------------------- pipeline
+@dataclass
+class _Pending:
+    tag: object
+    frame: Frame
+    wire: bytes
+    first_tx: int = 0
+    last_tx: int = 0
+    t_first: float = 0.0
+    t_last: float = 0.0
+    attempts: int = 0
+    done: bool = False
+    reply: Frame | None = None
+    control: bool = False
+    latency: float = 0.0
+    seq_tx: int = 0           # transmission number of the current seq's first transmission
+
+
+@dataclass
+class Completion:
+    """One request's outcome, delivered in submission order."""
+    tag: object
+    msg: int
+    payload: bytes            # reply payload (empty on error)
+    status: int = 0           # 0, or the device's error status for this request
+    latency: float = 0.0      # seconds from the first transmission to the reply
+    attempts: int = 1
+
+
+@dataclass
+class PipelineStats:
+    requests: int = 0
+    resends: int = 0
+    resend_order: int = 0     # resent because a later reply arrived first
+    resend_timeout: int = 0   # resent after the timeout
+    info_checks: int = 0
+    link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
+
+
+class Pipeline:
+    """Pipelined request/reply over a Link with exactly-once resends.
+
+    Use :meth:`run` with an iterable of ``(tag, msg, payload)``; it yields one
+    :class:`Completion` per request in the same order. ``boot_count`` is the
+    device's boot counter at session start (INFO); a change raises DeviceReset.
+    """
+
+    def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
+                 timeout: float = 1.0, retries: int = 8):
+        if not 1 <= window <= DEVICE_CACHE:
+            raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
+        self.link = link
+        self.boot_count = boot_count
+        self.window = min(window, MAX_WINDOW)
+        self.timeout = timeout
+        self.retries = retries
+        self.stats = PipelineStats()
+        self._tx = 0
+        self._history: collections.deque[int] = collections.deque(maxlen=4 * DEVICE_CACHE)
+        self._info_armed = True  # one INFO check per stall, re-armed by a data reply
+        self._queue: collections.deque[_Pending] = collections.deque()  # send order
+        self._by_seq: dict[int, _Pending] = {}
+        self._boot_lines = len(link.boot_lines)
+        self.completed = 0        # requests delivered to the caller (data, not control)
+
+    # -- sending
+    def _transmit(self, p: _Pending, fresh: bool = False) -> None:
+        self._tx += 1
+        now = time.monotonic()
+        if fresh:
+            p.seq_tx = self._tx
+        if not p.attempts:
+            p.first_tx, p.t_first = self._tx, now
+        else:
+            self.stats.resends += 1
+            self.link.stats.retries += 1
+        p.last_tx, p.t_last = self._tx, now
+        p.attempts += 1
+        try:
+            self.link.port.write(p.wire)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceGone(f"the device went away: {e}",
+                             hint="it was unplugged, reset into a bootloader, or the emulator "
+                                  "stopped") from None
+        self.link.stats.bytes_out += len(p.wire)
+
+    def _new(self, tag, msg: int, payload: bytes, control: bool = False) -> _Pending:
+        seq = self.link._next_seq()
+        while seq in self._by_seq:
+            seq = self.link._next_seq()
+        f = Frame(int(msg), seq, bytes(payload))
+        p = _Pending(tag, f, f.encode(), control=control)
+        self._queue.append(p)
+        self._by_seq[seq] = p
+        self.link.stats.requests += 1
+        if not control:
+            self.stats.requests += 1
+        self._transmit(p, fresh=True)
+        return p
+
+    def _exposure(self, x: _Pending) -> int:
+        """How many other requests may execute on the device after `x` did, at most.
+
+        The device keeps the replies of its last DEVICE_CACHE executed requests, so `x` may
+        be resent safely only while fewer than DEVICE_CACHE others executed after it. Any
+        of them was transmitted after x's seq was first sent, or is still unanswered (and
+        will be resent): count those, answered ones from a short history included. A resend
+        can be a request's *first* execution (its first copy was lost), so resends count."""
+        n = sum(1 for q in self._queue if q is not x and (not q.done or q.last_tx > x.seq_tx))
+        return n + sum(1 for t in self._history if t > x.seq_tx)
+
+    def _may_send(self, limit: int, exclude: _Pending | None = None) -> bool:
+        """May one more new request go out, keeping every unanswered request's exposure
+        below `limit` (DEVICE_CACHE: the device's cache; the window for samples)?"""
+        return all(self._exposure(q) + 1 <= limit - 1
+                   for q in self._queue if not q.done and q is not exclude)
+
+    # -- receiving
+    def _check_lines(self) -> None:
+        lines = self.link.boot_lines
+        if len(lines) > self._boot_lines:
+            raise DeviceReset(
+                f"the device reset during the stream ({lines[-1]!r}) after {self.completed} "
+                "samples; its learned state since the last save is gone",
+                hint="restart the stream; results before and after a reset are not comparable")
+        # a fault report is a reset too (the device reboots or exits after it)
+        for line in self.link.stats.device_lines[-3:]:
+            if line.startswith("tinyol fault"):
+                raise DeviceReset(f"the device crashed after {self.completed} samples: {line}",
+                                  hint="this is a firmware bug; please report the line above")
+
+    def _on_frame(self, f: Frame) -> None:
+        if f.seq == 0:
+            if f.type == Msg.ERROR:
+                self.stats.link_errors += 1  # something we sent was damaged: order/timeout resend
+            return
+        p = self._by_seq.get(f.seq)
+        if p is None or p.done:
+            return  # a stale or repeated reply
+        if f.type != Msg.ERROR and f.type != p.frame.type | REPLY_FLAG:
+            return  # cannot be ours (a corrupted frame that passed CRC is not expected)
+        if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_FULL \
+                and p.attempts > 1 and p.frame.type in (Msg.PREDICT, Msg.EMBED, Msg.INFO, Msg.STATS):
+            # the device executed it but no longer keeps that (large) reply
+            if p.control:
+                pass  # an INFO check without a verdict: done; the next timeout asks again
+            elif self._may_send(DEVICE_CACHE, exclude=p):
+                self._reissue(p)  # idempotent: run it again under a new seq
+                return
+            else:
+                return  # no room in the device's cache yet: the timeout resends, then we retry
+        p.done, p.reply = True, f
+        p.latency = time.monotonic() - p.t_first
+        # order: everything transmitted before this request's first transmission was lost
+        for q in self._queue:
+            if q is p:
+                break
+            if not q.done and q.last_tx < p.first_tx:
+                self.stats.resend_order += 1
+                self._transmit(q)
+
+    def _reissue(self, p: _Pending) -> None:
+        """Send an idempotent request again under a fresh seq (its old reply is gone)."""
+        del self._by_seq[p.frame.seq]
+        self._history.append(p.last_tx)  # the old seq executed: it holds a cache slot
+        seq = self.link._next_seq()
+        p.frame = Frame(p.frame.type, seq, p.frame.payload)
+        p.wire = p.frame.encode()
+        self._by_seq[seq] = p
+        self._transmit(p, fresh=True)
+
+    def _on_info(self, p: _Pending) -> None:
+        if p.reply.type == Msg.ERROR:
+            return  # no verdict (e.g. ERR_FULL for a stale INFO); the next timeout asks again
+        info = Info.parse(p.reply.payload)
+        if info.boot_count != self.boot_count:
+            raise DeviceReset(
+                f"the device reset during the stream (boot counter {self.boot_count} -> "
+                f"{info.boot_count}) after {self.completed} samples; its learned state since the "
+                "last save is gone",
+                hint="restart the stream; results before and after a reset are not comparable")
+
+    def _timeouts(self) -> None:
+        now = time.monotonic()
+        late = [p for p in self._queue if not p.done and now - p.t_last >= self.timeout]
+        if not late:
+            return
+        for p in late:
+            if p.attempts > self.retries:
+                raise DeviceGone(
+                    f"the device stopped answering after {self.completed} samples "
+                    f"({p.attempts} attempts of {self.timeout:g} s each)",
+                    hint="the board was unplugged or hung, or the emulator stopped")
+        if self._info_armed and not any(q.control and not q.done for q in self._queue) \
+                and self._may_send(DEVICE_CACHE):
+            self._info_armed = False
+            self.stats.info_checks += 1
+            self._new("info-check", Msg.INFO, b"", control=True)
+        for p in late:
+            if not p.done:
+                self.stats.resend_timeout += 1
+                self._transmit(p)
+
+    def _read_some(self) -> bytes:
+        """Whatever arrived (waits up to the port's timeout for the first byte)."""
+        port = self.link.port
+        try:
+            data = port.read(1)
+            if data:
+                waiting = port.in_waiting
+                if waiting:
+                    data += port.read(waiting)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceGone(f"the device went away: {e}",
+                             hint="it was unplugged, reset into a bootloader, or the emulator "
+                                  "stopped") from None
+        return data
+
+    def _pump(self, wait: float) -> None:
+        """Handle what arrives within `wait` seconds; returns early once the oldest is answered."""
+        deadline = time.monotonic() + wait
+        link = self.link
+        while True:
+            data = self._read_some()
+            if data:
+                link.stats.bytes_in += len(data)
+                for item in link.deframer.feed(data):  # every complete frame, none left behind
+                    if isinstance(item, str):
+                        link._handle_line(item)
+                    else:
+                        self._on_frame(item)
+                link.stats.garbage_frames = link.deframer.garbage
+                self._check_lines()
+            if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
+                break
+        self._timeouts()
+
+    def _deliver(self) -> Iterator[Completion]:
+        while self._queue and self._queue[0].done:
+            p = self._queue.popleft()
+            self._history.append(p.last_tx)
+            if not p.control:
+                self._info_armed = True
+            del self._by_seq[p.frame.seq]
+            if p.control:
+                self._on_info(p)
+                continue
+            f = p.reply
+            status = f.payload[0] if f.type == Msg.ERROR else 0
+            self.completed += 1
+            yield Completion(p.tag, p.frame.type, b"" if status else f.payload, status,
+                             p.latency, p.attempts)
+
+    def run(self, requests: Iterable[tuple[object, int, bytes]]) -> Iterator[Completion]:
+        """Send every request (keeping the window full); yield completions in order.
+
+        `requests` may yield :data:`NOT_YET` when no request is ready (a live source,
+        see :class:`Prefetch`); replies keep being handled meanwhile."""
+        it = iter(requests)
+        more = True
+        while more or self._queue:
+            while more and self._may_send(self.window):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    more = False
+                    break
+                if item is NOT_YET:
+                    break
+                tag, msg, payload = item
+                self._new(tag, msg, payload)
+            yield from self._deliver()
+            if self._queue:
+                self._pump(min(self.timeout, 0.05) if self._queue[0].done else self.timeout / 4)
+                yield from self._deliver()
+
+    def drain(self, limit: float | None = None) -> list[Completion]:
+        """Collect the replies still in flight (after Ctrl-C), giving up after `limit` s."""
+        out: list[Completion] = []
+        deadline = time.monotonic() + (limit if limit is not None else 3 * self.timeout)
+        while self._queue and time.monotonic() < deadline:
+            self._pump(min(0.05, self.timeout))
+            out.extend(self._deliver())
+        return out
+
+
+NOT_YET = object()  # from a live source: no request ready yet
+
+
+class Prefetch:
+    """Read an iterator in a background thread (stdin, a sensor): ``next()`` returns
+    :data:`NOT_YET` instead of blocking, so replies to samples already sent are handled
+    (and shown) while the source waits for its next sample."""
+
+    _END = object()
+
+    def __init__(self, iterable: Iterable, wait: float = 0.05):
+        import queue
+        import threading
+
+        self._q: "queue.Queue" = queue.Queue(maxsize=64)
+        self._empty = queue.Empty
+        self._wait = wait
+        self._done = False
+
+        def pump():
+            try:
+                for item in iterable:
+                    self._q.put(item)
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                self._q.put(e)
+            self._q.put(self._END)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        try:
+            item = self._q.get(timeout=self._wait)
+        except self._empty:
+            return NOT_YET
+        if item is self._END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+
+# --------------------------------------------------------------------------- samples
+def check_samples(X: np.ndarray, y: np.ndarray | None, info: Info, mode: str,
+                  first_row: int = 0) -> None:
+    """Reject, before anything is sent, what the device would refuse (naming the row)."""
+    X = np.asarray(X)
+    n_in = int(np.prod(X.shape[1:])) if X.ndim > 1 else X.shape[0]
+    if n_in != info.input_size:
+        raise TinyolError(f"samples have {n_in} values, the device's model takes {info.input_size}")
+    flat = X.reshape(len(X), -1)
+    bad = ~np.isfinite(flat.astype(np.float64))
+    if bad.any():
+        r = int(np.argwhere(bad)[0][0])
+        raise TinyolError(f"row {first_row + r}: NaN or Inf in the features (nothing was sent)")
+    if y is not None and mode == "train" and info.head_mode == "classifier":
+        y = np.asarray(y)
+        over = np.flatnonzero((y < 0) | (y >= info.max_classes))
+        if len(over):
+            r = int(over[0])
+            raise TinyolError(
+                f"row {first_row + r}: label {int(y[r])} is out of range for the device "
+                f"(it has room for classes 0..{info.max_classes - 1}; nothing was sent)",
+                hint="export the model with more classes (max_classes) or filter the source")
+
+
+def encode_input(x: np.ndarray, encoding: str, input_q: tuple[float, int]) -> bytes:
+    """The `input` field of SAMPLE/PREDICT/EMBED: encoding byte + int8 or float32 values."""
+    if encoding == "int8":
+        return bytes([INPUT_INT8]) + quantize(np.ravel(x), *input_q).tobytes()
+    if encoding == "float32":
+        return bytes([INPUT_FLOAT32]) + np.asarray(x, "<f4").ravel().tobytes()
+    raise TinyolError(f"unknown encoding {encoding!r}", hint="use int8 or float32")
+
+
+def model_input_q(manifest: dict) -> tuple[float, int]:
+    i = manifest["input"]
+    return float(i["scale"]), int(i["zero_point"])
+
+
+def check_model(info: Info, manifest: dict, model_dir: str = "the model") -> None:
+    """The host quantizes with the manifest's parameters: they must be the device's model."""
+    if "has_model" not in info.flags:
+        raise TinyolError("the device's firmware has no model",
+                          hint="build it with a model: tinyol build --model models/digits")
+    want = int(manifest["model_hash"])
+    if info.model_hash != want:
+        raise TinyolError(
+            f"the device runs model {info.model!r} (hash 0x{info.model_hash:08x}) but {model_dir} "
+            f"is {manifest.get('name')!r} (hash 0x{want:08x}); inputs would be quantized wrongly",
+            hint="pass the model directory the firmware was built from (--model DIR), or flash it")
+
+
+# --------------------------------------------------------------------------- records/summary
+@dataclass
+class Record:
+    index: int
+    label: int | None
+    prediction: int | None
+    confidence: float | None
+    loss: float | None
+    learned: bool
+    new_class: bool
+    latency: float
+    error: str | None = None
+    samples_seen: int | None = None
+
+    def json(self) -> str:
+        d = {k: v for k, v in self.__dict__.items()}
+        for k in ("confidence", "loss"):
+            if d[k] is not None and not math.isfinite(d[k]):
+                d[k] = None
+        d["latency"] = round(self.latency, 6)
+        return json.dumps(d)
+
+
+@dataclass
+class Summary:
+    mode: str
+    samples: int = 0
+    correct: int = 0
+    per_class: dict = field(default_factory=dict)   # label -> [correct, total]
+    seconds: float = 0.0
+    bytes_out: int = 0
+    bytes_in: int = 0
+    retries: int = 0
+    duplicates: int = 0          # retransmissions the device answered from its cache
+    device_samples_seen: int | None = None
+    device_classes: int | None = None        # active outputs after the stream
+    replay_fill: str | None = None           # "fill/capacity" of the replay buffer
+    rejected: dict = field(default_factory=dict)     # status name -> count
+    interrupted: bool = False
+    stopped_by: str | None = None
+    # autoencoder heads: samples flagged as anomalies; with labels (0 normal, else anomalous)
+    flagged: int = 0
+    anomaly_counts: dict = field(default_factory=dict)  # "tp", "fp", "tn", "fn"
+
+    @property
+    def detection_rate(self) -> float:
+        c = self.anomaly_counts
+        pos = c.get("tp", 0) + c.get("fn", 0)
+        return c.get("tp", 0) / pos if pos else math.nan
+
+    @property
+    def false_positive_rate(self) -> float:
+        c = self.anomaly_counts
+        neg = c.get("fp", 0) + c.get("tn", 0)
+        return c.get("fp", 0) / neg if neg else math.nan
+
+    @property
+    def accuracy(self) -> float:
+        labelled = sum(t for _, t in self.per_class.values())
+        return self.correct / labelled if labelled else math.nan
+
+    def class_accuracy(self) -> dict[int, float]:
+        return {c: (k / n if n else math.nan) for c, (k, n) in sorted(self.per_class.items())}
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else math.nan
+
+    @property
+    def bytes_per_s(self) -> float:
+        return (self.bytes_out + self.bytes_in) / self.seconds if self.seconds > 0 else math.nan
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": self.mode, "samples": self.samples, "accuracy": self.accuracy,
+            "per_class": {str(c): a for c, a in self.class_accuracy().items()},
+            "class_counts": {str(c): n for c, (_, n) in sorted(self.per_class.items())},
+            "seconds": self.seconds, "samples_per_s": self.samples_per_s,
+            "bytes_out": self.bytes_out, "bytes_in": self.bytes_in, "bytes_per_s": self.bytes_per_s,
+            "retries": self.retries, "duplicates": self.duplicates,
+            "device_samples_seen": self.device_samples_seen, "device_classes": self.device_classes,
+            "replay_fill": self.replay_fill, "rejected": self.rejected,
+            "interrupted": self.interrupted, "stopped_by": self.stopped_by,
+            "flagged": self.flagged, "anomaly_counts": self.anomaly_counts,
+            "detection_rate": self.detection_rate, "false_positive_rate": self.false_positive_rate,
+        }
+
+
+class Stream:
+    """One streaming session on a Device (open it with :meth:`Device.open`)."""
+
+    def __init__(self, device: Device, manifest: dict | None = None, *, mode: str = "train",
+                 encoding: str = "int8", window: int = DEFAULT_WINDOW, timeout: float = 1.0,
+                 retries: int = 8, model_dir: str = "the model"):
+        if mode not in MODES:
+            raise TinyolError(f"unknown mode {mode!r}", hint="train, eval or predict")
+        self.device = device
+        self.info = device.info
+        self.mode = mode
+        self.encoding = encoding
+        if manifest is not None:
+            check_model(self.info, manifest, model_dir)
+            self.input_q = model_input_q(manifest)
+        elif encoding == "int8":
+            raise TinyolError("int8 encoding needs the model's manifest (input scale/zero point)")
+        else:
+            self.input_q = (1.0, 0)
+        if encoding == "float32" and 3 + 4 * self.info.input_size > self.info.max_payload:
+            raise TinyolError(f"the device takes int8 inputs only for this model "
+                              f"({4 * self.info.input_size} float32 bytes > its {self.info.max_payload})",
+                              hint="use --encoding int8")
+        self.window, self.timeout, self.retries = window, timeout, retries
+        self.records: list[Record] = []
+        self.summary = Summary(mode)
+        self._last_seen = self._base_seen = 0
+        self._counters: set[int] = set()
+
+    def _requests(self, rows: Iterable[tuple[int, np.ndarray, int | None]]):
+        msg = Msg.SAMPLE if self.mode == "train" else Msg.PREDICT
+        for index, x, label in rows:
+            x = np.asarray(x)
+            check_samples(x[None], None if label is None else np.array([label]), self.info,
+                          self.mode, index)
+            lab = NO_LABEL if msg == Msg.PREDICT or label is None else int(label)
+            if msg == Msg.SAMPLE and label is None:
+                raise TinyolError(f"row {index}: training needs a label")
+            yield (index, label), msg, struct.pack("<H", lab) + encode_input(x, self.encoding, self.input_q)
+
+    def _record(self, c: Completion) -> Record:
+        index, label = c.tag
+        if c.status:
+            name = Status(c.status).name if c.status in set(Status) else str(c.status)
+            self.summary.rejected[name] = self.summary.rejected.get(name, 0) + 1
+            if c.status in (Status.ERR_LABEL, Status.ERR_NONFINITE, Status.ERR_LENGTH,
+                            Status.ERR_ARG, Status.ERR_UNSUPPORTED):
+                e = DeviceError(c.status, c.msg)
+                raise TinyolError(f"row {index}: {e}") from None
+            return Record(index, label, None, None, None, False, False, c.latency, name)
+        r = Result.parse(c.payload)
+        if self.mode == "train" and r.learned:
+            # after a loss, requests in flight may execute out of order (each exactly once):
+            # counters are then a permutation within the window, never repeated, never far back
+            if r.samples_seen in self._counters or r.samples_seen <= self._base_seen \
+                    or r.samples_seen < self._last_seen - DEVICE_CACHE:
+                raise DeviceReset(
+                    f"the device reset during the stream (its sample counter went back from "
+                    f"{self._last_seen} to {r.samples_seen}) after {self.summary.samples} samples",
+                    hint="restart the stream; results before and after a reset are not comparable")
+            self._counters.add(r.samples_seen)
+            self._last_seen = max(self._last_seen, r.samples_seen)
+        return Record(index, label, r.prediction, r.value, r.loss if self.mode == "train" else None,
+                      r.learned, r.new_class, c.latency, None, r.samples_seen)
+
+    def _count(self, rec: Record) -> None:
+        s = self.summary
+        s.samples += 1
+        if self.info.head_mode == "autoencoder" and rec.prediction is not None:
+            s.flagged += int(rec.prediction == 1)
+            if rec.label is not None:
+                key = ("t" if (rec.prediction == 1) == (rec.label != 0) else "f") + \
+                      ("p" if rec.prediction == 1 else "n")
+                s.anomaly_counts[key] = s.anomaly_counts.get(key, 0) + 1
+        if rec.label is not None and rec.prediction is not None and self.info.head_mode == "classifier":
+            k, n = s.per_class.get(rec.label, [0, 0])
+            ok = int(rec.prediction == rec.label)
+            s.per_class[rec.label] = [k + ok, n + 1]
+            s.correct += ok
+
+    def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
+            on_record: Callable[[Record], None] | None = None, live: bool = False) -> Summary:
+        """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
+
+        `live`: the rows come from a source that may block (stdin, a sensor); they are
+        read in a background thread so every reply is handled as soon as it arrives."""
+        link = self.device.link
+        st0 = self.device.stats()
+        b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
+        self._last_seen = self._base_seen = st0.samples_seen
+        self._counters: set[int] = set()
+        link.boot_lines.clear()
+        pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
+                        retries=self.retries)
+        t0 = time.monotonic()
+
+        def take(c: Completion) -> None:
+            rec = self._record(c)
+            self.records.append(rec)
+            self._count(rec)
+            if on_record:
+                on_record(rec)
+
+        try:
+            try:
+                reqs = self._requests(rows)
+                for c in pipe.run(Prefetch(reqs) if live else reqs):
+                    take(c)
+            except KeyboardInterrupt:
+                self.summary.interrupted = True
+                for c in pipe.drain():
+                    take(c)
+        except (DeviceGone, LinkTimeout) as e:
+            self.summary.stopped_by = "gone"
+            msg = str(e)
+            if "after" not in msg:
+                msg += f" after {self.summary.samples} samples"
+            raise DeviceGone(msg, hint=getattr(e, "hint", None)) from None
+        except DeviceReset:
+            self.summary.stopped_by = "reset"
+            raise
+        finally:
+            s = self.summary
+            s.seconds = time.monotonic() - t0
+            s.bytes_out = link.stats.bytes_out - b_out
+            s.bytes_in = link.stats.bytes_in - b_in
+            s.retries = link.stats.retries - r0
+        try:
+            st1 = self.device.stats()
+            s.duplicates = st1.duplicates - st0.duplicates
+            s.device_samples_seen = st1.samples_seen
+            s.device_classes = st1.n_active
+            if st1.replay_capacity:
+                s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
+        except KeyboardInterrupt:
+            s.interrupted = True
+        return s
+
+
+def stream(device: Device, X: np.ndarray, y: np.ndarray | None, manifest: dict | None, *,
+           mode: str = "train", **kw) -> tuple[Summary, list[Record]]:
+    """Stream a whole data set (validated before anything is sent)."""
+    st = Stream(device, manifest, mode=mode, **kw)
+    check_samples(X, y, st.info, mode)
+    rows = ((i, X[i], None if y is None else int(y[i])) for i in range(len(X)))
+    summary = st.run(rows)
+    return summary, st.records
+
+
+def embed_all(device: Device, Xq: np.ndarray, manifest: dict | None = None, *,
+              window: int = DEFAULT_WINDOW, timeout: float = 2.0) -> np.ndarray:
+    """The device's int8 latents [N, latent_dim] for int8 inputs Xq [N, input_size] (EMBED)."""
+    info = device.info
+    if manifest is not None:
+        check_model(info, manifest)
+    Xq = np.asarray(Xq, np.int8).reshape(len(Xq), -1)
+    if Xq.shape[1] != info.input_size:
+        raise TinyolError(f"inputs have {Xq.shape[1]} values, the device's model takes {info.input_size}")
+    out = np.empty((len(Xq), info.latent_dim), np.int8)
+    pipe = Pipeline(device.link, info.boot_count, window=window, timeout=timeout)
+    reqs = ((i, Msg.EMBED, bytes([INPUT_INT8]) + Xq[i].tobytes()) for i in range(len(Xq)))
+    for c in pipe.run(reqs):
+        if c.status:
+            raise TinyolError(f"input {c.tag}: {DeviceError(c.status, c.msg)}")
+        out[c.tag] = np.frombuffer(c.payload, np.int8)
+    return out
+
+
+# --------------------------------------------------------------------------- bench
+def bench_stream(url: str, model_dir: str = "models/digits", *, n: int = 400, mode: str = "predict",
+                 window: int = DEFAULT_WINDOW, encoding: str = "int8", timeout: float = 2.0,
+                 baud: int = UART_BAUD, data: str = "digits") -> dict:
+    """End-to-end throughput of `n` samples on the device at `url` (already running).
+
+    Returns samples/s and bytes/s measured, the bytes each sample needs on the
+    wire in each direction, and the UART limit at `baud` 8N1 for those bytes
+    (the link is full duplex: the busier direction bounds it). Emulators
+    (socket URLs) have no baud limit; compare with ``uart_samples_per_s`` to see
+    what a real board's ST-Link VCP would allow. mode=train changes the device's
+    learned state.
+    """
+    from .datasets import load_source
+
+    manifest = json.loads((__import__("pathlib").Path(model_dir) / "manifest.json").read_text())
+    X, y, _ = load_source(data)
+    reps = -(-n // len(X))
+    X, y = np.concatenate([X] * reps)[:n], np.concatenate([y] * reps)[:n]
+    with Device.open(url, timeout=timeout) as dev:
+        s, _ = stream(dev, X, y, manifest, mode=mode, window=window, encoding=encoding,
+                      timeout=timeout)
+        board = dev.info.board
+    out_ps, in_ps = s.bytes_out / s.samples, s.bytes_in / s.samples
+    uart_bps = baud / 10
+    uart_sps = uart_bps / max(out_ps, in_ps)
+    return {
+        "board": board, "url": url, "mode": mode, "window": window, "encoding": encoding,
+        "samples": s.samples, "seconds": s.seconds,
+        "samples_per_s": s.samples_per_s, "bytes_per_s": s.bytes_per_s,
+        "bytes_out_per_sample": out_ps, "bytes_in_per_sample": in_ps,
+        "uart_baud": baud, "uart_bytes_per_s": uart_bps, "uart_samples_per_s": uart_sps,
+        "fraction_of_uart": s.samples_per_s / uart_sps,
+        "retries": s.retries, "link_limited": not url.startswith("socket://"),
+    }
+
+
+def bench_emulators(model_dir: str = "models/digits", *, board: str = "nucleo_l476rg",
+                    targets: tuple[str, ...] = ("native", "qemu"), windows: tuple[int, ...] = (1, 4),
+                    n_native: int = 1000, n_qemu: int = 300, mode: str = "train") -> list[dict]:
+    """Build the model's firmware, start each emulated target and run :func:`bench_stream`
+    for every window (a fresh target each time). For `tinyol bench` and docs/streaming.md."""
+    from . import emulator
+    from .firmware import BuildConfig, build
+
+    rows = []
+    for kind in targets:
+        fw = build(BuildConfig("native" if kind == "native" else board, model_dir, None, kind != "native"))
+        for w in windows:
+            t = (emulator.start_native(fw.program, timeout=300) if kind == "native"
+                 else emulator.start_qemu(board, fw.elf, timeout=300))
+            with t:
+                r = bench_stream(t.url, model_dir, n=n_native if kind == "native" else n_qemu,
+                                 window=w, mode=mode, timeout=3.0)
+            r["target"] = kind
+            rows.append(r)
+    return rows

@@ -1,0 +1,210 @@
+"""Helpers for the streaming tests: a fault-injecting TCP proxy, the reference run.
+
+:class:`FaultProxy` sits between the host client and a target's TCP serial
+socket and, with a fixed seed, flips bits in, drops and duplicates bytes in
+both directions, like a noisy UART. When the target's side closes (the process
+was killed and restarted), it reconnects to the same address and keeps the
+client's connection open, like a board's USB serial port that survives a reset.
+"""
+from __future__ import annotations
+
+import random
+import select
+import socket
+import threading
+import time
+
+import numpy as np
+
+from tinyol.commands.simulate import latents, learner_settings, load_model, make_learner
+from tinyol.device import quantize
+
+
+class FaultProxy:
+    def __init__(self, upstream_url: str, *, flip: float = 0.0, drop: float = 0.0, dup: float = 0.0,
+                 seed: int = 1, protect_first: int = 0):
+        host, port = upstream_url.removeprefix("socket://").rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.flip, self.drop, self.dup = flip, drop, dup
+        self.rng = {"up": random.Random(seed), "down": random.Random(seed + 1)}
+        self.protect = {"up": protect_first, "down": protect_first}  # clean bytes at the start
+        self.counts = {"flip": 0, "drop": 0, "dup": 0, "reconnects": 0}
+        self.enabled = True
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.url = f"socket://127.0.0.1:{self.listener.getsockname()[1]}"
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _mutate(self, data: bytes, direction: str) -> bytes:
+        if not self.enabled:
+            return data
+        rng = self.rng[direction]
+        out = bytearray()
+        for b in data:
+            if self.protect[direction] > 0:
+                self.protect[direction] -= 1
+                out.append(b)
+                continue
+            r = rng.random()
+            if r < self.drop:
+                self.counts["drop"] += 1
+                continue
+            if r < self.drop + self.flip:
+                self.counts["flip"] += 1
+                b ^= 1 << rng.randrange(8)
+            elif r < self.drop + self.flip + self.dup:
+                self.counts["dup"] += 1
+                out.append(b)
+            out.append(b)
+        return bytes(out)
+
+    def _connect_upstream(self, limit: float = 10.0) -> socket.socket | None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and not self._stop:
+            try:
+                s = socket.create_connection(self.upstream, timeout=1.0)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return s
+            except OSError:
+                time.sleep(0.02)
+        return None
+
+    def _run(self) -> None:
+        client, _ = self.listener.accept()
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        up = self._connect_upstream()
+        try:
+            while not self._stop and up is not None:
+                r, _, _ = select.select([client, up], [], [], 0.1)
+                if client in r:
+                    data = client.recv(4096)
+                    if not data:
+                        break
+                    try:
+                        up.sendall(self._mutate(data, "up"))
+                    except OSError:
+                        pass  # target down: the bytes are lost, like a UART during a reset
+                if up in r:
+                    try:
+                        data = up.recv(4096)
+                    except OSError:
+                        data = b""
+                    if not data:  # the target went away: wait for it to come back
+                        up.close()
+                        self.counts["reconnects"] += 1
+                        up = self._connect_upstream()
+                        continue
+                    client.sendall(self._mutate(data, "down"))
+        finally:
+            client.close()
+            if up is not None:
+                up.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.listener.close()
+        self._thread.join(2)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None, n_new=None,
+                  mode: str | None = None) -> dict:
+    """Predictions of the numpy reference learner (`tinyol simulate`) on the same int8 stream.
+
+    The inputs are quantized exactly as `tinyol stream` does (tinyol.device.quantize), the
+    backbone runs in TFLM's runtime, the head learns with the manifest's settings and seed.
+    """
+    model = load_model(model_dir)
+    settings, replay = learner_settings(model, replay_n_new=n_new, mode=mode)
+    lrn = make_learner(model, settings, replay)
+    Xq = np.stack([quantize(x.ravel(), *model.input_q) for x in X])
+    Q = latents(model, Xq)
+    preds, conf, seen = [], [], []
+    for q, t in zip(Q, y):
+        p, c = lrn.predict(q)
+        lrn.learn(q, int(t))
+        preds.append(p)
+        conf.append(c)
+        seen.append(lrn.samples_seen)
+    return {"predictions": np.array(preds), "confidence": np.array(conf), "learner": lrn,
+            "samples_seen": seen}
+
+
+# --------------------------------------------------------------------------- in-process device
+class CPort:
+    """A pyserial-like port whose other end is the firmware's protocol stack, compiled for the
+    host (tests/c/hal_capture.c + the digits model) and called in-process through ctypes.
+
+    `drop_writes`: indices of write() calls whose bytes are lost (the device never sees them);
+    `drop_reads`: indices of device replies (one per write that produced output) to lose.
+    """
+
+    def __init__(self, lib, *, drop_writes=(), drop_reads=(), inject=b""):
+        import ctypes
+        self.ctypes = ctypes
+        self.lib = lib
+        self.buf = bytearray(inject)
+        self.writes = 0
+        self.outputs = 0
+        self.drop_writes, self.drop_reads = set(drop_writes), set(drop_reads)
+        self.timeout = 0.01
+        self.wire_log: list[bytes] = []
+        out = ctypes.create_string_buffer(1 << 16)
+        self.buf += out.raw[: lib.tol_test_take(out, len(out))]  # the boot line, if any
+
+    def write(self, data: bytes) -> int:
+        i = self.writes
+        self.writes += 1
+        self.wire_log.append(bytes(data))
+        if i in self.drop_writes:
+            return len(data)
+        self.lib.tol_test_feed(bytes(data), len(data))
+        out = self.ctypes.create_string_buffer(1 << 16)
+        n = self.lib.tol_test_take(out, len(out))
+        if n:
+            if self.outputs not in self.drop_reads:
+                self.buf += out.raw[:n]
+            self.outputs += 1
+        return len(data)
+
+    def read(self, n: int = 1) -> bytes:
+        if not self.buf:
+            time.sleep(self.timeout)
+            return b""
+        d = bytes(self.buf[:n])
+        del self.buf[:n]
+        return d
+
+    @property
+    def in_waiting(self) -> int:
+        return len(self.buf)
+
+    def close(self) -> None:
+        pass
+
+
+def compile_device(model: str = "models/digits"):
+    """The digits firmware's protocol stack as a ctypes library (cached)."""
+    import ctypes
+
+    from conftest import ROOT, compile_shared
+    mcu = ROOT / "mcu"
+    srcs = (sorted((mcu / "src").glob("*.c")) + sorted((mcu / "src/kernels/ref").glob("*.c"))
+            + [mcu / "app/model.c", ROOT / model / "backbone.c", ROOT / model / "head_init.c",
+               ROOT / "tests/c/hal_capture.c", ROOT / "tests/c/flash_sim.c"])
+    lib = compile_shared(srcs, [mcu / "include", ROOT / model], {"TOL_TEST_BUILD": 0})
+    lib.tol_test_feed.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.tol_test_take.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.tol_test_take.restype = ctypes.c_size_t
+    lib.sim_setup.argtypes = [ctypes.c_uint32] * 3 + [ctypes.c_uint32]
+    lib.sim_setup.argtypes[2] = ctypes.c_uint8
+    return lib
