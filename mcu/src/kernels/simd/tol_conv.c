@@ -135,7 +135,8 @@ static inline int32_t tol_col_dot1_(const int8_t *w, const int8_t *col, int32_t 
     return acc;
 }
 
-static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
+                                           int8_t *scratch)
 {
     const int32_t out_c = p->out_c, npx = p->out_h * p->out_w;
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3;
@@ -144,8 +145,8 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
     const int32_t *const shift = p->out_shift;
     const int32_t *const bias = p->bias;
     const int8_t *const weights = p->weights;
-    int8_t *const col0 = p->scratch;
-    int8_t *const col1 = p->scratch + 2 * ((fsz + 3) & ~3);
+    int8_t *const col0 = scratch;
+    int8_t *const col1 = scratch + 2 * ((fsz + 3) & ~3);
 
     for (int32_t px = 0; px < npx; px += 2) {
         const int32_t two = px + 1 < npx;
@@ -191,7 +192,7 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
 TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
     if (p->scratch != NULL) {
-        tol_conv2d_im2col_(p, input, output);
+        tol_conv2d_im2col_(p, input, output, p->scratch);
         return;
     }
     /* no scratch: im2col-free path, 4 filters per pass */
@@ -298,39 +299,116 @@ static void tol_dw_generic_(const tol_conv_params_t *p, const int8_t *input, int
 
 #define TOL_DW_MAX_TAPS 25 /* kernels up to 5x5 use the tap-list path */
 
-/* 4 channels (x + ch, w + ch) over a list of valid taps: taps[2t] is the input
- * offset, taps[2t + 1] the weight offset. Out of line so the register
- * allocator sees only this loop (13 registers, no spill). */
-static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_block4_(const int8_t *x, const int8_t *w,
-                                                                 const int32_t *taps, int32_t ntaps,
-                                                                 uint32_t off2, int32_t a[4])
+/* One tap for 4 channels: x points at 4 input bytes (channels ch..ch+3), w at
+ * the tap's weights widened once per block (w[0]: channels 0, 2; w[1]: 1, 3). */
+static inline void tol_dw_tap4_(const int8_t *x, const uint32_t *w, uint32_t off2, int32_t a[4])
 {
-    int32_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-    const int32_t *const end = taps + 2 * ntaps;
-    while (taps != end) {
-        const uint32_t xv = tol_read_s8x4(x + taps[0]);
-        const uint32_t wv = tol_read_s8x4(w + taps[1]);
-        taps += 2;
-        const uint32_t xe = tol_sxtab16(off2, xv);
-        const uint32_t we = tol_sxtb16(wv);
-        a0 = tol_smlabb(xe, we, a0);
-        a2 = tol_smlatt(xe, we, a2);
-        const uint32_t xo = tol_sxtab16_ror8(off2, xv);
-        const uint32_t wo = tol_sxtb16_ror8(wv);
-        a1 = tol_smlabb(xo, wo, a1);
-        a3 = tol_smlatt(xo, wo, a3);
-    }
-    a[0] = a0;
-    a[1] = a1;
-    a[2] = a2;
-    a[3] = a3;
+    const uint32_t xv = tol_read_s8x4(x);
+    const uint32_t xe = tol_sxtab16(off2, xv);
+    a[0] = tol_smlabb(xe, w[0], a[0]);
+    a[2] = tol_smlatt(xe, w[0], a[2]);
+    const uint32_t xo = tol_sxtab16_ror8(off2, xv);
+    a[1] = tol_smlabb(xo, w[1], a[1]);
+    a[3] = tol_smlatt(xo, w[1], a[3]);
 }
 
-/* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps: per output pixel
- * the valid taps are listed once, then every block of 4 channels runs over them. */
+/* What a block of 4 depthwise channels needs, prepared once per block. */
+typedef struct {
+    tol_rq_t q[4];                 /* requantization constants */
+    int32_t b[4];                  /* biases */
+    uint32_t wt[2 * TOL_DW_MAX_TAPS]; /* widened weights, 2 words per tap */
+    uint32_t off2;                 /* input offset in both lanes */
+    int32_t x_tap, x_row, x_px;    /* input steps: next tap, next kernel row, next pixel */
+    int32_t out_px;                /* output step between pixels (channels) */
+    int32_t zp, lo, hi;            /* output zero point and clamp */
+    int32_t fast;                  /* all 4 shifts < 0: q[] is valid */
+    const int32_t *mult, *shift;   /* this block's per-channel requantization */
+} tol_dw_blk_t;
+
+static inline void tol_dw_store4_(const tol_dw_blk_t *k, const int32_t a[4], int8_t *out)
+{
+    if (k->fast) {
+        const int32_t zp = k->zp, lo = k->lo, hi = k->hi;
+        out[0] = (int8_t)tol_clamp_(tol_rq_apply_(a[0], &k->q[0]) + zp, lo, hi);
+        out[1] = (int8_t)tol_clamp_(tol_rq_apply_(a[1], &k->q[1]) + zp, lo, hi);
+        out[2] = (int8_t)tol_clamp_(tol_rq_apply_(a[2], &k->q[2]) + zp, lo, hi);
+        out[3] = (int8_t)tol_clamp_(tol_rq_apply_(a[3], &k->q[3]) + zp, lo, hi);
+        return;
+    }
+    for (int32_t j = 0; j < 4; ++j) {
+        out[j] = tol_requant1_(a[j], k->mult[j], k->shift[j], k->zp, k->lo, k->hi);
+    }
+}
+
+/* n interior pixels of a 3x3 kernel (all 9 taps valid), 4 channels, taps
+ * unrolled. Out of line so the register allocator sees only this loop. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw3x3_run4_(const tol_dw_blk_t *k, const int8_t *x,
+                                                                  int8_t *out, int32_t n)
+{
+    const uint32_t off2 = k->off2;
+    const int32_t x_tap = k->x_tap, x_row = k->x_row, x_px = k->x_px, out_px = k->out_px;
+    const uint32_t *const w = k->wt;
+    for (; n > 0; --n, x += x_px, out += out_px) {
+        int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
+        const int8_t *r = x;
+        tol_dw_tap4_(r, w + 0, off2, a);
+        tol_dw_tap4_(r + x_tap, w + 2, off2, a);
+        tol_dw_tap4_(r + 2 * x_tap, w + 4, off2, a);
+        r += x_row;
+        tol_dw_tap4_(r, w + 6, off2, a);
+        tol_dw_tap4_(r + x_tap, w + 8, off2, a);
+        tol_dw_tap4_(r + 2 * x_tap, w + 10, off2, a);
+        r += x_row;
+        tol_dw_tap4_(r, w + 12, off2, a);
+        tol_dw_tap4_(r + x_tap, w + 14, off2, a);
+        tol_dw_tap4_(r + 2 * x_tap, w + 16, off2, a);
+        tol_dw_store4_(k, a, out);
+    }
+}
+
+/* One pixel, any valid tap window [ky0, ky1) x [kx0, kx1); x points at tap (ky0, kx0). */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_px4_(const tol_dw_blk_t *k, const int8_t *x,
+                                                              int8_t *out, int32_t k_w, int32_t ky0,
+                                                              int32_t ky1, int32_t kx0, int32_t kx1)
+{
+    int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
+    const uint32_t off2 = k->off2;
+    const int32_t x_tap = k->x_tap, x_row = k->x_row, ncol = kx1 - kx0;
+    const uint32_t *w = k->wt + 2 * (ky0 * k_w + kx0);
+    for (int32_t ky = ky0; ky < ky1; ++ky, x += x_row, w += 2 * k_w) {
+        switch (ncol) {
+        case 3:
+            tol_dw_tap4_(x + 2 * x_tap, w + 4, off2, a);
+            /* fall through */
+        case 2:
+            tol_dw_tap4_(x + x_tap, w + 2, off2, a);
+            /* fall through */
+        case 1:
+            tol_dw_tap4_(x, w, off2, a);
+            /* fall through */
+        case 0:
+            break;
+        default:
+            for (int32_t t = 0; t < ncol; ++t) {
+                tol_dw_tap4_(x + t * x_tap, w + 2 * t, off2, a);
+            }
+            break;
+        }
+    }
+    tol_dw_store4_(k, a, out);
+}
+
+/* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps, blocks of 4
+ * channels: the block is the outer loop, so its weights are widened once
+ * (into wt[], on the stack) and its requantization constants prepared once.
+ * Interior pixels of a 3x3 kernel run the 9 taps unrolled (per tap 1 input
+ * load, 2 SXTAB16, 2 weight loads, 4 SMLAxx); border pixels loop over their
+ * valid taps. Leftover channels (c % 4) use plain C. */
 static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
-    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;
+    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w, k_h = p->k_h, ntap = k_h * k_w;
+    const int32_t dil_h = p->dil_h, dil_w = p->dil_w;
+    const int32_t out_h = p->out_h, out_w = p->out_w;
     const uint32_t off2 = tol_dup16_(p->input_offset);
     const int32_t off = p->input_offset;
     const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
@@ -338,44 +416,91 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
     const int32_t *const shift = p->out_shift;
     const int32_t *const bias = p->bias;
     const int8_t *const weights = p->weights;
-    int32_t taps[2 * TOL_DW_MAX_TAPS];
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
-        const int32_t iy0 = oy * p->stride_h - p->pad_top;
-        int32_t ky0, ky1;
-        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
-        for (int32_t ox = 0; ox < p->out_w; ++ox) {
-            const int32_t ix0 = ox * p->stride_w - p->pad_left;
-            int32_t kx0, kx1;
-            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
-            int32_t n = 0;
-            for (int32_t ky = ky0; ky < ky1; ++ky) {
-                for (int32_t kx = kx0; kx < kx1; ++kx, ++n) {
-                    taps[2 * n] = ((iy0 + ky * p->dil_h) * in_w + ix0 + kx * p->dil_w) * c;
-                    taps[2 * n + 1] = (ky * k_w + kx) * c;
+    const int is3x3 = k_h == 3 && k_w == 3;
+    tol_dw_blk_t k;
+    k.off2 = off2;
+    k.x_tap = dil_w * c;
+    k.x_row = dil_h * in_w * c;
+    k.x_px = p->stride_w * c;
+    k.out_px = c;
+    k.zp = zp;
+    k.lo = lo;
+    k.hi = hi;
+    /* interior columns: all k_w taps inside the image */
+    int32_t ox_lo = 0, ox_hi = 0;
+    while (ox_lo < out_w && ox_lo * p->stride_w - p->pad_left < 0) {
+        ++ox_lo;
+    }
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+        if (ox * p->stride_w - p->pad_left + (k_w - 1) * dil_w < in_w) {
+            ox_hi = ox + 1;
+        }
+    }
+    if (ox_hi < ox_lo) {
+        ox_hi = ox_lo;
+    }
+    int32_t ch = 0;
+    for (; ch + 4 <= c; ch += 4) {
+        k.fast = 1;
+        k.mult = mult + ch;
+        k.shift = shift + ch;
+        for (int32_t j = 0; j < 4; ++j) {
+            k.b[j] = bias != NULL ? bias[ch + j] : 0;
+            k.fast &= tol_rq_prep_(&k.q[j], mult[ch + j], shift[ch + j]);
+        }
+        for (int32_t t = 0; t < ntap; ++t) {
+            const uint32_t wv = tol_read_s8x4(weights + t * c + ch);
+            k.wt[2 * t] = tol_sxtb16(wv);
+            k.wt[2 * t + 1] = tol_sxtb16_ror8(wv);
+        }
+        for (int32_t oy = 0; oy < out_h; ++oy) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            int32_t ky0, ky1;
+            tol_tap_range_(iy0, dil_h, p->in_h, k_h, &ky0, &ky1);
+            int8_t *const out = output + oy * out_w * c + ch;
+            const int8_t *const xrow = input + (iy0 + ky0 * dil_h) * in_w * c + ch;
+            int32_t ox = 0;
+            if (is3x3 && ky1 - ky0 == 3 && dil_w == 1) {
+                for (; ox < ox_lo; ++ox) {
+                    const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                    int32_t kx0, kx1;
+                    tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+                    tol_dw_px4_(&k, xrow + (ix0 + kx0 * dil_w) * c, out + ox * c, k_w, ky0, ky1, kx0, kx1);
+                }
+                if (ox_hi > ox_lo) {
+                    tol_dw3x3_run4_(&k, xrow + (ox_lo * p->stride_w - p->pad_left) * c, out + ox_lo * c,
+                                    ox_hi - ox_lo);
+                    ox = ox_hi;
                 }
             }
-            int32_t ch = 0;
-            for (; ch + 4 <= c; ch += 4) {
-                int32_t a[4] = {0, 0, 0, 0};
-                if (bias != NULL) {
-                    a[0] = bias[ch];
-                    a[1] = bias[ch + 1];
-                    a[2] = bias[ch + 2];
-                    a[3] = bias[ch + 3];
-                }
-                tol_dw_block4_(input + ch, weights + ch, taps, n, off2, a);
-                for (int32_t j = 0; j < 4; ++j) {
-                    output[ch + j] = tol_requant1_(a[j], mult[ch + j], shift[ch + j], zp, lo, hi);
-                }
+            for (; ox < out_w; ++ox) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                int32_t kx0, kx1;
+                tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+                tol_dw_px4_(&k, xrow + (ix0 + kx0 * dil_w) * c, out + ox * c, k_w, ky0, ky1, kx0, kx1);
             }
-            for (; ch < c; ++ch) {
-                int32_t acc = bias != NULL ? bias[ch] : 0;
-                for (int32_t t = 0; t < n; ++t) {
-                    acc += weights[taps[2 * t + 1] + ch] * (input[taps[2 * t] + ch] + off);
+        }
+    }
+    for (; ch < c; ++ch) {
+        const int32_t b0 = bias != NULL ? bias[ch] : 0;
+        int8_t *out = output + ch;
+        for (int32_t oy = 0; oy < out_h; ++oy) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            int32_t ky0, ky1;
+            tol_tap_range_(iy0, dil_h, p->in_h, k_h, &ky0, &ky1);
+            for (int32_t ox = 0; ox < out_w; ++ox, out += c) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                int32_t kx0, kx1;
+                tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+                int32_t acc = b0;
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        const int32_t xi = input[((iy0 + ky * dil_h) * in_w + ix0 + kx * dil_w) * c + ch];
+                        acc += weights[(ky * k_w + kx) * c + ch] * (xi + off);
+                    }
                 }
-                output[ch] = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
+                *out = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
             }
-            output += c;
         }
     }
 }
