@@ -27,11 +27,14 @@ static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, i
 }
 
 /* ---- CONV_2D with a 2-column int16 scratch (the common, faster path) ------
- * The kernel window of two output pixels is written once as int16 values
+ * The kernel windows of two output pixels are written once as int16 values
  * (input + offset, 0 for taps outside the image, as TFLM skips them), in the
- * lane order SXTB16 produces for the weights: (k0, k2), (k1, k3) per group of 4.
- * Then 2 filters x 2 pixels are accumulated together: per 4 window values
- * 2 weight loads, 4 SXTB16, 4 column loads and 8 SMLAD (16 MACs). */
+ * lane order SXTB16 produces for the weights, (k0, k2) and (k1, k3) per group
+ * of 4, and interleaved by pixel so one LDRD fetches both pixels' words:
+ *   group g (16 bytes): [px0 k0,k2][px1 k0,k2][px0 k1,k3][px1 k1,k3]
+ *   tail values k >= k4 (fsz % 4 of them): int16 pairs [px0 k][px1 k].
+ * Then 2 filters x 2 pixels are accumulated together: per group of 4 values
+ * 2 weight loads, 4 SXTB16, 2 LDRD and 8 SMLAD (16 MACs). */
 
 static inline void tol_store16_(int8_t *dst, int32_t v)
 {
@@ -51,8 +54,18 @@ static inline void tol_store32_(int8_t *dst, uint32_t v)
     TOL_COPY4(dst, &v, sizeof v);
 }
 
-/* Window of output pixel (oy, ox) -> col (int16 slots, permuted groups of 4). */
-static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col)
+/* int16 slot of window value k of pixel px (0 or 1) in the interleaved layout. */
+static inline int32_t tol_col_slot_(int32_t k, int32_t k4, int32_t px)
+{
+    if (k >= k4) {
+        return 2 * k4 + 2 * (k - k4) + px;
+    }
+    return 2 * (4 * (k >> 2) + 2 * (k & 1) + px) + ((k >> 1) & 1);
+}
+
+/* Window of output pixel (oy, ox) -> pixel slot px of col. */
+static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col,
+                        int32_t px)
 {
     const int32_t in_c = p->in_c, off = p->input_offset;
     const uint32_t off2 = tol_dup16_(off);
@@ -67,124 +80,142 @@ static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t
             const int8_t *src = valid ? input + (iy * p->in_w + ix) * in_c : input;
             int32_t c = 0;
             if ((in_c & 3) == 0) { /* every tap starts a group of 4 */
-                for (; c < in_c; c += 4, k += 4) {
+                int8_t *dst = col + 4 * k + 4 * px;
+                for (; c < in_c; c += 4, k += 4, dst += 16) {
                     const uint32_t v = valid ? tol_read_s8x4(src + c) : 0u;
-                    tol_store32_(col + 2 * k, valid ? tol_sxtab16(off2, v) : 0u);
-                    tol_store32_(col + 2 * k + 4, valid ? tol_sxtab16_ror8(off2, v) : 0u);
+                    tol_store32_(dst, valid ? tol_sxtab16(off2, v) : 0u);
+                    tol_store32_(dst + 8, valid ? tol_sxtab16_ror8(off2, v) : 0u);
                 }
                 continue;
             }
             for (; c < in_c; ++c, ++k) {
-                /* slot of value k: groups of 4 hold k0, k2, k1, k3; the tail is plain */
-                const int32_t slot = k < k4 ? (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1) : k;
-                tol_store16_(col + 2 * slot, valid ? src[c] + off : 0);
+                tol_store16_(col + 2 * tol_col_slot_(k, k4, px), valid ? src[c] + off : 0);
             }
         }
     }
 }
 
-/* a[f][px] += filter f (w + f * fsz) . column px, over n4 groups of 4 values.
- * Statement order keeps at most 5 temporaries live (14 registers in all). */
-static TOL_SIMD_FN __attribute__((noinline)) void tol_mm2x2_(const int8_t *w0, int32_t fsz, const int8_t *c0,
-                                                              const int8_t *c1, int32_t n4,
-                                                              int32_t a[4])
+/* Both pixels of col (out0: pixel 0's outputs, out1: pixel 1's, or NULL when
+ * there is only one) for every output channel; full: the clamp is [-128, 127].
+ * Inlined into two out-of-line instances so the register allocator sees only
+ * these loops (the 2x2 inner loop needs 13 registers). */
+static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_conv_params_t *p,
+                                                                     const uint32_t *col, int8_t *out0,
+                                                                     int8_t *out1, int full)
 {
-    const int8_t *w1 = w0 + fsz;
-    int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
-    while (n4-- > 0) {
-        uint32_t wv0 = tol_read_s8x4(w0);
-        const uint32_t w0e = tol_sxtb16(wv0);
-        const uint32_t w0o = tol_sxtb16_ror8(wv0);
-        uint32_t ca = tol_read_s8x4(c0);
-        uint32_t cb = tol_read_s8x4(c1);
-        a00 = tol_smlad(w0e, ca, a00);
-        a01 = tol_smlad(w0e, cb, a01);
-        uint32_t wv1 = tol_read_s8x4(w1);
-        const uint32_t w1e = tol_sxtb16(wv1);
-        a10 = tol_smlad(w1e, ca, a10);
-        a11 = tol_smlad(w1e, cb, a11);
-        const uint32_t w1o = tol_sxtb16_ror8(wv1);
-        ca = tol_read_s8x4(c0 + 4);
-        cb = tol_read_s8x4(c1 + 4);
-        a00 = tol_smlad(w0o, ca, a00);
-        a10 = tol_smlad(w1o, ca, a10);
-        a01 = tol_smlad(w0o, cb, a01);
-        a11 = tol_smlad(w1o, cb, a11);
-        w0 += 4;
-        w1 += 4;
-        c0 += 8;
-        c1 += 8;
-    }
-    a[0] = a00;
-    a[1] = a01;
-    a[2] = a10;
-    a[3] = a11;
-}
-
-/* One filter against one column (any length; plain order past k4). */
-static inline int32_t tol_col_dot1_(const int8_t *w, const int8_t *col, int32_t k4, int32_t fsz, int32_t acc)
-{
-    for (int32_t k = 0; k < k4; k += 4) {
-        const uint32_t wv = tol_read_s8x4(w + k);
-        acc = tol_smlad(tol_sxtb16(wv), tol_read_s8x4(col + 2 * k), acc);
-        acc = tol_smlad(tol_sxtb16_ror8(wv), tol_read_s8x4(col + 2 * k + 4), acc);
-    }
-    for (int32_t k = k4; k < fsz; ++k) {
-        acc += w[k] * tol_load16_(col + 2 * k);
-    }
-    return acc;
-}
-
-static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
-                                           int8_t *scratch)
-{
-    const int32_t out_c = p->out_c, npx = p->out_h * p->out_w;
+    const int32_t out_c = p->out_c;
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3;
     const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
     const int32_t *const mult = p->out_mult;
     const int32_t *const shift = p->out_shift;
     const int32_t *const bias = p->bias;
-    const int8_t *const weights = p->weights;
-    int8_t *const col0 = scratch;
-    int8_t *const col1 = scratch + 2 * ((fsz + 3) & ~3);
+    const int8_t *w = p->weights;
+    const int8_t *const tail = (const int8_t *)(col + 2 * k4 / 2);
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2, w += 2 * fsz) {
+        const int32_t b0 = bias != NULL ? bias[oc] : 0;
+        const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
+        int32_t a00 = b0, a01 = b0, a10 = b1, a11 = b1;
+        const int8_t *w0 = w;
+        const int8_t *w1 = w + fsz;
+        const uint32_t *c = col;
+        for (int32_t n = k4 >> 2; n > 0; --n) {
+            const uint32_t wv0 = tol_read_s8x4(w0);
+            const uint32_t wv1 = tol_read_s8x4(w1);
+            w0 += 4;
+            w1 += 4;
+            uint32_t x0 = c[0], x1 = c[1];
+            uint32_t we = tol_sxtb16(wv0);
+            a00 = tol_smlad(we, x0, a00);
+            a01 = tol_smlad(we, x1, a01);
+            we = tol_sxtb16(wv1);
+            a10 = tol_smlad(we, x0, a10);
+            a11 = tol_smlad(we, x1, a11);
+            x0 = c[2];
+            x1 = c[3];
+            c += 4;
+            we = tol_sxtb16_ror8(wv0);
+            a00 = tol_smlad(we, x0, a00);
+            a01 = tol_smlad(we, x1, a01);
+            we = tol_sxtb16_ror8(wv1);
+            a10 = tol_smlad(we, x0, a10);
+            a11 = tol_smlad(we, x1, a11);
+        }
+        for (int32_t k = 0; k < fsz - k4; ++k) {
+            const int32_t x0 = tol_load16_(tail + 4 * k), x1 = tol_load16_(tail + 4 * k + 2);
+            a00 += w0[k] * x0;
+            a01 += w0[k] * x1;
+            a10 += w1[k] * x0;
+            a11 += w1[k] * x1;
+        }
+        if (full) {
+            out0[oc] = tol_requant1_full_(a00, mult[oc], shift[oc], zp);
+            out0[oc + 1] = tol_requant1_full_(a10, mult[oc + 1], shift[oc + 1], zp);
+            if (out1 != NULL) {
+                out1[oc] = tol_requant1_full_(a01, mult[oc], shift[oc], zp);
+                out1[oc + 1] = tol_requant1_full_(a11, mult[oc + 1], shift[oc + 1], zp);
+            }
+        } else {
+            out0[oc] = tol_requant1_(a00, mult[oc], shift[oc], zp, lo, hi);
+            out0[oc + 1] = tol_requant1_(a10, mult[oc + 1], shift[oc + 1], zp, lo, hi);
+            if (out1 != NULL) {
+                out1[oc] = tol_requant1_(a01, mult[oc], shift[oc], zp, lo, hi);
+                out1[oc + 1] = tol_requant1_(a11, mult[oc + 1], shift[oc + 1], zp, lo, hi);
+            }
+        }
+    }
+    if (oc < out_c) {
+        int32_t a0 = bias != NULL ? bias[oc] : 0;
+        int32_t a1 = a0;
+        const uint32_t *c = col;
+        for (int32_t k = 0; k < k4; k += 4, c += 4) {
+            const uint32_t wv = tol_read_s8x4(w + k);
+            const uint32_t we = tol_sxtb16(wv), wo = tol_sxtb16_ror8(wv);
+            a0 = tol_smlad(we, c[0], a0);
+            a1 = tol_smlad(we, c[1], a1);
+            a0 = tol_smlad(wo, c[2], a0);
+            a1 = tol_smlad(wo, c[3], a1);
+        }
+        for (int32_t k = k4; k < fsz; ++k) {
+            a0 += w[k] * tol_load16_(tail + 4 * (k - k4));
+            a1 += w[k] * tol_load16_(tail + 4 * (k - k4) + 2);
+        }
+        out0[oc] = tol_requant1_(a0, mult[oc], shift[oc], zp, lo, hi);
+        if (out1 != NULL) {
+            out1[oc] = tol_requant1_(a1, mult[oc], shift[oc], zp, lo, hi);
+        }
+    }
+}
 
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                int8_t *out0, int8_t *out1)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 0);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
+                                                                     const uint32_t *col, int8_t *out0,
+                                                                     int8_t *out1)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 1);
+}
+
+static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
+                                           int8_t *scratch)
+{
+    const int full = p->act_min == -128 && p->act_max == 127;
+    const int32_t out_c = p->out_c, out_w = p->out_w, npx = p->out_h * out_w;
     for (int32_t px = 0; px < npx; px += 2) {
         const int32_t two = px + 1 < npx;
-        tol_im2col_(p, input, px / p->out_w, px % p->out_w, col0);
+        tol_im2col_(p, input, px / out_w, px % out_w, scratch, 0);
         if (two) {
-            tol_im2col_(p, input, (px + 1) / p->out_w, (px + 1) % p->out_w, col1);
+            tol_im2col_(p, input, (px + 1) / out_w, (px + 1) % out_w, scratch, 1);
         }
-        const int8_t *const c1 = two ? col1 : col0;
         int8_t *const out0 = output + px * out_c;
-        int8_t *const out1 = out0 + out_c;
-        int32_t oc = 0;
-        for (; oc + 2 <= out_c; oc += 2) {
-            const int8_t *w = weights + oc * fsz;
-            const int32_t b0 = bias != NULL ? bias[oc] : 0;
-            const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
-            int32_t a[4] = {b0, b0, b1, b1};
-            tol_mm2x2_(w, fsz, col0, c1, k4 >> 2, a);
-            for (int32_t k = k4; k < fsz; ++k) {
-                const int32_t x0 = tol_load16_(col0 + 2 * k), x1 = tol_load16_(c1 + 2 * k);
-                a[0] += w[k] * x0;
-                a[1] += w[k] * x1;
-                a[2] += w[fsz + k] * x0;
-                a[3] += w[fsz + k] * x1;
-            }
-            out0[oc] = tol_requant1_(a[0], mult[oc], shift[oc], zp, lo, hi);
-            out0[oc + 1] = tol_requant1_(a[2], mult[oc + 1], shift[oc + 1], zp, lo, hi);
-            if (two) {
-                out1[oc] = tol_requant1_(a[1], mult[oc], shift[oc], zp, lo, hi);
-                out1[oc + 1] = tol_requant1_(a[3], mult[oc + 1], shift[oc + 1], zp, lo, hi);
-            }
-        }
-        if (oc < out_c) {
-            const int8_t *w = weights + oc * fsz;
-            const int32_t b = bias != NULL ? bias[oc] : 0;
-            out0[oc] = tol_requant1_(tol_col_dot1_(w, col0, k4, fsz, b), mult[oc], shift[oc], zp, lo, hi);
-            if (two) {
-                out1[oc] = tol_requant1_(tol_col_dot1_(w, col1, k4, fsz, b), mult[oc], shift[oc], zp, lo, hi);
-            }
+        if (full) {
+            tol_conv_px2_full_(p, (const uint32_t *)(void *)scratch, out0, two ? out0 + out_c : NULL);
+        } else {
+            tol_conv_px2_(p, (const uint32_t *)(void *)scratch, out0, two ? out0 + out_c : NULL);
         }
     }
 }
@@ -327,6 +358,14 @@ typedef struct {
 
 static inline void tol_dw_store4_(const tol_dw_blk_t *k, const int32_t a[4], int8_t *out)
 {
+    if (k->fast && k->lo == -128 && k->hi == 127) {
+        const int32_t zp = k->zp;
+        out[0] = (int8_t)tol_ssat8_(tol_rq_apply_(a[0], &k->q[0]) + zp);
+        out[1] = (int8_t)tol_ssat8_(tol_rq_apply_(a[1], &k->q[1]) + zp);
+        out[2] = (int8_t)tol_ssat8_(tol_rq_apply_(a[2], &k->q[2]) + zp);
+        out[3] = (int8_t)tol_ssat8_(tol_rq_apply_(a[3], &k->q[3]) + zp);
+        return;
+    }
     if (k->fast) {
         const int32_t zp = k->zp, lo = k->lo, hi = k->hi;
         out[0] = (int8_t)tol_clamp_(tol_rq_apply_(a[0], &k->q[0]) + zp, lo, hi);
