@@ -54,46 +54,119 @@ static inline void tol_store32_(int8_t *dst, uint32_t v)
     TOL_COPY4(dst, &v, sizeof v);
 }
 
-/* int16 slot of window value k of pixel px (0 or 1) in the interleaved layout. */
-static inline int32_t tol_col_slot_(int32_t k, int32_t k4, int32_t px)
-{
-    if (k >= k4) {
-        return 2 * k4 + 2 * (k - k4) + px;
-    }
-    return 2 * (4 * (k >> 2) + 2 * (k & 1) + px) + ((k >> 1) & 1);
-}
+/* Windows of up to this many values (in_c % 4 != 0) are gathered as bytes first. */
+#define TOL_IM2COL_WIN 256
 
-/* Window of output pixel (oy, ox) -> pixel slot px of col. */
-static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col,
+/* The gather loops copy a few bytes: keep GCC from turning them into memcpy/memset calls. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TOL_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define TOL_NO_LIBCALLS
+#endif
+
+/* Window of output pixel (oy, ox) -> pixel slot px of col. Parameters are
+ * copied to locals first: the int8/int16 stores may alias *p. */
+static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col,
                         int32_t px)
 {
     const int32_t in_c = p->in_c, off = p->input_offset;
+    const int32_t in_h = p->in_h, in_w = p->in_w, k_h = p->k_h, k_w = p->k_w;
+    const int32_t dil_h = p->dil_h, dil_w = p->dil_w;
     const uint32_t off2 = tol_dup16_(off);
-    const int32_t k4 = (p->k_h * p->k_w * in_c) & ~3;
+    const int32_t k4 = (k_h * k_w * in_c) & ~3;
     const int32_t iy0 = oy * p->stride_h - p->pad_top, ix0 = ox * p->stride_w - p->pad_left;
-    int32_t k = 0;
-    for (int32_t ky = 0; ky < p->k_h; ++ky) {
-        const int32_t iy = iy0 + ky * p->dil_h;
-        for (int32_t kx = 0; kx < p->k_w; ++kx) {
-            const int32_t ix = ix0 + kx * p->dil_w;
-            const int valid = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
-            const int8_t *src = valid ? input + (iy * p->in_w + ix) * in_c : input;
-            int32_t c = 0;
-            if ((in_c & 3) == 0) { /* every tap starts a group of 4 */
-                int8_t *dst = col + 4 * k + 4 * px;
-                for (; c < in_c; c += 4, k += 4, dst += 16) {
-                    const uint32_t v = valid ? tol_read_s8x4(src + c) : 0u;
-                    tol_store32_(dst, valid ? tol_sxtab16(off2, v) : 0u);
-                    tol_store32_(dst + 8, valid ? tol_sxtab16_ror8(off2, v) : 0u);
+    if ((in_c & 3) == 0) { /* every tap starts a group of 4: 2 words per group */
+        int8_t *dst = col + 4 * px;
+        for (int32_t ky = 0, iy = iy0; ky < k_h; ++ky, iy += dil_h) {
+            const int row_ok = iy >= 0 && iy < in_h;
+            for (int32_t kx = 0, ix = ix0; kx < k_w; ++kx, ix += dil_w) {
+                if (row_ok && ix >= 0 && ix < in_w) {
+                    const int8_t *src = input + (iy * in_w + ix) * in_c;
+                    for (int32_t c = 0; c < in_c; c += 4, dst += 16) {
+                        const uint32_t v = tol_read_s8x4(src + c);
+                        tol_store32_(dst, tol_sxtab16(off2, v));
+                        tol_store32_(dst + 8, tol_sxtab16_ror8(off2, v));
+                    }
+                } else {
+                    for (int32_t c = 0; c < in_c; c += 4, dst += 16) {
+                        tol_store32_(dst, 0u);
+                        tol_store32_(dst + 8, 0u);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    const int32_t fsz = k_h * k_w * in_c;
+    if (fsz <= TOL_IM2COL_WIN) {
+        /* gather the window as bytes (taps outside the image get the input
+         * zero point -off, i.e. 0 once the offset is added), then widen 4 at a
+         * time exactly like the in_c % 4 == 0 path */
+        int8_t win[TOL_IM2COL_WIN + 3];
+        const int8_t pad = (int8_t)-off;
+        int32_t kx0, kx1; /* valid taps of every row (the same for all rows) */
+        tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+        const int32_t row_len = k_w * in_c, n_left = kx0 * in_c, n_right = (k_w - kx1) * in_c;
+        const int32_t n_mid = row_len - n_left - n_right;
+        const int32_t x_tap = dil_w * in_c;
+        int8_t *w = win;
+        for (int32_t ky = 0, iy = iy0; ky < k_h; ++ky, iy += dil_h) {
+            if (iy < 0 || iy >= in_h) {
+                for (int32_t i = 0; i < row_len; ++i) {
+                    *w++ = pad;
                 }
                 continue;
             }
-            for (; c < in_c; ++c, ++k) {
-                tol_store16_(col + 2 * tol_col_slot_(k, k4, px), valid ? src[c] + off : 0);
+            for (int32_t i = 0; i < n_left; ++i) {
+                *w++ = pad;
+            }
+            const int8_t *src = input + (iy * in_w + ix0 + kx0 * dil_w) * in_c;
+            if (dil_w == 1) { /* the valid taps of a row are one contiguous run */
+                for (int32_t i = 0; i < n_mid; ++i) {
+                    *w++ = src[i];
+                }
+            } else {
+                for (int32_t kx = kx0; kx < kx1; ++kx, src += x_tap) {
+                    for (int32_t c = 0; c < in_c; ++c) {
+                        *w++ = src[c];
+                    }
+                }
+            }
+            for (int32_t i = 0; i < n_right; ++i) {
+                *w++ = pad;
+            }
+        }
+        int8_t *dst = col + 4 * px;
+        for (int32_t g = 0; g < k4; g += 4, dst += 16) {
+            const uint32_t v = tol_read_s8x4(win + g);
+            tol_store32_(dst, tol_sxtab16(off2, v));
+            tol_store32_(dst + 8, tol_sxtab16_ror8(off2, v));
+        }
+        for (int32_t t = k4; t < fsz; ++t) {
+            tol_store16_(col + 2 * (2 * t + px), win[t] + off);
+        }
+        return;
+    }
+    /* large windows: value k of a group of 4 goes to int16 slot
+     * 8 * (k / 4) + 2 * px + {0, 4, 1, 5}[k % 4]; the tail (k >= k4) is px-interleaved */
+    static const uint8_t lane_slot[4] = {0, 4, 1, 5};
+    int32_t k = 0;
+    for (int32_t ky = 0, iy = iy0; ky < k_h; ++ky, iy += dil_h) {
+        const int row_ok = iy >= 0 && iy < in_h;
+        for (int32_t kx = 0, ix = ix0; kx < k_w; ++kx, ix += dil_w) {
+            const int ok = row_ok && ix >= 0 && ix < in_w;
+            const int8_t *src = input + (ok ? (iy * in_w + ix) * in_c : 0);
+            for (int32_t c = 0; c < in_c; ++c, ++k) {
+                const int32_t slot = k < k4 ? 8 * (k >> 2) + 2 * px + lane_slot[k & 3] : 2 * k + px;
+                tol_store16_(col + 2 * slot, ok ? src[c] + off : 0);
             }
         }
     }
 }
+
+/* Without a scratch buffer from the caller, windows of up to 64 values
+ * (TOL_CONV2D_SCRATCH_BYTES <= 256) use two columns on the stack. */
+#define TOL_CONV_STACK_COL_BYTES 256
 
 /* Both pixels of col (out0: pixel 0's outputs, out1: pixel 1's, or NULL when
  * there is only one) for every output channel; full: the clamp is [-128, 127].
@@ -224,6 +297,12 @@ TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, 
 {
     if (p->scratch != NULL) {
         tol_conv2d_im2col_(p, input, output, p->scratch);
+        return;
+    }
+    if (TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c) <= TOL_CONV_STACK_COL_BYTES) {
+        /* small windows (first layers, e.g. 3x3x1): the two columns fit on the stack */
+        uint32_t col[TOL_CONV_STACK_COL_BYTES / 4];
+        tol_conv2d_im2col_(p, input, output, (int8_t *)col);
         return;
     }
     /* no scratch: im2col-free path, 4 filters per pass */
