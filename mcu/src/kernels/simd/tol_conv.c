@@ -435,7 +435,8 @@ typedef struct {
     const int32_t *mult, *shift;   /* this block's per-channel requantization */
 } tol_dw_blk_t;
 
-static inline void tol_dw_store4_(const tol_dw_blk_t *k, const int32_t a[4], int8_t *out)
+static inline __attribute__((always_inline)) void tol_dw_store4_(const tol_dw_blk_t *k, const int32_t a[4],
+                                                                 int8_t *out)
 {
     if (k->fast && k->lo == -128 && k->hi == 127) {
         const int32_t zp = k->zp;
