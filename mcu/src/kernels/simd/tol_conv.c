@@ -174,7 +174,8 @@ static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t
  * these loops (the 2x2 inner loop needs 13 registers). */
 static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_conv_params_t *p,
                                                                      const uint32_t *col, int8_t *out0,
-                                                                     int8_t *out1, int full)
+                                                                     int8_t *out1, int full,
+                                                                     const tol_rq_t *rq)
 {
     const int32_t out_c = p->out_c;
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3;
@@ -221,7 +222,16 @@ static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_c
             a10 += w1[k] * x0;
             a11 += w1[k] * x1;
         }
-        if (full) {
+        if (rq != NULL) {
+            const tol_rq_t *const q0 = rq + oc;
+            const tol_rq_t *const q1 = q0 + 1;
+            out0[oc] = tol_rq_clamp_(tol_rq_apply_(a00, q0) + zp, lo, hi, full);
+            out0[oc + 1] = tol_rq_clamp_(tol_rq_apply_(a10, q1) + zp, lo, hi, full);
+            if (out1 != NULL) {
+                out1[oc] = tol_rq_clamp_(tol_rq_apply_(a01, q0) + zp, lo, hi, full);
+                out1[oc + 1] = tol_rq_clamp_(tol_rq_apply_(a11, q1) + zp, lo, hi, full);
+            }
+        } else if (full) {
             out0[oc] = tol_requant1_full_(a00, mult[oc], shift[oc], zp);
             out0[oc + 1] = tol_requant1_full_(a10, mult[oc + 1], shift[oc + 1], zp);
             if (out1 != NULL) {
@@ -263,21 +273,43 @@ static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_c
 static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
                                                                 int8_t *out0, int8_t *out1)
 {
-    tol_conv_px2_body_(p, col, out0, out1, 0);
+    tol_conv_px2_body_(p, col, out0, out1, 0, NULL);
 }
 
 static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
                                                                      const uint32_t *col, int8_t *out0,
                                                                      int8_t *out1)
 {
-    tol_conv_px2_body_(p, col, out0, out1, 1);
+    tol_conv_px2_body_(p, col, out0, out1, 1, NULL);
 }
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                   int8_t *out0, int8_t *out1, const tol_rq_t *rq)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 0, rq);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
+                                                                        const uint32_t *col, int8_t *out0,
+                                                                        int8_t *out1, const tol_rq_t *rq)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 1, rq);
+}
+
+/* Layers with at most this many output channels (and right shifts only)
+ * prepare their requantization constants once, on the stack (16 bytes each). */
+#define TOL_CONV_RQ_TABLE 64
 
 static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
                                            int8_t *scratch)
 {
     const int full = p->act_min == -128 && p->act_max == 127;
     const int32_t out_c = p->out_c, out_w = p->out_w, npx = p->out_h * out_w;
+    tol_rq_t table[TOL_CONV_RQ_TABLE];
+    int use_table = out_c <= TOL_CONV_RQ_TABLE;
+    for (int32_t oc = 0; use_table && oc < out_c; ++oc) {
+        use_table = tol_rq_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
+    }
     for (int32_t px = 0; px < npx; px += 2) {
         const int32_t two = px + 1 < npx;
         tol_im2col_(p, input, px / out_w, px % out_w, scratch, 0);
@@ -285,10 +317,16 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
             tol_im2col_(p, input, (px + 1) / out_w, (px + 1) % out_w, scratch, 1);
         }
         int8_t *const out0 = output + px * out_c;
-        if (full) {
-            tol_conv_px2_full_(p, (const uint32_t *)(void *)scratch, out0, two ? out0 + out_c : NULL);
+        const uint32_t *const col = (const uint32_t *)(void *)scratch;
+        int8_t *const out1 = two ? out0 + out_c : NULL;
+        if (use_table && full) {
+            tol_conv_px2_full_rq_(p, col, out0, out1, table);
+        } else if (use_table) {
+            tol_conv_px2_rq_(p, col, out0, out1, table);
+        } else if (full) {
+            tol_conv_px2_full_(p, col, out0, out1);
         } else {
-            tol_conv_px2_(p, (const uint32_t *)(void *)scratch, out0, two ? out0 + out_c : NULL);
+            tol_conv_px2_(p, col, out0, out1);
         }
     }
 }

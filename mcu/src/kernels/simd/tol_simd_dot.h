@@ -81,6 +81,12 @@ static inline int8_t tol_requant1_full_(int32_t acc, int32_t mult, int32_t shift
     return (int8_t)tol_ssat8_(tol_mbqm_fast_(acc, mult, shift) + zp);
 }
 
+/* Clamp a requantized value to [lo, hi]; full != 0 promises [lo, hi] = [-128, 127]. */
+static inline int8_t tol_rq_clamp_(int32_t v, int32_t lo, int32_t hi, int full)
+{
+    return (int8_t)(full ? tol_ssat8_(v) : tol_clamp_(v, lo, hi));
+}
+
 /* Requantize one accumulator and clamp it to [lo, hi]. */
 static inline int8_t tol_requant1_(int32_t acc, int32_t mult, int32_t shift, int32_t zp, int32_t lo,
                                    int32_t hi)
