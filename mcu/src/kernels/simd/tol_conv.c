@@ -297,7 +297,7 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const to
 }
 
 /* Layers with at most this many output channels (and right shifts only)
- * prepare their requantization constants once, on the stack (16 bytes each). */
+ * prepare their requantization constants once, on the stack (24 bytes each). */
 #define TOL_CONV_RQ_TABLE 64
 
 static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,

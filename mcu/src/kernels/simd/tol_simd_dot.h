@@ -37,25 +37,26 @@ static inline int32_t tol_mbqm_fast_(int32_t x, int32_t mult, int32_t shift)
 /* The same with the per-channel constants prepared once (tol_rq_prep_) for
  * many outputs of that channel. Right shifts only (shift < 0). */
 typedef struct {
-    int64_t round;   /* 2^30 + 2^(30+r), r = -shift */
-    int32_t mult;    /* Q31 multiplier */
-    int32_t rs;      /* r - 1 */
+    int64_t round[2]; /* [0]: 2^30 + 2^(30+r), r = -shift; [1]: the same - 2^31 (x < 0) */
+    int32_t mult;     /* Q31 multiplier */
+    int32_t rs;       /* r - 1 */
 } tol_rq_t;
 
 /* Returns 0 when shift >= 0 (not supported by tol_rq_apply_). */
 static inline int tol_rq_prep_(tol_rq_t *q, int32_t mult, int32_t shift)
 {
     const uint32_t r = shift < 0 ? (uint32_t)-shift : 1u; /* 1..31 */
-    q->round = (int64_t)(((uint64_t)1 << 30) + ((uint64_t)1 << (30u + r)));
+    q->round[0] = (int64_t)(((uint64_t)1 << 30) + ((uint64_t)1 << (30u + r)));
+    q->round[1] = q->round[0] - ((int64_t)1 << 31);
     q->mult = mult;
     q->rs = (int32_t)r - 1;
     return shift < 0;
 }
 
+/* The sign of x picks the rounding constant: LSR, ADD, LDRD, SMLAL, ASR. */
 static inline int32_t tol_rq_apply_(int32_t x, const tol_rq_t *q)
 {
-    /* (x >> 31) * 2^31 is -2^31 for x < 0 */
-    const int64_t acc = (int64_t)x * q->mult + (q->round + (int64_t)(x >> 31) * ((int64_t)1 << 31));
+    const int64_t acc = (int64_t)x * q->mult + q->round[(uint32_t)x >> 31];
     return (int32_t)(acc >> 32) >> q->rs;
 }
 
