@@ -523,36 +523,42 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_dw3x3_run4_(const tol_dw_b
     }
 }
 
-/* One pixel, any valid tap window [ky0, ky1) x [kx0, kx1); x points at tap (ky0, kx0). */
-static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_px4_(const tol_dw_blk_t *k, const int8_t *x,
-                                                              int8_t *out, int32_t k_w, int32_t ky0,
-                                                              int32_t ky1, int32_t kx0, int32_t kx1)
+/* n pixels with the same valid tap window [ky0, ky1) x [kx0, kx1) (a border
+ * row or column); x points at tap (ky0, kx0) of the first pixel, x_step and
+ * out_step go to the next pixel. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_run4_(const tol_dw_blk_t *k, const int8_t *x0,
+                                                               int8_t *out, int32_t n, int32_t x_step,
+                                                               int32_t out_step, int32_t k_w, int32_t ky0,
+                                                               int32_t ky1, int32_t kx0, int32_t kx1)
 {
-    int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
-    const uint32_t off2 = k->off2;
-    const int32_t x_tap = k->x_tap, x_row = k->x_row, ncol = kx1 - kx0;
-    const uint32_t *w = k->wt + 2 * (ky0 * k_w + kx0);
-    for (int32_t ky = ky0; ky < ky1; ++ky, x += x_row, w += 2 * k_w) {
-        switch (ncol) {
-        case 3:
-            tol_dw_tap4_(x + 2 * x_tap, w + 4, off2, a);
-            /* fall through */
-        case 2:
-            tol_dw_tap4_(x + x_tap, w + 2, off2, a);
-            /* fall through */
-        case 1:
-            tol_dw_tap4_(x, w, off2, a);
-            /* fall through */
-        case 0:
-            break;
-        default:
-            for (int32_t t = 0; t < ncol; ++t) {
-                tol_dw_tap4_(x + t * x_tap, w + 2 * t, off2, a);
+    for (; n > 0; --n, x0 += x_step, out += out_step) {
+        const int8_t *x = x0;
+        int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
+        const uint32_t off2 = k->off2;
+        const int32_t x_tap = k->x_tap, x_row = k->x_row, ncol = kx1 - kx0;
+        const uint32_t *w = k->wt + 2 * (ky0 * k_w + kx0);
+        for (int32_t ky = ky0; ky < ky1; ++ky, x += x_row, w += 2 * k_w) {
+            switch (ncol) {
+            case 3:
+                tol_dw_tap4_(x + 2 * x_tap, w + 4, off2, a);
+                /* fall through */
+            case 2:
+                tol_dw_tap4_(x + x_tap, w + 2, off2, a);
+                /* fall through */
+            case 1:
+                tol_dw_tap4_(x, w, off2, a);
+                /* fall through */
+            case 0:
+                break;
+            default:
+                for (int32_t t = 0; t < ncol; ++t) {
+                    tol_dw_tap4_(x + t * x_tap, w + 2 * t, off2, a);
+                }
+                break;
             }
-            break;
         }
+        tol_dw_store4_(k, a, out);
     }
-    tol_dw_store4_(k, a, out);
 }
 
 /* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps, blocks of 4
@@ -596,6 +602,19 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
     if (ox_hi < ox_lo) {
         ox_hi = ox_lo;
     }
+    /* the same for rows: [oy_lo, oy_hi) have all k_h taps inside the image */
+    int32_t oy_lo = 0, oy_hi = 0;
+    while (oy_lo < out_h && oy_lo * p->stride_h - p->pad_top < 0) {
+        ++oy_lo;
+    }
+    for (int32_t oy = 0; oy < out_h; ++oy) {
+        if (oy * p->stride_h - p->pad_top + (k_h - 1) * dil_h < p->in_h) {
+            oy_hi = oy + 1;
+        }
+    }
+    if (oy_hi < oy_lo) {
+        oy_hi = oy_lo;
+    }
     int32_t ch = 0;
     for (; ch + 4 <= c; ch += 4) {
         k.fast = 1;
@@ -610,31 +629,59 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
             k.wt[2 * t] = tol_sxtb16(wv);
             k.wt[2 * t + 1] = tol_sxtb16_ror8(wv);
         }
+        /* border rows: per row, single corner pixels and one run of the rest */
         for (int32_t oy = 0; oy < out_h; ++oy) {
+            if (oy == oy_lo && oy_hi > oy_lo) {
+                oy = oy_hi - 1; /* the band of full rows is done below */
+                continue;
+            }
             const int32_t iy0 = oy * p->stride_h - p->pad_top;
             int32_t ky0, ky1;
             tol_tap_range_(iy0, dil_h, p->in_h, k_h, &ky0, &ky1);
             int8_t *const out = output + oy * out_w * c + ch;
             const int8_t *const xrow = input + (iy0 + ky0 * dil_h) * in_w * c + ch;
-            int32_t ox = 0;
-            if (is3x3 && ky1 - ky0 == 3 && dil_w == 1) {
-                for (; ox < ox_lo; ++ox) {
-                    const int32_t ix0 = ox * p->stride_w - p->pad_left;
-                    int32_t kx0, kx1;
-                    tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
-                    tol_dw_px4_(&k, xrow + (ix0 + kx0 * dil_w) * c, out + ox * c, k_w, ky0, ky1, kx0, kx1);
+            for (int32_t ox = 0; ox < out_w; ++ox) {
+                if (ox == ox_lo && ox_hi > ox_lo) {
+                    tol_dw_run4_(&k, xrow + (ox_lo * p->stride_w - p->pad_left) * c, out + ox_lo * c,
+                                 ox_hi - ox_lo, k.x_px, c, k_w, ky0, ky1, 0, k_w);
+                    ox = ox_hi - 1;
+                    continue;
                 }
-                if (ox_hi > ox_lo) {
-                    tol_dw3x3_run4_(&k, xrow + (ox_lo * p->stride_w - p->pad_left) * c, out + ox_lo * c,
-                                    ox_hi - ox_lo);
-                    ox = ox_hi;
-                }
-            }
-            for (; ox < out_w; ++ox) {
                 const int32_t ix0 = ox * p->stride_w - p->pad_left;
                 int32_t kx0, kx1;
                 tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
-                tol_dw_px4_(&k, xrow + (ix0 + kx0 * dil_w) * c, out + ox * c, k_w, ky0, ky1, kx0, kx1);
+                tol_dw_run4_(&k, xrow + (ix0 + kx0 * dil_w) * c, out + ox * c, 1, 0, 0, k_w, ky0, ky1, kx0,
+                             kx1);
+            }
+        }
+        if (oy_hi <= oy_lo) {
+            continue;
+        }
+        /* band of rows with all k_h taps: border columns as vertical runs */
+        const int32_t nband = oy_hi - oy_lo;
+        const int32_t iyb = oy_lo * p->stride_h - p->pad_top;
+        for (int32_t ox = 0; ox < out_w; ++ox) {
+            if (ox == ox_lo && ox_hi > ox_lo) {
+                ox = ox_hi - 1;
+                continue;
+            }
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+            tol_dw_run4_(&k, input + (iyb * in_w + ix0 + kx0 * dil_w) * c + ch, output + (oy_lo * out_w + ox) * c + ch,
+                         nband, p->stride_h * in_w * c, out_w * c, k_w, 0, k_h, kx0, kx1);
+        }
+        /* interior: 3x3 unrolled, other kernels through the run loop */
+        if (ox_hi > ox_lo) {
+            for (int32_t oy = oy_lo; oy < oy_hi; ++oy) {
+                const int8_t *const x = input + ((oy * p->stride_h - p->pad_top) * in_w +
+                                                 ox_lo * p->stride_w - p->pad_left) * c + ch;
+                int8_t *const out = output + (oy * out_w + ox_lo) * c + ch;
+                if (is3x3) {
+                    tol_dw3x3_run4_(&k, x, out, ox_hi - ox_lo);
+                } else {
+                    tol_dw_run4_(&k, x, out, ox_hi - ox_lo, k.x_px, c, k_w, 0, k_h, 0, k_w);
+                }
             }
         }
     }
