@@ -67,11 +67,16 @@ CASES = {
     "conv_1x1_c16": _seq((5, 5, 16), conv(12, 1)),
     "conv_5x3_stride21_odd": _seq((11, 9, 7), conv(5, (5, 3), strides=(2, 1), padding="same")),
     "conv_in1": _seq((8, 8, 1), conv(8, 3, padding="same", activation="relu")),
+    # SIMD: small window on the stack column path, 2 channels (byte gather), odd filters, ReLU6 clamp
+    "conv_in2_stride2_odd": _seq((9, 9, 2), conv(5, 3, strides=2, padding="same", activation="relu6")),
     # DEPTHWISE_CONV_2D
     "dw_3x3_same": _seq((8, 8, 8), dw(3, padding="same")),
     "dw_3x3_valid_relu_odd": _seq((7, 9, 5), dw(3, activation="relu")),
     "dw_dm2_stride2": _seq((9, 9, 3), dw(3, strides=2, padding="same", depth_multiplier=2, activation="relu6")),
     "dw_dm2_c8": _seq((6, 6, 8), dw(3, padding="same", depth_multiplier=2)),
+    # SIMD depthwise blocks: stride 2 with a partial clamp, 5x5 border/interior, tail channels
+    "dw_3x3_stride2_relu6": _seq((9, 10, 8), dw(3, strides=2, padding="same", activation="relu6")),
+    "dw_5x5_same_c6": _seq((7, 8, 6), dw(5, padding="same")),
     # FULLY_CONNECTED (+ Flatten's shape ops and RESHAPE)
     "fc_flatten": _seq((4, 4, 3), layers.Flatten(), layers.Dense(10, bias_initializer=RB)),
     "fc_relu_odd": _seq((37,), layers.Dense(13, activation="relu", bias_initializer=RB)),
@@ -93,7 +98,7 @@ CASES = {
     "relu6_standalone": _seq((40,), layers.ReLU(max_value=6.0), layers.Dense(6, bias_initializer=RB)),
 }
 
-FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2",
+FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
         "dw_3x3_same", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
         "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
@@ -195,6 +200,38 @@ def test_requantization_edge_cases(tmp_path):
                 assert so.shim_fast(x, m, s) == want, ("simd", x, m, s)
                 cases += 1
     assert cases > 10000
+
+
+def test_requantization_prepared_constants(tmp_path):
+    """The SIMD kernels' per-channel form (tol_rq_prep_ once, tol_rq_apply_ per
+    output) and the SSAT clamp against the Python gemmlowp oracle."""
+    import ctypes
+    import subprocess
+
+    from _kernel_util import KERNELS, MCU_INC, STRICT
+
+    shim = tmp_path / "shim.c"
+    shim.write_text('#include "simd/tol_simd_dot.h"\n'
+                    "int32_t shim_rq(int32_t x, int32_t m, int32_t s);\n"
+                    "int32_t shim_rq(int32_t x, int32_t m, int32_t s)\n"
+                    "{ tol_rq_t q; if (!tol_rq_prep_(&q, m, s)) return -999; return tol_rq_apply_(x, &q); }\n"
+                    "int32_t shim_ssat8(int32_t v);\n"
+                    "int32_t shim_ssat8(int32_t v) { return tol_ssat8_(v); }\n")
+    lib = tmp_path / "librq2.so"
+    subprocess.run(["gcc", *STRICT, "-O2", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{KERNELS}", str(shim),
+                    "-o", str(lib)], check=True)
+    so = ctypes.CDLL(str(lib))
+    rng = np.random.default_rng(5)
+    xs = [0, 1, -1, 2**31 - 1, -2**31 + 1, -2**31, 2**30, -2**30, 777, -777]
+    xs += [int(v) for v in rng.integers(-2**31, 2**31, size=100)]
+    xs += [int(v) for v in rng.integers(-2**16, 2**16, size=100)]
+    for s in range(-31, 0):
+        for m in (0, 1 << 30, (1 << 31) - 1, int(rng.integers(1 << 30, 1 << 31))):
+            for x in xs:
+                assert so.shim_rq(x, m, s) == _mbqm_py(x, m, s), (x, m, s)
+    assert so.shim_rq(5, 1 << 30, 0) == -999  # left shifts are not prepared: callers fall back
+    for v in (-1000, -129, -128, -5, 0, 127, 128, 1000):
+        assert so.shim_ssat8(v) == max(-128, min(127, v))
 
 
 @pytest.mark.slow

@@ -27,11 +27,14 @@ static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, i
 }
 
 /* ---- CONV_2D with a 2-column int16 scratch (the common, faster path) ------
- * The kernel window of two output pixels is written once as int16 values
+ * The kernel windows of two output pixels are written once as int16 values
  * (input + offset, 0 for taps outside the image, as TFLM skips them), in the
- * lane order SXTB16 produces for the weights: (k0, k2), (k1, k3) per group of 4.
- * Then 2 filters x 2 pixels are accumulated together: per 4 window values
- * 2 weight loads, 4 SXTB16, 4 column loads and 8 SMLAD (16 MACs). */
+ * lane order SXTB16 produces for the weights, (k0, k2) and (k1, k3) per group
+ * of 4, and interleaved by pixel so one LDRD fetches both pixels' words:
+ *   group g (16 bytes): [px0 k0,k2][px1 k0,k2][px0 k1,k3][px1 k1,k3]
+ *   tail values k >= k4 (fsz % 4 of them): int16 pairs [px0 k][px1 k].
+ * Then 2 filters x 2 pixels are accumulated together: per group of 4 values
+ * 2 weight loads, 4 SXTB16, 2 LDRD and 8 SMLAD (16 MACs). */
 
 static inline void tol_store16_(int8_t *dst, int32_t v)
 {
@@ -51,139 +54,279 @@ static inline void tol_store32_(int8_t *dst, uint32_t v)
     TOL_COPY4(dst, &v, sizeof v);
 }
 
-/* Window of output pixel (oy, ox) -> col (int16 slots, permuted groups of 4). */
-static void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col)
+/* Windows of up to this many values (in_c % 4 != 0) are gathered as bytes first. */
+#define TOL_IM2COL_WIN 256
+
+/* The gather loops copy a few bytes: keep GCC from turning them into memcpy/memset calls. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TOL_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define TOL_NO_LIBCALLS
+#endif
+
+/* Window of output pixel (oy, ox) -> pixel slot px of col. Parameters are
+ * copied to locals first: the int8/int16 stores may alias *p. */
+static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t *input, int32_t oy, int32_t ox, int8_t *col,
+                        int32_t px)
 {
     const int32_t in_c = p->in_c, off = p->input_offset;
+    const int32_t in_h = p->in_h, in_w = p->in_w, k_h = p->k_h, k_w = p->k_w;
+    const int32_t dil_h = p->dil_h, dil_w = p->dil_w;
     const uint32_t off2 = tol_dup16_(off);
-    const int32_t k4 = (p->k_h * p->k_w * in_c) & ~3;
+    const int32_t k4 = (k_h * k_w * in_c) & ~3;
     const int32_t iy0 = oy * p->stride_h - p->pad_top, ix0 = ox * p->stride_w - p->pad_left;
-    int32_t k = 0;
-    for (int32_t ky = 0; ky < p->k_h; ++ky) {
-        const int32_t iy = iy0 + ky * p->dil_h;
-        for (int32_t kx = 0; kx < p->k_w; ++kx) {
-            const int32_t ix = ix0 + kx * p->dil_w;
-            const int valid = iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w;
-            const int8_t *src = valid ? input + (iy * p->in_w + ix) * in_c : input;
-            int32_t c = 0;
-            if ((in_c & 3) == 0) { /* every tap starts a group of 4 */
-                for (; c < in_c; c += 4, k += 4) {
-                    const uint32_t v = valid ? tol_read_s8x4(src + c) : 0u;
-                    tol_store32_(col + 2 * k, valid ? tol_sxtab16(off2, v) : 0u);
-                    tol_store32_(col + 2 * k + 4, valid ? tol_sxtab16_ror8(off2, v) : 0u);
+    if ((in_c & 3) == 0) { /* every tap starts a group of 4: 2 words per group */
+        int8_t *dst = col + 4 * px;
+        for (int32_t ky = 0, iy = iy0; ky < k_h; ++ky, iy += dil_h) {
+            const int row_ok = iy >= 0 && iy < in_h;
+            for (int32_t kx = 0, ix = ix0; kx < k_w; ++kx, ix += dil_w) {
+                if (row_ok && ix >= 0 && ix < in_w) {
+                    const int8_t *src = input + (iy * in_w + ix) * in_c;
+                    for (int32_t c = 0; c < in_c; c += 4, dst += 16) {
+                        const uint32_t v = tol_read_s8x4(src + c);
+                        tol_store32_(dst, tol_sxtab16(off2, v));
+                        tol_store32_(dst + 8, tol_sxtab16_ror8(off2, v));
+                    }
+                } else {
+                    for (int32_t c = 0; c < in_c; c += 4, dst += 16) {
+                        tol_store32_(dst, 0u);
+                        tol_store32_(dst + 8, 0u);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    const int32_t fsz = k_h * k_w * in_c;
+    if (fsz <= TOL_IM2COL_WIN) {
+        /* gather the window as bytes (taps outside the image get the input
+         * zero point -off, i.e. 0 once the offset is added), then widen 4 at a
+         * time exactly like the in_c % 4 == 0 path */
+        int8_t win[TOL_IM2COL_WIN + 3];
+        const int8_t pad = (int8_t)-off;
+        int32_t kx0, kx1; /* valid taps of every row (the same for all rows) */
+        tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+        const int32_t row_len = k_w * in_c, n_left = kx0 * in_c, n_right = (k_w - kx1) * in_c;
+        const int32_t n_mid = row_len - n_left - n_right;
+        const int32_t x_tap = dil_w * in_c;
+        int8_t *w = win;
+        for (int32_t ky = 0, iy = iy0; ky < k_h; ++ky, iy += dil_h) {
+            if (iy < 0 || iy >= in_h) {
+                for (int32_t i = 0; i < row_len; ++i) {
+                    *w++ = pad;
                 }
                 continue;
             }
-            for (; c < in_c; ++c, ++k) {
-                /* slot of value k: groups of 4 hold k0, k2, k1, k3; the tail is plain */
-                const int32_t slot = k < k4 ? (k & ~3) | ((k & 1) << 1) | ((k & 2) >> 1) : k;
-                tol_store16_(col + 2 * slot, valid ? src[c] + off : 0);
+            for (int32_t i = 0; i < n_left; ++i) {
+                *w++ = pad;
+            }
+            const int8_t *src = input + (iy * in_w + ix0 + kx0 * dil_w) * in_c;
+            if (dil_w == 1) { /* the valid taps of a row are one contiguous run */
+                for (int32_t i = 0; i < n_mid; ++i) {
+                    *w++ = src[i];
+                }
+            } else {
+                for (int32_t kx = kx0; kx < kx1; ++kx, src += x_tap) {
+                    for (int32_t c = 0; c < in_c; ++c) {
+                        *w++ = src[c];
+                    }
+                }
+            }
+            for (int32_t i = 0; i < n_right; ++i) {
+                *w++ = pad;
+            }
+        }
+        int8_t *dst = col + 4 * px;
+        for (int32_t g = 0; g < k4; g += 4, dst += 16) {
+            const uint32_t v = tol_read_s8x4(win + g);
+            tol_store32_(dst, tol_sxtab16(off2, v));
+            tol_store32_(dst + 8, tol_sxtab16_ror8(off2, v));
+        }
+        for (int32_t t = k4; t < fsz; ++t) {
+            tol_store16_(col + 2 * (2 * t + px), win[t] + off);
+        }
+        return;
+    }
+    /* large windows: value k of a group of 4 goes to int16 slot
+     * 8 * (k / 4) + 2 * px + {0, 4, 1, 5}[k % 4]; the tail (k >= k4) is px-interleaved */
+    static const uint8_t lane_slot[4] = {0, 4, 1, 5};
+    int32_t k = 0;
+    for (int32_t ky = 0, iy = iy0; ky < k_h; ++ky, iy += dil_h) {
+        const int row_ok = iy >= 0 && iy < in_h;
+        for (int32_t kx = 0, ix = ix0; kx < k_w; ++kx, ix += dil_w) {
+            const int ok = row_ok && ix >= 0 && ix < in_w;
+            const int8_t *src = input + (ok ? (iy * in_w + ix) * in_c : 0);
+            for (int32_t c = 0; c < in_c; ++c, ++k) {
+                const int32_t slot = k < k4 ? 8 * (k >> 2) + 2 * px + lane_slot[k & 3] : 2 * k + px;
+                tol_store16_(col + 2 * slot, ok ? src[c] + off : 0);
             }
         }
     }
 }
 
-/* a[f][px] += filter f (w + f * fsz) . column px, over n4 groups of 4 values.
- * Statement order keeps at most 5 temporaries live (14 registers in all). */
-static TOL_SIMD_FN __attribute__((noinline)) void tol_mm2x2_(const int8_t *w0, int32_t fsz, const int8_t *c0,
-                                                              const int8_t *c1, int32_t n4,
-                                                              int32_t a[4])
-{
-    const int8_t *w1 = w0 + fsz;
-    int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
-    while (n4-- > 0) {
-        uint32_t wv0 = tol_read_s8x4(w0);
-        const uint32_t w0e = tol_sxtb16(wv0);
-        const uint32_t w0o = tol_sxtb16_ror8(wv0);
-        uint32_t ca = tol_read_s8x4(c0);
-        uint32_t cb = tol_read_s8x4(c1);
-        a00 = tol_smlad(w0e, ca, a00);
-        a01 = tol_smlad(w0e, cb, a01);
-        uint32_t wv1 = tol_read_s8x4(w1);
-        const uint32_t w1e = tol_sxtb16(wv1);
-        a10 = tol_smlad(w1e, ca, a10);
-        a11 = tol_smlad(w1e, cb, a11);
-        const uint32_t w1o = tol_sxtb16_ror8(wv1);
-        ca = tol_read_s8x4(c0 + 4);
-        cb = tol_read_s8x4(c1 + 4);
-        a00 = tol_smlad(w0o, ca, a00);
-        a10 = tol_smlad(w1o, ca, a10);
-        a01 = tol_smlad(w0o, cb, a01);
-        a11 = tol_smlad(w1o, cb, a11);
-        w0 += 4;
-        w1 += 4;
-        c0 += 8;
-        c1 += 8;
-    }
-    a[0] = a00;
-    a[1] = a01;
-    a[2] = a10;
-    a[3] = a11;
-}
+/* Without a scratch buffer from the caller, windows of up to 64 values
+ * (TOL_CONV2D_SCRATCH_BYTES <= 256) use two columns on the stack. */
+#define TOL_CONV_STACK_COL_BYTES 256
 
-/* One filter against one column (any length; plain order past k4). */
-static inline int32_t tol_col_dot1_(const int8_t *w, const int8_t *col, int32_t k4, int32_t fsz, int32_t acc)
+/* Both pixels of col (out0: pixel 0's outputs, out1: pixel 1's, or NULL when
+ * there is only one) for every output channel; full: the clamp is [-128, 127].
+ * Inlined into two out-of-line instances so the register allocator sees only
+ * these loops (the 2x2 inner loop needs 13 registers). */
+static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_conv_params_t *p,
+                                                                     const uint32_t *col, int8_t *out0,
+                                                                     int8_t *out1, int full,
+                                                                     const tol_rq_t *rq)
 {
-    for (int32_t k = 0; k < k4; k += 4) {
-        const uint32_t wv = tol_read_s8x4(w + k);
-        acc = tol_smlad(tol_sxtb16(wv), tol_read_s8x4(col + 2 * k), acc);
-        acc = tol_smlad(tol_sxtb16_ror8(wv), tol_read_s8x4(col + 2 * k + 4), acc);
-    }
-    for (int32_t k = k4; k < fsz; ++k) {
-        acc += w[k] * tol_load16_(col + 2 * k);
-    }
-    return acc;
-}
-
-static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
-{
-    const int32_t out_c = p->out_c, npx = p->out_h * p->out_w;
+    const int32_t out_c = p->out_c;
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3;
     const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
     const int32_t *const mult = p->out_mult;
     const int32_t *const shift = p->out_shift;
     const int32_t *const bias = p->bias;
-    const int8_t *const weights = p->weights;
-    int8_t *const col0 = p->scratch;
-    int8_t *const col1 = p->scratch + 2 * ((fsz + 3) & ~3);
+    const int8_t *w = p->weights;
+    const int8_t *const tail = (const int8_t *)(col + 2 * k4 / 2);
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2, w += 2 * fsz) {
+        const int32_t b0 = bias != NULL ? bias[oc] : 0;
+        const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
+        int32_t a00 = b0, a01 = b0, a10 = b1, a11 = b1;
+        const int8_t *w0 = w;
+        const int8_t *w1 = w + fsz;
+        const uint32_t *c = col;
+        for (int32_t n = k4 >> 2; n > 0; --n) {
+            const uint32_t wv0 = tol_read_s8x4(w0);
+            const uint32_t wv1 = tol_read_s8x4(w1);
+            w0 += 4;
+            w1 += 4;
+            uint32_t x0 = c[0], x1 = c[1];
+            uint32_t we = tol_sxtb16(wv0);
+            a00 = tol_smlad(we, x0, a00);
+            a01 = tol_smlad(we, x1, a01);
+            we = tol_sxtb16(wv1);
+            a10 = tol_smlad(we, x0, a10);
+            a11 = tol_smlad(we, x1, a11);
+            x0 = c[2];
+            x1 = c[3];
+            c += 4;
+            we = tol_sxtb16_ror8(wv0);
+            a00 = tol_smlad(we, x0, a00);
+            a01 = tol_smlad(we, x1, a01);
+            we = tol_sxtb16_ror8(wv1);
+            a10 = tol_smlad(we, x0, a10);
+            a11 = tol_smlad(we, x1, a11);
+        }
+        for (int32_t k = 0; k < fsz - k4; ++k) {
+            const int32_t x0 = tol_load16_(tail + 4 * k), x1 = tol_load16_(tail + 4 * k + 2);
+            a00 += w0[k] * x0;
+            a01 += w0[k] * x1;
+            a10 += w1[k] * x0;
+            a11 += w1[k] * x1;
+        }
+        if (rq != NULL) {
+            const tol_rq_t *const q0 = rq + oc;
+            const tol_rq_t *const q1 = q0 + 1;
+            out0[oc] = tol_rq_clamp_(tol_rq_apply_(a00, q0) + zp, lo, hi, full);
+            out0[oc + 1] = tol_rq_clamp_(tol_rq_apply_(a10, q1) + zp, lo, hi, full);
+            if (out1 != NULL) {
+                out1[oc] = tol_rq_clamp_(tol_rq_apply_(a01, q0) + zp, lo, hi, full);
+                out1[oc + 1] = tol_rq_clamp_(tol_rq_apply_(a11, q1) + zp, lo, hi, full);
+            }
+        } else if (full) {
+            out0[oc] = tol_requant1_full_(a00, mult[oc], shift[oc], zp);
+            out0[oc + 1] = tol_requant1_full_(a10, mult[oc + 1], shift[oc + 1], zp);
+            if (out1 != NULL) {
+                out1[oc] = tol_requant1_full_(a01, mult[oc], shift[oc], zp);
+                out1[oc + 1] = tol_requant1_full_(a11, mult[oc + 1], shift[oc + 1], zp);
+            }
+        } else {
+            out0[oc] = tol_requant1_(a00, mult[oc], shift[oc], zp, lo, hi);
+            out0[oc + 1] = tol_requant1_(a10, mult[oc + 1], shift[oc + 1], zp, lo, hi);
+            if (out1 != NULL) {
+                out1[oc] = tol_requant1_(a01, mult[oc], shift[oc], zp, lo, hi);
+                out1[oc + 1] = tol_requant1_(a11, mult[oc + 1], shift[oc + 1], zp, lo, hi);
+            }
+        }
+    }
+    if (oc < out_c) {
+        int32_t a0 = bias != NULL ? bias[oc] : 0;
+        int32_t a1 = a0;
+        const uint32_t *c = col;
+        for (int32_t k = 0; k < k4; k += 4, c += 4) {
+            const uint32_t wv = tol_read_s8x4(w + k);
+            const uint32_t we = tol_sxtb16(wv), wo = tol_sxtb16_ror8(wv);
+            a0 = tol_smlad(we, c[0], a0);
+            a1 = tol_smlad(we, c[1], a1);
+            a0 = tol_smlad(wo, c[2], a0);
+            a1 = tol_smlad(wo, c[3], a1);
+        }
+        for (int32_t k = k4; k < fsz; ++k) {
+            a0 += w[k] * tol_load16_(tail + 4 * (k - k4));
+            a1 += w[k] * tol_load16_(tail + 4 * (k - k4) + 2);
+        }
+        out0[oc] = tol_requant1_(a0, mult[oc], shift[oc], zp, lo, hi);
+        if (out1 != NULL) {
+            out1[oc] = tol_requant1_(a1, mult[oc], shift[oc], zp, lo, hi);
+        }
+    }
+}
 
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                int8_t *out0, int8_t *out1)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 0, NULL);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
+                                                                     const uint32_t *col, int8_t *out0,
+                                                                     int8_t *out1)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 1, NULL);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                   int8_t *out0, int8_t *out1, const tol_rq_t *rq)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 0, rq);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
+                                                                        const uint32_t *col, int8_t *out0,
+                                                                        int8_t *out1, const tol_rq_t *rq)
+{
+    tol_conv_px2_body_(p, col, out0, out1, 1, rq);
+}
+
+/* Layers with at most this many output channels (and right shifts only)
+ * prepare their requantization constants once, on the stack (24 bytes each). */
+#define TOL_CONV_RQ_TABLE 64
+
+static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
+                                           int8_t *scratch)
+{
+    const int full = p->act_min == -128 && p->act_max == 127;
+    const int32_t out_c = p->out_c, out_w = p->out_w, npx = p->out_h * out_w;
+    tol_rq_t table[TOL_CONV_RQ_TABLE];
+    int use_table = out_c <= TOL_CONV_RQ_TABLE;
+    for (int32_t oc = 0; use_table && oc < out_c; ++oc) {
+        use_table = tol_rq_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
+    }
     for (int32_t px = 0; px < npx; px += 2) {
         const int32_t two = px + 1 < npx;
-        tol_im2col_(p, input, px / p->out_w, px % p->out_w, col0);
+        tol_im2col_(p, input, px / out_w, px % out_w, scratch, 0);
         if (two) {
-            tol_im2col_(p, input, (px + 1) / p->out_w, (px + 1) % p->out_w, col1);
+            tol_im2col_(p, input, (px + 1) / out_w, (px + 1) % out_w, scratch, 1);
         }
-        const int8_t *const c1 = two ? col1 : col0;
         int8_t *const out0 = output + px * out_c;
-        int8_t *const out1 = out0 + out_c;
-        int32_t oc = 0;
-        for (; oc + 2 <= out_c; oc += 2) {
-            const int8_t *w = weights + oc * fsz;
-            const int32_t b0 = bias != NULL ? bias[oc] : 0;
-            const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
-            int32_t a[4] = {b0, b0, b1, b1};
-            tol_mm2x2_(w, fsz, col0, c1, k4 >> 2, a);
-            for (int32_t k = k4; k < fsz; ++k) {
-                const int32_t x0 = tol_load16_(col0 + 2 * k), x1 = tol_load16_(c1 + 2 * k);
-                a[0] += w[k] * x0;
-                a[1] += w[k] * x1;
-                a[2] += w[fsz + k] * x0;
-                a[3] += w[fsz + k] * x1;
-            }
-            out0[oc] = tol_requant1_(a[0], mult[oc], shift[oc], zp, lo, hi);
-            out0[oc + 1] = tol_requant1_(a[2], mult[oc + 1], shift[oc + 1], zp, lo, hi);
-            if (two) {
-                out1[oc] = tol_requant1_(a[1], mult[oc], shift[oc], zp, lo, hi);
-                out1[oc + 1] = tol_requant1_(a[3], mult[oc + 1], shift[oc + 1], zp, lo, hi);
-            }
-        }
-        if (oc < out_c) {
-            const int8_t *w = weights + oc * fsz;
-            const int32_t b = bias != NULL ? bias[oc] : 0;
-            out0[oc] = tol_requant1_(tol_col_dot1_(w, col0, k4, fsz, b), mult[oc], shift[oc], zp, lo, hi);
-            if (two) {
-                out1[oc] = tol_requant1_(tol_col_dot1_(w, col1, k4, fsz, b), mult[oc], shift[oc], zp, lo, hi);
-            }
+        const uint32_t *const col = (const uint32_t *)(void *)scratch;
+        int8_t *const out1 = two ? out0 + out_c : NULL;
+        if (use_table && full) {
+            tol_conv_px2_full_rq_(p, col, out0, out1, table);
+        } else if (use_table) {
+            tol_conv_px2_rq_(p, col, out0, out1, table);
+        } else if (full) {
+            tol_conv_px2_full_(p, col, out0, out1);
+        } else {
+            tol_conv_px2_(p, col, out0, out1);
         }
     }
 }
@@ -191,7 +334,13 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
 TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
     if (p->scratch != NULL) {
-        tol_conv2d_im2col_(p, input, output);
+        tol_conv2d_im2col_(p, input, output, p->scratch);
+        return;
+    }
+    if (TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c) <= TOL_CONV_STACK_COL_BYTES) {
+        /* small windows (first layers, e.g. 3x3x1): the two columns fit on the stack */
+        uint32_t col[TOL_CONV_STACK_COL_BYTES / 4];
+        tol_conv2d_im2col_(p, input, output, (int8_t *)col);
         return;
     }
     /* no scratch: im2col-free path, 4 filters per pass */
@@ -298,39 +447,131 @@ static void tol_dw_generic_(const tol_conv_params_t *p, const int8_t *input, int
 
 #define TOL_DW_MAX_TAPS 25 /* kernels up to 5x5 use the tap-list path */
 
-/* 4 channels (x + ch, w + ch) over a list of valid taps: taps[2t] is the input
- * offset, taps[2t + 1] the weight offset. Out of line so the register
- * allocator sees only this loop (13 registers, no spill). */
-static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_block4_(const int8_t *x, const int8_t *w,
-                                                                 const int32_t *taps, int32_t ntaps,
-                                                                 uint32_t off2, int32_t a[4])
+/* One tap for 4 channels: x points at 4 input bytes (channels ch..ch+3), w at
+ * the tap's weights widened once per block (w[0]: channels 0, 2; w[1]: 1, 3). */
+static inline void tol_dw_tap4_(const int8_t *x, const uint32_t *w, uint32_t off2, int32_t a[4])
 {
-    int32_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-    const int32_t *const end = taps + 2 * ntaps;
-    while (taps != end) {
-        const uint32_t xv = tol_read_s8x4(x + taps[0]);
-        const uint32_t wv = tol_read_s8x4(w + taps[1]);
-        taps += 2;
-        const uint32_t xe = tol_sxtab16(off2, xv);
-        const uint32_t we = tol_sxtb16(wv);
-        a0 = tol_smlabb(xe, we, a0);
-        a2 = tol_smlatt(xe, we, a2);
-        const uint32_t xo = tol_sxtab16_ror8(off2, xv);
-        const uint32_t wo = tol_sxtb16_ror8(wv);
-        a1 = tol_smlabb(xo, wo, a1);
-        a3 = tol_smlatt(xo, wo, a3);
-    }
-    a[0] = a0;
-    a[1] = a1;
-    a[2] = a2;
-    a[3] = a3;
+    const uint32_t xv = tol_read_s8x4(x);
+    const uint32_t xe = tol_sxtab16(off2, xv);
+    a[0] = tol_smlabb(xe, w[0], a[0]);
+    a[2] = tol_smlatt(xe, w[0], a[2]);
+    const uint32_t xo = tol_sxtab16_ror8(off2, xv);
+    a[1] = tol_smlabb(xo, w[1], a[1]);
+    a[3] = tol_smlatt(xo, w[1], a[3]);
 }
 
-/* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps: per output pixel
- * the valid taps are listed once, then every block of 4 channels runs over them. */
+/* What a block of 4 depthwise channels needs, prepared once per block. */
+typedef struct {
+    tol_rq_t q[4];                 /* requantization constants */
+    int32_t b[4];                  /* biases */
+    uint32_t wt[2 * TOL_DW_MAX_TAPS]; /* widened weights, 2 words per tap */
+    uint32_t off2;                 /* input offset in both lanes */
+    int32_t x_tap, x_row, x_px;    /* input steps: next tap, next kernel row, next pixel */
+    int32_t out_px;                /* output step between pixels (channels) */
+    int32_t zp, lo, hi;            /* output zero point and clamp */
+    int32_t fast;                  /* all 4 shifts < 0: q[] is valid */
+    const int32_t *mult, *shift;   /* this block's per-channel requantization */
+} tol_dw_blk_t;
+
+static inline __attribute__((always_inline)) void tol_dw_store4_(const tol_dw_blk_t *k, const int32_t a[4],
+                                                                 int8_t *out)
+{
+    if (k->fast && k->lo == -128 && k->hi == 127) {
+        const int32_t zp = k->zp;
+        out[0] = (int8_t)tol_ssat8_(tol_rq_apply_(a[0], &k->q[0]) + zp);
+        out[1] = (int8_t)tol_ssat8_(tol_rq_apply_(a[1], &k->q[1]) + zp);
+        out[2] = (int8_t)tol_ssat8_(tol_rq_apply_(a[2], &k->q[2]) + zp);
+        out[3] = (int8_t)tol_ssat8_(tol_rq_apply_(a[3], &k->q[3]) + zp);
+        return;
+    }
+    if (k->fast) {
+        const int32_t zp = k->zp, lo = k->lo, hi = k->hi;
+        out[0] = (int8_t)tol_clamp_(tol_rq_apply_(a[0], &k->q[0]) + zp, lo, hi);
+        out[1] = (int8_t)tol_clamp_(tol_rq_apply_(a[1], &k->q[1]) + zp, lo, hi);
+        out[2] = (int8_t)tol_clamp_(tol_rq_apply_(a[2], &k->q[2]) + zp, lo, hi);
+        out[3] = (int8_t)tol_clamp_(tol_rq_apply_(a[3], &k->q[3]) + zp, lo, hi);
+        return;
+    }
+    for (int32_t j = 0; j < 4; ++j) {
+        out[j] = tol_requant1_(a[j], k->mult[j], k->shift[j], k->zp, k->lo, k->hi);
+    }
+}
+
+/* n interior pixels of a 3x3 kernel (all 9 taps valid), 4 channels, taps
+ * unrolled. Out of line so the register allocator sees only this loop. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw3x3_run4_(const tol_dw_blk_t *k, const int8_t *x,
+                                                                  int8_t *out, int32_t n)
+{
+    const uint32_t off2 = k->off2;
+    const int32_t x_tap = k->x_tap, x_row = k->x_row, x_px = k->x_px, out_px = k->out_px;
+    const uint32_t *const w = k->wt;
+    for (; n > 0; --n, x += x_px, out += out_px) {
+        int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
+        const int8_t *r = x;
+        tol_dw_tap4_(r, w + 0, off2, a);
+        tol_dw_tap4_(r + x_tap, w + 2, off2, a);
+        tol_dw_tap4_(r + 2 * x_tap, w + 4, off2, a);
+        r += x_row;
+        tol_dw_tap4_(r, w + 6, off2, a);
+        tol_dw_tap4_(r + x_tap, w + 8, off2, a);
+        tol_dw_tap4_(r + 2 * x_tap, w + 10, off2, a);
+        r += x_row;
+        tol_dw_tap4_(r, w + 12, off2, a);
+        tol_dw_tap4_(r + x_tap, w + 14, off2, a);
+        tol_dw_tap4_(r + 2 * x_tap, w + 16, off2, a);
+        tol_dw_store4_(k, a, out);
+    }
+}
+
+/* n pixels with the same valid tap window [ky0, ky1) x [kx0, kx1) (a border
+ * row or column); x points at tap (ky0, kx0) of the first pixel, x_step and
+ * out_step go to the next pixel. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_run4_(const tol_dw_blk_t *k, const int8_t *x0,
+                                                               int8_t *out, int32_t n, int32_t x_step,
+                                                               int32_t out_step, int32_t k_w, int32_t ky0,
+                                                               int32_t ky1, int32_t kx0, int32_t kx1)
+{
+    for (; n > 0; --n, x0 += x_step, out += out_step) {
+        const int8_t *x = x0;
+        int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
+        const uint32_t off2 = k->off2;
+        const int32_t x_tap = k->x_tap, x_row = k->x_row, ncol = kx1 - kx0;
+        const uint32_t *w = k->wt + 2 * (ky0 * k_w + kx0);
+        for (int32_t ky = ky0; ky < ky1; ++ky, x += x_row, w += 2 * k_w) {
+            switch (ncol) {
+            case 3:
+                tol_dw_tap4_(x + 2 * x_tap, w + 4, off2, a);
+                /* fall through */
+            case 2:
+                tol_dw_tap4_(x + x_tap, w + 2, off2, a);
+                /* fall through */
+            case 1:
+                tol_dw_tap4_(x, w, off2, a);
+                /* fall through */
+            case 0:
+                break;
+            default:
+                for (int32_t t = 0; t < ncol; ++t) {
+                    tol_dw_tap4_(x + t * x_tap, w + 2 * t, off2, a);
+                }
+                break;
+            }
+        }
+        tol_dw_store4_(k, a, out);
+    }
+}
+
+/* Depth multiplier 1, kernel of at most TOL_DW_MAX_TAPS taps, blocks of 4
+ * channels: the block is the outer loop, so its weights are widened once
+ * (into wt[], on the stack) and its requantization constants prepared once.
+ * Interior pixels of a 3x3 kernel run the 9 taps unrolled (per tap 1 input
+ * load, 2 SXTAB16, 2 weight loads, 4 SMLAxx); border pixels loop over their
+ * valid taps. Leftover channels (c % 4) use plain C. */
 static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
-    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w;
+    const int32_t in_w = p->in_w, c = p->in_c, k_w = p->k_w, k_h = p->k_h, ntap = k_h * k_w;
+    const int32_t dil_h = p->dil_h, dil_w = p->dil_w;
+    const int32_t out_h = p->out_h, out_w = p->out_w;
     const uint32_t off2 = tol_dup16_(p->input_offset);
     const int32_t off = p->input_offset;
     const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
@@ -338,44 +579,132 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
     const int32_t *const shift = p->out_shift;
     const int32_t *const bias = p->bias;
     const int8_t *const weights = p->weights;
-    int32_t taps[2 * TOL_DW_MAX_TAPS];
-    for (int32_t oy = 0; oy < p->out_h; ++oy) {
-        const int32_t iy0 = oy * p->stride_h - p->pad_top;
-        int32_t ky0, ky1;
-        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
-        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+    const int is3x3 = k_h == 3 && k_w == 3;
+    tol_dw_blk_t k;
+    k.off2 = off2;
+    k.x_tap = dil_w * c;
+    k.x_row = dil_h * in_w * c;
+    k.x_px = p->stride_w * c;
+    k.out_px = c;
+    k.zp = zp;
+    k.lo = lo;
+    k.hi = hi;
+    /* interior columns: all k_w taps inside the image */
+    int32_t ox_lo = 0, ox_hi = 0;
+    while (ox_lo < out_w && ox_lo * p->stride_w - p->pad_left < 0) {
+        ++ox_lo;
+    }
+    for (int32_t ox = 0; ox < out_w; ++ox) {
+        if (ox * p->stride_w - p->pad_left + (k_w - 1) * dil_w < in_w) {
+            ox_hi = ox + 1;
+        }
+    }
+    if (ox_hi < ox_lo) {
+        ox_hi = ox_lo;
+    }
+    /* the same for rows: [oy_lo, oy_hi) have all k_h taps inside the image */
+    int32_t oy_lo = 0, oy_hi = 0;
+    while (oy_lo < out_h && oy_lo * p->stride_h - p->pad_top < 0) {
+        ++oy_lo;
+    }
+    for (int32_t oy = 0; oy < out_h; ++oy) {
+        if (oy * p->stride_h - p->pad_top + (k_h - 1) * dil_h < p->in_h) {
+            oy_hi = oy + 1;
+        }
+    }
+    if (oy_hi < oy_lo) {
+        oy_hi = oy_lo;
+    }
+    int32_t ch = 0;
+    for (; ch + 4 <= c; ch += 4) {
+        k.fast = 1;
+        k.mult = mult + ch;
+        k.shift = shift + ch;
+        for (int32_t j = 0; j < 4; ++j) {
+            k.b[j] = bias != NULL ? bias[ch + j] : 0;
+            k.fast &= tol_rq_prep_(&k.q[j], mult[ch + j], shift[ch + j]);
+        }
+        for (int32_t t = 0; t < ntap; ++t) {
+            const uint32_t wv = tol_read_s8x4(weights + t * c + ch);
+            k.wt[2 * t] = tol_sxtb16(wv);
+            k.wt[2 * t + 1] = tol_sxtb16_ror8(wv);
+        }
+        /* border rows: per row, single corner pixels and one run of the rest */
+        for (int32_t oy = 0; oy < out_h; ++oy) {
+            if (oy == oy_lo && oy_hi > oy_lo) {
+                oy = oy_hi - 1; /* the band of full rows is done below */
+                continue;
+            }
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            int32_t ky0, ky1;
+            tol_tap_range_(iy0, dil_h, p->in_h, k_h, &ky0, &ky1);
+            int8_t *const out = output + oy * out_w * c + ch;
+            const int8_t *const xrow = input + (iy0 + ky0 * dil_h) * in_w * c + ch;
+            for (int32_t ox = 0; ox < out_w; ++ox) {
+                if (ox == ox_lo && ox_hi > ox_lo) {
+                    tol_dw_run4_(&k, xrow + (ox_lo * p->stride_w - p->pad_left) * c, out + ox_lo * c,
+                                 ox_hi - ox_lo, k.x_px, c, k_w, ky0, ky1, 0, k_w);
+                    ox = ox_hi - 1;
+                    continue;
+                }
+                const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                int32_t kx0, kx1;
+                tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+                tol_dw_run4_(&k, xrow + (ix0 + kx0 * dil_w) * c, out + ox * c, 1, 0, 0, k_w, ky0, ky1, kx0,
+                             kx1);
+            }
+        }
+        if (oy_hi <= oy_lo) {
+            continue;
+        }
+        /* band of rows with all k_h taps: border columns as vertical runs */
+        const int32_t nband = oy_hi - oy_lo;
+        const int32_t iyb = oy_lo * p->stride_h - p->pad_top;
+        for (int32_t ox = 0; ox < out_w; ++ox) {
+            if (ox == ox_lo && ox_hi > ox_lo) {
+                ox = ox_hi - 1;
+                continue;
+            }
             const int32_t ix0 = ox * p->stride_w - p->pad_left;
             int32_t kx0, kx1;
-            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
-            int32_t n = 0;
-            for (int32_t ky = ky0; ky < ky1; ++ky) {
-                for (int32_t kx = kx0; kx < kx1; ++kx, ++n) {
-                    taps[2 * n] = ((iy0 + ky * p->dil_h) * in_w + ix0 + kx * p->dil_w) * c;
-                    taps[2 * n + 1] = (ky * k_w + kx) * c;
+            tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+            tol_dw_run4_(&k, input + (iyb * in_w + ix0 + kx0 * dil_w) * c + ch, output + (oy_lo * out_w + ox) * c + ch,
+                         nband, p->stride_h * in_w * c, out_w * c, k_w, 0, k_h, kx0, kx1);
+        }
+        /* interior: 3x3 unrolled, other kernels through the run loop */
+        if (ox_hi > ox_lo) {
+            for (int32_t oy = oy_lo; oy < oy_hi; ++oy) {
+                const int8_t *const x = input + ((oy * p->stride_h - p->pad_top) * in_w +
+                                                 ox_lo * p->stride_w - p->pad_left) * c + ch;
+                int8_t *const out = output + (oy * out_w + ox_lo) * c + ch;
+                if (is3x3) {
+                    tol_dw3x3_run4_(&k, x, out, ox_hi - ox_lo);
+                } else {
+                    tol_dw_run4_(&k, x, out, ox_hi - ox_lo, k.x_px, c, k_w, 0, k_h, 0, k_w);
                 }
             }
-            int32_t ch = 0;
-            for (; ch + 4 <= c; ch += 4) {
-                int32_t a[4] = {0, 0, 0, 0};
-                if (bias != NULL) {
-                    a[0] = bias[ch];
-                    a[1] = bias[ch + 1];
-                    a[2] = bias[ch + 2];
-                    a[3] = bias[ch + 3];
+        }
+    }
+    for (; ch < c; ++ch) {
+        const int32_t b0 = bias != NULL ? bias[ch] : 0;
+        int8_t *out = output + ch;
+        for (int32_t oy = 0; oy < out_h; ++oy) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            int32_t ky0, ky1;
+            tol_tap_range_(iy0, dil_h, p->in_h, k_h, &ky0, &ky1);
+            for (int32_t ox = 0; ox < out_w; ++ox, out += c) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                int32_t kx0, kx1;
+                tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+                int32_t acc = b0;
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        const int32_t xi = input[((iy0 + ky * dil_h) * in_w + ix0 + kx * dil_w) * c + ch];
+                        acc += weights[(ky * k_w + kx) * c + ch] * (xi + off);
+                    }
                 }
-                tol_dw_block4_(input + ch, weights + ch, taps, n, off2, a);
-                for (int32_t j = 0; j < 4; ++j) {
-                    output[ch + j] = tol_requant1_(a[j], mult[ch + j], shift[ch + j], zp, lo, hi);
-                }
+                *out = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
             }
-            for (; ch < c; ++ch) {
-                int32_t acc = bias != NULL ? bias[ch] : 0;
-                for (int32_t t = 0; t < n; ++t) {
-                    acc += weights[taps[2 * t + 1] + ch] * (input[taps[2 * t] + ch] + off);
-                }
-                output[ch] = tol_requant1_(acc, mult[ch], shift[ch], zp, lo, hi);
-            }
-            output += c;
         }
     }
 }

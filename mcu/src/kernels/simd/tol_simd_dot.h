@@ -34,6 +34,60 @@ static inline int32_t tol_mbqm_fast_(int32_t x, int32_t mult, int32_t shift)
     return (int32_t)(acc >> 32) >> (r - 1u);
 }
 
+/* The same with the per-channel constants prepared once (tol_rq_prep_) for
+ * many outputs of that channel. Right shifts only (shift < 0). */
+typedef struct {
+    int64_t round[2]; /* [0]: 2^30 + 2^(30+r), r = -shift; [1]: the same - 2^31 (x < 0) */
+    int32_t mult;     /* Q31 multiplier */
+    int32_t rs;       /* r - 1 */
+} tol_rq_t;
+
+/* Returns 0 when shift >= 0 (not supported by tol_rq_apply_). */
+static inline int tol_rq_prep_(tol_rq_t *q, int32_t mult, int32_t shift)
+{
+    const uint32_t r = shift < 0 ? (uint32_t)-shift : 1u; /* 1..31 */
+    q->round[0] = (int64_t)(((uint64_t)1 << 30) + ((uint64_t)1 << (30u + r)));
+    q->round[1] = q->round[0] - ((int64_t)1 << 31);
+    q->mult = mult;
+    q->rs = (int32_t)r - 1;
+    return shift < 0;
+}
+
+/* The sign of x picks the rounding constant: LSR, ADD, LDRD, SMLAL, ASR. */
+static inline int32_t tol_rq_apply_(int32_t x, const tol_rq_t *q)
+{
+    const int64_t acc = (int64_t)x * q->mult + q->round[(uint32_t)x >> 31];
+    return (int32_t)(acc >> 32) >> q->rs;
+}
+
+/* Saturate to [-128, 127]: one SSAT on the DSP target. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline int32_t tol_ssat8_(int32_t v)
+{
+    int32_t r;
+    __asm__("ssat %0, #8, %1" : "=r"(r) : "r"(v));
+    return r;
+}
+#else
+static inline int32_t tol_ssat8_(int32_t v)
+{
+    return tol_clamp_(v, -128, 127);
+}
+#endif
+
+/* tol_requant1_ for layers whose clamp is [-128, 127] (no or a ReLU
+ * activation with output zero point -128): one SSAT instead of two compares. */
+static inline int8_t tol_requant1_full_(int32_t acc, int32_t mult, int32_t shift, int32_t zp)
+{
+    return (int8_t)tol_ssat8_(tol_mbqm_fast_(acc, mult, shift) + zp);
+}
+
+/* Clamp a requantized value to [lo, hi]; full != 0 promises [lo, hi] = [-128, 127]. */
+static inline int8_t tol_rq_clamp_(int32_t v, int32_t lo, int32_t hi, int full)
+{
+    return (int8_t)(full ? tol_ssat8_(v) : tol_clamp_(v, lo, hi));
+}
+
 /* Requantize one accumulator and clamp it to [lo, hi]. */
 static inline int8_t tol_requant1_(int32_t acc, int32_t mult, int32_t shift, int32_t zp, int32_t lo,
                                    int32_t hi)
