@@ -225,8 +225,17 @@ def render(results: list[ModelBench], stream: list[dict] | None = None) -> str:
         lines.append(f"| {r.model} | {r.latent_dim} | {_fmt(r.outputs)} | {_fmt(r.predict_instr)} | {_fmt(r.train_instr)} | {_fmt(r.n_old)} |")
     if stream:
         lines += ["", "## Streaming throughput (end to end)", "",
-                  "| target | samples/s | bytes/s | link maximum | note |", "|---|---:|---:|---:|---|"]
+                  "`tinyol stream` in train mode (SAMPLE: predict, then learn; int8 inputs) over the emulators'",
+                  "sockets, `window` requests in flight. Emulator sockets have no baud limit; the last column is",
+                  "what a board's 115200-baud ST-Link VCP would allow for the same bytes per sample (8N1,",
+                  "full duplex: the busier direction bounds it). Wall-clock rates depend on this machine",
+                  "(2 cores); see docs/streaming.md.",
+                  "",
+                  "| target | window | samples/s | bytes/s (both ways) | bytes/sample out / in | 115200-baud limit, samples/s |",
+                  "|---|---:|---:|---:|---:|---:|"]
         for s in stream:
-            lines.append(f"| {s['target']} | {s['samples_per_s']:.0f} | {s['bytes_per_s']:.0f} | {s.get('link_max', '–')} | {s.get('note', '')} |")
+            lines.append(f"| {s['target']} | {s['window']} | {s['samples_per_s']:.0f} | {s['bytes_per_s']:.0f} "
+                         f"| {s['bytes_out_per_sample']:.0f} / {s['bytes_in_per_sample']:.0f} "
+                         f"| {s['uart_samples_per_s']:.0f} |")
     lines.append("")
     return "\n".join(lines)

@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         argv if argv is not None else sys.argv[1:]
     )
     try:
-        group.main(args=argv, prog_name="tinyol", standalone_mode=False)
-        return 0
+        rv = group.main(args=argv, prog_name="tinyol", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130

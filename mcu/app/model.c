@@ -45,9 +45,12 @@ extern const float tol_head_init_bias[];
 #endif
 /* TOL_LEARNER_BYTES uses casts, which #if cannot evaluate: decide with this
  * cast-free upper bound (asserted below to really be one). */
+/* (head + momentum, replay rows + labels, per-sample gradient factors of a
+ * batch of up to 1 + n_new + 16 + n_old samples, scratch) */
 #define TOL_LEARNER_MEM_BOUND                                                            \
     (16 * (TOL_LATENT_DIM + 1) * TOL_MODEL_OUTPUTS + 16 * TOL_MODEL_OUTPUTS +            \
-     TOL_REPLAY_CAPACITY * ((TOL_REPLAY_BITS * TOL_LATENT_DIM) / 8 + 10) + 4 * TOL_LATENT_DIM * (1 + TOL_REPLAY_N_NEW) + \
+     TOL_REPLAY_CAPACITY * ((TOL_REPLAY_BITS * TOL_LATENT_DIM) / 8 + 10) +              \
+     4 * (TOL_LATENT_DIM + TOL_MODEL_OUTPUTS + 2) * (1 + TOL_REPLAY_N_NEW + 16 + TOL_REPLAY_N_OLD) + \
      2 * TOL_REPLAY_N_NEW + 1024)
 #if TOL_LEARNER_MEM_BOUND <= TOL_BOARD_RAM2_BYTES
 #define TOL_LEARNER_SECTION __attribute__((section(".ram2")))
