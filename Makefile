@@ -7,7 +7,7 @@ PYTEST    := $(PY) -m pytest
 export PLATFORMIO_CORE_DIR := $(CURDIR)/.pio-core
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup demo test test-fast firmware bench clean help
+.PHONY: setup demo test test-fast firmware bench study clean help
 
 help:
 	@echo "make demo       build the firmware, boot it in QEMU, stream digits, show it learn"
@@ -15,6 +15,7 @@ help:
 	@echo "make test-fast  the quick inner-loop subset (no emulator boots, no TensorFlow)"
 	@echo "make firmware   build every board's firmware with PlatformIO (offline)"
 	@echo "make bench      instruction counts under QEMU -icount -> docs/benchmarks.md"
+	@echo "make study      the forgetting / latent-replay study -> docs/study.md"
 	@echo "make setup      install what is missing (apt packages, .venv, PlatformIO core)"
 
 setup:
@@ -35,6 +36,9 @@ firmware: setup
 
 bench: setup
 	$(VENV)/bin/tinyol bench
+
+study: setup
+	$(PY) -m tinyol.study
 
 clean:
 	rm -rf .pio build
