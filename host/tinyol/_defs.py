@@ -62,6 +62,7 @@ class Msg(enum.IntEnum):
     SET_HEAD = 0x0C
     BENCH = 0x0D
     EXIT = 0x0E
+    REPLAY_ADD = 0x0F
     ERROR = 0x7F
 
 
@@ -80,6 +81,7 @@ MSG_TEXT = {
     Msg.SET_HEAD: "write a slice of the head's weights",
     Msg.BENCH: 'run a cost-measurement region',
     Msg.EXIT: 'end the program (test builds; semihosting exit)',
+    Msg.REPLAY_ADD: 'input + label: store its latent for replay, no training',
     Msg.ERROR: 'error reply: status u8, request type u8, detail u16',
 }
 

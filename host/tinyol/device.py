@@ -211,6 +211,13 @@ class Device:
     def predict(self, x, encoding: str = "int8") -> Result:
         return Result.parse(self.link.request(Msg.PREDICT, struct.pack("<H", NO_LABEL) + self._input(x, encoding)))
 
+    def replay_add(self, x, label: int, encoding: str = "int8") -> tuple[int, int]:
+        """Put the latent of `x` into the replay buffer without training; (fill, capacity)."""
+        if not 0 <= label < 0xFFFF:
+            raise TinyolError(f"label {label} out of range")
+        p = self.link.request(Msg.REPLAY_ADD, struct.pack("<H", label) + self._input(x, encoding))
+        return struct.unpack_from("<HH", p)
+
     def embed(self, x, encoding: str = "int8") -> np.ndarray:
         return np.frombuffer(self.link.request(Msg.EMBED, self._input(x, encoding)), dtype=np.int8).copy()
 

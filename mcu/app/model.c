@@ -533,6 +533,22 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
         TOL_CHECK(req_len == 0u, TOL_ERR_LENGTH);
         tol_learner_reset(&tol_learner);
         return TOL_OK;
+    case TOL_MSG_REPLAY_ADD: {
+        /* label u16 + input: the backbone's latent goes into the replay buffer
+         * through its policy, without training (e.g. pre-training classes) */
+        TOL_CHECK(req_len >= 3u, TOL_ERR_LENGTH);
+        const uint16_t label = tol_get_u16(req);
+        TOL_CHECK(label < TOL_MODEL_OUTPUTS, TOL_ERR_LABEL);
+        TOL_TRY(tol_model_read_input(req + 2, (uint16_t)(req_len - 2u)));
+        TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+        TOL_TRY(tol_learner_replay_add(&tol_learner, tol_latent, label));
+        tol_learner_stats_t st;
+        tol_learner_get_stats(&tol_learner, &st);
+        tol_put_u16(reply, st.replay_fill);
+        tol_put_u16(reply + 2, st.replay_capacity);
+        *reply_len = 4u;
+        return TOL_OK;
+    }
     case TOL_MSG_GET_HEAD:
         return tol_model_get_head(req, req_len, reply, reply_cap, reply_len);
     case TOL_MSG_SET_HEAD:

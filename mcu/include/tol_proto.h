@@ -41,6 +41,7 @@
     X(TOL_MSG_SET_HEAD, 0x0C, "write a slice of the head's weights")                \
     X(TOL_MSG_BENCH,    0x0D, "run a cost-measurement region")                      \
     X(TOL_MSG_EXIT,     0x0E, "end the program (test builds; semihosting exit)")    \
+    X(TOL_MSG_REPLAY_ADD, 0x0F, "input + label: store its latent for replay, no training") \
     X(TOL_MSG_ERROR,    0x7F, "error reply: status u8, request type u8, detail u16")
 
 /* Learner settings addressed by SET/GET: X(name, key, type, description);
