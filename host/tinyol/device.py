@@ -276,14 +276,8 @@ class Device:
 
     def store_status(self) -> tuple[str, int]:
         """(state at boot, seq of the record loaded then) from the end of INFO."""
-        p = self.link.request(Msg.INFO)
-        at = 52
-        for _ in range(2):
-            at += 1 + p[at]
-        if len(p) < at + 5:
-            return "none", 0
-        st, seq = struct.unpack_from("<BI", p, at)
-        return (STORE_STATES[st] if st < len(STORE_STATES) else str(st)), seq
+        info = self.link.info()
+        return info.store, info.store_seq
 
     def set_head(self, w: np.ndarray, b: np.ndarray, active: np.ndarray) -> None:
         """Write the whole head (W [rows, D], b [rows], active [rows]) with SET_HEAD."""
