@@ -23,6 +23,12 @@ def option(env, name, default, env_var):
     return env.GetProjectOption(name, default)
 
 
+def mcu_dir(env):
+    """The firmware sources: this dev-platform lives in <mcu>/platform/<family>, wherever
+    tinyol is (a checkout, or tinyol/_firmware inside an installed package)."""
+    return os.path.realpath(os.path.join(env.PioPlatform().get_dir(), "..", ".."))
+
+
 def configure(env, family, board_id):
     project = env.subst("$PROJECT_DIR")
     model = option(env, "custom_model", "mcu/app/nomodel", "TINYOL_MODEL")
@@ -34,7 +40,10 @@ def configure(env, family, board_id):
         raise SystemExit("tinyol: custom_kernels must be simd or ref, not %r" % kernels)
     test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
 
-    mcu = os.path.join(project, "mcu")
+    mcu = mcu_dir(env)
+    if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
+        raise SystemExit("tinyol: src_dir must be the firmware sources %s (platformio.ini [platformio] "
+                         "src_dir); `tinyol init` writes it" % mcu)
     board_dir = os.path.join(mcu, "boards", family)
     env.Append(
         CPPPATH=[os.path.join(mcu, "include"), board_dir, model_dir],
@@ -56,6 +65,7 @@ def configure(env, family, board_id):
     # the model's generated C (weights, head init); model_data.c is the TFLM
     # flatbuffer for users who run TFLM, not needed by our AOT backbone
     env.BuildSources(os.path.join("$BUILD_DIR", "model"), model_dir, src_filter=["+<*.c>", "-<model_data.c>"])
-    print("tinyol: model=%s kernels=%s test_build=%s" % (os.path.relpath(model_dir, project), kernels,
+    shown = os.path.relpath(model_dir, project) if model_dir.startswith(project + os.sep) else model_dir
+    print("tinyol: model=%s kernels=%s test_build=%s" % (shown, kernels,
                                                        "yes" if test_build else "no"))
     return {"model_dir": model_dir, "kernels": kernels, "test_build": test_build}
