@@ -7,6 +7,12 @@ Project options read from platformio.ini (all optional):
                                       (mcu/app/nomodel: firmware without a model)
   custom_kernels = simd | ref          int8 kernel implementation
   custom_test_build = yes | no         semihosting exit + EXIT message
+  custom_tinyol_firmware = yes | no   no: the project is your own firmware (its
+                                      src_dir, the tinyol library via lib_deps);
+                                      the platform adds only the board support
+                                      (startup, linker script, clock, UART, flash
+                                      HAL; entry point tol_app_main), see
+                                      examples/sensor_learner
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
 TINYOL_TEST_BUILD.
 """
@@ -29,8 +35,32 @@ def mcu_dir(env):
     return os.path.realpath(os.path.join(env.PioPlatform().get_dir(), "..", ".."))
 
 
+def board_support(env, family, board_id, test_build):
+    """Only the board's startup/HAL, for a user firmware that links tinyol as a library."""
+    mcu = mcu_dir(env)
+    board_dir = os.path.join(mcu, "boards", family)
+    env.Append(
+        CPPPATH=[os.path.join(mcu, "include"), board_dir],
+        CPPDEFINES=[("TOL_TEST_BUILD", int(test_build))],
+        CCFLAGS=["-O2", "-g", "-ffunction-sections", "-fdata-sections"] + STRICT,
+        CFLAGS=["-std=c11"],
+    )
+    if family == "stm32l4":
+        exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
+        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", exit_impl, "board_%s.c" % board_id]
+    else:
+        files = ["*.c"]
+    env.BuildSources(os.path.join("$BUILD_DIR", "board"), board_dir, src_filter=["-<*>"] + ["+<%s>" % f for f in files])
+    print("tinyol: board support %s/%s for your firmware (test_build=%s)" % (family, board_id,
+                                                                              "yes" if test_build else "no"))
+    return {"model_dir": None, "kernels": None, "test_build": test_build}
+
+
 def configure(env, family, board_id):
     project = env.subst("$PROJECT_DIR")
+    test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
+    if option(env, "custom_tinyol_firmware", "yes", "TINYOL_FIRMWARE").lower() in ("0", "no", "false"):
+        return board_support(env, family, board_id, test_build)
     model = option(env, "custom_model", "mcu/app/nomodel", "TINYOL_MODEL")
     model_dir = model if os.path.isabs(model) else os.path.join(project, model)
     if not os.path.isfile(os.path.join(model_dir, "config.h")):
@@ -38,7 +68,6 @@ def configure(env, family, board_id):
     kernels = option(env, "custom_kernels", "simd" if family == "stm32l4" else "ref", "TINYOL_KERNELS")
     if kernels not in ("simd", "ref"):
         raise SystemExit("tinyol: custom_kernels must be simd or ref, not %r" % kernels)
-    test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
 
     mcu = mcu_dir(env)
     if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
@@ -53,7 +82,7 @@ def configure(env, family, board_id):
     )
     src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
     if os.path.isfile(os.path.join(model_dir, "backbone.h")):
-        src.append("+<app/model.c>")  # a model directory without backbone.h brings its own glue
+        src += ["+<app/model.c>", "+<embed/>"]  # a model directory without backbone.h brings its own glue
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
