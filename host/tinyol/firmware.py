@@ -139,6 +139,15 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
     if not (model_dir / "config.h").is_file():
         raise TinyolError(f"model directory {cfg.model} has no config.h",
                           hint="export a model first: tinyol export MODEL --out DIR")
+    if (model_dir / "manifest.json").is_file():
+        import json
+
+        from .versions import check_model
+
+        try:
+            check_model(json.loads((model_dir / "manifest.json").read_text()), str(cfg.model))
+        except json.JSONDecodeError:
+            pass  # the firmware needs only the C files; stream/verify report a broken manifest
     proj, ini = ensure_project(echo)
     env = build_env(cfg)
     argv = [*pio_command(), "run", "-d", str(proj), "-c", str(ini), "-e", cfg.board]
