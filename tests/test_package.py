@@ -39,12 +39,12 @@ def test_paths_resolve_against_current_directory(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from tinyol.cli import group
-    from tinyol.options import _resolve_model
+    from tinyol.options import resolve_model_option
     from tinyol.paths import example_model, firmware_root
 
     monkeypatch.chdir(tmp_path)
-    assert _resolve_model(None, None, "models/mine") == str(tmp_path / "models" / "mine")
-    assert _resolve_model(None, None, None) == str(example_model("digits"))
+    assert resolve_model_option(None, None, "models/mine") == str(tmp_path / "models" / "mine")
+    assert resolve_model_option(None, None, None) == str(example_model("digits"))
     assert (firmware_root() / "mcu" / "src" / "tol_app.c").is_file()
     # build and stream agree: a model that is not here is not silently taken from the checkout
     r = CliRunner().invoke(group, ["build", "--board", "native", "--model", "models/digits"],

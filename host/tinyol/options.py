@@ -22,7 +22,7 @@ def port_option(required: bool = True):
                              "or `auto` (first ST-Link virtual COM port).")
 
 
-def _resolve_model(ctx, param, value):
+def resolve_model_option(ctx, param, value):
     """--model: a path relative to the current directory; unset = the shipped digits example."""
     from .paths import example_model, user_path
 
@@ -30,7 +30,7 @@ def _resolve_model(ctx, param, value):
 
 
 def model_option():
-    return click.option("--model", "-m", default=None, metavar="DIR", callback=_resolve_model,
+    return click.option("--model", "-m", default=None, metavar="DIR", callback=resolve_model_option,
                         help="Model directory written by `tinyol export`, relative to the current "
                              "directory.  [default: the digits example shipped with tinyol]")
 
