@@ -65,6 +65,10 @@ def test_init_creates_a_project(tmp_path, monkeypatch):
     assert (d / "models/digits/config.h").is_file() and (d / "tinyol.toml").is_file()
     assert (d / ".pio-core/packages/tool-scons/scons.py").is_file()
     assert main(["init", "proj"]) != 0  # never overwrites a project
+    (d / "platformio.ini").write_text(ini.replace("custom_model = models/digits", "custom_model = models/x"))
+    assert main(["init", "--update", "proj"]) == 0  # keeps board and model, refreshes paths
+    new = (d / "platformio.ini").read_text()
+    assert "default_envs = nucleo_l432kc" in new and "custom_model = models/x" in new
 
 
 # ------------------------------------------------------------------- the wheel, end to end

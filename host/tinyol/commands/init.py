@@ -1,6 +1,7 @@
 """`tinyol init`: create a user project that builds tinyol firmware offline."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -64,7 +65,8 @@ GITIGNORE = ".pio/\n.pio-core/\nbuild/\n"
 @board_option()
 @click.option("--update", is_flag=True,
               help="Only rewrite platformio.ini of an existing project (after reinstalling tinyol).")
-def cmd(directory, board, update):
+@click.pass_context
+def cmd(ctx, directory, board, update):
     """Create a tinyol project in DIRECTORY: platformio.ini, tinyol.toml, models/, README.md.
 
     \b
@@ -81,7 +83,12 @@ def cmd(directory, board, update):
         if not (d / "platformio.ini").is_file():
             raise TinyolError(f"{d} is not a tinyol project (no platformio.ini)",
                               hint=f"create one: tinyol init {directory}")
-        (d / "platformio.ini").write_text(project_ini_text(model, board))
+        old = (d / "platformio.ini").read_text()
+        if ctx.get_parameter_source("board") != click.core.ParameterSource.COMMANDLINE:
+            m = re.search(r"^default_envs\s*=\s*(\S+)", old, re.M)
+            board = m[1] if m else board  # keep the project's board
+        m = re.search(r"^custom_model\s*=\s*(.+?)\s*$", old, re.M)
+        (d / "platformio.ini").write_text(project_ini_text(m[1] if m else model, board))
         click.echo(f"updated {d / 'platformio.ini'}")
         return
     if d.exists() and any(d.iterdir()):
