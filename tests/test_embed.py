@@ -152,6 +152,11 @@ def _pio_build(env: str) -> Path:
     assert "tinyol library: model=" in out
     assert f"kernels={'ref' if env == 'native' else 'simd'}" in out
     build = EXAMPLE / ".pio" / "build" / env
+    if env != "native":  # the user's firmware links the learner, not our protocol or main loop
+        linked = (build / "firmware.map").read_text()
+        assert "tinyol_predict" in linked and "tol_learner_learn" in linked
+        for absent in ("tol_app_feed", "tol_proto_parse", "tol_cobs_", "tol_model_handle"):
+            assert absent not in linked, absent
     return build / ("firmware" if env == "native" else "firmware.elf")
 
 

@@ -52,6 +52,14 @@ def test_paths_resolve_against_current_directory(tmp_path, monkeypatch):
     assert r.exception is not None and "models/digits has no config.h" in str(r.exception)
 
 
+def test_library_manifest_matches_the_release():
+    from tinyol import __version__
+
+    lib = json.loads((ROOT / "mcu" / "library.json").read_text())
+    assert lib["version"] == __version__ and lib["name"] == "tinyol"
+    assert "-<src/tol_app.c>" in lib["build"]["srcFilter"]
+
+
 def test_init_creates_a_project(tmp_path, monkeypatch):
     from tinyol.cli import main
 
