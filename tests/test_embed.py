@@ -211,3 +211,26 @@ def test_example_firmware_links_the_library_and_learns(target):
     assert preds == ref_preds
     assert confs == [int(np.float32(c) * np.float32(1e6)) for c in ref_confs]
     assert _accuracy_new(preds, y) > 0.5
+
+
+@pytest.mark.slow
+def test_cmake_static_library_learns_like_the_reference(tmp_path):
+    """The plain-C layout (docs/embedding.md, examples/cmake): a static library with CMake."""
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    if not shutil.which("cmake"):
+        pytest.skip("cmake not installed")
+    b = tmp_path / "build"
+    for argv in (["cmake", "-S", ROOT / "examples/cmake", "-B", b, f"-DTINYOL_MODEL={DIGITS}"],
+                 ["cmake", "--build", b, "-j2"]):
+        p = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    model, Xq, y = _stream()
+    data = b"".join(np.asarray(x, np.int8).tobytes() + bytes([int(t)]) for x, t in zip(Xq, y))
+    out = subprocess.run([str(b / "tinyol_stdin")], input=data, capture_output=True, timeout=120).stdout
+    lines = out.decode().split("\n")
+    preds = [int(l.split()[1]) for l in lines if l.startswith("pred")]
+    confs = [np.float32(float(l.split()[2])) for l in lines if l.startswith("pred")]
+    ref_preds, ref_confs = _reference(model, Xq, y)
+    assert preds == ref_preds
+    assert [c.tobytes() for c in confs] == [np.float32(c).tobytes() for c in ref_confs]
+    assert f"seen {N_STREAM}" in lines
