@@ -155,6 +155,7 @@ class Board:
     def push(self, head: Head) -> int: raise NotImplementedError
     def save(self) -> None: ...
     def evaluate(self, shard: Shard) -> float: raise NotImplementedError
+    def prefill(self, shard: Shard) -> None: raise NotImplementedError
 
 
 class DeviceBoard(Board):
@@ -230,6 +231,15 @@ class DeviceBoard(Board):
     def save(self) -> None:
         self._d().save()
 
+    def prefill(self, shard: Shard) -> None:
+        """REPLAY_ADD every sample: fill the board's replay buffer without training."""
+        from .device import quantize
+        from .stream import model_input_q
+        q = model_input_q(self.manifest)
+        dev = self._d()
+        for x, label in zip(shard.X, shard.y):
+            dev.replay_add(quantize(np.ravel(x), *q), int(label))
+
     def evaluate(self, shard: Shard) -> float:
         from .stream import Stream
         st = Stream(self._d(), self.manifest, mode="eval", window=self.window, timeout=self.timeout,
@@ -270,6 +280,10 @@ class TwinBoard(Board):
         self.lrn.head.load(head.w, head.b, head.active)
         self.lrn.pending = []
         return head.nbytes
+
+    def prefill(self, shard: Shard) -> None:
+        for q, label in zip(shard.Q, shard.y):
+            self.lrn.replay_add(q, int(label))
 
     def evaluate(self, shard: Shard) -> float:
         from .commands.simulate import evaluate
@@ -413,6 +427,8 @@ def make_strategy(name: str, initial: Head, *, min_boards: int = 1, accept_failu
               initial_parameters=ndarrays_to_parameters(initial.to_ndarrays()))
     if name == "fedprox":
         kw["proximal_mu"] = 0.0  # the board's learner has no proximal term; aggregation is FedAvg's
+    if name == "fedavgm":
+        kw["server_momentum"] = 0.9  # Flower's default 0 would make it FedAvg
     return classes[name](**kw)
 
 
@@ -447,6 +463,7 @@ class Member:
     alive: bool = False
     client: object = None
     accuracy: float | None = None
+    prefill: Shard | None = None  # put into its replay buffer (REPLAY_ADD) when the fleet starts
 
 
 @dataclass
@@ -558,6 +575,8 @@ class Fleet:
                 if self.revive is not None and not first:
                     self.revive(m)
                 self._attach(m, first)
+                if first and m.prefill is not None and len(m.prefill):
+                    m.board.prefill(m.prefill)
                 return None
             except (TinyolError, OSError) as e:
                 m.alive = False
@@ -741,7 +760,8 @@ def head_accuracy(head: Head, Q: np.ndarray, y: np.ndarray, latent_q: tuple[floa
 
 def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard, cfg: FleetConfig, *,
                           learn_mode: str | None = None, num_cpus: int = 2,
-                          on_event: Callable[[str, dict], None] | None = None) -> list[dict]:
+                          on_event: Callable[[str, dict], None] | None = None,
+                          prefills: list[Shard | None] | None = None) -> list[dict]:
     """The same rounds in Flower's simulation engine (Ray): one numpy twin per virtual board.
 
     Each virtual board keeps its learner (head, replay buffer, PRNG, stream position)
@@ -770,6 +790,9 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
             board = pickle.loads(context.state["tinyol"]["board"])
         else:
             board = make_twin(model, f"twin{pid}", learn_mode=learn_mode)
+            if prefills is not None and prefills[pid] is not None:
+                board.prefill(prefills[pid])
+
         def keep(client):  # the board's RAM survives to the next round
             context.state["tinyol"] = ConfigRecord({"board": pickle.dumps(client.board)})
         return board_client(board, shards[pid], use_latents=True, eval_shard=eval_shard,

@@ -110,6 +110,11 @@ def latents_fn(model_dir: str):
               help="Held-out set for per-board and fleet accuracy ('' to skip).")
 @click.option("--split", default="classes:2", show_default=True,
               help="iid, or classes:C (each board sees only C classes: non-IID).")
+@click.option("--prefill", default=None, metavar="SOURCE",
+              help="Put samples of this source into every board's replay buffer first (REPLAY_ADD), "
+                   "e.g. digits:0-4@train: the classes the backbone was trained on.")
+@click.option("--prefill-n", type=click.IntRange(1), default=100, show_default=True,
+              help="Samples of --prefill per board (a different random draw for each).")
 @click.option("--every", "-k", "k", type=click.IntRange(1), default=20, show_default=True,
               help="Samples each board learns per round (aggregate every k samples).")
 @click.option("--rounds", type=click.IntRange(1), default=None, help="Stop after R rounds (default: "
@@ -137,7 +142,7 @@ def latents_fn(model_dir: str):
               help="Requests in flight per board.")
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
-def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, split, k, rounds, strategy,
+def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
         learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
         timeout, as_json):
     """Drive a fleet of boards: each learns from its own stream; every round the
@@ -172,6 +177,16 @@ def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, spl
     if eval_spec:
         ev = load_shards(eval_spec, 1, "iid", seed, latents_of=latents_of)[0]
         eval_shard = ev
+    prefills = [None] * n
+    if prefill:
+        from ..datasets import load_source
+        from ..fleet import Shard
+        Xp, yp, _ = load_source(prefill)
+        Qp = latents_of(Xp) if latents_of is not None else None
+        rng = np.random.default_rng(seed + 1)
+        for i in range(n):
+            pick = rng.choice(len(yp), min(prefill_n, len(yp)), replace=False)
+            prefills[i] = Shard(Xp[pick], yp[pick], None if Qp is None else Qp[pick])
     for i, s in enumerate(shards):
         if len(s) == 0:
             raise TinyolError(f"board {i} gets no samples from {data} with --split {split}",
@@ -200,7 +215,7 @@ def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, spl
     try:
         if simulation:
             records = F.run_flower_simulation(model, shards, eval_shard, cfg, learn_mode=learn_mode,
-                                              on_event=on_event)
+                                              on_event=on_event, prefills=prefills)
         else:
             from .simulate import load_model
             m = load_model(model)
@@ -215,7 +230,7 @@ def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, spl
                     urls = [resolve_port(u) for u in ports]
                 boards = [F.DeviceBoard(f"board{i}", u, manifest, window=window, timeout=timeout,
                                         learn_mode=learn_mode, model_dir=model) for i, u in enumerate(urls)]
-            members = [F.Member(b, s) for b, s in zip(boards, shards)]
+            members = [F.Member(b, s, prefill=p) for b, s, p in zip(boards, shards, prefills)]
             revive = (lambda mem: pool.revive(members.index(mem))) if pool else None
             fleet = F.Fleet(members, initial, cfg, eval_shard=eval_shard, state_dir=state_dir,
                             on_event=on_event, revive=revive)
