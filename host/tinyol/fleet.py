@@ -639,7 +639,9 @@ class Fleet:
         if self.strategy is not None and len(results) >= self.cfg.min_boards:
             new = aggregate(self.strategy, r, results, failures)
         # per-board accuracy of the local heads, before they are overwritten
-        evaluate = self.cfg.eval_every and r % self.cfg.eval_every == 0
+        last = (self.cfg.rounds is not None and r >= self.cfg.rounds) or \
+            all(m.pos >= len(m.shard) for m in self.members)
+        evaluate = bool(self.cfg.eval_every) and (r % self.cfg.eval_every == 0 or last)
         if self.eval_shard is not None and evaluate:
             self._eval_local(rows)
         self.round = r
@@ -761,7 +763,8 @@ def head_accuracy(head: Head, Q: np.ndarray, y: np.ndarray, latent_q: tuple[floa
 def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard, cfg: FleetConfig, *,
                           learn_mode: str | None = None, num_cpus: int = 2,
                           on_event: Callable[[str, dict], None] | None = None,
-                          prefills: list[Shard | None] | None = None) -> list[dict]:
+                          prefills: list[Shard | None] | None = None,
+                          ray_address: str | None = None) -> list[dict]:
     """The same rounds in Flower's simulation engine (Ray): one numpy twin per virtual board.
 
     Each virtual board keeps its learner (head, replay buffer, PRNG, stream position)
@@ -800,7 +803,7 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
 
     def fit_config(r: int) -> dict:
         return {"target": r * cfg.k, "start": (r - 1) * cfg.k, "push": int(cfg.strategy != "none" and r > 1),
-                "round": r, "evaluate": int(bool(cfg.eval_every) and r % cfg.eval_every == 0)}
+                "round": r, "evaluate": int(bool(cfg.eval_every) and (r % cfg.eval_every == 0 or r == rounds))}
 
     def fit_metrics(results):
         r = fit_metrics.round = getattr(fit_metrics, "round", 0) + 1
@@ -829,9 +832,11 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
             setattr(strat, k, v)
         return ServerAppComponents(strategy=strat, config=ServerConfig(num_rounds=rounds))
 
+    # Flower hands init_args to ray.init: a local Ray with num_cpus, or a running cluster's address
+    init_args = {"address": ray_address} if ray_address else {"num_cpus": num_cpus}
     run_simulation(ServerApp(server_fn=server_fn), ClientApp(client_fn=client_fn), num_supernodes=n,
                    backend_config={"client_resources": {"num_cpus": 1},
-                                   "init_args": {"num_cpus": num_cpus, "include_dashboard": False}})
+                                   "init_args": {**init_args, "include_dashboard": False}})
     return log
 
 

@@ -103,6 +103,8 @@ def latents_fn(model_dir: str):
               help="N numpy twins of the board in this process (no hardware).")
 @click.option("--simulation", type=click.IntRange(1, 100000), default=None, metavar="N",
               help="N numpy twins in Flower's simulation engine (Ray).")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="--simulation: run on this Ray cluster (e.g. auto, after `ray start`) instead of a local Ray.")
 @model_option()
 @click.option("--data", "-d", default="digits:5-9@train", show_default=True, metavar="SOURCE",
               help="The stream the boards share out (tinyol stream's sources).")
@@ -142,7 +144,7 @@ def latents_fn(model_dir: str):
               help="Requests in flight per board.")
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
-def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
+def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
         learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
         timeout, as_json):
     """Drive a fleet of boards: each learns from its own stream; every round the
@@ -163,6 +165,9 @@ def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, spl
     if len(chosen) != 1:
         raise TinyolError("choose the boards: --port URL (repeated), --emulate N, --twins N or --simulation N",
                           hint="exactly one of them")
+    if save and emulate and emulator == "qemu":
+        raise TinyolError("--save needs a flash the board can write; QEMU's is read-only",
+                          hint="use --emulator native (its flash is a file in --state)")
     if resume and state_dir is None:
         raise TinyolError("--resume needs --state DIR (where the checkpoint is)")
     echo = (lambda *a, **kw: None) if as_json else click.echo
@@ -215,7 +220,7 @@ def cmd(ports, emulate, emulator, twins, simulation, model, data, eval_spec, spl
     try:
         if simulation:
             records = F.run_flower_simulation(model, shards, eval_shard, cfg, learn_mode=learn_mode,
-                                              on_event=on_event, prefills=prefills)
+                                              on_event=on_event, prefills=prefills, ray_address=ray_address)
         else:
             from .simulate import load_model
             m = load_model(model)
