@@ -141,6 +141,49 @@ def test_twin_fleet_equals_numpy_oracle():
         assert labels <= set(s.classes) and buf.fill == min(30, buf.capacity)
 
 
+class GoneTwin(F.TwinBoard):
+    """A twin whose link dies in round 2 after 3 samples and never comes back."""
+
+    def __init__(self, *a, fleet_ref, **kw):
+        super().__init__(*a, **kw)
+        self.fleet_ref, self.gone = fleet_ref, False
+
+    def connect(self):
+        if self.gone:
+            raise F.TinyolError("cannot open serial port")
+
+    def learn(self, rows):
+        if self.fleet_ref[0].round + 1 == 2:
+            rows = list(rows)[:3]
+            super().learn(rows)
+            self.gone = True
+            raise F.TinyolError("the device went away")
+        return super().learn(rows)
+
+
+def test_board_that_never_returns_does_not_hold_the_fleet_up():
+    model = load_model(MODEL)
+    shards = synthetic_shards(model, 3, 24, classes=[[5, 6], [7, 8], [9, 5]])
+    ref = [None]
+    boards = [F.make_twin(model, "board0"), GoneTwin("board1", F.make_twin(model, "").lrn, fleet_ref=ref),
+              F.make_twin(model, "board2")]
+    events = []
+    fleet = F.Fleet([F.Member(b, s) for b, s in zip(boards, shards)], initial_head(model),
+                    F.FleetConfig(k=8, use_latents=True, eval_every=0, max_absent=2),
+                    on_event=lambda kind, d: events.append((kind, d.get("board"))))
+    ref[0] = fleet
+    log = fleet.run()
+    fleet.close()
+    # board0/board2 finish their 24 samples in 3 rounds; the fleet waits for board1 while it
+    # is absent fewer than max_absent rounds in a row (rounds 3 and 4), then stops
+    assert len(log) == 4
+    assert log[0]["aggregated_from"] == ["board0", "board1", "board2"]
+    assert log[1]["aggregated_from"] == ["board0", "board2"] and log[1]["boards"]["board1"]["status"] == "dropped"
+    assert "board1" not in log[2]["boards"] and log[2]["aggregated_from"] == ["board0", "board2"]
+    assert not log[3]["aggregated"] and log[3]["weights"] == {"board0": 0, "board2": 0}
+    assert events.count(("absent", "board1")) == 2 and ("dropped", "board1") in events
+
+
 def test_cli_needs_one_kind_of_board(capsys):
     assert main(["fleet"]) == 1
     assert "choose the boards" in capsys.readouterr().err

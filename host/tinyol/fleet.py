@@ -464,6 +464,7 @@ class Member:
     client: object = None
     accuracy: float | None = None
     prefill: Shard | None = None  # put into its replay buffer (REPLAY_ADD) when the fleet starts
+    absent: int = 0          # rounds in a row it could not be reached
 
 
 @dataclass
@@ -476,6 +477,7 @@ class FleetConfig:
     save: bool = False              # SAVE on every board before the PUSH
     eval_every: int = 1             # evaluate per-board and fleet accuracy every N rounds (0: at the end)
     use_latents: bool = False       # twins learn from latents
+    max_absent: int = 3             # a board unreachable this many rounds in a row no longer holds the fleet up
 
 
 class Fleet:
@@ -566,7 +568,7 @@ class Fleet:
                 m.holds = self.version
             m.boot = boot
         m.client.base = m.base
-        m.alive = True
+        m.alive, m.absent = True, 0
 
     def attach_all(self, first: bool) -> None:
         """Connect every board that is not connected (all of them at the start)."""
@@ -580,6 +582,7 @@ class Fleet:
                 return None
             except (TinyolError, OSError) as e:
                 m.alive = False
+                m.absent += 1
                 m.board.close()
                 return e
         todo = [m for m in self.members if not m.alive]
@@ -591,7 +594,7 @@ class Fleet:
 
     # -- one round
     def _fit(self, m: Member, target: int):
-        push = int(m.holds != self.version)
+        push = int(self.strategy is not None and m.holds != self.version)
         params = self.global_head.to_ndarrays() if push else []
         cfg = {"target": target, "start": m.pos, "push": push, "round": self.round + 1}
         arrays, n, metrics = m.client.fit(params, cfg)
@@ -603,7 +606,7 @@ class Fleet:
     def done(self) -> bool:
         if self.cfg.rounds is not None and self.round >= self.cfg.rounds:
             return True
-        return all(m.pos >= len(m.shard) for m in self.members)
+        return all(m.pos >= len(m.shard) or m.absent >= self.cfg.max_absent for m in self.members)
 
     def run_round(self) -> dict:
         r = self.round + 1
@@ -640,7 +643,7 @@ class Fleet:
             new = aggregate(self.strategy, r, results, failures)
         # per-board accuracy of the local heads, before they are overwritten
         last = (self.cfg.rounds is not None and r >= self.cfg.rounds) or \
-            all(m.pos >= len(m.shard) for m in self.members)
+            all(m.pos >= len(m.shard) or m.absent >= self.cfg.max_absent for m in self.members)
         evaluate = bool(self.cfg.eval_every) and (r % self.cfg.eval_every == 0 or last)
         if self.eval_shard is not None and evaluate:
             self._eval_local(rows)

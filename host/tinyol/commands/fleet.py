@@ -203,6 +203,9 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
             if logf:
                 logf.write(json.dumps(d, default=F._jsonable) + "\n")
             echo(_round_line(d))
+            if n <= 8:
+                for name, b in sorted(d["boards"].items()):
+                    echo("    " + _board_line(name, b))
         elif kind == "dropped":
             echo(f"  {d['board']} dropped ({d.get('phase', 'fit')}): {d['error'].splitlines()[0]}")
         elif kind == "absent":
@@ -285,6 +288,18 @@ def _round_line(d: dict) -> str:
     dropped = [n for n, b in boards.items() if b.get("status") != "ok"]
     if dropped:
         parts.append("dropped " + ",".join(dropped))
+    return ", ".join(parts)
+
+
+def _board_line(name: str, b: dict) -> str:
+    if b.get("status") != "ok":
+        return f"{name}: dropped ({b.get('error', '')})"
+    parts = [f"{name}: +{b.get('learned', 0)} samples -> position {b.get('position')}"]
+    if b.get("learned"):
+        parts.append(f"prequential {b['correct'] / b['learned']:.2f}")
+    if b.get("accuracy") is not None:
+        parts.append(f"own head {b['accuracy']:.3f}")
+    parts.append(f"pull {b.get('bytes_pull', 0)} B")
     return ", ".join(parts)
 
 
