@@ -349,12 +349,16 @@ def _make_client_class():
             if self.hook is not None:
                 rows = self.hook(self.board, rows)
             learned = self.board.learn(rows)
+            seen = self.board.samples_seen()
+            if pos < target and seen - self.base != target:  # every sample exactly once, or no result
+                raise TinyolError(f"{self.board.name}: its sample counter says position {seen - self.base}, "
+                                  f"expected {target} after learning from {pos}")
             head, bytes_pull = self.board.pull()
-            n = max(0, min(target, len(self.shard)) - start)
+            n = max(0, target - start)
             self.last = {"learned": learned.samples, "correct": learned.correct,
                          "bytes_stream": learned.bytes_stream, "bytes_pull": bytes_pull,
-                         "bytes_push": bytes_push, "position": target,
-                         "samples_seen": self.board.samples_seen(), "seconds": time.monotonic() - t0}
+                         "bytes_push": bytes_push, "position": max(pos, target),
+                         "samples_seen": seen, "seconds": time.monotonic() - t0}
             if self.eval_shard is not None and int(config.get("evaluate", 0)):
                 self.last["accuracy"] = float(self.board.evaluate(self.eval_shard))
             if self.cid is not None:

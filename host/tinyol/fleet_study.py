@@ -155,9 +155,10 @@ def main(argv=None) -> int:
     ap.add_argument("--per", type=int, default=20, help="--large: samples per board")
     ap.add_argument("--every", type=int, default=10, help="--large: k")
     ap.add_argument("--engine", default="flower", choices=["flower", "host"], help="--large: where")
+    ap.add_argument("--strategies", default="none,fedavg,fedadam", help="--large: which")
     a = ap.parse_args(argv)
     if a.large:
-        rows = large(a.model, a.large, a.per, a.every, engine=a.engine)
+        rows = large(a.model, a.large, a.per, a.every, engine=a.engine, strategies=a.strategies.split(","))
         print("| boards | engine | strategy | rounds | board's own head (mean, min-max) | fleet aggregate | seconds |")
         print("|--:|---|---|--:|---|---|--:|")
         for r in rows:
