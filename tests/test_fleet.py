@@ -184,6 +184,57 @@ def test_board_that_never_returns_does_not_hold_the_fleet_up():
     assert events.count(("absent", "board1")) == 2 and ("dropped", "board1") in events
 
 
+@pytest.mark.parametrize("strategy", ["fedadam", "fedavgm"])
+def test_host_restart_keeps_the_strategys_state(tmp_path, strategy):
+    """Server optimizers keep moments between rounds; a resumed host must carry them on.
+    Twins stand for boards that kept running while the host restarted."""
+    model = load_model(MODEL)
+    shards = synthetic_shards(model, 3, 24, classes=[[5, 6], [7, 8], [9, 5]])
+
+    def fleet_of(boards, state, on_event=None):
+        return F.Fleet([F.Member(b, s) for b, s in zip(boards, shards)], initial_head(model),
+                       F.FleetConfig(k=6, strategy=strategy, use_latents=True, eval_every=0),
+                       state_dir=state, on_event=on_event)
+
+    ref = fleet_of([F.make_twin(model, f"board{i}") for i in range(3)], tmp_path / "ref")
+    ref.run()
+    ref.close()
+
+    class HostDies(BaseException):
+        pass
+
+    def die(kind, d):
+        if kind == "aggregated" and d["round"] == 2:
+            raise HostDies()
+    boards = [F.make_twin(model, f"board{i}") for i in range(3)]
+    first = fleet_of(boards, tmp_path / "run", die)
+    with pytest.raises(HostDies):
+        first.run()
+    first.close()
+    again = fleet_of(boards, tmp_path / "run")
+    log = again.run(resume=True)
+    again.close()
+    assert len(log) == 4
+    assert np.array_equal(again.global_head.w, ref.global_head.w)
+    assert np.array_equal(again.global_head.b, ref.global_head.b)
+    for b, m in zip(boards, ref.members):
+        assert np.array_equal(b.lrn.head.w, m.board.lrn.head.w)
+
+
+def test_resume_refuses_another_strategy(tmp_path):
+    model = load_model(MODEL)
+    shards = synthetic_shards(model, 2, 6)
+    f = F.Fleet([F.Member(F.make_twin(model, f"board{i}"), s) for i, s in enumerate(shards)], initial_head(model),
+                F.FleetConfig(k=6, use_latents=True, eval_every=0), state_dir=tmp_path)
+    f.run()
+    f.close()
+    g = F.Fleet([F.Member(F.make_twin(model, f"board{i}"), s) for i, s in enumerate(shards)], initial_head(model),
+                F.FleetConfig(k=6, strategy="fedmedian", use_latents=True, eval_every=0), state_dir=tmp_path)
+    with pytest.raises(F.TinyolError, match="ran strategy fedavg"):
+        g.run(resume=True)
+    g.close()
+
+
 def test_cli_needs_one_kind_of_board(capsys):
     assert main(["fleet"]) == 1
     assert "choose the boards" in capsys.readouterr().err

@@ -511,15 +511,25 @@ class Fleet:
         return self.state_dir / STATE_FILE if self.state_dir else None
 
     def checkpoint(self) -> None:
+        """Write the fleet's state: the aggregate (a file per version), the strategy's own
+        state (server momentum, Adam moments), then the JSON that names them (atomic)."""
         p = self._state_path()
         if p is None:
             return
+        import pickle
         p.parent.mkdir(parents=True, exist_ok=True)
-        head = self.state_dir / "global_head.npz"
-        tmp = head.with_suffix(".tmp.npz")
-        np.savez(tmp, W=self.global_head.w, b=self.global_head.b, active=self.global_head.active)
-        os.replace(tmp, head)
+        head = self.state_dir / f"global_head_r{self.version}.npz"
+        if not head.exists():
+            tmp = self.state_dir / "global_head.tmp.npz"
+            np.savez(tmp, W=self.global_head.w, b=self.global_head.b, active=self.global_head.active)
+            os.replace(tmp, head)
+        strat = self.state_dir / f"strategy_r{self.version}.pkl"
+        if self.strategy is not None and not strat.exists():
+            tmp = strat.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps({k: v for k, v in vars(self.strategy).items() if not callable(v)}))
+            os.replace(tmp, strat)
         state = {"round": self.round, "version": self.version, "pending_push": self.pending_push,
+                 "head_file": head.name, "strategy_file": strat.name if self.strategy is not None else None,
                  "strategy": self.cfg.strategy, "k": self.cfg.k,
                  "members": {m.board.name: {"base": m.base, "pos": m.pos, "seen": m.seen, "boot": m.boot,
                                             "holds": m.holds} for m in self.members},
@@ -527,15 +537,31 @@ class Fleet:
         tmp = p.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, default=_jsonable))
         os.replace(tmp, p)
+        for old in list(self.state_dir.glob("global_head_r*.npz")) + list(self.state_dir.glob("strategy_r*.pkl")):
+            if old.name not in (head.name, strat.name):
+                old.unlink(missing_ok=True)
 
     def resume(self) -> bool:
         """Load the checkpoint if there is one; True when resumed."""
+        import pickle
         p = self._state_path()
         if p is None or not p.is_file():
             return False
-        state = json.loads(p.read_text())
-        z = np.load(self.state_dir / "global_head.npz")
-        self.global_head = Head(z["W"], z["b"], z["active"].astype(bool))
+        try:
+            state = json.loads(p.read_text())
+            z = np.load(self.state_dir / state["head_file"])
+            head = Head(z["W"], z["b"], z["active"].astype(bool))
+            strat = pickle.loads((self.state_dir / state["strategy_file"]).read_bytes()) \
+                if state.get("strategy_file") else None
+        except (OSError, ValueError, KeyError, pickle.UnpicklingError) as e:
+            raise TinyolError(f"cannot resume from {self.state_dir}: {e}",
+                              hint="start a new fleet (a new --state directory, or leave out --resume)") from None
+        if state.get("strategy") != self.cfg.strategy:
+            raise TinyolError(f"the fleet in {self.state_dir} ran strategy {state.get('strategy')}, not "
+                              f"{self.cfg.strategy}", hint=f"resume with --strategy {state.get('strategy')}")
+        self.global_head = head
+        if strat is not None and self.strategy is not None:
+            vars(self.strategy).update(strat)
         self.round, self.version = int(state["round"]), int(state["version"])
         self.pending_push = list(state.get("pending_push", []))
         self.log = list(state.get("log", []))
