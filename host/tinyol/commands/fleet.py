@@ -172,6 +172,9 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         raise TinyolError("--resume needs --state DIR (where the checkpoint is)")
     echo = (lambda *a, **kw: None) if as_json else click.echo
     manifest = load_manifest(model)
+    if manifest["head"]["mode"] not in ("classifier", 0):
+        raise TinyolError(f"{model} has an {manifest['head']['mode']} head; fleets average classifier heads",
+                          hint="an anomaly threshold is per board (docs/fleet.md)")
     cfg = F.FleetConfig(k=k, rounds=rounds, strategy=strategy, min_boards=min_boards,
                         accept_failures=not strict, save=save, eval_every=eval_every,
                         use_latents=bool(twins or simulation))
