@@ -8,7 +8,6 @@ identical fleet that never stopped. Native targets are the devices.
 from __future__ import annotations
 
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -18,10 +17,8 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install 
 
 from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
-from tinyol import learner as L  # noqa: E402
 from tinyol.cli import main  # noqa: E402
 from tinyol.commands.simulate import learner_settings, load_model, make_learner  # noqa: E402
-from tinyol.device import Device  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 
@@ -251,8 +248,7 @@ def program(firmware):
 @pytest.fixture(scope="module")
 def digits_shards():
     """Digits 5-9 split non-IID over 3 boards, with TFLM latents for the numpy oracle."""
-    from tinyol.commands.fleet import latents_fn, load_shards
-    return load_shards("digits:5-9@train", 3, "classes:2", 0, latents_of=latents_fn(MODEL))
+    return F.load_shards("digits:5-9@train", 3, "classes:2", 0, latents_of=F.latents_fn(MODEL))
 
 
 class Targets:

@@ -29,7 +29,6 @@ aggregate; a board ahead of the checkpoint (the host died mid-round) keeps its h
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import json
 import math
 import os
@@ -50,11 +49,10 @@ STATE_FILE = "fleet_state.json"
 def require_flower():
     """Import flwr or explain how to install it."""
     try:
-        import flwr  # noqa: F401
+        import flwr
     except ImportError:
         raise TinyolError("Flower (flwr) is not installed",
                           hint="pip install 'tinyol[fleet]' (make setup installs it)") from None
-    import flwr
     return flwr
 
 
@@ -130,6 +128,26 @@ def split_non_iid(y: np.ndarray, n_boards: int, spec: str = "iid", seed: int = 0
         for board, chunk in zip(who, np.array_split(idx, len(who))):
             parts[board].extend(chunk.tolist())
     return [rng.permutation(np.asarray(p, np.int64)) for p in parts]
+
+
+def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) -> list[Shard]:
+    """Load a source and deal it out to n boards (split_non_iid); Q = latents_of(X) if given."""
+    from .datasets import load_source
+    X, y, _ = load_source(data)
+    Q = latents_of(X) if latents_of is not None else None
+    parts = split_non_iid(y, n, split, seed)
+    return [Shard(X[p], y[p], None if Q is None else Q[p], sorted(set(int(v) for v in y[p]))) for p in parts]
+
+
+def latents_fn(model_dir: str):
+    """X -> the board's int8 latents (TFLM's runtime on the backbone; inputs quantized as the host does)."""
+    from .commands.simulate import latents, load_model
+    from .device import quantize
+    model = load_model(model_dir)
+
+    def f(X):
+        return latents(model, np.stack([quantize(x, *model.input_q) for x in X.reshape(len(X), -1)]))
+    return f
 
 
 # --------------------------------------------------------------------------- boards
@@ -853,7 +871,6 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
         return 1.0 - acc, {"accuracy": acc}
 
     def server_fn(context):
-        from flwr.server import strategy as S
         name = "fedavg" if cfg.strategy == "none" else cfg.strategy
         strat = make_strategy(name, initial, min_boards=n)
         kw = dict(min_fit_clients=n, min_evaluate_clients=n, min_available_clients=n, fraction_evaluate=0.0,

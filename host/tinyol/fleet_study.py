@@ -22,7 +22,6 @@ import time
 import numpy as np
 
 from . import fleet as F
-from .commands.fleet import latents_fn
 from .commands.simulate import load_model
 
 OLD, NEW = list(range(5)), list(range(5, 10))
@@ -52,7 +51,7 @@ PREFILL_N = 100  # latents of the pre-training classes 0-4 in each board's buffe
 
 def data(model_dir: str):
     from .datasets import load_source
-    f = latents_fn(model_dir)
+    f = F.latents_fn(model_dir)
     X, y, _ = load_source("digits:5-9@train")
     Xo, yo, _ = load_source("digits:0-4@train")
     Xe, ye, _ = load_source("digits@test")

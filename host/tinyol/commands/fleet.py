@@ -9,7 +9,6 @@ docs/fleet.md describes it and the study.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -70,26 +69,6 @@ class EmulatedPool:
         for t in self.targets:
             if t is not None:
                 t.stop()
-
-
-def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None):
-    from ..datasets import load_source
-    from ..fleet import Shard, split_non_iid
-    X, y, _ = load_source(data)
-    Q = latents_of(X) if latents_of is not None else None
-    parts = split_non_iid(y, n, split, seed)
-    return [Shard(X[p], y[p], None if Q is None else Q[p], sorted(set(int(v) for v in y[p]))) for p in parts]
-
-
-def latents_fn(model_dir: str):
-    """X -> the board's int8 latents (TFLM's runtime on the backbone; inputs quantized as the host does)."""
-    from ..commands.simulate import latents, load_model
-    from ..device import quantize
-    model = load_model(model_dir)
-
-    def f(X):
-        return latents(model, np.stack([quantize(x, *model.input_q) for x in X.reshape(len(X), -1)]))
-    return f
 
 
 @click.command("fleet")
@@ -179,11 +158,11 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
                         accept_failures=not strict, save=save, eval_every=eval_every,
                         use_latents=bool(twins or simulation))
     n = len(ports) or emulate or twins or simulation
-    latents_of = latents_fn(model) if (twins or simulation) else None
-    shards = load_shards(data, n, split, seed, latents_of=latents_of)
+    latents_of = F.latents_fn(model) if (twins or simulation) else None
+    shards = F.load_shards(data, n, split, seed, latents_of=latents_of)
     eval_shard = None
     if eval_spec:
-        ev = load_shards(eval_spec, 1, "iid", seed, latents_of=latents_of)[0]
+        ev = F.load_shards(eval_spec, 1, "iid", seed, latents_of=latents_of)[0]
         eval_shard = ev
     prefills = [None] * n
     if prefill:
