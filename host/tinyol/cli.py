@@ -32,6 +32,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "load": ("persist", "Ask the device to reload its learned state from flash."),
     "pull": ("persist", "Copy a device's learned head to an .npz file."),
     "push": ("persist", "Copy a head from an .npz file onto a device."),
+    "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
 }
 
 
