@@ -92,7 +92,8 @@ typedef struct {
  * multiplier already contains 1/(h*w) (computed on the host as TFLM does). */
 typedef struct {
     int32_t h, w, c;
-    int32_t requant;               /* 0: integer mean, 1: rescale */
+    int32_t requant;               /* 0: integer mean, 1: rescale (TFLM's int8 MEAN
+                                      always rescales: codegen emits 1) */
     int32_t input_zp, output_zp;   /* zero points */
     int32_t mult, shift;           /* requant only */
 } tol_mean_params_t;
