@@ -927,7 +927,7 @@ _REFUSED_HINTS = {
     "RSQRT": "LayerNormalization is not supported: use BatchNormalization or a Normalization layer first",
     "POW": "use relu, relu6, tanh, sigmoid, leaky_relu or hard_swish",
     "SQUARED_DIFFERENCE": "LayerNormalization is not supported: use BatchNormalization or a Normalization layer first",
-    "TRANSPOSE": "keep the data channels-last inside the model; transpose samples on the host (tinyol --layout)",
+    "TRANSPOSE": "keep the data channels-last inside the model; transpose samples on the host",
     "TRANSPOSE_CONV": "upsample with UpSampling + Conv, or keep the decoder in float on the host",
     "RESIZE_NEAREST_NEIGHBOR": "resize the input on the host",
     "RESIZE_BILINEAR": "resize the input on the host",
