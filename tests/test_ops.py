@@ -279,3 +279,22 @@ def test_imu_model_exports_from_keras(tmp_path):
     man = export_model(str(src), str(tmp_path / "out"))
     assert "MEAN" in man["ops"] and man["latent"]["dim"] == 16
     assert_bit_exact(tmp_path / "out" / "backbone.tflite", "simd", tmp_path / "c", n=8)
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+@pytest.mark.parametrize("name", ["bn_first", "activations_mix", "concat_branches", "softmax_out"])
+def test_user_models_on_cortex_m4(models, tmp_path, name):
+    """Both kernel sets cross-built for Cortex-M4 and run in QEMU (real DSP instructions,
+    e.g. the SMLAL requantization of MUL/ADD by a constant) == TFLM bit for bit."""
+    from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
+
+    if not have_qemu_m4():
+        pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
+    path = _user_model(models, name)
+    shape = USER_MODELS[name][1]
+    x = random_inputs(shape, 3, seed=9)
+    want = codegen.run_tflm(path, x).reshape(3, -1)
+    for impl in IMPLS:
+        got, _ = run_on_m4(path, impl, x, tmp_path, count=False)
+        np.testing.assert_array_equal(got, want, err_msg=impl)

@@ -194,3 +194,15 @@ def test_sigmoid_head_is_refused_with_hint(tmp_path):
     with pytest.raises(TinyolError) as ei:
         export_model(str(src), str(tmp_path / "o"))
     assert "LOGISTIC" in str(ei.value) and "Dense(2)+softmax" in ei.value.hint
+
+
+def test_keras_sigmoid_head_is_refused_with_hint(tmp_path):
+    from tinyol.export import export_model
+
+    inp = keras.Input((10,))
+    x = layers.Dense(8, activation="relu")(inp)
+    keras.Model(inp, layers.Dense(1, activation="sigmoid", name="out")(x)).save(tmp_path / "bin.keras")
+    with pytest.raises(TinyolError) as ei:
+        export_model(str(tmp_path / "bin.keras"), str(tmp_path / "o"))
+    assert "'out'" in str(ei.value) and "sigmoid" in str(ei.value)
+    assert ei.value.hint == "a sigmoid head becomes Dense(2)+softmax"

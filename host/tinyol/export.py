@@ -284,7 +284,9 @@ def find_split(model, split: str | int | None):
     act = getattr(head.activation, "__name__", str(head.activation))
     if act not in ("linear", "softmax"):
         raise TinyolError(f"head layer {head.name!r} has activation {act!r}; the device head is linear "
-                          f"(+softmax for classes)")
+                          f"(+softmax for classes)",
+                          hint="a sigmoid head becomes Dense(2)+softmax" if act == "sigmoid"
+                          else "make the last Dense linear or softmax; keep other activations in the backbone")
     if len(head.input.shape) != 2:
         raise TinyolError(f"head layer {head.name!r} takes a {len(head.input.shape) - 1}-D input; it "
                           f"must take a flat vector (add Flatten before it)")
