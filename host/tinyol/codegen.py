@@ -827,8 +827,8 @@ def _lower_softmax(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     if x.size != y.size or not x.shape:
         gen.fail(op, "SOFTMAX input and output shapes differ")
     depth = int(x.shape[-1])
-    if depth >= 4096:
-        gen.fail(op, f"SOFTMAX over {depth} values is not supported (at most 4095)")
+    if depth > 511:  # the Q12.19 sum must stay < 2^28: TFLM checks its output shift <= 31
+        gen.fail(op, f"SOFTMAX over {depth} values is not supported (at most 511)")
     try:
         table = T.softmax_exp_table(_scale(x), float(np.float32(op.options.get("beta", 1.0))))
     except T.Unsupported as e:

@@ -174,7 +174,7 @@ typedef struct {
  * sum in Q12.19, gemmlowp reciprocal, output = RDBPOT(recip * exp, bits) - 128. */
 typedef struct {
     int32_t rows;                  /* product of all but the last dimension, >= 1 */
-    int32_t depth;                 /* last dimension, 1..4095 */
+    int32_t depth;                 /* last dimension, 1..511 (sum of exps < 2^28) */
     const int32_t *exp_table;      /* [256]: exp(beta * scale * -d) in Q0.31 for
                                       d = row max - x; 0 where TFLM skips (d beyond diff_min) */
 } tol_softmax_params_t;
