@@ -98,11 +98,11 @@ def _cli(args, capsys) -> tuple[int, str]:
     return rc, capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_zoo_classifier_learns_a_new_class(tmp_path, capsys):
+def _trained_kws_with_new_class(tmp_path, capsys):
     """A briefly trained DS-CNN (3 synthetic classes; random weights give a constant latent),
-    converted to full int8, exported with room for one more class; then a stream of two known
-    classes and a new one (label 12) through the reference learner: the new class is learned."""
+    converted to full int8 and exported with room for one more class; returns the export dir,
+    the simulate results on a stream of two known classes and a new one (label 12), and that
+    stream (X, y)."""
     import tensorflow as tf
 
     shape = SHAPES["ds_cnn"]
@@ -139,10 +139,43 @@ def test_zoo_classifier_learns_a_new_class(tmp_path, capsys):
 
     assert main(["simulate", "--model", str(out), "--data", str(data), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
+    return out, res, X, np.array([0, 1, 2, 12])[y]
+
+
+@pytest.mark.slow
+def test_zoo_classifier_learns_a_new_class(tmp_path, capsys):
+    """tinyol simulate (the reference learner) on the exported classifier learns label 12."""
+    _, res, _, _ = _trained_kws_with_new_class(tmp_path, capsys)
     per = {int(k): v for k, v in res["final_per_class"].items()}
     assert per[12] >= 0.9 and per[0] >= 0.9 and per[1] >= 0.9, res["final_per_class"]
     pre = {int(k): v for k, v in res["prequential_per_class"].items()}
     assert pre[12] >= 0.6, res["prequential_per_class"]   # learned while streaming, from zero rows
+
+
+@pytest.mark.slow
+def test_zoo_classifier_on_the_native_target(tmp_path, capsys, firmware):
+    """The exported classifier in the real firmware (native target): `tinyol verify` finds its
+    backbone bit-exact with TFLM, and `tinyol stream --train` of the new-class stream gives the
+    reference learner's predictions, sample for sample."""
+    from _stream_util import reference_run
+    from tinyol import emulator
+    from tinyol.cli import main
+
+    out, _, X, y = _trained_kws_with_new_class(tmp_path, capsys)
+    fw = firmware("native", model=str(out))
+    with emulator.start_native(fw.program, timeout=120) as t:
+        assert main(["verify", "--port", t.url, "--model", str(out), "--n", "24", "--random", "--json"]) == 0
+        v = json.loads(capsys.readouterr().out)
+        assert v["samples"] == 24 and v["mismatched_samples"] == 0, v
+        data = tmp_path / "kws_stream.npz"
+        np.savez(data, X=X[:120], y=y[:120])
+        log = tmp_path / "run.jsonl"
+        assert main(["stream", "--port", t.url, "--model", str(out), "--data", str(data), "--train",
+                     "--log", str(log), "--no-progress"]) == 0
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    ref = reference_run(str(out), X[:120], y[:120])
+    assert [r["prediction"] for r in recs] == ref["predictions"].tolist()
+    assert np.mean(ref["predictions"][-40:] == y[80:120]) >= 0.8
 
 
 def _tiny_classifier(tmp_path, last_activation=None, tail_softmax=True):
