@@ -298,3 +298,33 @@ def test_user_models_on_cortex_m4(models, tmp_path, name):
     for impl in IMPLS:
         got, _ = run_on_m4(path, impl, x, tmp_path, count=False)
         np.testing.assert_array_equal(got, want, err_msg=impl)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", IMPLS)
+def test_new_kernels_sanitizers_clean(models, tmp_path, impl):
+    """The new kernels under AddressSanitizer/UBSan on full-range random inputs: no
+    out-of-bounds access, no undefined shift or overflow."""
+    import subprocess
+
+    from _kernel_util import MCU_INC, STRICT, kernel_sources
+
+    main = tmp_path / "main.c"
+    main.write_text(
+        "#include <stdlib.h>\n#include \"backbone.h\"\n"
+        "int main(void)\n{\n"
+        "    static int8_t in[TOL_BACKBONE_INPUT_SIZE], out[TOL_BACKBONE_LATENT_SIZE];\n"
+        "    srand(3);\n"
+        "    for (int n = 0; n < 20; ++n) {\n"
+        "        for (int i = 0; i < TOL_BACKBONE_INPUT_SIZE; ++i) in[i] = (int8_t)(n < 2 ? (n ? 127 : -128) : (rand() & 0xff));\n"
+        "        if (tol_backbone_invoke(in, out) != TOL_OK) return 2;\n"
+        "    }\n    return 0;\n}\n")
+    for name in ("activations_mix", "concat_branches", "softmax_rows", "normalization_first"):
+        gen = tmp_path / name
+        codegen.generate_backbone(_user_model(models, name), gen, name)
+        exe = tmp_path / f"{name}_{impl}"
+        subprocess.run(["gcc", *STRICT, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                        f"-I{MCU_INC}", f"-I{gen}", str(main), str(gen / "backbone.c"),
+                        *map(str, kernel_sources(impl)), "-o", str(exe)], check=True)
+        r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (name, r.stderr[-2000:])
