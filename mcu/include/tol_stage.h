@@ -131,6 +131,7 @@ typedef struct {
     uint8_t *active;             /* [rows] */
     uint16_t n_pending;
     uint32_t samples_seen, updates, rejected;
+    uint32_t push_fill;          /* staged image bytes (tol_stage_push_write), 0 = none */
 } tol_stage_t;
 
 /* Parameters of one layer (weights + biases) and of a whole stage. */
@@ -180,6 +181,8 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st);
  * the layer list, settings, PRNG, counters) then params, active flags, class
  * counts, the queue, [momentum], [replay rows, labels, class_seen, count]. */
 #define TOL_STAGE_STATE_HEADER 72u
+#define TOL_STAGE_STATE_REPLAY 0x01u   /* parts: include the replay buffer */
+#define TOL_STAGE_STATE_MOMENTUM 0x02u /* parts: include the momentum buffers */
 uint32_t tol_stage_state_bytes(const tol_stage_t *S, uint8_t parts);
 void tol_stage_state_read(const tol_stage_t *S, uint8_t parts, uint32_t offset, uint8_t *dst,
                           uint32_t n);
@@ -195,6 +198,23 @@ tol_status_t tol_stage_state_write(tol_stage_t *S, uint8_t parts, uint32_t offse
 /* Step 3: validate (finite parameters, flags and labels in range); on error
  * reset to the exported parameters and return TOL_ERR_RANGE. */
 tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts);
+
+/* ---- the stage image (GET_STAGE / SET_STAGE, `tinyol pull` / `push`): every
+ * parameter (float32 LE, params[] order) then the last layer's active flags
+ * (uint8[rows]); tol_stage_image_bytes() = 4 P + rows. */
+uint32_t tol_stage_image_bytes(const tol_stage_t *S);
+/* Copy image bytes [offset, offset + n) to dst; TOL_ERR_RANGE outside the image. */
+tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n);
+/* Stage-then-commit: write image bytes into a staging copy (the gradient and
+ * delta buffers, scratch between updates), in order: offset 0 starts a new
+ * image, every later write must continue at the staged length
+ * (TOL_ERR_RANGE otherwise). Nothing live changes. Any predict / learn /
+ * reset discards the staged bytes. */
+tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t *src, uint32_t n);
+/* Apply a completely staged image: TOL_ERR_RANGE if it is incomplete or a flag
+ * is not 0/1, TOL_ERR_NONFINITE on NaN/Inf (the live stage unchanged in both
+ * cases); else parameters and flags replaced, momentum and queue cleared. */
+tol_status_t tol_stage_push_commit(tol_stage_t *S);
 
 /* Checksum of a layer list (FNV-1a over the descriptors' fields): which
  * stage a stored state belongs to. */

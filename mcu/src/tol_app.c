@@ -34,6 +34,14 @@ __attribute__((weak)) tol_store_status_t tol_model_store_status(void)
     return none;
 }
 
+/* INFO's adaptive-stage block: mcu/app/model_stage.c provides it; other firmware has none. */
+__attribute__((weak)) uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap)
+{
+    (void)out;
+    (void)cap;
+    return 0u;
+}
+
 /* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */
 
 static size_t tol_app_append(char *dst, size_t at, size_t cap, const char *s)
@@ -136,6 +144,7 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
     p[at] = store.state;
     tol_put_u32(p + at + 1u, store.seq);
     at += 5u;
+    at += tol_model_info_stage(p + at, (uint16_t)(TOL_APP_MAX_REPLY - at)); /* docs/adaptive.md */
     *len = (uint16_t)at;
     return TOL_OK;
 }

@@ -227,6 +227,7 @@ void tol_stage_reset(tol_stage_t *S)
     memset(S->probs, 0, (size_t)S->rows * sizeof(float));
     if (c->replay_capacity > 0u) tol_replay_clear(&S->replay);
     S->n_pending = 0;
+    S->push_fill = 0;
     S->samples_seen = 0;
     S->updates = 0;
     S->rejected = 0;
@@ -559,6 +560,7 @@ tol_status_t tol_stage_predict_f(tol_stage_t *S, const float *latent, int32_t *l
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    S->push_fill = 0; /* the forward pass overwrites the staging buffers */
     int32_t best = -1;
     float conf = 0.0f;
     const float *z = tol_stage_forward_(S, latent);
@@ -615,6 +617,7 @@ tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t lab
     TOL_CHECK(label < S->rows, TOL_ERR_LABEL);
     TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
     if (S->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
+    S->push_fill = 0;
     const int newly = S->active[label] ? 0 : 1;
     tol_stage_activate_(S, label);
     float *slot = &S->queue[(size_t)S->n_pending * S->latent];
@@ -676,8 +679,6 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
 /* ---- persistence ------------------------------------------------------------------------- */
 
 #define TOL_STAGE_STATE_MAGIC 0x31475453u /* "STG1" */
-#define TOL_STAGE_STATE_REPLAY 0x01u        /* = TOL_LEARNER_STATE_REPLAY */
-#define TOL_STAGE_STATE_MOMENTUM 0x02u      /* = TOL_LEARNER_STATE_MOMENTUM */
 #define TOL_STAGE_MAX_SEGS 10u
 
 typedef struct {
@@ -950,4 +951,77 @@ tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts)
     const tol_status_t s = tol_stage_state_check_(S, tol_stage_parts_(S, parts));
     if (s != TOL_OK) tol_stage_reset(S);
     return s;
+}
+
+/* ---- the stage image ------------------------------------------------------------------ */
+
+uint32_t tol_stage_image_bytes(const tol_stage_t *S)
+{
+    return 4u * S->n_params + S->rows;
+}
+
+/* Copy image bytes [offset, offset+n) (in range) between buf and params/flags. */
+static void tol_stage_image_copy_(float *params, uint8_t *flags, uint32_t n_params, uint32_t offset,
+                                  uint8_t *buf, uint32_t n, int write)
+{
+    const uint32_t pb = 4u * n_params;
+    if (offset < pb && n > 0u) {
+        const uint32_t m = pb - offset < n ? pb - offset : n;
+        uint8_t *p = (uint8_t *)(void *)params + offset;
+        if (write) {
+            memcpy(p, buf, m);
+        } else {
+            memcpy(buf, p, m);
+        }
+        buf += m;
+        offset += m;
+        n -= m;
+    }
+    if (n > 0u) {
+        if (write) {
+            memcpy(flags + (offset - pb), buf, n);
+        } else {
+            memcpy(buf, flags + (offset - pb), n);
+        }
+    }
+}
+
+tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n)
+{
+    const uint32_t total = tol_stage_image_bytes(S);
+    TOL_CHECK(offset <= total && n <= total - offset, TOL_ERR_RANGE);
+    TOL_CHECK(n == 0u || dst != NULL, TOL_ERR_ARG);
+    tol_stage_image_copy_(S->params, S->active, S->n_params, offset, dst, n, 0);
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t *src, uint32_t n)
+{
+    const uint32_t total = tol_stage_image_bytes(S);
+    TOL_CHECK(n == 0u || src != NULL, TOL_ERR_ARG);
+    TOL_CHECK(offset == 0u || offset == S->push_fill, TOL_ERR_RANGE);
+    TOL_CHECK(n <= total - offset, TOL_ERR_RANGE);
+    tol_stage_image_copy_(S->grads, (uint8_t *)(void *)S->delta[0], S->n_params, offset,
+                          (uint8_t *)(uintptr_t)src, n, 1);
+    S->push_fill = offset + n;
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_push_commit(tol_stage_t *S)
+{
+    TOL_CHECK(S->push_fill == tol_stage_image_bytes(S), TOL_ERR_RANGE);
+    const uint8_t *flags = (const uint8_t *)(const void *)S->delta[0];
+    uint16_t active = 0;
+    for (uint16_t r = 0; r < S->rows; r++) {
+        TOL_CHECK(flags[r] <= 1u, TOL_ERR_RANGE);
+        active = (uint16_t)(active + flags[r]);
+    }
+    TOL_CHECK(tol_stage_finite_(S->grads, S->n_params), TOL_ERR_NONFINITE);
+    memcpy(S->params, S->grads, (size_t)S->n_params * sizeof(float));
+    memcpy(S->active, flags, S->rows);
+    S->n_active = active;
+    if (S->mom != NULL) memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
+    S->n_pending = 0;
+    S->push_fill = 0;
+    return TOL_OK;
 }

@@ -44,7 +44,10 @@ def configure(env, family, board_id):
     )
     src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
     if os.path.isfile(os.path.join(model_dir, "backbone.h")):
-        src.append("+<app/model.c>")  # a model directory without backbone.h brings its own glue
+        # a model directory without backbone.h brings its own glue; one with an adaptive
+        # stage (export --split before the head: stage_init.c) uses the stage glue
+        staged = os.path.isfile(os.path.join(model_dir, "stage_init.c"))
+        src.append("+<app/model_stage.c>" if staged else "+<app/model.c>")
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
