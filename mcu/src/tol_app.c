@@ -243,6 +243,8 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
     case TOL_MSG_REPLAY_ADD:
     case TOL_MSG_SAVE:
     case TOL_MSG_LOAD:
+    case TOL_MSG_GET_STAGE:
+    case TOL_MSG_SET_STAGE:
         return tol_model_handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
                                 (uint16_t)TOL_APP_MAX_REPLY, len);
     default:
