@@ -230,32 +230,3 @@ def test_stage_gradient_vs_finite_differences(stage):
         assert abs(fd - g[k]) < 2e-2 * max(1.0, abs(fd)), (k, fd, g[k])
     st.params = base
     assert checked >= 5
-
-
-@pytest.mark.tf
-@pytest.mark.slow
-def test_stage_forward_matches_keras():
-    """The stage's forward pass computes what the Keras layers compute (float32 tolerance)."""
-    keras = pytest.importorskip("keras")
-    from tinyol.export import stage_from_keras
-
-    inp = keras.Input((4, 4, 3))
-    h = keras.layers.Conv2D(4, 1, activation="relu6")(inp)
-    h = keras.layers.DepthwiseConv2D(3, strides=2, padding="same", depth_multiplier=2)(h)
-    h = keras.layers.BatchNormalization()(h)
-    h = keras.layers.ReLU()(h)
-    h = keras.layers.Conv2D(5, 3, padding="valid")(h) if False else h
-    h = keras.layers.Flatten()(h)
-    h = keras.layers.Dropout(0.2)(h)
-    out = keras.layers.Dense(CMAX)(h)
-    model = keras.Model(inp, out)
-    rng = np.random.default_rng(0)
-    bn = model.layers[3]
-    bn.set_weights([rng.uniform(0.5, 1.5, 8), rng.normal(0, 0.2, 8), rng.normal(0, 0.2, 8),
-                    rng.uniform(0.5, 1.5, 8)])
-    layers, params = stage_from_keras(model, model.layers[1], model.layers[-1])
-    st = Stage(StageConfig(layers=layers, init_params=params, init_classes=CMAX))
-    x = rng.uniform(0, 2, size=(5, 4, 4, 3)).astype(np.float32)
-    ref = model(x, training=False).numpy()
-    got = np.stack([st.forward(xi.ravel())[-1] for xi in x])
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

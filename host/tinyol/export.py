@@ -686,21 +686,33 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             elif classes > W.shape[0]:
                 W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
                 b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
-        echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
-             f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
-        if board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
-            rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
-            check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
-                                       replay_capacity=replay_capacity, replay_bits=replay_bits,
-                                       weights_bytes=0), arena_known=False)
+        if first is None:
+            echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
+                 f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
         if first is not None:
             if head_mode != "classifier":
                 raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
             from .stage_export import stage_from_keras
 
             stage = stage_from_keras(model, first, head)
-            echo(f"adaptive stage from {first.name!r}: "
+            echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
+                 f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in stage[0]))
+        if board is not None and stage is not None:  # fail fast, before quantizing
+            from .stage_export import grow_rows, memory_for, stage_budget
+
+            rows = max(max_classes or 0, W.shape[0])
+            mem0 = memory_for(grow_rows(*stage, rows)[0], dict(
+                replay_capacity=replay_capacity, replay_bits=replay_bits,
+                replay_n_new=replay_n_new, momentum=momentum))
+            stage_check_budget(board, stage_budget(budget(
+                arena_bytes=0, max_rows=rows, dim=W.shape[1], replay_capacity=replay_capacity,
+                replay_bits=replay_bits, weights_bytes=0), mem0, 0))
+        elif board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
+            rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
+            check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
+                                       replay_capacity=replay_capacity, replay_bits=replay_bits,
+                                       weights_bytes=0), arena_known=False)
         backbone = keras.Model(model.inputs, (first or head).input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
