@@ -206,31 +206,40 @@ def _group(keys: np.ndarray, n_keys: int) -> np.ndarray:
     return table
 
 
+def _pair(table: np.ndarray, ia: np.ndarray, na: int, ib: np.ndarray, nb: int):
+    """Index arrays into a+[-0.0] and b+[1.0] for each table entry (missing: the sentinels,
+    whose product -0.0 leaves a float32 sum unchanged)."""
+    t = np.maximum(table, 0)
+    # transposed ([entry, key]): the sums run down axis 0, one vector add per entry
+    return (np.ascontiguousarray(np.where(table >= 0, ia[t], na).T),
+            np.ascontiguousarray(np.where(table >= 0, ib[t], nb).T))
+
+
 class _Tables:
-    """Grouped connection tables of one linear layer."""
+    """Grouped connection tables of one linear layer, as gather indices."""
 
     def __init__(self, l: Layer):
         o, i, w = _connections(l)
-        self.o, self.i, self.w = o, i, w
-        self.fwd = _group(o, l.out_size)
-        self.gw = _group(w, l.n_weights)
-        self.dx = _group(i, l.in_size)
-        # bias gradient: outputs in order, grouped by channel
-        outs = np.arange(l.out_size)
-        self.gb = _group(outs % l.out_c, l.out_c)
+        nw, ni, no = l.n_weights, l.in_size, l.out_size
+        self.fwd = _pair(_group(o, no), w, nw, i, ni)      # w[.] * x[.]
+        self.gw = _pair(_group(w, nw), o, no, i, ni)       # d[.] * x[.]
+        self.dx = _pair(_group(i, ni), o, no, w, nw)       # d[.] * w[.]
+        outs = np.arange(no)
+        self.gb = _pair(_group(outs % l.out_c, l.out_c), outs, no, np.zeros(no, np.int64), 1)
 
 
-def _terms(table: np.ndarray, a: np.ndarray, ia: np.ndarray, b: np.ndarray,
-           ib: np.ndarray) -> np.ndarray:
-    t = np.maximum(table, 0)
-    prod = (a[ia[t]] * b[ib[t]]).astype(F32)
-    return np.where(table >= 0, prod, F32(-0.0)).astype(F32)
+_NEG0 = np.array([-0.0], F32)
+_ONE = np.array([1.0], F32)
+
+
+def _terms(idx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.concatenate([a, _NEG0])[idx[0]] * np.concatenate([b, _ONE])[idx[1]]
 
 
 def _acc(first: np.ndarray, terms: np.ndarray) -> np.ndarray:
-    """first[k] + terms[k, 0] + terms[k, 1] + ... left to right (float32)."""
-    m = np.concatenate([np.asarray(first, F32)[:, None], terms], axis=1)
-    return np.add.accumulate(m, axis=1, dtype=F32)[:, -1]
+    """first[k] + terms[0, k] + terms[1, k] + ... left to right (float32)."""
+    m = np.concatenate([np.asarray(first, F32)[None, :], terms], axis=0)
+    return np.add.accumulate(m, axis=0, dtype=F32)[-1]
 
 
 def _act(act: int, v: np.ndarray) -> np.ndarray:
@@ -373,7 +382,7 @@ class Stage:
             return (s * (F32(1.0) / F32(npx))).astype(F32)
         w, b = self.layer_params(i)
         bias = b[np.arange(l.out_size) % l.out_c]
-        return _act(l.act, _acc(bias, _terms(t.fwd, w, t.w, x, t.i)))
+        return _act(l.act, _acc(bias, _terms(t.fwd, w, x)))
 
     def forward(self, x) -> list[np.ndarray]:
         """Every layer's output for latent x (float[latent]); the last is the logits."""
@@ -416,13 +425,10 @@ class Stage:
             gw = g[off:off + l.n_weights]
             gb = g[off + l.n_weights:off + l.n_params]
             w = self.params[off:off + l.n_weights]
-            g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, tb.o, inp, tb.i))
-            outs_idx = np.arange(l.out_size)
-            g[off + l.n_weights:off + l.n_params] = _acc(gb, _terms(tb.gb, d, outs_idx,
-                                                                    np.ones(1, F32),
-                                                                    np.zeros(l.out_size, int)))
+            g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, inp))
+            g[off + l.n_weights:off + l.n_params] = _acc(gb, _terms(tb.gb, d, _ONE))
             if i > 0:
-                d = _acc(np.zeros(l.in_size, F32), _terms(tb.dx, d, tb.o, w, tb.w))
+                d = _acc(np.zeros(l.in_size, F32), _terms(tb.dx, d, w))
 
     def _step(self) -> bool:
         s = self.settings
