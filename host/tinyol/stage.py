@@ -271,6 +271,10 @@ class StageConfig:
     settings: Settings = dataclasses.field(default_factory=Settings)
 
     @property
+    def n_outputs(self) -> int:
+        return self.layers[-1].out_c
+
+    @property
     def nbytes(self) -> int:
         return stage_bytes(self.layers, self.replay_capacity, self.replay_bits, self.max_new,
                            self.max_old, self.no_momentum)
