@@ -137,3 +137,30 @@ def test_qemu_stream_equals_twin(firmware, digits_stream, reference):
             image = dev.get_stage()
     _check(recs, reference, n)
     assert len(image) == 4 * reference["learner"].n_params + 10
+
+
+def test_cli_pull_push_info_for_a_stage(native_fw, digits_stream, tmp_path, capsys):
+    """`tinyol pull` / `push` move the whole stage; `tinyol info` shows it."""
+    from tinyol.cli import main
+
+    X, y = digits_stream
+    with emulator.start_native(native_fw.program, timeout=120) as t:
+        with Device.open(t.url) as dev:
+            stream(dev, X[:40], y[:40], MANIFEST, mode="train", window=1)
+            learned = dev.get_stage()
+        assert main(["pull", "--port", t.url, "--out", str(tmp_path / "stage.npz")]) == 0
+        with Device.open(t.url) as dev:
+            dev.reset()
+            assert dev.get_stage() != learned
+        assert main(["push", "--port", t.url, "--in", str(tmp_path / "stage.npz")]) == 0
+        with Device.open(t.url) as dev:
+            assert dev.get_stage() == learned
+        # a one-layer head file is not a stage: the device refuses it with one clear error
+        capsys.readouterr()
+        assert main(["push", "--port", t.url, "--in",
+                     str(ROOT / "models/digits/head_init.npz"), "--force"]) != 0
+        assert "adaptive stage of 2 layers" in capsys.readouterr().err
+        assert main(["info", "--port", t.url]) == 0
+        out = capsys.readouterr().out
+        assert f"2 layers, {MANIFEST['stage']['params']} parameters" in out
+    assert bytes(np.load(tmp_path / "stage.npz")["stage_image"]) == learned
