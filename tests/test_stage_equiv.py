@@ -230,3 +230,48 @@ def test_stage_gradient_vs_finite_differences(stage):
         assert abs(fd - g[k]) < 2e-2 * max(1.0, abs(fd)), (k, fd, g[k])
     st.params = base
     assert checked >= 5
+
+
+def test_stage_diverged_update_changes_nothing(lib):
+    """An update that would overflow is refused whole, in C and numpy alike."""
+    cfg = make_cfg(STAGES["dense_dense"], no_momentum=True,
+                   settings=Settings(lr=3e38, mode=MODE_SGD, n_old=0))
+    py, cl = Stage(cfg), CStage(lib, cfg)
+    q, y, _ = make_stream(np.random.default_rng(4), 5, 24, CMAX, classes=[6])
+    before = cl.params
+    for s in (py, cl):
+        with pytest.raises(LearnerError, match="TOL_ERR_DIVERGED"):
+            s.learn(q[0], 6)
+    np.testing.assert_array_equal(cl.params, before)
+    np.testing.assert_array_equal(py.params, before)
+    assert not cl.active[6] and not py.active[6]
+    assert cl.stats()["rejected"] == py.stats()["rejected"] == 1
+
+
+def test_stage_init_refuses_bad_configs(lib):
+    import ctypes as C
+
+    cfg = make_cfg(STAGES["conv3x3_same_gap"])
+    cs = CStage(lib, cfg)
+    state = C.create_string_buffer(lib.shim_sizeof_stage())
+    mem = np.zeros(cs.nbytes // 4 + 1, np.uint32)
+    # one byte short: TOL_ERR_OVERFLOW
+    assert lib.tol_stage_init(state, mem.ctypes.data, cs.nbytes - 1, C.byref(cs.ccfg)) == 16
+    # a chain whose shapes do not follow each other: TOL_ERR_ARG
+    bad = [dense(24, 16, ACT_RELU), dense(15, CMAX)]
+    with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+        CStage(lib, make_cfg(bad[:1] + [dense(16, CMAX, ACT_RELU)]))  # last layer with ReLU
+    with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+        Stage(make_cfg(bad[:1] + [dense(16, CMAX, ACT_RELU)]))
+
+
+def test_stage_compiles_for_cortex_m4():
+    import shutil
+    import subprocess
+
+    from _learner_util import ARM, MCU, STRICT
+    gcc = shutil.which("arm-none-eabi-gcc")
+    if gcc is None:
+        pytest.skip("arm-none-eabi-gcc not installed")
+    subprocess.run([gcc, *STRICT, *ARM, f"-I{MCU / 'include'}", "-c", str(MCU / "src/tol_stage.c"),
+                    "-o", "/dev/null"], check=True)
