@@ -17,6 +17,7 @@ from .errors import TinyolError
 
 # verb -> (module, one-line help shown in `tinyol --help`)
 VERBS: dict[str, tuple[str, str]] = {
+    "init": ("init", "Create a project folder (platformio.ini, tinyol.toml, models/) that builds offline."),
     "export": ("export", "Split a Keras model; write the int8 backbone, C code and head."),
     "build": ("build", "Build the firmware for a board with PlatformIO (offline)."),
     "flash": ("flash", "Build and upload the firmware to a board."),
@@ -31,6 +32,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "load": ("persist", "Ask the device to reload its learned state from flash."),
     "pull": ("persist", "Copy a device's learned head to an .npz file."),
     "push": ("persist", "Copy a head from an .npz file onto a device."),
+    "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
 }
 
 

@@ -7,6 +7,12 @@ Project options read from platformio.ini (all optional):
                                       (mcu/app/nomodel: firmware without a model)
   custom_kernels = simd | ref          int8 kernel implementation
   custom_test_build = yes | no         semihosting exit + EXIT message
+  custom_tinyol_firmware = yes | no   no: the project is your own firmware (its
+                                      src_dir, the tinyol library via lib_deps);
+                                      the platform adds only the board support
+                                      (startup, linker script, clock, UART, flash
+                                      HAL; entry point tol_app_main), see
+                                      examples/sensor_learner
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
 TINYOL_TEST_BUILD.
 """
@@ -23,8 +29,38 @@ def option(env, name, default, env_var):
     return env.GetProjectOption(name, default)
 
 
+def mcu_dir(env):
+    """The firmware sources: this dev-platform lives in <mcu>/platform/<family>, wherever
+    tinyol is (a checkout, or tinyol/_firmware inside an installed package)."""
+    return os.path.realpath(os.path.join(env.PioPlatform().get_dir(), "..", ".."))
+
+
+def board_support(env, family, board_id, test_build):
+    """Only the board's startup/HAL, for a user firmware that links tinyol as a library."""
+    mcu = mcu_dir(env)
+    board_dir = os.path.join(mcu, "boards", family)
+    env.Append(
+        CPPPATH=[os.path.join(mcu, "include"), board_dir],
+        CPPDEFINES=[("TOL_TEST_BUILD", int(test_build))],
+        CCFLAGS=["-O2", "-g", "-ffunction-sections", "-fdata-sections"] + STRICT,
+        CFLAGS=["-std=c11"],
+    )
+    if family == "stm32l4":
+        exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
+        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", exit_impl, "board_%s.c" % board_id]
+    else:
+        files = ["*.c"]
+    env.BuildSources(os.path.join("$BUILD_DIR", "board"), board_dir, src_filter=["-<*>"] + ["+<%s>" % f for f in files])
+    print("tinyol: board support %s/%s for your firmware (test_build=%s)" % (family, board_id,
+                                                                              "yes" if test_build else "no"))
+    return {"model_dir": None, "kernels": None, "test_build": test_build}
+
+
 def configure(env, family, board_id):
     project = env.subst("$PROJECT_DIR")
+    test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
+    if option(env, "custom_tinyol_firmware", "yes", "TINYOL_FIRMWARE").lower() in ("0", "no", "false"):
+        return board_support(env, family, board_id, test_build)
     model = option(env, "custom_model", "mcu/app/nomodel", "TINYOL_MODEL")
     model_dir = model if os.path.isabs(model) else os.path.join(project, model)
     if not os.path.isfile(os.path.join(model_dir, "config.h")):
@@ -32,9 +68,11 @@ def configure(env, family, board_id):
     kernels = option(env, "custom_kernels", "simd" if family == "stm32l4" else "ref", "TINYOL_KERNELS")
     if kernels not in ("simd", "ref"):
         raise SystemExit("tinyol: custom_kernels must be simd or ref, not %r" % kernels)
-    test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
 
-    mcu = os.path.join(project, "mcu")
+    mcu = mcu_dir(env)
+    if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
+        raise SystemExit("tinyol: src_dir must be the firmware sources %s (platformio.ini [platformio] "
+                         "src_dir); `tinyol init` writes it" % mcu)
     board_dir = os.path.join(mcu, "boards", family)
     env.Append(
         CPPPATH=[os.path.join(mcu, "include"), board_dir, model_dir],
@@ -46,8 +84,10 @@ def configure(env, family, board_id):
     if os.path.isfile(os.path.join(model_dir, "backbone.h")):
         # a model directory without backbone.h brings its own glue; one with an adaptive
         # stage (export --split before the head: stage_init.c) uses the stage glue
-        staged = os.path.isfile(os.path.join(model_dir, "stage_init.c"))
-        src.append("+<app/model_stage.c>" if staged else "+<app/model.c>")
+        if os.path.isfile(os.path.join(model_dir, "stage_init.c")):
+            src += ["+<app/model_stage.c>"]
+        else:
+            src += ["+<app/model.c>", "+<embed/>"]
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
@@ -59,6 +99,7 @@ def configure(env, family, board_id):
     # the model's generated C (weights, head init); model_data.c is the TFLM
     # flatbuffer for users who run TFLM, not needed by our AOT backbone
     env.BuildSources(os.path.join("$BUILD_DIR", "model"), model_dir, src_filter=["+<*.c>", "-<model_data.c>"])
-    print("tinyol: model=%s kernels=%s test_build=%s" % (os.path.relpath(model_dir, project), kernels,
+    shown = os.path.relpath(model_dir, project) if model_dir.startswith(project + os.sep) else model_dir
+    print("tinyol: model=%s kernels=%s test_build=%s" % (shown, kernels,
                                                        "yes" if test_build else "no"))
     return {"model_dir": model_dir, "kernels": kernels, "test_build": test_build}
