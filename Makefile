@@ -39,6 +39,7 @@ bench: setup
 
 study: setup
 	$(PY) -m tinyol.study
+	$(PY) -m tinyol.study_depth
 
 clean:
 	rm -rf .pio build

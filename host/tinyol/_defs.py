@@ -63,6 +63,8 @@ class Msg(enum.IntEnum):
     BENCH = 0x0D
     EXIT = 0x0E
     REPLAY_ADD = 0x0F
+    GET_STAGE = 0x10
+    SET_STAGE = 0x11
     ERROR = 0x7F
 
 
@@ -82,6 +84,8 @@ MSG_TEXT = {
     Msg.BENCH: 'run a cost-measurement region',
     Msg.EXIT: 'end the program (test builds; semihosting exit)',
     Msg.REPLAY_ADD: 'input + label: store its latent for replay, no training',
+    Msg.GET_STAGE: "dump a slice of the adaptive stage's parameters",
+    Msg.SET_STAGE: 'stage a slice of the adaptive stage; the last one commits',
     Msg.ERROR: 'error reply: status u8, request type u8, detail u16',
 }
 

@@ -48,6 +48,7 @@ class ModelBench:
     tflm_arena_bytes: int | None = None
     latent_dim: int | None = None
     outputs: int | None = None
+    trained_layers: int = 1          # > 1: an adaptive stage (docs/adaptive.md)
     error: str | None = None
 
     @property
@@ -70,7 +71,8 @@ def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> M
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),
                    arena_bytes=mem.get("arena_bytes"), tflm_arena_bytes=mem.get("tflm_arena_bytes"),
                    latent_dim=manifest["latent"]["dim"],
-                   outputs=manifest["head"].get("out_dim") or manifest["head"].get("max_classes"))
+                   outputs=manifest["head"].get("out_dim") or manifest["head"].get("max_classes"),
+                   trained_layers=len(manifest.get("stage", {}).get("layers", [None])))
     try:
         res = build(BuildConfig(BOARD, str(model_dir), kernels, test_build=True))
     except TinyolError as e:
@@ -215,14 +217,15 @@ def render(results: list[ModelBench], stream: list[dict] | None = None) -> str:
               "The step computes each weight's gradient from per-sample factors (error x input) twice",
               "(check, then commit, so a diverging update changes nothing): memory O(batch x (D + C))",
               "instead of O(C x D), paid for in instructions. `latent256` is a learner-only model",
-              "(identity backbone) for the D = 256 case.",
+              "(identity backbone) for the D = 256 case. `trained layers` > 1: an adaptive stage",
+              "(docs/adaptive.md; float32 forward + backprop through every layer after the cut).",
               "",
-              "| model | latent D | outputs (classes or reconstruction) | prediction | training step | n_old |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| model | trained layers | latent D | outputs (classes or reconstruction) | prediction | training step | n_old |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if r.kernels != "simd" or r.error or r.predict_instr is None:
             continue
-        lines.append(f"| {r.model} | {r.latent_dim} | {_fmt(r.outputs)} | {_fmt(r.predict_instr)} | {_fmt(r.train_instr)} | {_fmt(r.n_old)} |")
+        lines.append(f"| {r.model} | {r.trained_layers} | {r.latent_dim} | {_fmt(r.outputs)} | {_fmt(r.predict_instr)} | {_fmt(r.train_instr)} | {_fmt(r.n_old)} |")
     if stream:
         lines += ["", "## Streaming throughput (end to end)", "",
                   "`tinyol stream` in train mode (SAMPLE: predict, then learn; int8 inputs) over the emulators'",

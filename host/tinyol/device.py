@@ -260,6 +260,34 @@ class Device:
                     break
         return w, b, active
 
+    # ---- the adaptive stage (docs/adaptive.md) -----------------------------------------
+    def get_stage(self) -> bytes:
+        """The stage image (every parameter as float32 LE, then the active flags) via GET_STAGE."""
+        out = bytearray()
+        total = None
+        while total is None or len(out) < total:
+            p = self.link.request(Msg.GET_STAGE, struct.pack("<I", len(out)))
+            offset, total, n = struct.unpack_from("<IIH", p)
+            if offset != len(out) or n == 0 and len(out) < total:
+                raise TinyolError(f"GET_STAGE reply out of order (offset {offset}, have {len(out)})")
+            out += p[12:12 + n]
+        return bytes(out)
+
+    def set_stage(self, image: bytes) -> int:
+        """Write a whole stage image with SET_STAGE; the device stages it and commits it with
+        the last slice (all or nothing). Returns the active class count after the commit."""
+        per = max(1, self.info.max_payload - 4)
+        committed, n_active = 0, 0
+        for off in range(0, max(len(image), 1), per):
+            p = self.link.request(Msg.SET_STAGE, struct.pack("<I", off) + image[off:off + per])
+            _, staged, total, committed, n_active = struct.unpack_from("<IIIBxH", p)
+            if total != len(image):
+                raise TinyolError(f"stage image has {len(image)} bytes, the device's {total}",
+                                  hint="pull and push between devices running the same export")
+        if not committed:
+            raise TinyolError("SET_STAGE did not commit the stage image")
+        return n_active
+
     def bench(self, region: int, param: int = 0) -> int | None:
         ticks, valid = struct.unpack_from("<IB", self.link.request(Msg.BENCH, struct.pack("<BH", region, param)))
         return ticks if valid else None

@@ -43,7 +43,7 @@ CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
 
 ARTIFACTS = ("backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
-             "head_init.c", "head_init.npz", "config.h")
+             "head_init.c", "head_init.npz", "config.h", "stage_init.c", "stage_init.npz")
 
 HEAD_CLASSIFIER = 0
 HEAD_AUTOENCODER = 1
@@ -306,6 +306,47 @@ def find_split(model, split: str | int | None):
             raise TinyolError(f"layer {l.name!r} ({k}) is not supported: recurrent layers have no "
                               f"int8 kernel in tinyol", hint="use Conv1D/Dense over a window instead")
     return head
+
+
+def stage_first(model, split):
+    """The first layer of an adaptive stage when ``split`` names a layer before the head (the
+    last Dense layer), else None (the one-layer TinyOL head)."""
+    if split is None:
+        return None
+    layers = [l for l in model.layers if l.__class__.__name__ != "InputLayer"]
+    try:
+        first = (model.layers[int(split)] if str(split).lstrip("-").isdigit()
+                 else model.get_layer(str(split)))
+    except (ValueError, IndexError):
+        raise TinyolError(f"no layer {split!r} in model {model.name!r}",
+                          hint="layers: " + ", ".join(l.name for l in layers)) from None
+    dense = [l for l in layers if l.__class__.__name__ == "Dense"]
+    if first not in layers or not dense or first is dense[-1]:
+        return None
+    if layers.index(first) > layers.index(dense[-1]):
+        return None  # find_split explains what is wrong with it
+    return first
+
+
+def stage_check_budget(board_name: str, b: dict) -> None:
+    """check_budget for a model with an adaptive stage (its memory replaces head + replay)."""
+    from .boards import get_board
+
+    board = get_board(board_name)
+    ram_have = board.ram_bytes + board.ram2_bytes
+    if b["ram_bytes"] > ram_have:
+        raise TinyolError(
+            f"does not fit {board_name}: RAM needs {b['ram_bytes']} bytes, board has {ram_have}, "
+            f"over by {b['ram_bytes'] - ram_have} bytes",
+            hint=f"backbone arena {b['arena_bytes']} + adaptive stage {b['stage_bytes']} (weights, "
+                 f"gradients, momentum, activations, replay {b['stage_replay_bytes']}) + firmware "
+                 f"{b['firmware_ram_base_bytes']}; cut later (--split nearer the head) or lower "
+                 f"--replay-capacity/--replay-bits/--max-classes")
+    if b["flash_bytes"] > board.flash_bytes:
+        raise TinyolError(
+            f"does not fit {board_name}: flash needs {b['flash_bytes']} bytes, board has "
+            f"{board.flash_bytes}, over by {b['flash_bytes'] - board.flash_bytes} bytes",
+            hint="cut later (--split nearer the head) or use a board with more flash")
 
 
 def calibration_data(calib: str | None, input_shape: tuple[int, ...], *,
@@ -652,6 +693,7 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     model_path = str(src_path)
 
     calib_desc = None
+    stage = None  # (layers, params) when --split cuts before the head
     if src_path.suffix.lower() == ".tflite":
         tfl, W, b, split_name = _tflite_source(src_path, split, classes, echo)
         inp, lat = tflite_io(tfl)
@@ -667,8 +709,9 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
         echo(f"loading {model_path}")
         model = load_keras(model_path)
         keras = _keras()
-        head = find_split(model, split)
-        split_name = head.name
+        first = stage_first(model, split)  # an earlier cut: the adaptive stage (tinyol.stage)
+        head = find_split(model, None if first is not None else split)
+        split_name = (first if first is not None else head).name
         kernel, *rest = head.get_weights()
         W = np.ascontiguousarray(kernel.T.astype(np.float32))
         b = (rest[0] if rest else np.zeros(kernel.shape[1])).astype(np.float32)
@@ -689,14 +732,34 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             elif classes > W.shape[0]:
                 W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
                 b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
-        echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
-             f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
-        if board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
+        if first is None:
+            echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
+                 f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
+        if first is not None:
+            if head_mode != "classifier":
+                raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
+            from .stage_export import stage_from_keras
+
+            stage = stage_from_keras(model, first, head)
+            echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
+                 f"{list(first.input.shape[1:])}, adaptive stage: "
+                 + ", ".join(l.describe() for l in stage[0]))
+        if board is not None and stage is not None:  # fail fast, before quantizing
+            from .stage_export import grow_rows, memory_for, stage_budget
+
+            rows = max(max_classes or 0, W.shape[0])
+            mem0 = memory_for(grow_rows(*stage, rows)[0], dict(
+                replay_capacity=replay_capacity, replay_bits=replay_bits,
+                replay_n_new=replay_n_new, momentum=momentum))
+            stage_check_budget(board, stage_budget(budget(
+                arena_bytes=0, max_rows=rows, dim=W.shape[1], replay_capacity=replay_capacity,
+                replay_bits=replay_bits, weights_bytes=0), mem0, 0))
+        elif board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
             rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
             check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
                                        replay_capacity=replay_capacity, replay_bits=replay_bits,
                                        weights_bytes=0), arena_known=False)
-        backbone = keras.Model(model.inputs, head.input, name=f"{name}_backbone")
+        backbone = keras.Model(model.inputs, (first or head).input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
         tfl = quantize_backbone(backbone, X)
@@ -705,7 +768,7 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     if inp.dtype != "int8" or lat.dtype != "int8":
         raise TinyolError(f"backbone must have int8 input and output, has {inp.dtype} and {lat.dtype}")
     dim = int(np.prod(lat.shape[1:]))
-    if dim != W.shape[1]:
+    if dim != (stage[0][0].in_size if stage else W.shape[1]):
         raise TinyolError(f"backbone output has {dim} values but the head takes {W.shape[1]}")
 
     init_rows = W.shape[0]
@@ -718,7 +781,7 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
         if max_rows < init_rows:
             raise TinyolError(f"--max-classes {max_rows} is less than the {init_rows} initial classes")
         out_dim = 0
-    Wp = np.zeros((max_rows, dim), np.float32)
+    Wp = np.zeros((max_rows, W.shape[1]), np.float32)
     bp = np.zeros((max_rows,), np.float32)
     Wp[:init_rows] = W
     bp[:init_rows] = b
@@ -753,7 +816,17 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
                  weights_bytes=int(info.weights_bytes) if info is not None else len(tfl))
     echo(f"memory: RAM {bud['ram_bytes']} bytes (arena {arena}, head {bud['head_bytes']}, replay "
          f"{bud['replay_bytes']}, firmware ~{FIRMWARE_RAM_BASE_BYTES}), flash ~{bud['flash_bytes']}")
-    if board is not None:
+    if stage is not None:
+        from .stage_export import grow_rows, memory_for, stage_budget
+
+        stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
+        stage_mem = memory_for(stage[0], learner)
+        bud = stage_budget(bud, stage_mem, arena)
+        echo(f"adaptive stage: {len(stage[0])} layers, {stage_mem['params']} parameters, "
+             f"{stage_mem['total']} bytes on the device (replay {stage_mem['replay']})")
+        if board is not None:
+            stage_check_budget(board, bud)
+    elif board is not None:
         check_budget(board, bud)
 
     manifest = {
@@ -774,10 +847,25 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
         "ops": tflite_ops(tfl),
     }
 
-    _deterministic_npz(out / "head_init.npz",
-                       {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
-    write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
-    write_config_h(out, source, manifest, board_obj)
+    if stage is not None:
+        from .stage_export import config_lines, stage_summary, write_stage_init
+
+        manifest["stage"] = stage_summary(stage[0], stage_mem)
+        _deterministic_npz(out / "stage_init.npz",
+                           {"params": stage[1], "n_classes": np.array(init_rows, dtype=np.int64),
+                            "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
+        write_stage_init(out, source, stage[0], stage[1])
+        write_config_h(out, source, manifest, board_obj)
+        cfg = out / "config.h"
+        text = cfg.read_text(encoding="utf-8")
+        cut = text.rindex("#endif /* TOL_CONFIG_H */")
+        cfg.write_text(text[:cut] + config_lines(stage[0], stage_mem) + "\n" + text[cut:],
+                       encoding="utf-8")
+    else:
+        _deterministic_npz(out / "head_init.npz",
+                           {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
+        write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
+        write_config_h(out, source, manifest, board_obj)
 
     manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)

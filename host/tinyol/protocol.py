@@ -184,6 +184,10 @@ class Info:
     model: str
     store: str = "none"     # persistent store at boot: STORE_STATES
     store_seq: int = 0      # sequence number of the record loaded at boot
+    stage_layers: int = 0   # adaptive stage (docs/adaptive.md): 0 = the one-layer head
+    stage_params: int = 0   # float32 parameters trained on the device
+    stage_bytes: int = 0    # its RAM (tol_stage_bytes)
+    stage_hash: int = 0     # tol_stage_hash of its layer list
 
     @classmethod
     def parse(cls, p: bytes) -> "Info":
@@ -201,6 +205,9 @@ class Info:
         if len(p) >= at + 5:
             st, store_seq = struct.unpack_from("<BI", p, at)
             store = STORE_STATES[st] if st < len(STORE_STATES) else str(st)
+        stage = (0, 0, 0, 0)
+        if len(p) >= at + 5 + 13:
+            stage = struct.unpack_from("<BIII", p, at + 5)
         return cls(
             proto_version=v[0],
             flags=[name for bit, name in INFO_FLAGS.items() if v[1] & bit],
@@ -222,6 +229,10 @@ class Info:
             replay_bits=v[17],
             board=strings[0],
             model=strings[1],
+            stage_layers=stage[0],
+            stage_params=stage[1],
+            stage_bytes=stage[2],
+            stage_hash=stage[3],
             store=store,
             store_seq=store_seq,
         )

@@ -578,4 +578,4 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
 }
 
 const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
-                                       tol_model_store_status};
+                                       tol_model_store_status, NULL};

@@ -63,6 +63,9 @@ typedef struct {
     tol_status_t (*bench)(uint8_t region, uint32_t *cycles);
     /* Persistence at boot, for INFO and the boot line (docs/persistence.md). */
     tol_store_status_t (*store_status)(void);
+    /* INFO's adaptive-stage block (layers:u8 params:u32 bytes:u32 hash:u32; docs/adaptive.md);
+     * returns bytes written. NULL for a model without an adaptive stage. */
+    uint16_t (*info_stage)(uint8_t *out, uint16_t cap);
 } tol_model_if_t;
 
 typedef struct {

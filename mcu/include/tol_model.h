@@ -33,6 +33,10 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
 /* Append the learner's statistics to a STATS reply; returns bytes written (<= cap). */
 uint16_t tol_model_stats(uint8_t *out, uint16_t cap);
 
+/* INFO's adaptive-stage block (layers:u8 params:u32 bytes:u32 hash:u32); returns bytes
+ * written, 0 for a model without a stage (weak default in tol_app.c). */
+uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap);
+
 /* BENCH regions >= 2 (2 backbone, 3 head predict, 4 training step); *cycles out. */
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles);
 

@@ -42,6 +42,8 @@
     X(TOL_MSG_BENCH,    0x0D, "run a cost-measurement region")                      \
     X(TOL_MSG_EXIT,     0x0E, "end the program (test builds; semihosting exit)")    \
     X(TOL_MSG_REPLAY_ADD, 0x0F, "input + label: store its latent for replay, no training") \
+    X(TOL_MSG_GET_STAGE, 0x10, "dump a slice of the adaptive stage's parameters")  \
+    X(TOL_MSG_SET_STAGE, 0x11, "stage a slice of the adaptive stage; the last one commits") \
     X(TOL_MSG_ERROR,    0x7F, "error reply: status u8, request type u8, detail u16")
 
 /* Learner settings addressed by SET/GET: X(name, key, type, description);

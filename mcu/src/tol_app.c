@@ -127,6 +127,9 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
     p[at] = store.state;
     tol_put_u32(p + at + 1u, store.seq);
     at += 5u;
+    if (app->model->info_stage != NULL) { /* adaptive stage block (docs/adaptive.md) */
+        at += app->model->info_stage(p + at, (uint16_t)(TOL_APP_MAX_REPLY - at));
+    }
     *len = (uint16_t)at;
     return TOL_OK;
 }
@@ -225,6 +228,8 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
     case TOL_MSG_REPLAY_ADD:
     case TOL_MSG_SAVE:
     case TOL_MSG_LOAD:
+    case TOL_MSG_GET_STAGE:
+    case TOL_MSG_SET_STAGE:
         return app->model->handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
                                 (uint16_t)TOL_APP_MAX_REPLY, len);
     default:

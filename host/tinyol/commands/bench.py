@@ -10,7 +10,7 @@ import click
 from ..options import emit_json
 from ..paths import project_dir
 
-DEFAULT_MODELS = ("digits", "anomaly", "ds_cnn", "resnet8")
+DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8")
 
 
 @click.command("bench")

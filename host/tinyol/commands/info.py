@@ -36,6 +36,8 @@ def cmd(port, as_json, timeout):
         ("model", f"{info.model} (hash 0x{info.model_hash:08x})"),
         ("input / latent", f"{info.input_size} int8 / {info.latent_dim}"),
         ("head", f"{info.head_mode}, up to {info.max_classes} classes"),
+        *([("adaptive stage", f"{info.stage_layers} layers, {info.stage_params} parameters, "
+                              f"{_kb(info.stage_bytes)} RAM")] if info.stage_layers else []),
         ("replay storage", f"{info.replay_bits} bit" if info.replay_bits else "-"),
         ("cpu clock", f"{info.cpu_hz / 1e6:.0f} MHz"),
         ("RAM", f"{_kb(info.ram_used)} of {_kb(info.ram_total)} (+ SRAM2 {_kb(info.ram2_used)} of {_kb(info.ram2_total)})"

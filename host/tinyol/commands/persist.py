@@ -126,8 +126,21 @@ def cmd_pull(port, out, timeout):
       tinyol pull --port socket://127.0.0.1:4321 --out head.npz
     """
     with _open(port, timeout) as dev:
-        w, b, active = dev.get_head()
         info = dev.info
+        if info.stage_layers:  # an adaptive stage: the whole stage image (docs/adaptive.md)
+            image = dev.get_stage()
+            st = dev.stats()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "wb") as f:
+                np.savez(f, stage_image=np.frombuffer(image, np.uint8),
+                         stage_hash=np.int64(info.stage_hash), model_hash=np.int64(info.model_hash),
+                         model=np.str_(info.model), board=np.str_(info.board),
+                         samples_seen=np.int64(st.samples_seen), tinyol_version=np.str_(__version__))
+            click.echo(f"wrote {out}: adaptive stage, {info.stage_layers} layers, {info.stage_params} "
+                       f"parameters, {st.samples_seen} samples seen (model {info.model}, hash "
+                       f"0x{info.model_hash:08x})")
+            return
+        w, b, active = dev.get_head()
         st = dev.stats()
     n_classes = int(np.flatnonzero(active).max() + 1) if active.any() else 0
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -174,9 +187,19 @@ def cmd_push(port, inp, force, timeout):
     Example:
       tinyol push --port socket://127.0.0.1:4321 --in head.npz
     """
+    with np.load(inp, allow_pickle=False) as z:
+        stage = bytes(z["stage_image"]) if "stage_image" in z.files else None
+        stage_hash = int(z["stage_hash"]) if "stage_hash" in z.files else None
+    if stage is not None:
+        _push_stage(port, timeout, inp, stage, stage_hash, force)
+        return
     head = read_head(inp)
     with _open(port, timeout) as dev:
         info = dev.info
+        if info.stage_layers:
+            raise TinyolError(f"{inp} holds a one-layer head but {info.model} on the device trains an "
+                              f"adaptive stage of {info.stage_layers} layers",
+                              hint="push an .npz that `tinyol pull` wrote from a device of this export")
         if head["model_hash"] is not None and head["model_hash"] != info.model_hash and not force:
             raise TinyolError(
                 f"model hash mismatch: {inp} is for model hash 0x{head['model_hash']:08x}, the device runs "
@@ -188,3 +211,22 @@ def cmd_push(port, inp, force, timeout):
             raise _explain(e) from None
     click.echo(f"pushed {inp}: {int(np.asarray(head['active']).sum())} active rows onto {info.board} "
                f"(not yet saved: run `tinyol save` to keep it)")
+
+
+def _push_stage(port, timeout, inp: Path, image: bytes, stage_hash: int | None, force: bool) -> None:
+    """push for an adaptive stage: SET_STAGE slices, committed all at once by the device."""
+    with _open(port, timeout) as dev:
+        info = dev.info
+        if not info.stage_layers:
+            raise TinyolError(f"{inp} holds an adaptive stage but {info.model} on the device has a "
+                              f"one-layer head", hint="push it to a firmware built from the same export")
+        if stage_hash is not None and stage_hash != info.stage_hash and not force:
+            raise TinyolError(f"stage mismatch: {inp} is for stage 0x{stage_hash:08x}, the device runs "
+                              f"0x{info.stage_hash:08x}",
+                              hint="a stage only fits the export it came from; --force pushes it anyway")
+        try:
+            n_active = dev.set_stage(image)
+        except DeviceError as e:
+            raise _explain(e) from None
+    click.echo(f"pushed {inp}: adaptive stage ({info.stage_params} parameters, {n_active} active "
+               f"classes) onto {info.board} (not yet saved: run `tinyol save` to keep it)")

@@ -34,6 +34,7 @@ class Model:
     W: np.ndarray          # [rows, D] float32
     b: np.ndarray          # [rows]
     n_init: int
+    stage: tuple | None = None  # (layers, params) of an adaptive stage (stage_init.npz)
 
     @property
     def autoencoder(self) -> bool:
@@ -57,6 +58,8 @@ class Model:
 def load_model(model_dir: str | os.PathLike) -> Model:
     """Read manifest.json, head_init.npz and backbone.tflite of an export directory."""
     p = Path(model_dir)
+    if (p / "stage_init.npz").exists():
+        return _load_stage_model(p)
     try:
         manifest = json.loads((p / "manifest.json").read_text())
         tflite = (p / "backbone.tflite").read_bytes()
@@ -73,6 +76,31 @@ def load_model(model_dir: str | os.PathLike) -> Model:
         raise TinyolError(f"{p}: head_init.npz shapes {W.shape}/{b.shape} do not match the "
                           f"manifest's latent dim {manifest['latent']['dim']}")
     return Model(p, manifest, tflite, W, b, n_init)
+
+
+def _load_stage_model(p: Path) -> Model:
+    """A model directory with an adaptive stage (export --split before the head)."""
+    from ..stage import Layer, chain_ok
+
+    try:
+        manifest = json.loads((p / "manifest.json").read_text())
+        tflite = (p / "backbone.tflite").read_bytes()
+        npz = np.load(p / "stage_init.npz")
+        layers = [Layer(*[int(v) for v in (row[0], row[8], row[9], row[10], row[11], row[12],
+                                           row[13], row[1], row[2], row[3], row[4], row[5],
+                                           row[6], row[7])]) for row in npz["layers"]]
+        params = np.asarray(npz["params"], np.float32)
+    except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError) as e:
+        raise TinyolError(f"{p}: unreadable model files ({e})",
+                          hint="re-create it with `tinyol export`") from None
+    if not chain_ok(layers) or params.size != sum(l.n_params for l in layers) \
+            or layers[0].in_size != manifest["latent"]["dim"]:
+        raise TinyolError(f"{p}: stage_init.npz does not match the manifest")
+    last = layers[-1]
+    off = params.size - last.n_params
+    W = params[off:off + last.n_weights].reshape(last.out_c, last.in_size)
+    b = params[off + last.n_weights:]
+    return Model(p, manifest, tflite, W, b, int(npz["n_classes"]), (layers, params))
 
 
 def quantize_input(X: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
@@ -124,6 +152,20 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
 
 def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
     ls, lz = model.latent_q
+    if model.stage is not None:  # the adaptive stage's twin (tinyol.stage)
+        from ..stage import Stage, StageConfig
+
+        layers, params = model.stage
+        scfg = StageConfig(layers=layers, init_params=params, init_classes=model.n_init,
+                           latent_scale=ls, latent_zero_point=lz,
+                           replay_capacity=replay["capacity"], replay_bits=replay["bits"],
+                           replay_policy=replay["policy"], max_new=max(1, replay["max_new"]),
+                           max_old=settings.n_old, no_momentum=settings.momentum == 0,
+                           seed=replay["seed"], settings=settings)
+        try:
+            return Stage(scfg)
+        except L.LearnerError as e:
+            raise TinyolError(f"invalid learner settings ({e.status})") from None
     is_, iz = model.input_q
     rows = model.W.shape[0]
     cfg = L.Config(latent_dim=model.W.shape[1], n_outputs=rows,
@@ -144,6 +186,9 @@ def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
 
 def evaluate(lrn: L.Learner, Q: np.ndarray) -> np.ndarray:
     """Predictions of the current head for int8 latents Q (vectorised, no learning)."""
+    if not hasattr(lrn, "head"):  # an adaptive stage
+        return np.array([lrn.predict_f(x)[0] for x in
+                         L.dequantize(Q, lrn.cfg.latent_scale, lrn.cfg.latent_zero_point)])
     h = lrn.head
     X = L.dequantize(Q, lrn.cfg.latent_scale, lrn.cfg.latent_zero_point)
     z = X @ h.w.T + h.b

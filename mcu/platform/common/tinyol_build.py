@@ -82,7 +82,12 @@ def configure(env, family, board_id):
     )
     src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
     if os.path.isfile(os.path.join(model_dir, "backbone.h")):
-        src += ["+<app/model.c>", "+<embed/>"]  # a model directory without backbone.h brings its own glue
+        # a model directory without backbone.h brings its own glue; one with an adaptive
+        # stage (export --split before the head: stage_init.c) uses the stage glue
+        if os.path.isfile(os.path.join(model_dir, "stage_init.c")):
+            src += ["+<app/model_stage.c>"]
+        else:
+            src += ["+<app/model.c>", "+<embed/>"]
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",

@@ -1,0 +1,420 @@
+"""The depth trade-off of Quantized Latent Replays (Ravaglia et al. 2021), reproduced with the
+adaptive stage: how deep should the board learn?
+
+    PYTHONPATH=host python -m tinyol.study_depth        # appends its section to docs/study.md
+
+For each cut (last layer = TinyOL's head, last 2, last 3, ... layers trained on the device):
+the backbone up to the cut is exported to int8 exactly as `tinyol export --split` does, its
+latents come from TFLM's runtime, and the stage's numpy twin (tinyol.stage, bit-identical with
+the firmware's tol_stage.c) learns the new classes from a stream with latent replay (buffer
+pre-filled with the pre-training classes). Reported: final accuracy on a held-out test split
+of all classes (mean ± std over stream orders), bytes per replay slot, the learner's RAM (the
+firmware's static buffer), train-step and predict instructions (tinyol bench, QEMU -icount);
+with a joint-training upper bound (the same network trained offline on all classes) and naive
+SGD of the last layer as the floor; replay storage 32/8/7 bits at the best cut.
+
+Two datasets: scikit-learn digits (models/digits/digits.keras, trained on 0-4) and a
+synthetic 3-axis accelerometer activity set (7 activities, tinyol.study_depth.imu_windows;
+we found no public multi-activity IMU set inside a package installable here, so it is
+generated, seeded and reproducible).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from . import learner as L
+from .commands import simulate as S
+from .paths import project_root
+
+SEEDS = 3
+CAPACITY, BITS, LR = 200, 8, 0.03
+NAIVE_LR_GRID = (0.001, 0.003, 0.01, 0.03)
+BOARD_RAM = (192 + 64) * 1024  # NUCLEO-L4R5ZI, SRAM1 + SRAM2
+BENCH_CAPACITY = 16            # replay slots for the QEMU bench build (the step cost does not depend on it)
+MARK_BEGIN = "<!-- study_depth begin -->"
+MARK_END = "<!-- study_depth end -->"
+
+IMU_CLASSES = ["walk", "run", "sit", "lie", "upstairs", "downstairs", "stand"]
+IMU_OLD, IMU_NEW = [0, 1, 2, 3], [4, 5, 6]
+
+
+# --------------------------------------------------------------------------- synthetic IMU
+def imu_windows(n_per_class: int, seed: int, length: int = 64, hz: float = 32.0):
+    """Accelerometer windows [n, 1, length, 3] (g units) of 7 activities, labels [n].
+
+    Each activity: a gravity direction (posture), a step frequency, amplitude and harmonic
+    mix; every window draws its own subject: frequency +-15 %, amplitude +-30 %, posture
+    tilted by up to 12 degrees, random phase, sensor noise. upstairs/downstairs/stand are
+    deliberately close to walk/walk/sit (the classes a new user or placement adds)."""
+    rng = np.random.default_rng(seed)
+    #            gravity (x, y, z)     f (Hz) amp  harmonic2 vertical share
+    spec = [((0.0, 0.0, 1.0), 1.9, 0.35, 0.30, 0.8),   # walk
+            ((0.0, 0.15, 0.98), 2.8, 0.90, 0.20, 0.9),  # run
+            ((0.5, 0.0, 0.86), 0.0, 0.02, 0.00, 0.5),   # sit
+            ((1.0, 0.0, 0.0), 0.0, 0.01, 0.00, 0.5),    # lie
+            ((0.0, 0.2, 0.98), 1.6, 0.40, 0.55, 0.7),   # upstairs
+            ((0.0, -0.2, 0.98), 2.1, 0.45, 0.45, 0.95),  # downstairs
+            ((0.1, 0.0, 0.99), 0.0, 0.03, 0.00, 0.5)]   # stand
+    t = np.arange(length) / hz
+    X, y = [], []
+    for c, (g, f, a, h2, vert) in enumerate(spec):
+        for _ in range(n_per_class):
+            gv = np.array(g) + rng.normal(0, 0.2, 3)  # posture tilt
+            gv /= np.linalg.norm(gv)
+            ff = f * rng.uniform(0.85, 1.15)
+            aa = a * rng.uniform(0.7, 1.3)
+            ph = rng.uniform(0, 2 * np.pi)
+            osc = aa * (np.sin(2 * np.pi * ff * t + ph) + h2 * np.sin(4 * np.pi * ff * t + 2 * ph))
+            d = np.array([np.sqrt(1 - vert ** 2), 0.3 * rng.normal(), vert])
+            d /= np.linalg.norm(d)
+            w = gv[None, :] + osc[:, None] * d[None, :] + rng.normal(0, 0.05, (length, 3))
+            X.append(w.astype(np.float32))
+            y.append(c)
+    X, y = np.stack(X)[:, None], np.array(y)  # [n, 1, length, 3]
+    p = rng.permutation(len(y))
+    return X[p], y[p]
+
+
+def imu_model(n_classes: int, seed: int):
+    """The IMU network: three 1-D convolutions over time -> GAP -> Dense(24) -> Dense(classes).
+    Written as Conv2D with 1 x k kernels over a [1, 64, 3] window (the int8 codegen lowers
+    MEAN on 4-D tensors only); the same arithmetic as Conv1D."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    L_ = keras.layers
+    inp = keras.Input((1, 64, 3), name="imu")
+    h = L_.Conv2D(8, (1, 5), strides=(1, 2), padding="same", activation="relu", name="conv1")(inp)
+    h = L_.Conv2D(16, (1, 3), strides=(1, 2), padding="same", activation="relu", name="conv2")(h)
+    h = L_.Conv2D(16, (1, 3), padding="same", activation="relu", name="conv3")(h)
+    h = L_.GlobalAveragePooling2D(name="gap")(h)
+    h = L_.Dense(24, activation="relu", name="embed")(h)
+    return keras.Model(inp, L_.Dense(n_classes, name="head")(h), name="imu")
+
+
+def _fit(model, X, y, seed: int, epochs: int = 60):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(X, y, epochs=epochs, batch_size=32, verbose=0)
+    return model
+
+
+# --------------------------------------------------------------------------- datasets
+class Dataset:
+    def __init__(self, name, keras_path, Xtr, ytr, Xte, yte, old, new, cuts, make_joint, work):
+        self.name, self.keras_path = name, keras_path
+        self.Xtr, self.ytr, self.Xte, self.yte = Xtr, ytr, Xte, yte
+        self.old, self.new, self.cuts, self.make_joint = old, new, cuts, make_joint
+        self.calib = work / f"{name}_calib.npz"
+        from .datasets import save_npz
+
+        m = np.isin(ytr, old)
+        save_npz(str(self.calib), Xtr[m].reshape(m.sum(), -1), ytr[m])
+        self.n_classes = len(old) + len(new)
+
+
+def digits_dataset(work: Path) -> Dataset:
+    from .datasets import load_source
+
+    Xtr, ytr, _ = load_source("digits@train")
+    Xte, yte, _ = load_source("digits@test")
+    Xtr, Xte = Xtr.reshape(-1, 8, 8, 1), Xte.reshape(-1, 8, 8, 1)
+
+    def joint(seed):
+        import keras
+
+        m = keras.models.load_model(project_root() / "models/digits/digits.keras")
+        # a 10-class copy of the architecture, fresh weights
+        inp = keras.Input(m.inputs[0].shape[1:])
+        h = inp
+        for layer in m.layers[1:-1]:
+            h = layer.__class__.from_config(layer.get_config())(h)
+        keras.utils.set_random_seed(seed)
+        net = keras.Model(inp, keras.layers.Dense(10)(h))
+        return net
+
+    return Dataset("digits", project_root() / "models/digits/digits.keras", Xtr, ytr, Xte, yte,
+                   list(range(5)), list(range(5, 10)), ["head", "embed", "conv2"], joint, work)
+
+
+def imu_dataset(work: Path, echo) -> Dataset:
+    Xtr, ytr = imu_windows(160, seed=1)
+    Xte, yte = imu_windows(80, seed=2)
+    path = work / "imu.keras"
+    echo("training the IMU backbone on activities 0-3 (walk, run, sit, lie)")
+    m = np.isin(ytr, IMU_OLD)
+    net = _fit(imu_model(4, seed=0), Xtr[m], ytr[m], seed=0)
+    net.save(path)
+    return Dataset("imu", path, Xtr, ytr, Xte, yte, IMU_OLD, IMU_NEW,
+                   ["head", "embed", "conv3", "conv2"], lambda s: imu_model(7, s), work)
+
+
+# --------------------------------------------------------------------------- runs
+def export_cut(ds: Dataset, cut: str, out: Path, capacity: int, bits: int) -> S.Model:
+    from .export import export_model
+
+    export_model(str(ds.keras_path), str(out), split=None if cut == "head" else cut,
+                 calib=str(ds.calib), max_classes=ds.n_classes, replay_capacity=capacity,
+                 replay_bits=bits, name=f"{ds.name}_{cut}")
+    return S.load_model(out)
+
+
+def _latents(model: S.Model, X):
+    return S.latents(model, S.quantize_input(X.reshape(len(X), -1), *model.input_q))
+
+
+def run(ds: Dataset, model: S.Model, Qtr, Qte, *, seed: int, mode: str, lr: float,
+        capacity: int = CAPACITY, bits: int = BITS, eval_idx=None) -> float:
+    rng = np.random.default_rng(seed)
+    old = np.flatnonzero(np.isin(ds.ytr, ds.old))
+    new = np.flatnonzero(np.isin(ds.ytr, ds.new))
+    if eval_idx is not None:  # validation: stream and prefill without the held-out part
+        old, new = np.setdiff1d(old, eval_idx), np.setdiff1d(new, eval_idx)
+    pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
+    settings = L.Settings(lr=lr, n_new=1, n_old=16 if mode == "replay" else 0,
+                          mode=L.MODES[mode])
+    replay = dict(capacity=capacity if mode == "replay" else 0, bits=bits,
+                  policy=L.POLICY_RESERVOIR, seed=seed + 1, max_new=1)
+    lrn = S.make_learner(model, settings, replay)
+    ev = (Qtr[eval_idx], ds.ytr[eval_idx]) if eval_idx is not None else (Qte, ds.yte)
+    pre = (Qtr[pre_idx], ds.ytr[pre_idx]) if replay["capacity"] else None
+    res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx], prefill=pre, eval_set=ev)
+    return res["final_accuracy"]
+
+
+def learner_ram(model: S.Model, capacity: int, bits: int) -> int:
+    """The firmware's static learner buffer for this export."""
+    if model.stage is not None:
+        from .stage import stage_bytes
+
+        return stage_bytes(model.stage[0], capacity, bits, 1, 0, True)
+    D, C = model.W.shape[1], model.W.shape[0]
+    return L.learner_bytes(D, C, capacity, bits, 1, 0, False)
+
+
+def bench_cut(ds: Dataset, cut: str, work: Path, echo) -> dict:
+    """Train-step / predict instructions of this cut on QEMU (tinyol bench's measurement)."""
+    from .bench import bench_model
+
+    out = work / f"bench_{ds.name}_{cut}"
+    try:
+        export_cut(ds, cut, out, BENCH_CAPACITY, BITS)
+        r = bench_model(str(out), "simd", echo=echo)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {"error": str(e).splitlines()[0][:120]}
+    if r.error:
+        return {"error": r.error}
+    return {"train": r.train_instr, "predict": r.predict_instr, "backbone": r.backbone_instr}
+
+
+def study_dataset(ds: Dataset, seeds: int, work: Path, echo, bench: bool) -> dict:
+    out = {"name": ds.name, "cuts": [], "n_stream": int(np.isin(ds.ytr, ds.new).sum()),
+           "n_test": int(len(ds.yte))}
+    # joint upper bound: the same network, all classes, offline
+    accs = []
+    for s in range(seeds):
+        net = _fit(ds.make_joint(100 + s), ds.Xtr, ds.ytr, seed=100 + s)
+        accs.append(float(np.mean(np.argmax(net.predict(ds.Xte, verbose=0), 1) == ds.yte)))
+    out["joint"] = accs
+    echo(f"{ds.name}: joint training upper bound {np.mean(accs):.3f}")
+    best = None
+    for cut in ds.cuts:
+        model = export_cut(ds, cut, work / f"{ds.name}_{cut}", CAPACITY, BITS)
+        Qtr, Qte = _latents(model, ds.Xtr), _latents(model, ds.Xte)
+        row = {"cut": cut, "layers": 1 if model.stage is None else len(model.stage[0]),
+               "latent_dim": int(model.manifest["latent"]["dim"]),
+               "params": int(model.W.size + model.b.size) if model.stage is None
+               else int(model.stage[1].size),
+               "ram": learner_ram(model, CAPACITY, BITS),
+               "arena": int(model.manifest["memory"]["arena_bytes"])}
+        row["fits"] = row["ram"] + row["arena"] + 12 * 1024 <= BOARD_RAM
+        row["replay"] = [run(ds, model, Qtr, Qte, seed=s, mode="replay", lr=LR)
+                         for s in range(seeds)]
+        if cut == "head":  # the floor: naive SGD, lr chosen on a validation split
+            rng = np.random.default_rng(99)
+            val = rng.choice(len(ds.ytr), len(ds.ytr) * 3 // 10, replace=False)
+            val_acc = {lr: run(ds, model, Qtr, Qte, seed=50, mode="sgd", lr=lr, eval_idx=val)
+                       for lr in NAIVE_LR_GRID}
+            lr_naive = max(val_acc, key=val_acc.get)
+            out["naive"] = {"lr": lr_naive, "acc": [run(ds, model, Qtr, Qte, seed=s, mode="sgd",
+                                                        lr=lr_naive) for s in range(seeds)]}
+            echo(f"{ds.name}: naive SGD (lr {lr_naive}) {np.mean(out['naive']['acc']):.3f}")
+        if bench:
+            row["bench"] = bench_cut(ds, cut, work, echo=lambda s: None)
+        echo(f"{ds.name}: cut {cut} ({row['layers']} layers) replay "
+             f"{np.mean(row['replay']):.3f} ± {np.std(row['replay']):.3f}, RAM {row['ram']}"
+             + (f", train step {row['bench']}" if bench else ""))
+        out["cuts"].append(row)
+        if row["fits"] and (best is None or np.mean(row["replay"]) > np.mean(best[0]["replay"])):
+            best = (row, model, Qtr, Qte)
+    row, model, Qtr, Qte = best
+    out["best_cut"] = row["cut"]
+    out["bits"] = {}
+    for bits in (32, 8, 7):
+        accs = row["replay"] if bits == BITS else [
+            run(ds, model, Qtr, Qte, seed=s, mode="replay", lr=LR, bits=bits) for s in range(seeds)]
+        from .learner import row_bytes
+
+        ram = learner_ram(model, CAPACITY, bits)
+        out["bits"][bits] = {"acc": accs, "slot": row_bytes(row["latent_dim"], bits) + 2,
+                             "ram": ram, "fits": ram + row["arena"] + 12 * 1024 <= BOARD_RAM}
+    return out
+
+
+# --------------------------------------------------------------------------- report
+def _pm(v) -> str:
+    return f"{100 * np.mean(v):.1f} ± {100 * np.std(v):.1f}"
+
+
+def _n(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def markdown(results: list[dict], seeds: int) -> str:
+    o = [MARK_BEGIN,
+         f"<!-- generated by tinyol {__version__} (python -m tinyol.study_depth) — do not edit -->",
+         "## How deep should the board learn? (the QLR depth trade-off)", "",
+         "Reproduce: `PYTHONPATH=host python -m tinyol.study_depth` (part of `make study`, "
+         "about 25 minutes on this 2-core machine).", "",
+         f"Each cut trains the layers after it on the device (docs/adaptive.md): `head` is "
+         f"TinyOL's last layer, every other row an adaptive stage exported with "
+         f"`tinyol export --split <layer>`. Same protocol as above: the stream of new classes "
+         f"is seen once, replay ({CAPACITY} slots, int8, reservoir, pre-filled with the "
+         f"pre-training classes, n_new = 1, n_old = 16), lr = {LR} for every depth (not re-tuned "
+         f"per depth), momentum 0; final accuracy on the held-out test split of all classes, "
+         f"mean ± std over {seeds} stream orders. Learner RAM = the firmware's static buffer "
+         f"(TOL_LEARNER_BYTES for the head, tol_stage_bytes for a stage: weights, gradients, "
+         f"activations kept for backprop, queue, replay). Fits = arena + learner + 12 KB "
+         f"firmware <= 256 KB (NUCLEO-L4R5ZI). Instructions: `tinyol bench`'s measurement "
+         f"(QEMU -icount, Cortex-M4 build, {BENCH_CAPACITY}-slot replay build) of one train "
+         f"step (1 fresh + 16 replayed samples) and one prediction after the backbone. "
+         f"`trained layers` counts the stage's layers as the device runs them (a GAP counts, "
+         f"folded BatchNorm and fused ReLU do not).", "",
+         "Datasets: **digits** (scikit-learn; models/digits/digits.keras trained on 0-4, stream "
+         "5-9) and **imu**, a *synthetic*, seeded 3-axis accelerometer set (7 activities: walk, "
+         "run, sit, lie pre-trained; upstairs, downstairs, stand streamed; 2 s windows at 32 Hz; "
+         "per-window subject variation in step rate, amplitude and posture; "
+         "`tinyol.study_depth.imu_windows`). We did not find (in the time of this work) a "
+         "public multi-activity IMU set shipped inside a package installable on this offline "
+         "machine, so the harder sensor set is generated — say so when quoting it; "
+         "its network (three 1 x k convolutions, GAP, Dense 24, Dense) is trained here on the "
+         "first four activities.", ""]
+    for r in results:
+        o += [f"### {r['name']}", "",
+              f"Stream: {r['n_stream']} samples of the new classes; test: {r['n_test']} samples.",
+              "",
+              "| cut | trained layers | params | latent bytes / slot | learner RAM (B) | fits L4R5ZI "
+              "| train step (instr) | predict (instr) | final acc (%) |",
+              "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+        for c in r["cuts"]:
+            b = c.get("bench", {})
+            tr = _n(b.get("train")) if "error" not in b else "does not fit QEMU's 128 KB"
+            pr = _n(b.get("predict")) if "error" not in b else "-"
+            o.append(f"| {c['cut']} | {c['layers']} | {c['params']:,} | {c['latent_dim'] + 2} | "
+                     f"{c['ram']:,} | {'yes' if c['fits'] else 'no'} | {tr} | {pr} | "
+                     f"{_pm(c['replay'])} |")
+        o += [f"| naive SGD, last layer (floor, lr {r['naive']['lr']}) | 1 | | | | | | | "
+              f"{_pm(r['naive']['acc'])} |",
+              f"| joint training, all classes offline (upper bound) | all | | | | | | | "
+              f"{_pm(r['joint'])} |", "",
+              f"Replay storage at the best cut that fits (`{r['best_cut']}`):", "",
+              "| storage | bytes / slot | learner RAM (B) | fits L4R5ZI | final acc (%) |",
+              "|---|---:|---:|---|---:|"]
+        for bits, v in r["bits"].items():
+            bits = int(bits)
+            fits = v.get("fits", True)
+            o.append(f"| {'float32' if bits == 32 else f'{bits}-bit'} | {v['slot']} | "
+                     f"{v['ram']:,} | {'yes' if fits else 'no'} | {_pm(v['acc'])} |")
+        o.append("")
+    o += ["### Reading", ""]
+    o += READING
+    for r in results:
+        head = next(c for c in r["cuts"] if c["cut"] == "head")
+        best = next(c for c in r["cuts"] if c["cut"] == r["best_cut"])
+        gain = 100 * (np.mean(best["replay"]) - np.mean(head["replay"]))
+        o.append(f"- {r['name']}: the last layer with replay reaches {_pm(head['replay'])} %, "
+                 f"the best cut (`{r['best_cut']}`, {best['layers']} layers) {_pm(best['replay'])} % "
+                 f"({gain:+.1f} points) for {best['ram'] / max(head['ram'], 1):.1f}x the learner "
+                 f"RAM; naive SGD {_pm(r['naive']['acc'])} %, joint training {_pm(r['joint'])} %.")
+        worse = [c["cut"] for c in r["cuts"] if np.mean(c["replay"]) < np.mean(head["replay"]) - 0.01]
+        if worse:
+            o.append(f"  Deeper adaptation does not pay at: {', '.join(worse)} (below the "
+                     f"last layer: more parameters moved by a single pass over a small stream "
+                     f"with an untuned lr forget more).")
+    o += ["", MARK_END]
+    return "\n".join(o) + "\n"
+
+
+# Observations on the committed run (docs/study.md); the bullets after them are computed.
+READING = [
+    "- Deeper adaptation pays on both datasets, by less than the gap to joint training: the "
+    "best cut closes six tenths of the digits gap (last layer 86 %, cut 93 %, joint 97 %) and "
+    "little of the IMU gap (68 % -> 70 %, joint 89 %): one pass over a few hundred samples "
+    "cannot rebuild features the way offline training on all classes does.",
+    "- Most of the gain comes from the first layer below the head. digits: cutting before "
+    "`embed` gives 92.4 % of the 92.8 % at 65 % of the deepest cut's RAM; IMU: cutting before "
+    "`embed` gives +2.2 points at the same RAM as the head (its latent, the GAP output, is "
+    "smaller than the head's input), while `conv3` adds 0.5 point more for 7.7x the RAM and "
+    "19x the train-step instructions.",
+    "- Cost follows the parameters and MACs behind the cut, not the number of layers: "
+    "digits' `embed` cut trains 8.5 k parameters (124 KB with 200 replay slots of 256 bytes), "
+    "the IMU's deepest 1.8 k (72 KB, mostly replay).",
+    "- It stops paying when too much moves: the IMU's `conv2` cut (five layers, lr not re-tuned) "
+    "is unstable across stream orders (62.9 ± 11.4 %, below the last layer). Tune the lr per "
+    "depth (or cut shallower) before paying for depth.",
+    "- Replay storage: the latents at every cut are int8 already, so 8-bit slots equal float32 "
+    "ones at a quarter of the bytes; 7 bits cost at most a tenth of a point here.",
+]
+
+
+def write_section(text: str, path: Path) -> None:
+    doc = path.read_text(encoding="utf-8") if path.exists() else ""
+    if MARK_BEGIN in doc:
+        doc = doc[:doc.index(MARK_BEGIN)].rstrip() + "\n"
+    path.write_text(doc.rstrip() + "\n\n" + text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=SEEDS)
+    ap.add_argument("--datasets", default="digits,imu")
+    ap.add_argument("--no-bench", action="store_true", help="skip the QEMU instruction counts")
+    ap.add_argument("--out", default=str(project_root() / "docs/study.md"))
+    ap.add_argument("--json", default=None, help="also write the raw results here")
+    ap.add_argument("--from-json", default=None, help="only re-render the section from results")
+    a = ap.parse_args(argv)
+    if a.from_json:
+        write_section(markdown(json.loads(Path(a.from_json).read_text()), a.seeds), Path(a.out))
+        return 0
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+    def echo(s):
+        print(s, file=sys.stderr, flush=True)
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="tinyol-depth-") as tmp:
+        work = Path(tmp)
+        for name in a.datasets.split(","):
+            ds = digits_dataset(work) if name == "digits" else imu_dataset(work, echo)
+            results.append(study_dataset(ds, a.seeds, work, echo, bench=not a.no_bench))
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1, default=float))
+    write_section(markdown(results, a.seeds), Path(a.out))
+    echo(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,620 @@
+/*
+ * model_stage.c - model glue of the app layer for a model exported with an
+ * early `--split` (its directory has stage_init.c): the backbone's int8 output
+ * feeds the adaptive stage (tol_stage.h, several float32 layers trained by
+ * backprop) instead of the one-layer learner of model.c. Same messages and
+ * payloads (docs/protocol.md); SAVE/LOAD move the whole stage; GET_STAGE /
+ * SET_STAGE + COMMIT copy it off and onto the device (docs/adaptive.md).
+ * The builder links this file instead of model.c (mcu/platform/common/tinyol_build.py).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backbone.h"
+#include "config.h"
+#include "tol_app.h"
+#include "tol_hal.h"
+#include "tol_learner.h"
+#include "tol_stage.h"
+#include "tol_model.h"
+#include "tol_proto.h"
+#include "tol_store.h"
+
+#ifndef TOL_REPLAY_POLICY
+#define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
+#endif
+#define TOL_MODEL_OUTPUTS TOL_HEAD_MAX_CLASSES
+#define TOL_CYCLES_INVALID 0xFFFFFFFFu
+/* Auto-save after this many committed updates since the last save (0 = off). */
+#ifndef TOL_AUTOSAVE_UPDATES
+#define TOL_AUTOSAVE_UPDATES 0u
+#endif
+#define TOL_SAVE_NO_REPLAY 0x01u /* SAVE option bit: leave the replay buffer out */
+
+_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h and config.h disagree on the input");
+_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and config.h disagree on the latent");
+_Static_assert(TOL_HEAD_MODE == 0, "an adaptive stage needs a classifier head");
+_Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS, "stage layers");
+
+extern const tol_stage_layer_t tol_stage_layers[TOL_STAGE_LAYERS];
+extern const float tol_stage_init_params[TOL_STAGE_PARAMS];
+
+/* The stage's memory (tol_stage_bytes(), computed by the exporter's memory model,
+ * tinyol.stage.stage_bytes, and checked again at init) goes to SRAM2 when it fits. */
+#ifndef TOL_BOARD_RAM2_BYTES
+#define TOL_BOARD_RAM2_BYTES 0
+#endif
+#if TOL_STAGE_MEM_BYTES + 64 <= TOL_BOARD_RAM2_BYTES
+#define TOL_STAGE_SECTION __attribute__((section(".ram2")))
+#else
+#define TOL_STAGE_SECTION
+#endif
+static _Alignas(8) uint8_t tol_stage_mem[TOL_STAGE_MEM_BYTES] TOL_STAGE_SECTION;
+static tol_stage_t tol_stage;
+static int8_t tol_input[TOL_INPUT_SIZE];
+static int8_t tol_latent[TOL_LATENT_DIM];
+static struct {
+    uint32_t backbone, predict, learn;
+} tol_cycles = {TOL_CYCLES_INVALID, TOL_CYCLES_INVALID, TOL_CYCLES_INVALID};
+
+/* Persistence (docs/persistence.md): the store, what happened at boot, the last save. */
+static tol_store_t tol_store;
+static struct {
+    tol_store_status_t boot;  /* reported by INFO and the boot line */
+    uint8_t last_status;      /* tol_status_t of the last SAVE/LOAD/auto-save */
+    uint32_t seq;             /* seq of the record the learner state matches (saved or loaded) */
+    uint32_t record_bytes;    /* last save: header + payload */
+    uint16_t pages;           /* last save: pages the record spans (erased per save) */
+    uint32_t saved_updates;   /* learner's update counter at the last save/load */
+    uint32_t autosave_every;  /* auto-save period in updates (SET key AUTOSAVE), 0 = off */
+} tol_persist = {.autosave_every = TOL_AUTOSAVE_UPDATES};
+
+/* Time stamps that know whether a UART receive disturbed the counter. */
+typedef struct {
+    uint32_t t;
+    uint32_t epoch;
+} tol_stamp_t;
+
+static tol_stamp_t tol_now(void)
+{
+    tol_stamp_t s = {tol_hal_cycles(), tol_hal_cycles_epoch()};
+    return s;
+}
+
+static uint32_t tol_since(tol_stamp_t s)
+{
+    uint32_t t = tol_hal_cycles();
+    return tol_hal_cycles_epoch() == s.epoch ? t - s.t : TOL_CYCLES_INVALID;
+}
+
+static void tol_model_boot_load(void);
+
+/* Largest stage state (header, params, active, counts, a full queue, momentum, a full
+ * replay buffer) plus the record header: the store's slot size. */
+#define TOL_MODEL_RECORD_MAX                                                                  \
+    (TOL_STORE_HEADER_BYTES + TOL_STAGE_STATE_HEADER + 8u * (uint32_t)TOL_STAGE_PARAMS +       \
+     5u * (uint32_t)TOL_MODEL_OUTPUTS + (4u * TOL_LATENT_DIM + 2u) * (uint32_t)TOL_REPLAY_N_NEW + \
+     (uint32_t)TOL_REPLAY_CAPACITY * ((uint32_t)TOL_REPLAY_ROW_BYTES(TOL_LATENT_DIM, TOL_REPLAY_BITS) + 2u) + \
+     6u * (uint32_t)TOL_MODEL_OUTPUTS)
+
+tol_status_t tol_model_init(void)
+{
+    tol_stage_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.layers = tol_stage_layers;
+    cfg.n_layers = (uint8_t)TOL_STAGE_LAYERS;
+    cfg.replay_bits = (uint8_t)TOL_REPLAY_BITS;
+    cfg.replay_policy = (uint8_t)TOL_REPLAY_POLICY;
+    cfg.no_momentum = (uint8_t)(TOL_MOMENTUM == 0.0f ? 1u : 0u); /* as the exporter's memory model */
+    cfg.init_params = tol_stage_init_params;
+    cfg.init_classes = (uint16_t)TOL_HEAD_INIT_CLASSES;
+    cfg.replay_capacity = (uint16_t)TOL_REPLAY_CAPACITY;
+    cfg.max_new = (uint16_t)TOL_REPLAY_N_NEW;
+    cfg.latent_scale = TOL_LATENT_SCALE;
+    cfg.latent_zero_point = TOL_LATENT_ZERO_POINT;
+    cfg.seed = TOL_SEED;
+    tol_learner_settings_default(&cfg.settings);
+    cfg.settings.lr = TOL_LR;
+    cfg.settings.momentum = TOL_MOMENTUM;
+    cfg.settings.weight_decay = TOL_WEIGHT_DECAY;
+    cfg.settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
+    cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
+    cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
+    TOL_TRY(tol_stage_init(&tol_stage, tol_stage_mem, sizeof(tol_stage_mem), &cfg));
+    tol_model_boot_load();
+    return TOL_OK;
+}
+
+/* float32 input payload size; 0 where float inputs are not accepted (> 8 KB) */
+#define TOL_FLOAT_REQUEST_BYTES (TOL_APP_FLOAT_INPUT ? 1u + 4u * (uint32_t)TOL_INPUT_SIZE : 0u)
+
+/* Read an input (int8 or float32) from a payload into tol_input. */
+static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
+{
+    TOL_CHECK(n >= 1u, TOL_ERR_LENGTH);
+    if (p[0] == TOL_INPUT_INT8) {
+        TOL_CHECK((uint32_t)n == 1u + (uint32_t)TOL_INPUT_SIZE, TOL_ERR_LENGTH);
+        memcpy(tol_input, p + 1, TOL_INPUT_SIZE);
+        return TOL_OK;
+    }
+    TOL_CHECK(p[0] == TOL_INPUT_FLOAT32, TOL_ERR_ARG);
+    TOL_CHECK(TOL_APP_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
+    TOL_CHECK(n == TOL_FLOAT_REQUEST_BYTES, TOL_ERR_LENGTH);
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
+        uint32_t bits = tol_get_u32(p + 1 + 4u * i);
+        float x;
+        memcpy(&x, &bits, sizeof(x));
+        TOL_CHECK(isfinite(x), TOL_ERR_NONFINITE);
+    }
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
+        uint32_t bits = tol_get_u32(p + 1 + 4u * i);
+        float x;
+        memcpy(&x, &bits, sizeof(x));
+        float q = roundf(x / TOL_INPUT_SCALE) + (float)TOL_INPUT_ZERO_POINT; /* half away from zero */
+        q = q < -128.0f ? -128.0f : (q > 127.0f ? 127.0f : q);
+        tol_input[i] = (int8_t)q;
+    }
+    return TOL_OK;
+}
+
+static void tol_put_f32(uint8_t *p, float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    tol_put_u32(p, bits);
+}
+
+static float tol_get_f32(const uint8_t *p)
+{
+    uint32_t bits = tol_get_u32(p);
+    float v;
+    memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+/* SAMPLE / PREDICT reply: pred i16, flags u8, 0, value f32, loss f32, seen u32, active u16 */
+#define TOL_FLAG_LEARNED 0x01u
+#define TOL_FLAG_NEW_CLASS 0x02u
+#define TOL_FLAG_ANOMALY 0x04u
+
+static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn, uint8_t *reply,
+                                     uint16_t *reply_len)
+{
+    TOL_CHECK(n >= 3u, TOL_ERR_LENGTH);
+    uint16_t label = tol_get_u16(req);
+    TOL_TRY(tol_model_read_input(req + 2, (uint16_t)(n - 2u)));
+    tol_stamp_t s = tol_now();
+    TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+    tol_cycles.backbone = tol_since(s);
+
+    tol_learner_stats_t before;
+    tol_stage_get_stats(&tol_stage, &before);
+    int32_t pred = -1;
+    float value = 0.0f;
+    float loss = 0.0f;
+    uint8_t flags = 0u;
+    TOL_CHECK(!learn || label < TOL_HEAD_MAX_CLASSES, TOL_ERR_LABEL);
+    s = tol_now();
+    TOL_TRY(tol_stage_predict(&tol_stage, tol_latent, &pred, &value));
+    tol_cycles.predict = tol_since(s);
+    if (learn) {
+        float p = tol_stage.active[label] ? tol_stage.probs[label] : 0.0f;
+        loss = -logf(p > 1e-7f ? p : 1e-7f);
+        s = tol_now();
+        TOL_TRY(tol_stage_learn(&tol_stage, tol_latent, label));
+        tol_cycles.learn = tol_since(s);
+    }
+    tol_learner_stats_t after;
+    tol_stage_get_stats(&tol_stage, &after);
+    if (after.samples_seen != before.samples_seen && learn) flags |= TOL_FLAG_LEARNED;
+    if (after.n_active > before.n_active) flags |= TOL_FLAG_NEW_CLASS;
+    tol_put_u16(reply, (uint16_t)(int16_t)pred);
+    reply[2] = flags;
+    reply[3] = 0u;
+    tol_put_f32(reply + 4, value);
+    tol_put_f32(reply + 8, loss);
+    tol_put_u32(reply + 12, after.samples_seen);
+    tol_put_u16(reply + 16, after.n_active);
+    *reply_len = 18u;
+    return TOL_OK;
+}
+
+static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, uint8_t *reply,
+                                      uint16_t *reply_len)
+{
+    TOL_CHECK(n == (set ? 5u : 1u), TOL_ERR_LENGTH);
+    if (req[0] == (uint8_t)TOL_SET_AUTOSAVE) { /* a device policy, not a learner setting */
+        if (set) {
+            tol_learner_stats_t ls;
+            tol_stage_get_stats(&tol_stage, &ls);
+            tol_persist.autosave_every = tol_get_u32(req + 1);
+            tol_persist.saved_updates = ls.updates; /* count the period from now */
+        }
+        reply[0] = req[0];
+        tol_put_u32(reply + 1, tol_persist.autosave_every);
+        *reply_len = 5u;
+        return TOL_OK;
+    }
+    tol_learner_settings_t st;
+    tol_stage_get_settings(&tol_stage, &st);
+    uint8_t key = req[0];
+    float f = set ? tol_get_f32(req + 1) : 0.0f;
+    uint32_t u = set ? tol_get_u32(req + 1) : 0u;
+    float *fp = NULL;
+    uint32_t uv = 0u;
+    switch ((tol_setting_t)key) {
+    case TOL_SET_LR: fp = &st.lr; break;
+    case TOL_SET_MOMENTUM: fp = &st.momentum; break;
+    case TOL_SET_WEIGHT_DECAY: fp = &st.weight_decay; break;
+    case TOL_SET_CLIP_NORM: fp = &st.clip_norm; break;
+    case TOL_SET_THRESHOLD_K: fp = &st.threshold_k; break;
+    case TOL_SET_EMA_ALPHA: fp = &st.ema_alpha; break;
+    case TOL_SET_N_NEW:
+        TOL_CHECK(!set || u <= 0xFFFFu, TOL_ERR_RANGE);
+        if (set) st.n_new = (uint16_t)u;
+        uv = st.n_new;
+        break;
+    case TOL_SET_N_OLD:
+        TOL_CHECK(!set || u <= 0xFFFFu, TOL_ERR_RANGE);
+        if (set) st.n_old = (uint16_t)u;
+        uv = st.n_old;
+        break;
+    case TOL_SET_MODE:
+        TOL_CHECK(!set || u <= 0xFFu, TOL_ERR_RANGE);
+        if (set) st.mode = (uint8_t)u;
+        uv = st.mode;
+        break;
+    case TOL_SET_TRAIN_ANOMALIES:
+        TOL_CHECK(!set || u <= 1u, TOL_ERR_RANGE);
+        if (set) st.train_anomalies = (uint8_t)u;
+        uv = st.train_anomalies;
+        break;
+    case TOL_SET_WARMUP:
+        if (set) st.warmup = u;
+        uv = st.warmup;
+        break;
+    default:
+        return TOL_ERR_ARG;
+    }
+    if (fp != NULL) {
+        if (set) {
+            TOL_CHECK(isfinite(f), TOL_ERR_NONFINITE);
+            *fp = f;
+        }
+        memcpy(&uv, fp, sizeof(uv));
+    }
+    if (set) TOL_TRY(tol_stage_set_settings(&tol_stage, &st));
+    reply[0] = key;
+    tol_put_u32(reply + 1, uv);
+    *reply_len = 5u;
+    return TOL_OK;
+}
+
+/* GET_STAGE: offset:u32. Reply: offset:u32 total:u32 n:u16 0:u16 bytes[n] of the stage
+ * image (tol_stage_image_read: every parameter as f32, then the active flags). */
+static tol_status_t tol_model_get_stage(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t cap,
+                                        uint16_t *reply_len)
+{
+    TOL_CHECK(n == 4u, TOL_ERR_LENGTH);
+    const uint32_t offset = tol_get_u32(req);
+    const uint32_t total = tol_stage_image_bytes(&tol_stage);
+    TOL_CHECK(offset <= total, TOL_ERR_RANGE);
+    uint32_t count = total - offset;
+    if (count > (uint32_t)cap - 12u) count = (uint32_t)cap - 12u;
+    TOL_TRY(tol_stage_image_read(&tol_stage, offset, reply + 12, count));
+    tol_put_u32(reply, offset);
+    tol_put_u32(reply + 4, total);
+    tol_put_u16(reply + 8, (uint16_t)count);
+    tol_put_u16(reply + 10, 0u);
+    *reply_len = (uint16_t)(12u + count);
+    return TOL_OK;
+}
+
+/* ---- persistence ------------------------------------------------------------------ */
+
+/* Replace the learner's state with the newest stored record of this model. */
+static tol_status_t tol_model_load(tol_store_record_t *rec)
+{
+    TOL_TRY(tol_store_newest(&tol_store, rec));
+    uint8_t buf[TOL_STAGE_STATE_HEADER];
+    TOL_CHECK(rec->payload_len >= sizeof(buf), TOL_ERR_MODEL);
+    TOL_TRY(tol_store_read(&tol_store, rec, 0u, buf, sizeof(buf)));
+    uint8_t parts = 0u;
+    uint32_t total = 0u;
+    TOL_TRY(tol_stage_state_begin(&tol_stage, buf, sizeof(buf), &parts, &total));
+    tol_status_t st = total == rec->payload_len ? TOL_OK : TOL_ERR_MODEL;
+    for (uint32_t at = sizeof(buf); st == TOL_OK && at < total; at += sizeof(buf)) {
+        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
+        st = tol_store_read(&tol_store, rec, at, buf, n);
+        if (st == TOL_OK) st = tol_stage_state_write(&tol_stage, parts, at, buf, n);
+    }
+    if (st != TOL_OK) {
+        tol_stage_reset(&tol_stage); /* half-applied: back to the exported head */
+        return st;
+    }
+    TOL_TRY(tol_stage_state_end(&tol_stage, parts));
+    tol_learner_stats_t ls;
+    tol_stage_get_stats(&tol_stage, &ls);
+    tol_persist.seq = rec->seq;
+    tol_persist.saved_updates = ls.updates;
+    return TOL_OK;
+}
+
+static void tol_model_boot_load(void)
+{
+    tol_store_record_t rec;
+    tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, (uint32_t)TOL_MODEL_RECORD_MAX);
+    if (st == TOL_OK) st = tol_model_load(&rec);
+    tol_persist.boot.seq = st == TOL_OK ? rec.seq : 0u;
+    switch (st) {
+    case TOL_OK: tol_persist.boot.state = (uint8_t)TOL_STORE_LOADED; break;
+    case TOL_ERR_NO_RECORD: tol_persist.boot.state = (uint8_t)TOL_STORE_EMPTY; break;
+    case TOL_ERR_MODEL:
+        /* a record of this model hash that does not fit this learner counts as rejected */
+        tol_persist.boot.state = (uint8_t)(tol_store_newest(&tol_store, &rec) == TOL_OK ? TOL_STORE_REJECTED
+                                                                                     : TOL_STORE_FOREIGN);
+        break;
+    case TOL_ERR_FLASH:
+    case TOL_ERR_UNSUPPORTED: tol_persist.boot.state = (uint8_t)TOL_STORE_UNAVAILABLE; break;
+    default: tol_persist.boot.state = (uint8_t)TOL_STORE_REJECTED; break;
+    }
+    tol_persist.last_status = (uint8_t)st;
+}
+
+tol_store_status_t tol_model_store_status(void)
+{
+    return tol_persist.boot;
+}
+
+/* Write the learner's state as a new record. options: TOL_SAVE_NO_REPLAY. */
+static tol_status_t tol_model_save(uint8_t options, uint8_t *parts_out)
+{
+    tol_learner_settings_t set;
+    tol_stage_get_settings(&tol_stage, &set);
+    uint8_t parts = (uint8_t)((options & TOL_SAVE_NO_REPLAY) ? 0u : TOL_STAGE_STATE_REPLAY);
+    if (set.momentum != 0.0f) parts |= (uint8_t)TOL_STAGE_STATE_MOMENTUM;
+    uint32_t total = tol_stage_state_bytes(&tol_stage, parts);
+    if (total > tol_store_capacity(&tol_store) && (parts & TOL_STAGE_STATE_REPLAY)) {
+        parts &= (uint8_t)~TOL_STAGE_STATE_REPLAY; /* too big for a slot: the head still fits */
+        total = tol_stage_state_bytes(&tol_stage, parts);
+    }
+    TOL_TRY(tol_store_begin(&tol_store, total));
+    uint8_t buf[64];
+    for (uint32_t at = 0; at < total; at += sizeof(buf)) {
+        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
+        tol_stage_state_read(&tol_stage, parts, at, buf, n);
+        TOL_TRY(tol_store_append(&tol_store, buf, n));
+    }
+    TOL_TRY(tol_store_commit(&tol_store));
+    tol_learner_stats_t ls;
+    tol_stage_get_stats(&tol_stage, &ls);
+    uint32_t page = tol_store.region.page_bytes;
+    tol_persist.seq = tol_store.seq_max;
+    tol_persist.record_bytes = TOL_STORE_HEADER_BYTES + total;
+    tol_persist.pages = (uint16_t)((tol_persist.record_bytes + page - 1u) / page);
+    tol_persist.saved_updates = ls.updates;
+    *parts_out = parts;
+    return TOL_OK;
+}
+
+/* SAVE: options:u8 (optional). Reply: seq:u32 bytes:u32 slot:u8 parts:u8 pages:u16 cycles:u32 */
+static tol_status_t tol_model_on_save(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
+{
+    TOL_CHECK(n <= 1u, TOL_ERR_LENGTH);
+    uint8_t parts = 0u;
+    tol_stamp_t s = tol_now();
+    tol_status_t st = tol_model_save(n == 1u ? req[0] : 0u, &parts);
+    uint32_t cycles = tol_since(s);
+    tol_persist.last_status = (uint8_t)st;
+    TOL_TRY(st);
+    tol_put_u32(reply, tol_persist.seq);
+    tol_put_u32(reply + 4, tol_persist.record_bytes);
+    reply[8] = tol_store.target;
+    reply[9] = parts;
+    tol_put_u16(reply + 10, tol_persist.pages);
+    tol_put_u32(reply + 12, cycles);
+    *reply_len = 16u;
+    return TOL_OK;
+}
+
+/* LOAD: no payload. Reply: seq:u32 bytes:u32 slot:u8 0:u8 n_active:u16 samples_seen:u32 */
+static tol_status_t tol_model_on_load(uint16_t n, uint8_t *reply, uint16_t *reply_len)
+{
+    TOL_CHECK(n == 0u, TOL_ERR_LENGTH);
+    tol_store_record_t rec;
+    tol_status_t st = tol_model_load(&rec);
+    tol_persist.last_status = (uint8_t)st;
+    TOL_TRY(st);
+    tol_learner_stats_t ls;
+    tol_stage_get_stats(&tol_stage, &ls);
+    tol_put_u32(reply, rec.seq);
+    tol_put_u32(reply + 4, TOL_STORE_HEADER_BYTES + rec.payload_len);
+    reply[8] = rec.slot;
+    reply[9] = 0u;
+    tol_put_u16(reply + 10, ls.n_active);
+    tol_put_u32(reply + 12, ls.samples_seen);
+    *reply_len = 16u;
+    return TOL_OK;
+}
+
+/* Auto-save after a learning request, when configured (TOL_AUTOSAVE_UPDATES). */
+static void tol_model_autosave(void)
+{
+    if (tol_persist.autosave_every == 0u || tol_store.flash != TOL_OK) return;
+    tol_learner_stats_t ls;
+    tol_stage_get_stats(&tol_stage, &ls);
+    if (ls.updates - tol_persist.saved_updates < tol_persist.autosave_every) return;
+    uint8_t parts = 0u;
+    tol_persist.last_status = (uint8_t)tol_model_save(0u, &parts);
+    if (tol_persist.last_status != (uint8_t)TOL_OK) tol_persist.saved_updates = ls.updates; /* retry later */
+}
+
+/* SET_STAGE: offset:u32 bytes[n]: stage image bytes, staged (offset 0 starts a new image,
+ * later writes continue where the last ended); the write that completes the image commits
+ * it (all or nothing). Reply: offset:u32 staged:u32 total:u32 committed:u8 0:u8 n_active:u16 */
+static tol_status_t tol_model_set_stage(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
+{
+    TOL_CHECK(n >= 4u, TOL_ERR_LENGTH);
+    const uint32_t offset = tol_get_u32(req);
+    const uint32_t total = tol_stage_image_bytes(&tol_stage);
+    TOL_TRY(tol_stage_push_write(&tol_stage, offset, req + 4, (uint32_t)n - 4u));
+    const uint32_t staged = tol_stage.push_fill;
+    uint8_t committed = 0u;
+    if (staged == total) {
+        TOL_TRY(tol_stage_push_commit(&tol_stage));
+        committed = 1u;
+    }
+    tol_put_u32(reply, offset);
+    tol_put_u32(reply + 4, staged);
+    tol_put_u32(reply + 8, total);
+    reply[12] = committed;
+    reply[13] = 0u;
+    tol_put_u16(reply + 14, tol_stage.n_active);
+    *reply_len = 16u;
+    return TOL_OK;
+}
+
+/* INFO's stage block (tol_app.c appends it): layers:u8 params:u32 bytes:u32 hash:u32 */
+uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap)
+{
+    if (cap < 13u) return 0u;
+    out[0] = (uint8_t)TOL_STAGE_LAYERS;
+    tol_put_u32(out + 1, (uint32_t)TOL_STAGE_PARAMS);
+    tol_put_u32(out + 5, (uint32_t)TOL_STAGE_MEM_BYTES);
+    tol_put_u32(out + 9, (uint32_t)TOL_STAGE_HASH);
+    return 13u;
+}
+
+tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
+                              uint16_t reply_cap, uint16_t *reply_len)
+{
+    *reply_len = 0u;
+    switch ((tol_msg_t)type) {
+    case TOL_MSG_SAMPLE: {
+        tol_status_t st = tol_model_sample(req, req_len, true, reply, reply_len);
+        tol_model_autosave();
+        return st;
+    }
+    case TOL_MSG_PREDICT:
+        return tol_model_sample(req, req_len, false, reply, reply_len);
+    case TOL_MSG_EMBED: {
+        TOL_TRY(tol_model_read_input(req, req_len));
+        TOL_CHECK(reply_cap >= TOL_LATENT_DIM, TOL_ERR_OVERFLOW);
+        tol_stamp_t s = tol_now();
+        TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+        tol_cycles.backbone = tol_since(s);
+        memcpy(reply, tol_latent, TOL_LATENT_DIM);
+        *reply_len = (uint16_t)TOL_LATENT_DIM;
+        return TOL_OK;
+    }
+    case TOL_MSG_SET:
+        return tol_model_setting(req, req_len, true, reply, reply_len);
+    case TOL_MSG_GET:
+        return tol_model_setting(req, req_len, false, reply, reply_len);
+    case TOL_MSG_RESET:
+        TOL_CHECK(req_len == 0u, TOL_ERR_LENGTH);
+        tol_stage_reset(&tol_stage);
+        return TOL_OK;
+    case TOL_MSG_REPLAY_ADD: {
+        /* label u16 + input: the backbone's latent goes into the replay buffer
+         * through its policy, without training (e.g. pre-training classes) */
+        TOL_CHECK(req_len >= 3u, TOL_ERR_LENGTH);
+        const uint16_t label = tol_get_u16(req);
+        TOL_CHECK(label < TOL_MODEL_OUTPUTS, TOL_ERR_LABEL);
+        TOL_TRY(tol_model_read_input(req + 2, (uint16_t)(req_len - 2u)));
+        TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+        TOL_TRY(tol_stage_replay_add(&tol_stage, tol_latent, label));
+        tol_learner_stats_t st;
+        tol_stage_get_stats(&tol_stage, &st);
+        tol_put_u16(reply, st.replay_fill);
+        tol_put_u16(reply + 2, st.replay_capacity);
+        *reply_len = 4u;
+        return TOL_OK;
+    }
+    case TOL_MSG_GET_STAGE:
+        return tol_model_get_stage(req, req_len, reply, reply_cap, reply_len);
+    case TOL_MSG_SET_STAGE:
+        return tol_model_set_stage(req, req_len, reply, reply_len);
+    case TOL_MSG_SAVE:
+        return tol_model_on_save(req, req_len, reply, reply_len);
+    case TOL_MSG_LOAD:
+        return tol_model_on_load(req_len, reply, reply_len);
+    default:
+        return TOL_ERR_TYPE;
+    }
+}
+
+uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
+{
+    tol_learner_stats_t st;
+    tol_stage_get_stats(&tol_stage, &st);
+    if (cap < 40u) return 0u;
+    tol_put_u32(out + 0, st.samples_seen);
+    tol_put_u32(out + 4, st.updates);
+    tol_put_u32(out + 8, st.rejected);
+    tol_put_u32(out + 12, st.anomalies);
+    tol_put_u16(out + 16, st.n_active);
+    tol_put_u16(out + 18, st.n_outputs);
+    tol_put_u16(out + 20, st.replay_fill);
+    tol_put_u16(out + 22, st.replay_capacity);
+    tol_put_f32(out + 24, st.threshold);
+    tol_put_u32(out + 28, tol_cycles.backbone);
+    tol_put_u32(out + 32, tol_cycles.predict);
+    tol_put_u32(out + 36, tol_cycles.learn);
+    uint16_t at = 40u;
+    uint16_t classes = st.n_outputs;
+    for (uint16_t c = 0; c < classes && at + 4u <= cap; c++, at = (uint16_t)(at + 4u)) {
+        tol_put_u32(out + at, st.class_count[c]);
+    }
+    /* persistence and flash wear (docs/protocol.md, STATS) */
+    if (at + 32u > cap) return at;
+    uint8_t *p = out + at;
+    const uint32_t page = tol_store.region.page_bytes;
+    const uint32_t pages_per_slot = page > 0u ? tol_store.slot_bytes / page : 0u;
+    uint32_t per_save = tol_persist.pages;
+    if (per_save == 0u && page > 0u) {
+        uint32_t rec = TOL_STORE_HEADER_BYTES + tol_stage_state_bytes(&tol_stage, TOL_STAGE_STATE_REPLAY);
+        per_save = (rec + page - 1u) / page;
+    }
+    /* round-robin: a slot's pages are erased once every n_slots saves, so the region is
+     * good for rated x n_slots saves; seq counts the saves made so far */
+    uint32_t budget = TOL_FLASH_RATED_CYCLES * (uint32_t)tol_store.n_slots;
+    uint32_t left = budget > tol_store.seq_max ? budget - tol_store.seq_max : 0u;
+    p[0] = tol_persist.boot.state;
+    p[1] = tol_persist.last_status;
+    tol_put_u16(p + 2, (uint16_t)per_save);
+    tol_put_u32(p + 4, tol_persist.seq);
+    tol_put_u32(p + 8, tol_store.saves);
+    tol_put_u32(p + 12, tol_store.erases);
+    tol_put_u16(p + 16, tol_store.n_slots);
+    tol_put_u16(p + 18, (uint16_t)pages_per_slot);
+    tol_put_u32(p + 20, tol_persist.record_bytes);
+    tol_put_u32(p + 24, tol_store.flash == TOL_OK ? left : 0u);
+    tol_put_u32(p + 28, tol_persist.autosave_every);
+    return (uint16_t)(at + 32u);
+}
+
+tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
+{
+    int32_t label = 0;
+    float conf = 0.0f;
+    tol_stamp_t s = tol_now();
+    switch (region) {
+    case 2:
+        TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
+        break;
+    case 3:
+        TOL_TRY(tol_stage_predict(&tol_stage, tol_latent, &label, &conf));
+        break;
+    case 4:
+        TOL_TRY(tol_stage_learn(&tol_stage, tol_latent, 0u));
+        break;
+    default:
+        return TOL_ERR_RANGE;
+    }
+    *cycles = tol_since(s);
+    return TOL_OK;
+}
+
+const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
+                                       tol_model_store_status, tol_model_info_stage};

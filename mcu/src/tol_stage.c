@@ -1,0 +1,1027 @@
+/* tol_stage.c - the adaptive stage (several float32 layers trained by
+ * backprop); see tol_stage.h. Reference C, float32, fixed loop order. */
+#include "tol_stage.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- shapes and memory ------------------------------------------------------------ */
+
+static uint32_t tol_stage_in_size_(const tol_stage_layer_t *l)
+{
+    return (uint32_t)l->in_h * l->in_w * l->in_c;
+}
+
+static uint32_t tol_stage_out_size_(const tol_stage_layer_t *l)
+{
+    return (uint32_t)l->out_h * l->out_w * l->out_c;
+}
+
+static uint32_t tol_stage_n_weights_(const tol_stage_layer_t *l)
+{
+    switch (l->kind) {
+    case TOL_STAGE_DENSE: return (uint32_t)l->out_c * tol_stage_in_size_(l);
+    case TOL_STAGE_CONV: return (uint32_t)l->out_c * l->kh * l->kw * l->in_c;
+    case TOL_STAGE_DWCONV: return (uint32_t)l->kh * l->kw * l->out_c;
+    default: return 0u;
+    }
+}
+
+uint32_t tol_stage_layer_params(const tol_stage_layer_t *l)
+{
+    return l->kind == TOL_STAGE_GAP ? 0u : tol_stage_n_weights_(l) + l->out_c;
+}
+
+uint32_t tol_stage_params(const tol_stage_layer_t *layers, uint8_t n_layers)
+{
+    uint32_t p = 0;
+    for (uint8_t i = 0; i < n_layers; i++) p += tol_stage_layer_params(&layers[i]);
+    return p;
+}
+
+/* 1 if layer l is well formed (output shape from input shape and kernel). */
+static int tol_stage_layer_ok_(const tol_stage_layer_t *l)
+{
+    if (l->in_h == 0u || l->in_w == 0u || l->in_c == 0u || l->out_c == 0u) return 0;
+    if (l->act > (uint8_t)TOL_STAGE_ACT_RELU6) return 0;
+    switch (l->kind) {
+    case TOL_STAGE_DENSE:
+        return l->out_h == 1u && l->out_w == 1u;
+    case TOL_STAGE_GAP:
+        return l->out_h == 1u && l->out_w == 1u && l->out_c == l->in_c && l->act == 0u;
+    case TOL_STAGE_CONV:
+    case TOL_STAGE_DWCONV:
+        if (l->kh == 0u || l->kw == 0u || l->sh == 0u || l->sw == 0u) return 0;
+        if (l->kind == TOL_STAGE_DWCONV && (l->out_c % l->in_c) != 0u) return 0;
+        if (l->pt >= l->kh || l->pl >= l->kw || l->out_h == 0u || l->out_w == 0u) return 0;
+        /* every output window starts inside the padded input */
+        return (uint32_t)(l->out_h - 1u) * l->sh < (uint32_t)l->in_h + l->pt &&
+               (uint32_t)(l->out_w - 1u) * l->sw < (uint32_t)l->in_w + l->pl;
+    default:
+        return 0;
+    }
+}
+
+static int tol_stage_chain_ok_(const tol_stage_layer_t *layers, uint8_t n)
+{
+    if (layers == NULL || n == 0u || n > TOL_STAGE_MAX_LAYERS) return 0;
+    for (uint8_t i = 0; i < n; i++) {
+        if (!tol_stage_layer_ok_(&layers[i])) return 0;
+        if (i > 0u && tol_stage_in_size_(&layers[i]) != tol_stage_out_size_(&layers[i - 1u])) return 0;
+    }
+    const tol_stage_layer_t *last = &layers[n - 1u];
+    return last->kind == TOL_STAGE_DENSE && last->act == 0u && tol_stage_in_size_(&layers[0]) <= 0xFFFFu;
+}
+
+size_t tol_stage_bytes(const tol_stage_config_t *cfg)
+{
+    if (!tol_stage_chain_ok_(cfg->layers, cfg->n_layers)) return 0u;
+    const uint8_t n = cfg->n_layers;
+    const size_t p = tol_stage_params(cfg->layers, n);
+    size_t acts = 0, maxsz = 0;
+    for (uint8_t i = 0; i < n; i++) {
+        const size_t in = tol_stage_in_size_(&cfg->layers[i]);
+        const size_t out = tol_stage_out_size_(&cfg->layers[i]);
+        acts += out;
+        if (in > maxsz) maxsz = in;
+        if (out > maxsz) maxsz = out;
+    }
+    const size_t rows = cfg->layers[n - 1u].out_c;
+    const size_t d = tol_stage_in_size_(&cfg->layers[0]);
+    const size_t floats = (cfg->no_momentum ? 2u : 3u) * p + acts + 2u * maxsz + rows +
+                          (size_t)cfg->max_new * d + d;
+    return 4u * floats + 4u * rows + TOL_ALIGN4(2u * (size_t)cfg->max_new) + TOL_ALIGN4(rows) +
+           (cfg->replay_capacity > 0u
+                ? TOL_REPLAY_BYTES(cfg->replay_capacity, d, cfg->replay_bits, rows)
+                : (size_t)0u);
+}
+
+/* ---- settings ------------------------------------------------------------------------ */
+
+static size_t tol_stage_max_old_(const tol_stage_config_t *c)
+{
+    return TOL_LEARNER_MAX_OLD_EFF(c->replay_capacity, c->max_old);
+}
+
+static tol_status_t tol_stage_check_settings_(const tol_stage_config_t *cfg,
+                                              const tol_learner_settings_t *s)
+{
+    TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
+    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
+    TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
+    TOL_CHECK(cfg->replay_capacity == 0u || s->n_old <= tol_stage_max_old_(cfg), TOL_ERR_ARG);
+    TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
+    return TOL_OK;
+}
+
+void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s)
+{
+    *s = S->set;
+}
+
+tol_status_t tol_stage_set_settings(tol_stage_t *S, const tol_learner_settings_t *s)
+{
+    TOL_CHECK(s != NULL, TOL_ERR_ARG);
+    TOL_TRY(tol_stage_check_settings_(&S->cfg, s));
+    S->set = *s;
+    S->n_pending = 0;
+    return TOL_OK;
+}
+
+/* ---- init / reset ---------------------------------------------------------------------- */
+
+tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
+                            const tol_stage_config_t *cfg)
+{
+    TOL_CHECK(S != NULL && mem != NULL && cfg != NULL, TOL_ERR_ARG);
+    TOL_CHECK(((uintptr_t)mem & 3u) == 0u, TOL_ERR_ARG);
+    TOL_CHECK(tol_stage_chain_ok_(cfg->layers, cfg->n_layers), TOL_ERR_ARG);
+    TOL_CHECK(cfg->max_new >= 1u && cfg->max_new <= TOL_REPLAY_MAX_BATCH, TOL_ERR_ARG);
+    TOL_CHECK(cfg->max_old <= TOL_LEARNER_MAX_OLD, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(cfg->latent_scale) && cfg->latent_scale > 0.0f, TOL_ERR_ARG);
+    const tol_stage_layer_t *last = &cfg->layers[cfg->n_layers - 1u];
+    TOL_CHECK(cfg->init_classes <= last->out_c, TOL_ERR_ARG);
+    TOL_TRY(tol_stage_check_settings_(cfg, &cfg->settings));
+    TOL_CHECK(mem_bytes >= tol_stage_bytes(cfg), TOL_ERR_OVERFLOW);
+    S->cfg = *cfg;
+    S->n_params = tol_stage_params(cfg->layers, cfg->n_layers);
+    S->latent = tol_stage_in_size_(&cfg->layers[0]);
+    S->rows = last->out_c;
+    size_t acts = 0, maxsz = 0;
+    for (uint8_t i = 0; i < cfg->n_layers; i++) {
+        const size_t in = tol_stage_in_size_(&cfg->layers[i]);
+        const size_t out = tol_stage_out_size_(&cfg->layers[i]);
+        acts += out;
+        if (in > maxsz) maxsz = in;
+        if (out > maxsz) maxsz = out;
+    }
+    float *f = (float *)(void *)mem;
+    S->params = f;
+    f += S->n_params;
+    S->grads = f;
+    f += S->n_params;
+    S->mom = NULL;
+    if (!cfg->no_momentum) {
+        S->mom = f;
+        f += S->n_params;
+    }
+    S->acts = f;
+    f += acts;
+    S->delta[0] = f;
+    f += maxsz;
+    S->delta[1] = f;
+    f += maxsz;
+    S->probs = f;
+    f += S->rows;
+    S->queue = f;
+    f += (size_t)cfg->max_new * S->latent;
+    S->x = f;
+    f += S->latent;
+    S->class_count = (uint32_t *)(void *)f;
+    uint8_t *p = (uint8_t *)(void *)(S->class_count + S->rows);
+    S->pending_labels = (uint16_t *)(void *)p;
+    p += TOL_ALIGN4(2u * (size_t)cfg->max_new);
+    S->active = p;
+    p += TOL_ALIGN4(S->rows);
+    if (cfg->replay_capacity > 0u) {
+        const size_t rb = TOL_REPLAY_BYTES(cfg->replay_capacity, S->latent, cfg->replay_bits, S->rows);
+        TOL_TRY(tol_replay_init(&S->replay, p, rb, cfg->replay_capacity, (uint16_t)S->latent,
+                                cfg->replay_bits, S->rows, cfg->replay_policy, cfg->latent_scale,
+                                cfg->latent_zero_point, &S->prng));
+    }
+    tol_stage_reset(S);
+    return TOL_OK;
+}
+
+/* Offset of the last layer's parameters in params[]. */
+static uint32_t tol_stage_last_offset_(const tol_stage_t *S)
+{
+    return tol_stage_params(S->cfg.layers, (uint8_t)(S->cfg.n_layers - 1u));
+}
+
+void tol_stage_reset(tol_stage_t *S)
+{
+    const tol_stage_config_t *c = &S->cfg;
+    S->set = c->settings;
+    tol_prng_seed(&S->prng, c->seed);
+    if (c->init_params != NULL) {
+        memcpy(S->params, c->init_params, (size_t)S->n_params * sizeof(float));
+    } else {
+        memset(S->params, 0, (size_t)S->n_params * sizeof(float));
+    }
+    /* rows beyond the exported classes start at zero */
+    const uint32_t d = tol_stage_in_size_(&c->layers[c->n_layers - 1u]);
+    float *w = S->params + tol_stage_last_offset_(S);
+    float *b = w + (size_t)S->rows * d;
+    for (uint16_t r = c->init_classes; r < S->rows; r++) {
+        memset(&w[(size_t)r * d], 0, (size_t)d * sizeof(float));
+        b[r] = 0.0f;
+    }
+    if (S->mom != NULL) memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
+    for (uint16_t r = 0; r < S->rows; r++) S->active[r] = (uint8_t)(r < c->init_classes ? 1u : 0u);
+    S->n_active = c->init_classes;
+    memset(S->class_count, 0, (size_t)S->rows * sizeof(uint32_t));
+    memset(S->probs, 0, (size_t)S->rows * sizeof(float));
+    if (c->replay_capacity > 0u) tol_replay_clear(&S->replay);
+    S->n_pending = 0;
+    S->push_fill = 0;
+    S->samples_seen = 0;
+    S->updates = 0;
+    S->rejected = 0;
+}
+
+/* Activate last-layer row r: zero its weights, bias, momentum. */
+static void tol_stage_activate_(tol_stage_t *S, uint16_t r)
+{
+    if (r >= S->rows || S->active[r]) return;
+    const uint32_t off = tol_stage_last_offset_(S);
+    const uint32_t d = tol_stage_in_size_(&S->cfg.layers[S->cfg.n_layers - 1u]);
+    const size_t wi = off + (size_t)r * d;
+    const size_t bi = off + (size_t)S->rows * d + r;
+    memset(&S->params[wi], 0, (size_t)d * sizeof(float));
+    S->params[bi] = 0.0f;
+    if (S->mom != NULL) {
+        memset(&S->mom[wi], 0, (size_t)d * sizeof(float));
+        S->mom[bi] = 0.0f;
+    }
+    S->active[r] = 1u;
+    S->n_active++;
+}
+
+/* ---- forward / backward ---------------------------------------------------------------- */
+
+static float tol_stage_act_(uint8_t act, float v)
+{
+    if (act == (uint8_t)TOL_STAGE_ACT_NONE) return v;
+    v = v > 0.0f ? v : 0.0f;
+    if (act == (uint8_t)TOL_STAGE_ACT_RELU6 && v > 6.0f) v = 6.0f;
+    return v;
+}
+
+static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *x,
+                                     float *y)
+{
+    const float *b = w + tol_stage_n_weights_(l);
+    switch (l->kind) {
+    case TOL_STAGE_DENSE: {
+        const uint32_t n = tol_stage_in_size_(l);
+        for (uint16_t o = 0; o < l->out_c; o++) {
+            const float *wo = &w[(size_t)o * n];
+            float acc = b[o];
+            for (uint32_t i = 0; i < n; i++) acc += wo[i] * x[i];
+            y[o] = tol_stage_act_(l->act, acc);
+        }
+        break;
+    }
+    case TOL_STAGE_CONV:
+    case TOL_STAGE_DWCONV: {
+        const int dw = l->kind == TOL_STAGE_DWCONV;
+        const uint16_t mult = dw ? (uint16_t)(l->out_c / l->in_c) : 1u;
+        for (uint16_t oy = 0; oy < l->out_h; oy++) {
+            for (uint16_t ox = 0; ox < l->out_w; ox++) {
+                float *yo = &y[((size_t)oy * l->out_w + ox) * l->out_c];
+                for (uint16_t co = 0; co < l->out_c; co++) {
+                    float acc = b[co];
+                    for (uint8_t ky = 0; ky < l->kh; ky++) {
+                        const int32_t iy = (int32_t)oy * l->sh - l->pt + ky;
+                        if (iy < 0 || iy >= (int32_t)l->in_h) continue;
+                        for (uint8_t kx = 0; kx < l->kw; kx++) {
+                            const int32_t ix = (int32_t)ox * l->sw - l->pl + kx;
+                            if (ix < 0 || ix >= (int32_t)l->in_w) continue;
+                            const float *xi = &x[((size_t)iy * l->in_w + (size_t)ix) * l->in_c];
+                            if (dw) {
+                                acc += w[((size_t)ky * l->kw + kx) * l->out_c + co] * xi[co / mult];
+                            } else {
+                                const float *wk =
+                                    &w[(((size_t)co * l->kh + ky) * l->kw + kx) * l->in_c];
+                                for (uint16_t ci = 0; ci < l->in_c; ci++) acc += wk[ci] * xi[ci];
+                            }
+                        }
+                    }
+                    yo[co] = tol_stage_act_(l->act, acc);
+                }
+            }
+        }
+        break;
+    }
+    case TOL_STAGE_GAP: {
+        const uint32_t np = (uint32_t)l->in_h * l->in_w;
+        const float inv = 1.0f / (float)np;
+        for (uint16_t c = 0; c < l->in_c; c++) {
+            float s = 0.0f;
+            for (uint32_t p = 0; p < np; p++) s += x[(size_t)p * l->in_c + c];
+            y[c] = s * inv;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* d (the layer's output delta, in place) through the activation, given its output y. */
+static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint32_t n)
+{
+    if (act == (uint8_t)TOL_STAGE_ACT_NONE) return;
+    for (uint32_t i = 0; i < n; i++) {
+        const int pass = y[i] > 0.0f && (act != (uint8_t)TOL_STAGE_ACT_RELU6 || y[i] < 6.0f);
+        if (!pass) d[i] = 0.0f;
+    }
+}
+
+/* Add this sample's gradient to g (layer's slice), and, if dx != NULL, write
+ * the input delta dx from the output delta d. x: the layer's input. */
+static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w, const float *x,
+                                      const float *d, float *g, float *dx)
+{
+    const uint32_t nw = tol_stage_n_weights_(l);
+    float *gb = g + nw;
+    if (dx != NULL) memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
+    switch (l->kind) {
+    case TOL_STAGE_DENSE: {
+        const uint32_t n = tol_stage_in_size_(l);
+        for (uint16_t o = 0; o < l->out_c; o++) {
+            const float dv = d[o];
+            if (dv == 0.0f) continue;
+            float *go = &g[(size_t)o * n];
+            const float *wo = &w[(size_t)o * n];
+            for (uint32_t i = 0; i < n; i++) go[i] += dv * x[i];
+            gb[o] += dv;
+            if (dx != NULL) {
+                for (uint32_t i = 0; i < n; i++) dx[i] += dv * wo[i];
+            }
+        }
+        break;
+    }
+    case TOL_STAGE_CONV:
+    case TOL_STAGE_DWCONV: {
+        const int dw = l->kind == TOL_STAGE_DWCONV;
+        const uint16_t mult = dw ? (uint16_t)(l->out_c / l->in_c) : 1u;
+        for (uint16_t oy = 0; oy < l->out_h; oy++) {
+            for (uint16_t ox = 0; ox < l->out_w; ox++) {
+                const float *dp = &d[((size_t)oy * l->out_w + ox) * l->out_c];
+                for (uint16_t co = 0; co < l->out_c; co++) {
+                    const float dv = dp[co];
+                    if (dv == 0.0f) continue;
+                    gb[co] += dv;
+                    for (uint8_t ky = 0; ky < l->kh; ky++) {
+                        const int32_t iy = (int32_t)oy * l->sh - l->pt + ky;
+                        if (iy < 0 || iy >= (int32_t)l->in_h) continue;
+                        for (uint8_t kx = 0; kx < l->kw; kx++) {
+                            const int32_t ix = (int32_t)ox * l->sw - l->pl + kx;
+                            if (ix < 0 || ix >= (int32_t)l->in_w) continue;
+                            const size_t xo = ((size_t)iy * l->in_w + (size_t)ix) * l->in_c;
+                            if (dw) {
+                                const size_t k = ((size_t)ky * l->kw + kx) * l->out_c + co;
+                                const uint16_t ci = (uint16_t)(co / mult);
+                                g[k] += dv * x[xo + ci];
+                                if (dx != NULL) dx[xo + ci] += dv * w[k];
+                            } else {
+                                const size_t k = (((size_t)co * l->kh + ky) * l->kw + kx) * l->in_c;
+                                for (uint16_t ci = 0; ci < l->in_c; ci++) g[k + ci] += dv * x[xo + ci];
+                                if (dx != NULL) {
+                                    for (uint16_t ci = 0; ci < l->in_c; ci++) dx[xo + ci] += dv * w[k + ci];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        break;
+    }
+    case TOL_STAGE_GAP: {
+        if (dx == NULL) break;
+        const uint32_t np = (uint32_t)l->in_h * l->in_w;
+        const float inv = 1.0f / (float)np;
+        for (uint32_t p = 0; p < np; p++) {
+            for (uint16_t c = 0; c < l->in_c; c++) dx[(size_t)p * l->in_c + c] = d[c] * inv;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Forward x (float[latent]) through every layer; the logits end in the last
+ * layer's slot of acts. Returns them. */
+static float *tol_stage_forward_(tol_stage_t *S, const float *x)
+{
+    const float *in = x;
+    const float *w = S->params;
+    float *out = S->acts;
+    for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
+        const tol_stage_layer_t *l = &S->cfg.layers[i];
+        tol_stage_layer_forward_(l, w, in, out);
+        w += tol_stage_layer_params(l);
+        in = out;
+        out += tol_stage_out_size_(l);
+    }
+    return (float *)(uintptr_t)in;
+}
+
+/* probs <- softmax(z) over the active rows (tol_head_softmax's order). */
+static void tol_stage_softmax_(tol_stage_t *S, const float *z)
+{
+    float zmax = -INFINITY;
+    for (uint16_t r = 0; r < S->rows; r++) {
+        if (S->active[r] && z[r] > zmax) zmax = z[r];
+    }
+    float sum = 0.0f;
+    for (uint16_t r = 0; r < S->rows; r++) {
+        if (S->active[r]) {
+            S->probs[r] = tol_head_expf(z[r] - zmax);
+            sum += S->probs[r];
+        } else {
+            S->probs[r] = 0.0f;
+        }
+    }
+    for (uint16_t r = 0; r < S->rows; r++) {
+        if (S->active[r]) S->probs[r] = S->probs[r] / sum;
+    }
+}
+
+/* One sample's cross-entropy gradient (weight w) added into S->grads. */
+static void tol_stage_grad_add_(tol_stage_t *S, const float *x, uint16_t label, float weight)
+{
+    const uint8_t n = S->cfg.n_layers;
+    const float *z = tol_stage_forward_(S, x);
+    tol_stage_softmax_(S, z);
+    float *d = S->delta[0];
+    for (uint16_t r = 0; r < S->rows; r++) {
+        const float t = (r == label) ? 1.0f : 0.0f;
+        d[r] = S->active[r] ? (S->probs[r] - t) * weight : 0.0f;
+    }
+    /* offsets of each layer's parameters and output */
+    uint32_t poff = S->n_params;
+    size_t aoff = 0;
+    for (uint8_t i = 0; i < n; i++) aoff += tol_stage_out_size_(&S->cfg.layers[i]);
+    int cur = 0;
+    for (uint8_t i = n; i-- > 0u;) {
+        const tol_stage_layer_t *l = &S->cfg.layers[i];
+        poff -= tol_stage_layer_params(l);
+        aoff -= tol_stage_out_size_(l);
+        const float *y = &S->acts[aoff];
+        const float *in = i > 0u ? &S->acts[aoff - tol_stage_in_size_(l)] : x;
+        tol_stage_act_backward_(l->act, y, S->delta[cur], tol_stage_out_size_(l));
+        float *dx = i > 0u ? S->delta[1 - cur] : NULL;
+        tol_stage_layer_backward_(l, &S->params[poff], in, S->delta[cur], &S->grads[poff], dx);
+        cur = 1 - cur;
+    }
+}
+
+/* Weights (decayed) vs biases of the layer owning params[k]: 1 for a weight. */
+static void tol_stage_weight_mask_(const tol_stage_t *S, uint32_t k, uint32_t *end, int *is_w)
+{
+    uint32_t off = 0;
+    for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
+        const tol_stage_layer_t *l = &S->cfg.layers[i];
+        const uint32_t nw = tol_stage_n_weights_(l);
+        const uint32_t np = tol_stage_layer_params(l);
+        if (k < off + nw) {
+            *end = off + nw;
+            *is_w = 1;
+            return;
+        }
+        if (k < off + np) {
+            *end = off + np;
+            *is_w = 0;
+            return;
+        }
+        off += np;
+    }
+    *end = S->n_params;
+    *is_w = 0;
+}
+
+static tol_status_t tol_stage_step_(tol_stage_t *S)
+{
+    const float lr = S->set.lr, mu = S->set.momentum, wd = S->set.weight_decay;
+    const float clip = S->set.clip_norm;
+    float sc = 1.0f;
+    int scale = 0;
+    if (clip > 0.0f) {
+        float s = 0.0f;
+        for (uint32_t k = 0; k < S->n_params; k++) s += S->grads[k] * S->grads[k];
+        const float norm = sqrtf(s);
+        if (!isfinite(norm)) return TOL_ERR_DIVERGED;
+        if (norm > clip) {
+            scale = 1;
+            sc = clip / norm;
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t k = 0;
+        while (k < S->n_params) {
+            uint32_t end;
+            int is_w;
+            tol_stage_weight_mask_(S, k, &end, &is_w);
+            for (; k < end; k++) {
+                float g = S->grads[k];
+                if (scale) g = g * sc;
+                if (is_w) g = g + wd * S->params[k];
+                const float v = S->mom != NULL ? mu * S->mom[k] + g : g;
+                const float wn = S->params[k] - lr * v;
+                if (pass == 0) {
+                    if (!isfinite(v) || !isfinite(wn)) return TOL_ERR_DIVERGED;
+                } else {
+                    if (S->mom != NULL) S->mom[k] = v;
+                    S->params[k] = wn;
+                }
+            }
+        }
+    }
+    return TOL_OK;
+}
+
+/* ---- learner calls ---------------------------------------------------------------------- */
+
+static void tol_stage_dequantize_(const tol_stage_t *S, const int8_t *q, float *x)
+{
+    for (uint32_t j = 0; j < S->latent; j++) {
+        x[j] = S->cfg.latent_scale * (float)((int32_t)q[j] - S->cfg.latent_zero_point);
+    }
+}
+
+static int tol_stage_finite_(const float *x, uint32_t n)
+{
+    for (uint32_t j = 0; j < n; j++) {
+        if (!isfinite(x[j])) return 0;
+    }
+    return 1;
+}
+
+tol_status_t tol_stage_predict_f(tol_stage_t *S, const float *latent, int32_t *label,
+                                 float *confidence)
+{
+    TOL_CHECK(latent != NULL, TOL_ERR_ARG);
+    TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    S->push_fill = 0; /* the forward pass overwrites the staging buffers */
+    int32_t best = -1;
+    float conf = 0.0f;
+    const float *z = tol_stage_forward_(S, latent);
+    for (uint16_t r = 0; r < S->rows; r++) {
+        if (S->active[r] && (best < 0 || z[r] > z[best])) best = (int32_t)r;
+    }
+    if (best >= 0) {
+        tol_stage_softmax_(S, z);
+        conf = S->probs[best];
+    } else {
+        memset(S->probs, 0, (size_t)S->rows * sizeof(float));
+    }
+    if (label != NULL) *label = best;
+    if (confidence != NULL) *confidence = conf;
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_predict(tol_stage_t *S, const int8_t *latent, int32_t *label,
+                               float *confidence)
+{
+    TOL_CHECK(latent != NULL, TOL_ERR_ARG);
+    tol_stage_dequantize_(S, latent, S->x);
+    return tol_stage_predict_f(S, S->x, label, confidence);
+}
+
+static tol_status_t tol_stage_update_(tol_stage_t *S)
+{
+    const int replay = S->set.mode == (uint8_t)TOL_LEARN_REPLAY && S->cfg.replay_capacity > 0u;
+    const uint16_t n_old = (replay && S->replay.fill > 0u) ? S->set.n_old : 0u;
+    const float weight = 1.0f / (float)(S->n_pending + n_old);
+    memset(S->grads, 0, (size_t)S->n_params * sizeof(float));
+    for (uint16_t i = 0; i < S->n_pending; i++) {
+        tol_stage_grad_add_(S, &S->queue[(size_t)i * S->latent], S->pending_labels[i], weight);
+    }
+    for (uint16_t r = 0; r < n_old; r++) {
+        uint16_t y;
+        tol_replay_get(&S->replay, tol_replay_draw(&S->replay), S->x, &y);
+        tol_stage_activate_(S, y);
+        tol_stage_grad_add_(S, S->x, y, weight);
+    }
+    const tol_status_t s = tol_stage_step_(S);
+    if (s != TOL_OK) {
+        S->rejected++;
+        return s;
+    }
+    S->updates++;
+    if (replay) TOL_TRY(tol_replay_add_batch(&S->replay, S->queue, S->pending_labels, S->n_pending));
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t label)
+{
+    TOL_CHECK(latent != NULL, TOL_ERR_ARG);
+    TOL_CHECK(label < S->rows, TOL_ERR_LABEL);
+    TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    if (S->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
+    S->push_fill = 0;
+    const int newly = S->active[label] ? 0 : 1;
+    tol_stage_activate_(S, label);
+    float *slot = &S->queue[(size_t)S->n_pending * S->latent];
+    if (latent != slot) memmove(slot, latent, (size_t)S->latent * sizeof(float));
+    S->pending_labels[S->n_pending] = label;
+    S->n_pending++;
+    S->samples_seen++;
+    S->class_count[label]++;
+    if (S->n_pending < S->set.n_new) return TOL_OK;
+    const tol_status_t s = tol_stage_update_(S);
+    S->n_pending = 0;
+    if (s == TOL_ERR_DIVERGED && newly) {
+        S->active[label] = 0u;
+        S->n_active--;
+    }
+    return s;
+}
+
+tol_status_t tol_stage_learn(tol_stage_t *S, const int8_t *latent, uint16_t label)
+{
+    TOL_CHECK(latent != NULL, TOL_ERR_ARG);
+    TOL_CHECK(label < S->rows, TOL_ERR_LABEL);
+    if (S->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
+    float *slot = &S->queue[(size_t)S->n_pending * S->latent];
+    tol_stage_dequantize_(S, latent, slot);
+    return tol_stage_learn_f(S, slot, label);
+}
+
+tol_status_t tol_stage_replay_add_f(tol_stage_t *S, const float *latent, uint16_t label)
+{
+    TOL_CHECK(latent != NULL, TOL_ERR_ARG);
+    TOL_CHECK(S->cfg.replay_capacity > 0u, TOL_ERR_UNSUPPORTED);
+    TOL_CHECK(label < S->rows, TOL_ERR_LABEL);
+    TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    return tol_replay_add_batch(&S->replay, latent, &label, 1);
+}
+
+tol_status_t tol_stage_replay_add(tol_stage_t *S, const int8_t *latent, uint16_t label)
+{
+    TOL_CHECK(latent != NULL, TOL_ERR_ARG);
+    tol_stage_dequantize_(S, latent, S->x);
+    return tol_stage_replay_add_f(S, S->x, label);
+}
+
+void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->samples_seen = S->samples_seen;
+    st->updates = S->updates;
+    st->rejected = S->rejected;
+    st->n_active = S->n_active;
+    st->n_outputs = S->rows;
+    st->replay_fill = S->cfg.replay_capacity > 0u ? S->replay.fill : 0u;
+    st->replay_capacity = S->cfg.replay_capacity;
+    st->class_count = S->class_count;
+    st->threshold = INFINITY;
+}
+
+/* ---- persistence ------------------------------------------------------------------------- */
+
+#define TOL_STAGE_STATE_MAGIC 0x31475453u /* "STG1" */
+#define TOL_STAGE_MAX_SEGS 10u
+
+typedef struct {
+    uint8_t *p;
+    uint32_t n;
+} tol_stage_seg_t;
+
+static void tol_stage_put32_(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t tol_stage_get32_(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void tol_stage_putf_(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    tol_stage_put32_(p, u);
+}
+
+static float tol_stage_getf_(const uint8_t *p)
+{
+    uint32_t u = tol_stage_get32_(p);
+    float v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}
+
+uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
+{
+    uint32_t h = 2166136261u;
+    for (uint8_t i = 0; i < n_layers; i++) {
+        const tol_stage_layer_t *l = &layers[i];
+        const uint32_t f[14] = {l->kind, l->act, l->kh, l->kw, l->sh, l->sw, l->pt, l->pl,
+                                l->in_h, l->in_w, l->in_c, l->out_h, l->out_w, l->out_c};
+        for (int k = 0; k < 14; k++) {
+            for (int b = 0; b < 4; b++) {
+                h ^= (uint8_t)(f[k] >> (8 * b));
+                h *= 16777619u;
+            }
+        }
+    }
+    return h;
+}
+
+static uint8_t tol_stage_parts_(const tol_stage_t *S, uint8_t parts)
+{
+    if (S->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_STAGE_STATE_REPLAY);
+    if (S->mom == NULL) parts = (uint8_t)(parts & ~TOL_STAGE_STATE_MOMENTUM);
+    return (uint8_t)(parts & (TOL_STAGE_STATE_REPLAY | TOL_STAGE_STATE_MOMENTUM));
+}
+
+static uint32_t tol_stage_segs_(const tol_stage_t *S, uint8_t parts, tol_stage_seg_t *seg)
+{
+    uint32_t k = 0;
+    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->params, 4u * S->n_params};
+    seg[k++] = (tol_stage_seg_t){S->active, S->rows};
+    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->class_count, 4u * S->rows};
+    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->queue, 4u * S->latent * S->n_pending};
+    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->pending_labels, 2u * S->n_pending};
+    if (parts & TOL_STAGE_STATE_MOMENTUM) {
+        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->mom, 4u * S->n_params};
+    }
+    if (parts & TOL_STAGE_STATE_REPLAY) {
+        const tol_replay_t *rb = &S->replay;
+        seg[k++] = (tol_stage_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
+        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
+        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
+        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
+    }
+    return k;
+}
+
+/* Header: 0 magic, 4 parts, 5 replay_bits, 6 replay_policy, 7 n_layers, 8 layer hash,
+ * 12 n_params, 16 lr, 20 momentum, 24 weight_decay, 28 clip_norm, 32 n_new:u16,
+ * 34 n_old:u16, 36 mode, 37 0, 38 n_pending:u16, 40 prng, 44 samples_seen, 48 updates,
+ * 52 rejected, 56 replay fill:u16, 58 replay capacity:u16, 60 replay seen,
+ * 64 replay batches, 68 max_new:u16, 70 rows:u16 */
+static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
+{
+    const tol_stage_config_t *c = &S->cfg;
+    memset(p, 0, TOL_STAGE_STATE_HEADER);
+    tol_stage_put32_(p, TOL_STAGE_STATE_MAGIC);
+    p[4] = parts;
+    p[5] = c->replay_bits;
+    p[6] = c->replay_policy;
+    p[7] = c->n_layers;
+    tol_stage_put32_(p + 8, tol_stage_hash(c->layers, c->n_layers));
+    tol_stage_put32_(p + 12, S->n_params);
+    tol_stage_putf_(p + 16, S->set.lr);
+    tol_stage_putf_(p + 20, S->set.momentum);
+    tol_stage_putf_(p + 24, S->set.weight_decay);
+    tol_stage_putf_(p + 28, S->set.clip_norm);
+    p[32] = (uint8_t)S->set.n_new;
+    p[33] = (uint8_t)(S->set.n_new >> 8);
+    p[34] = (uint8_t)S->set.n_old;
+    p[35] = (uint8_t)(S->set.n_old >> 8);
+    p[36] = S->set.mode;
+    p[38] = (uint8_t)S->n_pending;
+    p[39] = (uint8_t)(S->n_pending >> 8);
+    tol_stage_put32_(p + 40, S->prng.state);
+    tol_stage_put32_(p + 44, S->samples_seen);
+    tol_stage_put32_(p + 48, S->updates);
+    tol_stage_put32_(p + 52, S->rejected);
+    const uint16_t fill = (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.fill : 0u;
+    p[56] = (uint8_t)fill;
+    p[57] = (uint8_t)(fill >> 8);
+    p[58] = (uint8_t)c->replay_capacity;
+    p[59] = (uint8_t)(c->replay_capacity >> 8);
+    tol_stage_put32_(p + 60, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.seen : 0u);
+    tol_stage_put32_(p + 64, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.batches : 0u);
+    p[68] = (uint8_t)c->max_new;
+    p[69] = (uint8_t)(c->max_new >> 8);
+    p[70] = (uint8_t)S->rows;
+    p[71] = (uint8_t)(S->rows >> 8);
+}
+
+uint32_t tol_stage_state_bytes(const tol_stage_t *S, uint8_t parts)
+{
+    tol_stage_seg_t seg[TOL_STAGE_MAX_SEGS];
+    const uint32_t k = tol_stage_segs_(S, tol_stage_parts_(S, parts), seg);
+    uint32_t n = TOL_STAGE_STATE_HEADER;
+    for (uint32_t i = 0; i < k; i++) n += seg[i].n;
+    return n;
+}
+
+/* Copy [offset, offset+n) of the segments (not the header) to/from buf. */
+static void tol_stage_copy_(const tol_stage_seg_t *seg, uint32_t k, uint32_t offset, uint8_t *buf,
+                            uint32_t n, int write)
+{
+    uint32_t at = TOL_STAGE_STATE_HEADER;
+    for (uint32_t i = 0; i < k && n > 0u; i++) {
+        const uint32_t end = at + seg[i].n;
+        if (offset < end) {
+            const uint32_t o = offset - at;
+            const uint32_t m = seg[i].n - o < n ? seg[i].n - o : n;
+            if (write) {
+                memcpy(seg[i].p + o, buf, m);
+            } else {
+                memcpy(buf, seg[i].p + o, m);
+            }
+            buf += m;
+            offset += m;
+            n -= m;
+        }
+        at = end;
+    }
+}
+
+void tol_stage_state_read(const tol_stage_t *S, uint8_t parts, uint32_t offset, uint8_t *dst,
+                          uint32_t n)
+{
+    parts = tol_stage_parts_(S, parts);
+    if (offset < TOL_STAGE_STATE_HEADER) {
+        uint8_t h[TOL_STAGE_STATE_HEADER];
+        tol_stage_header_(S, parts, h);
+        const uint32_t m = TOL_STAGE_STATE_HEADER - offset < n ? TOL_STAGE_STATE_HEADER - offset : n;
+        memcpy(dst, h + offset, m);
+        dst += m;
+        offset += m;
+        n -= m;
+    }
+    if (n == 0u) return;
+    tol_stage_seg_t seg[TOL_STAGE_MAX_SEGS];
+    const uint32_t k = tol_stage_segs_(S, parts, seg);
+    tol_stage_copy_(seg, k, offset, dst, n, 0);
+}
+
+static uint16_t tol_stage_get16_(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)(p[1] << 8));
+}
+
+tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32_t n,
+                                   uint8_t *parts, uint32_t *total)
+{
+    TOL_CHECK(header != NULL && n >= TOL_STAGE_STATE_HEADER, TOL_ERR_ARG);
+    const uint8_t *p = header;
+    const tol_stage_config_t *c = &S->cfg;
+    TOL_CHECK(tol_stage_get32_(p) == TOL_STAGE_STATE_MAGIC, TOL_ERR_MODEL);
+    TOL_CHECK(p[5] == c->replay_bits && p[6] == c->replay_policy && p[7] == c->n_layers &&
+                  tol_stage_get32_(p + 8) == tol_stage_hash(c->layers, c->n_layers) &&
+                  tol_stage_get32_(p + 12) == S->n_params &&
+                  tol_stage_get16_(p + 58) == c->replay_capacity &&
+                  tol_stage_get16_(p + 68) == c->max_new && tol_stage_get16_(p + 70) == S->rows,
+              TOL_ERR_MODEL);
+    const uint8_t pt = p[4];
+    TOL_CHECK(pt == tol_stage_parts_(S, pt), TOL_ERR_MODEL);
+    tol_learner_settings_t s = S->set;
+    s.lr = tol_stage_getf_(p + 16);
+    s.momentum = tol_stage_getf_(p + 20);
+    s.weight_decay = tol_stage_getf_(p + 24);
+    s.clip_norm = tol_stage_getf_(p + 28);
+    s.n_new = tol_stage_get16_(p + 32);
+    s.n_old = tol_stage_get16_(p + 34);
+    s.mode = p[36];
+    TOL_TRY(tol_stage_check_settings_(c, &s));
+    const uint16_t n_pending = tol_stage_get16_(p + 38);
+    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
+    const uint16_t fill = tol_stage_get16_(p + 56);
+    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
+    const uint32_t prng = tol_stage_get32_(p + 40);
+    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    /* checked: apply */
+    S->set = s;
+    S->prng.state = prng;
+    S->samples_seen = tol_stage_get32_(p + 44);
+    S->updates = tol_stage_get32_(p + 48);
+    S->rejected = tol_stage_get32_(p + 52);
+    S->n_pending = n_pending;
+    if (c->replay_capacity > 0u) {
+        tol_replay_clear(&S->replay);
+        if (pt & TOL_STAGE_STATE_REPLAY) {
+            S->replay.fill = fill;
+            S->replay.seen = tol_stage_get32_(p + 60);
+            S->replay.batches = tol_stage_get32_(p + 64);
+        }
+    }
+    if (!(pt & TOL_STAGE_STATE_MOMENTUM) && S->mom != NULL) {
+        memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
+    }
+    *parts = pt;
+    *total = tol_stage_state_bytes(S, pt);
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_state_write(tol_stage_t *S, uint8_t parts, uint32_t offset,
+                                   const uint8_t *src, uint32_t n)
+{
+    parts = tol_stage_parts_(S, parts);
+    const uint32_t total = tol_stage_state_bytes(S, parts);
+    TOL_CHECK(offset >= TOL_STAGE_STATE_HEADER && offset <= total && n <= total - offset,
+              TOL_ERR_RANGE);
+    tol_stage_seg_t seg[TOL_STAGE_MAX_SEGS];
+    const uint32_t k = tol_stage_segs_(S, parts, seg);
+    tol_stage_copy_(seg, k, offset, (uint8_t *)(uintptr_t)src, n, 1);
+    return TOL_OK;
+}
+
+static tol_status_t tol_stage_state_check_(tol_stage_t *S, uint8_t parts)
+{
+    TOL_CHECK(tol_stage_finite_(S->params, S->n_params), TOL_ERR_RANGE);
+    TOL_CHECK(S->mom == NULL || tol_stage_finite_(S->mom, S->n_params), TOL_ERR_RANGE);
+    uint16_t active = 0;
+    for (uint16_t r = 0; r < S->rows; r++) {
+        TOL_CHECK(S->active[r] <= 1u, TOL_ERR_RANGE);
+        active = (uint16_t)(active + S->active[r]);
+    }
+    S->n_active = active;
+    for (uint16_t i = 0; i < S->n_pending; i++) {
+        TOL_CHECK(S->pending_labels[i] < S->rows, TOL_ERR_RANGE);
+        TOL_CHECK(tol_stage_finite_(&S->queue[(size_t)i * S->latent], S->latent), TOL_ERR_RANGE);
+    }
+    if (parts & TOL_STAGE_STATE_REPLAY) {
+        const tol_replay_t *rb = &S->replay;
+        uint32_t slots = 0;
+        for (uint16_t i = 0; i < rb->fill; i++) TOL_CHECK(rb->labels[i] < rb->n_classes, TOL_ERR_RANGE);
+        for (uint16_t c = 0; c < rb->n_classes; c++) slots += rb->count[c];
+        TOL_CHECK(slots == rb->fill, TOL_ERR_RANGE);
+    }
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts)
+{
+    const tol_status_t s = tol_stage_state_check_(S, tol_stage_parts_(S, parts));
+    if (s != TOL_OK) tol_stage_reset(S);
+    return s;
+}
+
+/* ---- the stage image ------------------------------------------------------------------ */
+
+uint32_t tol_stage_image_bytes(const tol_stage_t *S)
+{
+    return 4u * S->n_params + S->rows;
+}
+
+/* Copy image bytes [offset, offset+n) (in range) between buf and params/flags. */
+static void tol_stage_image_copy_(float *params, uint8_t *flags, uint32_t n_params, uint32_t offset,
+                                  uint8_t *buf, uint32_t n, int write)
+{
+    const uint32_t pb = 4u * n_params;
+    if (offset < pb && n > 0u) {
+        const uint32_t m = pb - offset < n ? pb - offset : n;
+        uint8_t *p = (uint8_t *)(void *)params + offset;
+        if (write) {
+            memcpy(p, buf, m);
+        } else {
+            memcpy(buf, p, m);
+        }
+        buf += m;
+        offset += m;
+        n -= m;
+    }
+    if (n > 0u) {
+        if (write) {
+            memcpy(flags + (offset - pb), buf, n);
+        } else {
+            memcpy(buf, flags + (offset - pb), n);
+        }
+    }
+}
+
+tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n)
+{
+    const uint32_t total = tol_stage_image_bytes(S);
+    TOL_CHECK(offset <= total && n <= total - offset, TOL_ERR_RANGE);
+    TOL_CHECK(n == 0u || dst != NULL, TOL_ERR_ARG);
+    tol_stage_image_copy_(S->params, S->active, S->n_params, offset, dst, n, 0);
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t *src, uint32_t n)
+{
+    const uint32_t total = tol_stage_image_bytes(S);
+    TOL_CHECK(n == 0u || src != NULL, TOL_ERR_ARG);
+    TOL_CHECK(offset == 0u || offset == S->push_fill, TOL_ERR_RANGE);
+    TOL_CHECK(n <= total - offset, TOL_ERR_RANGE);
+    tol_stage_image_copy_(S->grads, (uint8_t *)(void *)S->delta[0], S->n_params, offset,
+                          (uint8_t *)(uintptr_t)src, n, 1);
+    S->push_fill = offset + n;
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_push_commit(tol_stage_t *S)
+{
+    TOL_CHECK(S->push_fill == tol_stage_image_bytes(S), TOL_ERR_RANGE);
+    const uint8_t *flags = (const uint8_t *)(const void *)S->delta[0];
+    uint16_t active = 0;
+    for (uint16_t r = 0; r < S->rows; r++) {
+        TOL_CHECK(flags[r] <= 1u, TOL_ERR_RANGE);
+        active = (uint16_t)(active + flags[r]);
+    }
+    TOL_CHECK(tol_stage_finite_(S->grads, S->n_params), TOL_ERR_NONFINITE);
+    memcpy(S->params, S->grads, (size_t)S->n_params * sizeof(float));
+    memcpy(S->active, flags, S->rows);
+    S->n_active = active;
+    if (S->mom != NULL) memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
+    S->n_pending = 0;
+    S->push_fill = 0;
+    return TOL_OK;
+}

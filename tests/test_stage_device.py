@@ -1,0 +1,166 @@
+"""The adaptive stage on the device (models/digits_adaptive: digits exported with
+`--split embed`, so Dense 256->32+ReLU and the Dense classifier both train on the board).
+Oracle: the numpy twin (tinyol.stage via `tinyol simulate`'s reference run) on the same
+stream: predictions sample for sample, confidences bit for bit; SAVE/LOAD and
+GET_STAGE/SET_STAGE move the whole stage (oracle: the image read before)."""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from _stream_util import reference_run
+from conftest import ROOT
+
+from tinyol import emulator
+from tinyol._defs import Msg
+from tinyol.datasets import load_source
+from tinyol.device import Device
+from tinyol.protocol import DeviceError
+from tinyol.stage import stage_memory
+from tinyol.stream import stream
+
+pytestmark = pytest.mark.slow
+
+MODEL = "models/digits_adaptive"
+MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def digits_stream():
+    X, y = load_source("digits:5-9@train")[:2]
+    perm = np.random.default_rng(7).permutation(len(y))[:240]
+    return X[perm], y[perm]
+
+
+@pytest.fixture(scope="module")
+def reference(digits_stream):
+    return reference_run(str(ROOT / MODEL), *digits_stream)
+
+
+@pytest.fixture(scope="module")
+def native_fw(firmware):
+    return firmware("native", model=MODEL)
+
+
+def _check(recs, ref, n):
+    preds = np.array([r.prediction for r in recs])
+    mism = np.flatnonzero(preds != ref["predictions"][:n])
+    assert len(mism) == 0, f"{len(mism)} predictions differ from the twin, first at {mism[:5]}"
+    conf = np.array([r.confidence for r in recs], np.float32)
+    np.testing.assert_array_equal(conf, np.asarray(ref["confidence"][:n], np.float32))
+    assert [r.samples_seen for r in recs] == ref["samples_seen"][:n]
+
+
+def test_reference_learns_new_classes(reference, digits_stream):
+    """The twin itself learns the five new digits (the stage is not a no-op)."""
+    y = digits_stream[1]
+    late = np.mean(reference["predictions"][-80:] == y[-80:])
+    assert late > 0.8, late
+    assert reference["learner"].active.all()
+
+
+def test_native_stream_equals_twin(native_fw, digits_stream, reference):
+    X, y = digits_stream
+    with emulator.start_native(native_fw.program, timeout=120) as t, Device.open(t.url) as dev:
+        info = dev.info
+        s, recs = stream(dev, X, y, MANIFEST, mode="train", window=4)
+        st = dev.stats()
+        image = dev.get_stage()
+    _check(recs, reference, len(y))
+    lrn = reference["learner"]
+    assert st.class_counts == lrn.class_count.tolist() and st.replay_fill == lrn.replay.fill
+    # the whole stage, bit for bit
+    n = lrn.n_params
+    assert image[:4 * n] == lrn.params.astype("<f4").tobytes()
+    assert image[4 * n:] == lrn.active.astype(np.uint8).tobytes()
+    # INFO reports the stage the exporter's memory model sized
+    mem = stage_memory(lrn.layers, 32, 8, 1, 0, True)
+    assert (info.stage_layers, info.stage_params, info.stage_bytes) == (2, n, mem["total"])
+    assert info.stage_bytes == MANIFEST["stage"]["memory"]["total"]
+
+
+def test_native_save_load_and_push_keep_the_whole_stage(native_fw, digits_stream, tmp_path):
+    X, y = digits_stream
+    probe = np.stack([np.clip(np.round(x.ravel() / MANIFEST["input"]["scale"])
+                              + MANIFEST["input"]["zero_point"], -128, 127).astype(np.int8)
+                      for x in X[:20]])
+    with emulator.start_native(native_fw.program, state_dir=tmp_path, timeout=120) as t:
+        with Device.open(t.url) as dev:
+            stream(dev, X[:100], y[:100], MANIFEST, mode="train", window=1)
+            saved = dev.save()
+            img = dev.get_stage()
+            before = [(r.prediction, r.value) for r in (dev.predict(x) for x in probe)]
+            stream(dev, X[100:160], y[100:160], MANIFEST, mode="train", window=1)
+            assert dev.get_stage() != img  # learning moved the stage
+            loaded = dev.load()
+            assert loaded.seq == saved.seq
+            assert dev.get_stage() == img
+            assert [(r.prediction, r.value) for r in (dev.predict(x) for x in probe)] == before
+            # PULL/PUSH: reset to the export, push the pulled image back
+            dev.reset()
+            assert dev.get_stage() != img
+            assert dev.set_stage(img) == int(np.frombuffer(img[-10:], np.uint8).sum())
+            assert dev.get_stage() == img
+            assert [(r.prediction, r.value) for r in (dev.predict(x) for x in probe)] == before
+            # a broken image is staged, refused at the commit, and nothing live changes
+            bad = bytearray(img)
+            bad[8:12] = struct.pack("<f", float("nan"))
+            with pytest.raises(DeviceError) as e:
+                dev.set_stage(bytes(bad))
+            assert "NONFINITE" in str(e.value)
+            assert dev.get_stage() == img
+            # an interrupted push (a sample in between) must restart at offset 0
+            dev.link.request(Msg.SET_STAGE, struct.pack("<I", 0) + img[:100])
+            dev.predict(probe[0])
+            with pytest.raises(DeviceError) as e:
+                dev.link.request(Msg.SET_STAGE, struct.pack("<I", 100) + img[100:200])
+            assert "RANGE" in str(e.value)
+            assert dev.get_stage() == img
+    # a restart loads the saved stage
+    with emulator.start_native(native_fw.program, state_dir=tmp_path, timeout=120) as t:
+        with Device.open(t.url) as dev:
+            assert dev.store_status() == ("loaded", saved.seq)
+            assert dev.get_stage() == img
+
+
+@pytest.mark.qemu
+def test_qemu_stream_equals_twin(firmware, digits_stream, reference):
+    """The Cortex-M4 build (FPU, -ffp-contract=off via -std=c11) in QEMU: bit-identical too."""
+    X, y = digits_stream
+    n = 120
+    fw = firmware("nucleo_l476rg", model=MODEL, test_build=True)
+    with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
+        with Device.open(t.url, timeout=10) as dev:
+            s, recs = stream(dev, X[:n], y[:n], MANIFEST, mode="train", window=4, timeout=10.0)
+            image = dev.get_stage()
+    _check(recs, reference, n)
+    assert len(image) == 4 * reference["learner"].n_params + 10
+
+
+def test_cli_pull_push_info_for_a_stage(native_fw, digits_stream, tmp_path, capsys):
+    """`tinyol pull` / `push` move the whole stage; `tinyol info` shows it."""
+    from tinyol.cli import main
+
+    X, y = digits_stream
+    with emulator.start_native(native_fw.program, timeout=120) as t:
+        with Device.open(t.url) as dev:
+            stream(dev, X[:40], y[:40], MANIFEST, mode="train", window=1)
+            learned = dev.get_stage()
+        assert main(["pull", "--port", t.url, "--out", str(tmp_path / "stage.npz")]) == 0
+        with Device.open(t.url) as dev:
+            dev.reset()
+            assert dev.get_stage() != learned
+        assert main(["push", "--port", t.url, "--in", str(tmp_path / "stage.npz")]) == 0
+        with Device.open(t.url) as dev:
+            assert dev.get_stage() == learned
+        # a one-layer head file is not a stage: the device refuses it with one clear error
+        capsys.readouterr()
+        assert main(["push", "--port", t.url, "--in",
+                     str(ROOT / "models/digits/head_init.npz"), "--force"]) != 0
+        assert "adaptive stage of 2 layers" in capsys.readouterr().err
+        assert main(["info", "--port", t.url]) == 0
+        out = capsys.readouterr().out
+        assert f"2 layers, {MANIFEST['stage']['params']} parameters" in out
+    assert bytes(np.load(tmp_path / "stage.npz")["stage_image"]) == learned

@@ -1,0 +1,277 @@
+"""The C adaptive stage (mcu/src/tol_stage.c) vs its numpy twin (tinyol.stage) on whole
+streams: identical predictions and confidences, bit-identical parameters, replay buffers and
+counters, for every supported layer and multi-layer stages. Independent checks: the numpy
+stage's gradients against finite differences and its forward pass against Keras."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _learner_util import make_stream
+from _stage_util import CStage, build_stage_lib, c_layers
+from tinyol.learner import (MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR,
+                            LearnerError, Settings)
+from tinyol.stage import (ACT_RELU, ACT_RELU6, CONV, DENSE, DWCONV, GAP, Layer, Stage,
+                          StageConfig, n_params, stage_bytes, stage_hash)
+
+CMAX = 8
+
+
+def dense(n_in, n_out, act=0):
+    return Layer(DENSE, 1, 1, n_in, 1, 1, n_out, act)
+
+
+def conv(h, w, c, co, k, s=1, same=True, act=0, dw=False, kh=None):
+    kh = k if kh is None else kh
+    if same:
+        oh, ow = -(-h // s), -(-w // s)
+        pt = max((oh - 1) * s + kh - h, 0) // 2
+        pl = max((ow - 1) * s + k - w, 0) // 2
+    else:
+        oh, ow, pt, pl = (h - kh) // s + 1, (w - k) // s + 1, 0, 0
+    return Layer(DWCONV if dw else CONV, h, w, c, oh, ow, co, act, kh, k, s, s, pt, pl)
+
+
+STAGES = {
+    "dense_dense": [dense(24, 16, ACT_RELU), dense(16, CMAX)],
+    "dense3_relu6": [dense(24, 12, ACT_RELU6), dense(12, 10, ACT_RELU), dense(10, CMAX)],
+    "conv3x3_same_gap": [conv(4, 4, 3, 6, 3, act=ACT_RELU), Layer(GAP, 4, 4, 6, 1, 1, 6),
+                         dense(6, CMAX)],
+    "conv1x1_dw_stride2_flatten": [conv(4, 4, 3, 4, 1, act=ACT_RELU6),
+                                   conv(4, 4, 4, 8, 3, s=2, act=ACT_RELU, dw=True),
+                                   dense(2 * 2 * 8, CMAX)],
+    "conv1d_valid": [conv(1, 12, 2, 5, 3, same=False, act=ACT_RELU, kh=1), dense(50, CMAX)],
+    "dw_valid_stride2_leftover": [conv(5, 5, 2, 2, 2, s=2, same=False, dw=True, act=ACT_RELU),
+                                  Layer(GAP, 2, 2, 2, 1, 1, 2), dense(2, CMAX)],
+    "conv_stride2_same_even": [conv(4, 6, 2, 3, 3, s=2, act=ACT_RELU),
+                               dense(2 * 3 * 3, CMAX)],
+}
+
+SETTINGS = {
+    "sgd": dict(no_momentum=True, settings=Settings(lr=0.05, mode=MODE_SGD, n_old=0)),
+    "replay_i8": dict(replay_capacity=30, replay_bits=8, replay_policy=POLICY_RESERVOIR,
+                      settings=Settings(lr=0.05, n_old=3)),
+    "replay_7bit_momentum_wd_clip": dict(replay_capacity=25, replay_bits=7,
+                                         replay_policy=POLICY_BALANCED,
+                                         settings=Settings(lr=0.05, momentum=0.9,
+                                                           weight_decay=1e-3, clip_norm=0.5,
+                                                           n_old=2)),
+    "replay_f32_ar1_batch": dict(replay_capacity=20, replay_bits=32, replay_policy=POLICY_AR1,
+                                 max_new=3, no_momentum=True,
+                                 settings=Settings(lr=0.1, n_new=3, n_old=4)),
+}
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return build_stage_lib(tmp_path_factory.mktemp("stage"))
+
+
+def make_cfg(layers, seed=3, **kw) -> StageConfig:
+    rng = np.random.default_rng(seed)
+    p = rng.normal(0, 0.3, size=n_params(layers)).astype(np.float32)
+    kw.setdefault("init_classes", 4)
+    return StageConfig(layers=layers, init_params=p, latent_scale=0.05, latent_zero_point=-128,
+                       seed=7, **kw)
+
+
+def run_pair(lib, cfg, n=160, prefill=30):
+    d = cfg.layers[0].in_size
+    rng = np.random.default_rng(5)
+    py, cl = Stage(cfg), CStage(lib, cfg)
+    if cfg.replay_capacity and prefill:
+        pq, py_, _ = make_stream(rng, prefill, d, CMAX, classes=range(4))
+        for qi, yi in zip(pq, py_):
+            py.replay_add(qi, int(yi))
+            cl.replay_add(qi, int(yi))
+    q, y, _ = make_stream(np.random.default_rng(1), n, d, CMAX, classes=range(2, CMAX))
+    pp, pc = [], []
+    for qi, yi in zip(q, y):
+        pp.append(py.predict(qi))
+        pc.append(cl.predict(qi))
+        for learner, out in ((py, "py"), (cl, "c")):
+            try:
+                learner.learn(qi, int(yi))
+            except LearnerError as e:
+                assert e.status == "TOL_ERR_DIVERGED", (out, e.status)
+    return py, cl, pp, pc
+
+
+def assert_same(py, cl, pp, pc):
+    assert [p[0] for p in pp] == [p[0] for p in pc]
+    assert [np.float32(p[1]) for p in pp] == [np.float32(p[1]) for p in pc]
+    np.testing.assert_array_equal(cl.params, py.params)
+    assert (cl.active == py.active).all()
+    sc, sp = cl.stats(), py.stats()
+    for k in ("samples_seen", "updates", "rejected", "n_active", "replay_fill", "class_count"):
+        assert sc[k] == sp[k], k
+    if py.replay is not None:
+        assert cl.replay_labels() == py.replay.labels[: py.replay.fill].tolist()
+        for i in range(py.replay.fill):
+            assert cl.replay_row(i) == py.replay.packed_row(i)
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_stage_stream_c_matches_numpy(lib, stage):
+    cfg = make_cfg(STAGES[stage], **SETTINGS["replay_i8"])
+    py, cl, pp, pc = run_pair(lib, cfg)
+    assert_same(py, cl, pp, pc)
+    assert py.updates > 100 and py.active.all()
+    # every layer trained (parameters moved away from the export)
+    for i, l in enumerate(py.layers):
+        if l.n_params:
+            w, _ = py.layer_params(i)
+            w0 = cfg.init_params[py.offsets[i]:py.offsets[i] + l.n_weights]
+            assert not np.array_equal(w, w0), f"layer {i} did not change"
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_stage_settings_c_matches_numpy(lib, setting):
+    cfg = make_cfg(STAGES["conv1x1_dw_stride2_flatten"], **SETTINGS[setting])
+    py, cl, pp, pc = run_pair(lib, cfg)
+    assert_same(py, cl, pp, pc)
+
+
+def test_stage_learns_new_classes(lib):
+    """Not just equal: the stage learns the stream (late accuracy far above chance)."""
+    cfg = make_cfg(STAGES["dense_dense"], **SETTINGS["replay_i8"])
+    py, cl, pp, pc = run_pair(lib, cfg, n=400)
+    _, y, _ = make_stream(np.random.default_rng(1), 400, 24, CMAX, classes=range(2, CMAX))
+    late = np.mean([p[0] == t for p, t in zip(pp[-100:], y[-100:])])
+    assert late > 0.7
+
+
+def test_stage_bytes_model_matches_c(lib):
+    import ctypes as C
+
+    from _stage_util import CStageConfig
+    for name, layers in STAGES.items():
+        for cap, bits, mx, nomom in ((0, 8, 1, 1), (30, 7, 3, 0), (12, 32, 2, 0)):
+            arr = c_layers(layers)
+            cc = CStageConfig(arr, len(layers), bits, 0, nomom, None, 0, cap, mx, 0, 0.05, 0, 1)
+            assert lib.tol_stage_bytes(C.byref(cc)) == stage_bytes(layers, cap, bits, mx, 0,
+                                                                   bool(nomom)), name
+            assert lib.tol_stage_params(arr, len(layers)) == n_params(layers)
+            assert lib.tol_stage_hash(arr, len(layers)) == stage_hash(layers)
+    bad = [dense(24, 16), dense(15, CMAX)]
+    cc = CStageConfig(c_layers(bad), 2, 8, 0, 0, None, 0, 0, 1, 0, 0.05, 0, 1)
+    assert lib.tol_stage_bytes(C.byref(cc)) == 0
+    with pytest.raises(ValueError):
+        stage_bytes(bad)
+
+
+def test_stage_state_roundtrip(lib):
+    """Save mid-stream (queue non-empty, replay, momentum), restore into a fresh C stage:
+    it goes on bit-identically with the numpy stage that never stopped."""
+    cfg = make_cfg(STAGES["conv3x3_same_gap"], replay_capacity=20, replay_bits=7, max_new=2,
+                   settings=Settings(lr=0.05, momentum=0.5, n_new=2, n_old=3))
+    py, cl, _, _ = run_pair(lib, cfg, n=61)
+    data = cl.state_bytes(0x03)
+    fresh = CStage(lib, cfg)
+    fresh.restore(data)
+    assert fresh.state_bytes(0x03) == data
+    q, y, _ = make_stream(np.random.default_rng(9), 40, cfg.layers[0].in_size, CMAX)
+    for qi, yi in zip(q, y):
+        assert fresh.predict(qi) == cl.predict(qi)
+        assert np.float32(fresh.predict(qi)[1]) == np.float32(py.predict(qi)[1])
+        for s in (fresh, cl, py):
+            s.learn(qi, int(yi))
+    np.testing.assert_array_equal(fresh.params, py.params)
+    # a state of another stage is refused, and the stage is unchanged
+    other = CStage(lib, make_cfg(STAGES["dense_dense"], replay_capacity=20, replay_bits=7,
+                                 max_new=2))
+    before = other.params
+    with pytest.raises(LearnerError, match="TOL_ERR_MODEL"):
+        other.restore(data)
+    np.testing.assert_array_equal(other.params, before)
+    # a corrupted parameter (NaN) is refused at the end and the stage reset to the export
+    bad = bytearray(data)
+    bad[72:76] = np.float32(np.nan).tobytes()
+    with pytest.raises(LearnerError, match="TOL_ERR_RANGE"):
+        fresh.restore(bytes(bad))
+    np.testing.assert_array_equal(fresh.params[:4], cfg.init_params[:4])
+
+
+def _loss(stage: Stage, x, label):
+    z = stage.forward(x)[-1].astype(np.float64)
+    a = stage.active
+    z = z[a] - z[a].max()
+    p = np.exp(z) / np.exp(z).sum()
+    return -np.log(p[list(np.flatnonzero(a)).index(label)])
+
+
+@pytest.mark.parametrize("stage", ["dense3_relu6", "conv3x3_same_gap",
+                                   "conv1x1_dw_stride2_flatten", "conv1d_valid",
+                                   "dw_valid_stride2_leftover"])
+def test_stage_gradient_vs_finite_differences(stage):
+    """The backward pass is the gradient of the loss (central differences, float64 loss)."""
+    layers = STAGES[stage]
+    cfg = make_cfg(layers, init_classes=CMAX)
+    st = Stage(cfg)
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 2, size=layers[0].in_size).astype(np.float32)
+    st.grads = np.zeros(st.n_params, np.float32)
+    st._grad_add(x, 3, np.float32(1.0))
+    g = st.grads.copy()
+    idx = rng.choice(st.n_params, size=min(40, st.n_params), replace=False)
+    base = st.params.copy()
+    checked = 0
+    for k in idx:
+        eps = 1e-2
+        st.params = base.copy()
+        st.params[k] += eps
+        lp = _loss(st, x, 3)
+        st.params = base.copy()
+        st.params[k] -= eps
+        lm = _loss(st, x, 3)
+        fd = (lp - lm) / (2 * eps)
+        if abs(fd) > 1e-3 or abs(g[k]) > 1e-3:
+            checked += 1
+        assert abs(fd - g[k]) < 2e-2 * max(1.0, abs(fd)), (k, fd, g[k])
+    st.params = base
+    assert checked >= 5
+
+
+def test_stage_diverged_update_changes_nothing(lib):
+    """An update that would overflow is refused whole, in C and numpy alike."""
+    cfg = make_cfg(STAGES["dense_dense"], no_momentum=True,
+                   settings=Settings(lr=3e38, mode=MODE_SGD, n_old=0))
+    py, cl = Stage(cfg), CStage(lib, cfg)
+    q, y, _ = make_stream(np.random.default_rng(4), 5, 24, CMAX, classes=[6])
+    before = cl.params
+    for s in (py, cl):
+        with pytest.raises(LearnerError, match="TOL_ERR_DIVERGED"):
+            s.learn(q[0], 6)
+    np.testing.assert_array_equal(cl.params, before)
+    np.testing.assert_array_equal(py.params, before)
+    assert not cl.active[6] and not py.active[6]
+    assert cl.stats()["rejected"] == py.stats()["rejected"] == 1
+
+
+def test_stage_init_refuses_bad_configs(lib):
+    import ctypes as C
+
+    cfg = make_cfg(STAGES["conv3x3_same_gap"])
+    cs = CStage(lib, cfg)
+    state = C.create_string_buffer(lib.shim_sizeof_stage())
+    mem = np.zeros(cs.nbytes // 4 + 1, np.uint32)
+    # one byte short: TOL_ERR_OVERFLOW
+    assert lib.tol_stage_init(state, mem.ctypes.data, cs.nbytes - 1, C.byref(cs.ccfg)) == 16
+    # a chain whose shapes do not follow each other: TOL_ERR_ARG
+    bad = [dense(24, 16, ACT_RELU), dense(15, CMAX)]
+    with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+        CStage(lib, make_cfg(bad[:1] + [dense(16, CMAX, ACT_RELU)]))  # last layer with ReLU
+    with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+        Stage(make_cfg(bad[:1] + [dense(16, CMAX, ACT_RELU)]))
+
+
+def test_stage_compiles_for_cortex_m4():
+    import shutil
+    import subprocess
+
+    from _learner_util import ARM, MCU, STRICT
+    gcc = shutil.which("arm-none-eabi-gcc")
+    if gcc is None:
+        pytest.skip("arm-none-eabi-gcc not installed")
+    subprocess.run([gcc, *STRICT, *ARM, f"-I{MCU / 'include'}", "-c", str(MCU / "src/tol_stage.c"),
+                    "-o", "/dev/null"], check=True)
