@@ -104,16 +104,36 @@ class MockBus:
         return self.flash[off:off + length] == b"\x00" * length
 
 
+class _Machine:
+    """What `self.GetMachine()` returns in Renode, reduced to the one member the scripts use."""
+
+    def __init__(self, bus):
+        self.SystemBus = bus
+
+
+class _PeripheralSelf:
+    """Renode's `self` in a PythonPeripheral script: the peripheral, whose machine holds
+    the system bus. `bus=None`: a peripheral not attached to a machine (GetMachine fails)."""
+
+    def __init__(self, bus):
+        self._bus = bus
+
+    def GetMachine(self):  # noqa: N802 (Renode's API name)
+        if self._bus is None:
+            raise AttributeError("peripheral is not registered on a machine")
+        return _Machine(self._bus)
+
+
 class Peripheral:
-    """One PythonPeripheral instance: compiled script + persistent scope."""
+    """One PythonPeripheral instance: compiled script + persistent scope. The scope holds
+    exactly the names Renode 1.15 gives a script: `request`, `self` and `size`."""
 
     def __init__(self, name, bus=None, request_cls=LowerRequest, with_bus=True):
         path = RENODE_DIR / name
         self.code = compile(path.read_text(encoding="ascii"), str(path), "exec")
         self.request = request_cls()
-        self.scope = {"request": self.request, "self": object(), "size": 0x400}
-        if with_bus:
-            self.scope["sysbus"] = bus
+        self.scope = {"request": self.request, "self": _PeripheralSelf(bus if with_bus else None),
+                      "size": 0x400}
         self.init()
 
     def _run(self):
