@@ -1,0 +1,208 @@
+"""The firmware in a real Renode (>= 1.15; see docs/renode.md and tests/_renode_util.py).
+
+Every board: boots, answers INFO over the socket terminal, learns, SAVEs, and after a
+machine reset restores the learned head bit for bit (same predictions); LOAD works.
+NUCLEO-L476RG in full: `tinyol verify` bit-exact against TFLM; a learning stream with
+the predictions of the reference learner (`tinyol simulate`); a power cut (machine
+reset at a chosen instruction) at many points of a SAVE leaves the previous or the new
+record, never garbage. `tinyol emulate --emulator renode </dev/null` keeps serving.
+Skipped, with the reason, when no Renode is found.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from _renode_util import (Msg, _use_found_renode, heads_equal, random_head,  # noqa: F401
+                          run_until_reply, send_paused, wait_boot)
+from _stream_util import reference_run
+from click.testing import CliRunner
+from conftest import ROOT
+
+from tinyol import emulator
+from tinyol.boards import BOARDS
+from tinyol.cli import group
+from tinyol.datasets import load_source
+from tinyol.device import Device
+from tinyol.stream import stream
+
+pytestmark = [pytest.mark.slow, pytest.mark.renode]
+
+MODEL = "models/digits"
+MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
+FULL_BOARD = "nucleo_l476rg"
+MIPS = 100            # Renode's default PerformanceInMips of the Cortex-M (checked below)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y, _ = load_source("digits:5-9@train")
+    perm = np.random.default_rng(11).permutation(len(y))
+    return X[perm], y[perm]
+
+
+def _renode(firmware, board):
+    fw = firmware(board, MODEL, test_build=False)
+    return emulator.start_renode(board, fw.elf, timeout=300)
+
+
+def _probe(dev, X) -> list[tuple[int, float]]:
+    """Predictions (class, confidence) on probe inputs: no learning."""
+    from tinyol.device import quantize
+    q = [quantize(x.ravel(), float(MANIFEST["input"]["scale"]), int(MANIFEST["input"]["zero_point"]))
+         for x in X]
+    return [(r.prediction, r.value) for r in (dev.predict(x) for x in q)]
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_boot_info_save_reset_restore(firmware, digits, board):
+    X, y = digits
+    with _renode(firmware, board) as t, Device.open(t.url, timeout=5) as dev:
+        info = dev.info
+        assert (info.board, info.model, info.store) == (board, "digits", "empty")
+        assert "emulated" not in info.flags and info.cpu_hz == 80_000_000   # Renode's DWT counts
+        assert info.flash_total == BOARDS[board].flash_bytes
+        s, recs = stream(dev, X[:40], y[:40], MANIFEST, mode="train", window=4, timeout=5.0)
+        assert s.samples == 40 and all(r.learned for r in recs)
+        saved = dev.save()
+        assert saved.seq == 1 and saved.parts & 1          # the replay buffer is in the record
+        head, probe = dev.get_head(), _probe(dev, X[100:120])
+        t.monitor.execute("machine Reset")
+        line = wait_boot(dev.link)
+        assert line.startswith(f"tinyol boot board={board} ") and "store=loaded" in line, line
+        dev2 = Device(dev.link)
+        assert dev2.store_status() == ("loaded", 1)
+        assert heads_equal(dev2.get_head(), head)
+        assert _probe(dev2, X[100:120]) == probe
+        assert dev2.stats().samples_seen == 40
+        loaded = dev2.load()
+        assert (loaded.seq, loaded.n_active, loaded.samples_seen) == (1, int(head[2].sum()), 40)
+
+
+def test_verify_is_bit_exact(firmware, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with _renode(firmware, FULL_BOARD) as t:
+        r = CliRunner().invoke(group, ["verify", "--port", t.url, "--model", MODEL, "--n", "40", "--json"],
+                               catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["samples"] == 40 and out["mismatched_samples"] == 0
+
+
+def test_stream_equals_reference_learner(firmware, digits):
+    X, y = digits[0][:200], digits[1][:200]
+    ref = reference_run(str(ROOT / MODEL), X, y)
+    with _renode(firmware, FULL_BOARD) as t, Device.open(t.url, timeout=5) as dev:
+        s, recs = stream(dev, X, y, MANIFEST, mode="train", window=4, timeout=5.0)
+        st = dev.stats()
+    recs = sorted(recs, key=lambda r: r.samples_seen)
+    preds = np.array([r.prediction for r in recs])
+    assert s.samples == len(y) and np.array_equal(preds, ref["predictions"])
+    np.testing.assert_allclose([r.confidence for r in recs], ref["confidence"], rtol=1e-3, atol=1e-4)
+    assert st.class_counts == ref["learner"].class_count.tolist()
+    assert st.replay_fill == ref["learner"].replay.fill
+
+
+def _cut(t, dev, instructions: int):
+    """Send SAVE to the paused machine, run exactly `instructions`, then cut the power."""
+    mon = t.monitor
+    mon.execute("sysbus.cpu PerformanceInMips 1")          # 1 µs of virtual time = 1 instruction
+    frame = send_paused(t, dev.link, Msg.SAVE)
+    before = int(mon.execute("sysbus.cpu ExecutedInstructions"), 16)
+    if instructions:
+        mon.execute(f'emulation RunFor "{instructions / 1e6:.4f}"')
+    ran = int(mon.execute("sysbus.cpu ExecutedInstructions"), 16) - before
+    mon.execute("machine Reset")
+    mon.execute(f"sysbus.cpu PerformanceInMips {MIPS}")
+    mon.execute("start")
+    line = wait_boot(dev.link)
+    return frame, ran, line
+
+
+def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
+    """The power is cut (machine reset) at instruction N after a SAVE request arrives, for
+    N spread over the whole save: boot must restore the previous record or the new one,
+    bit for bit, never garbage or the exported head."""
+    X, y = digits
+    rng = np.random.default_rng(5)
+    with _renode(firmware, FULL_BOARD) as t, Device.open(t.url, timeout=5) as dev:
+        mon = t.monitor
+        assert int(mon.execute("sysbus.cpu PerformanceInMips"), 16) == MIPS
+        exported = dev.get_head()
+        stream(dev, X[:30], y[:30], MANIFEST, mode="train", window=4, timeout=5.0)
+
+        # length of one save, in instructions: run it in 10,000-instruction steps
+        frame = send_paused(t, dev.link, Msg.SAVE)
+        before = int(mon.execute("sysbus.cpu ExecutedInstructions"), 16)
+        run_until_reply(t, dev.link, frame, 0.0001)
+        length = int(mon.execute("sysbus.cpu ExecutedInstructions"), 16) - before
+        mon.execute("start")
+        stored_seq, stored_head = 1, dev.get_head()
+        assert dev.store_status()[0] == "empty" and length > 20_000
+
+        # cut points: 0 (before anything), evenly over the save and a little past its end
+        points = [0] + [int(length * k / 32) // 100 * 100 for k in range(1, 35)]
+        outcomes = []
+        for n in points:
+            new_head = random_head(dev, rng)
+            dev.set_head(*new_head)
+            _, ran, line = _cut(t, dev, n)
+            assert ran == n
+            dev = Device(dev.link)
+            state, seq = dev.store_status()
+            head = dev.get_head()
+            assert state == "loaded", f"cut at {n}: {line}"
+            if seq == stored_seq:
+                assert heads_equal(head, stored_head), f"cut at {n}: old record {seq} restored wrongly"
+                outcomes.append("old")
+            else:
+                assert seq == stored_seq + 1, f"cut at {n}: record {seq} after {stored_seq}"
+                assert heads_equal(head, new_head), f"cut at {n}: new record {seq} restored wrongly"
+                stored_seq, stored_head = seq, head
+                outcomes.append("new")
+            assert not heads_equal(head, exported)
+        # the sweep brackets the commit: early cuts keep the old record, late ones the new
+        assert outcomes[0] == "old" and outcomes[-1] == "new", outcomes
+        assert outcomes.count("old") >= 20 and outcomes.count("new") >= 2, outcomes
+        assert "old" not in outcomes[outcomes.index("new"):], outcomes   # one switch point
+
+        # after all that the store still takes a normal save
+        saved = dev.save()
+        assert saved.seq == stored_seq + 1
+
+
+def test_emulate_keeps_serving_without_a_terminal(firmware, tmp_path):
+    """`tinyol emulate --emulator renode </dev/null` (a script, CI): serves until stopped."""
+    firmware(FULL_BOARD, MODEL, test_build=False)        # built, so emulate only checks it
+    env = dict(os.environ)
+    tinyol = os.path.join(os.path.dirname(sys.executable), "tinyol")
+    proc = subprocess.Popen([tinyol, "emulate", "--emulator", "renode",
+                             "--board", FULL_BOARD, "--model", MODEL],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        url = None
+        deadline = time.monotonic() + 180
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"emulate ended early (code {proc.poll()})"
+            if "serial port:" in line:
+                url = line.split("serial port:")[1].strip()
+        assert url
+        time.sleep(3)                                         # the old bug: exit at stdin EOF
+        assert proc.poll() is None
+        with Device.open(url, timeout=5) as dev:
+            assert dev.info.board == FULL_BOARD
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+        assert "stopping" in rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
