@@ -112,8 +112,8 @@ def test_stream_equals_reference_learner(firmware, digits):
 def _cut(t, dev, instructions: int):
     """Send SAVE to the paused machine, run exactly `instructions`, then cut the power."""
     mon = t.monitor
-    mon.execute("sysbus.cpu PerformanceInMips 1")          # 1 µs of virtual time = 1 instruction
     frame = send_paused(t, dev.link, Msg.SAVE)
+    mon.execute("sysbus.cpu PerformanceInMips 1")          # 1 µs of virtual time = 1 instruction
     before = int(mon.execute("sysbus.cpu ExecutedInstructions"), 16)
     if instructions:
         mon.execute(f'emulation RunFor "{instructions / 1e6:.4f}"')
@@ -148,12 +148,13 @@ def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
 
         # cut points: 0 (before anything), evenly over the save and a little past its end
         points = [0] + [int(length * k / 32) // 100 * 100 for k in range(1, 35)]
-        outcomes = []
+        outcomes, cuts = [], []
         for n in points:
             new_head = random_head(dev, rng)
             dev.set_head(*new_head)
             _, ran, line = _cut(t, dev, n)
-            assert ran == n
+            assert abs(ran - n) <= 100, (ran, n)      # RunFor is exact to Renode's time quantum
+            cuts.append(ran)
             dev = Device(dev.link)
             state, seq = dev.store_status()
             head = dev.get_head()
@@ -167,10 +168,18 @@ def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
                 stored_seq, stored_head = seq, head
                 outcomes.append("new")
             assert not heads_equal(head, exported)
+            # Renode keeps bytes the UART had not delivered yet across the reset: a SAVE cut
+            # before the firmware read it runs after the boot (saving the restored state)
+            p = dev.stats().persist
+            if p.saves:
+                assert n < length // 4 and p.seq == stored_seq + 1, (n, p)
+                stored_seq = p.seq
+                outcomes[-1] = "late"
         # the sweep brackets the commit: early cuts keep the old record, late ones the new
-        assert outcomes[0] == "old" and outcomes[-1] == "new", outcomes
-        assert outcomes.count("old") >= 20 and outcomes.count("new") >= 2, outcomes
+        assert outcomes[-1] == "new", outcomes
+        assert outcomes.count("old") >= 15 and outcomes.count("new") >= 2, outcomes
         assert "old" not in outcomes[outcomes.index("new"):], outcomes   # one switch point
+        print("cut points", list(zip(cuts, outcomes)), "save length", length)
 
         # after all that the store still takes a normal save
         saved = dev.save()

@@ -142,6 +142,15 @@ _MONITOR_ERRORS = re.compile(r"^(No such command|There was an error|Could not|Er
                              r"Invalid|Parameters did not match|.*[Ee]xception)")
 
 
+def _crash_summary(text: str) -> str:
+    """The lines of a Renode crash that say what happened (not the .NET stack)."""
+    lines = [l.strip() for l in text.split("\n") if l.strip() and not l.strip().startswith("at ")]
+    for i, line in enumerate(lines):
+        if "Fatal error" in line or "Exception" in line:
+            return " ".join(lines[i:i + 3])[:500]
+    return " ".join(lines[-3:])[:500]
+
+
 class Monitor:
     """Renode's Monitor on the stdin/stdout pipes of a ``--console`` process.
 
@@ -185,7 +194,8 @@ class Monitor:
                 data = os.read(fd, 65536)
                 if not data:
                     code = self.proc.wait()
-                    raise TinyolError(f"{self.what} exited (code {code}): {text.strip()[-500:]}")
+                    raise TinyolError(f"{self.what} exited (code {code}) at `{command}`: "
+                                      f"{_crash_summary(text)}")
                 self._buf += data.decode("utf-8", "replace")
 
     def wait_ready(self, timeout: float = 60.0) -> str:
