@@ -85,22 +85,21 @@ def test_boot_info_save_reset_restore(firmware, digits, board):
         assert (loaded.seq, loaded.n_active, loaded.samples_seen) == (1, int(head[2].sum()), 40)
 
 
-def test_verify_is_bit_exact(firmware, monkeypatch):
+def test_verify_and_learning_equal_their_oracles(firmware, digits, monkeypatch):
+    """`tinyol verify`: the backbone's latents equal TFLM's bit for bit; then a learning
+    stream gives the predictions of the reference learner (`tinyol simulate`'s code)."""
     monkeypatch.chdir(ROOT)
+    X, y = digits[0][:200], digits[1][:200]
+    ref = reference_run(str(ROOT / MODEL), X, y)
     with _renode(firmware, FULL_BOARD) as t:
         r = CliRunner().invoke(group, ["verify", "--port", t.url, "--model", MODEL, "--n", "40", "--json"],
                                catch_exceptions=False)
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
-    assert out["samples"] == 40 and out["mismatched_samples"] == 0
-
-
-def test_stream_equals_reference_learner(firmware, digits):
-    X, y = digits[0][:200], digits[1][:200]
-    ref = reference_run(str(ROOT / MODEL), X, y)
-    with _renode(firmware, FULL_BOARD) as t, Device.open(t.url, timeout=5) as dev:
-        s, recs = stream(dev, X, y, MANIFEST, mode="train", window=4, timeout=5.0)
-        st = dev.stats()
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        assert out["samples"] == 40 and out["mismatched_samples"] == 0
+        with Device.open(t.url, timeout=5) as dev:
+            s, recs = stream(dev, X, y, MANIFEST, mode="train", window=4, timeout=5.0)
+            st = dev.stats()
     recs = sorted(recs, key=lambda r: r.samples_seen)
     preds = np.array([r.prediction for r in recs])
     assert s.samples == len(y) and np.array_equal(preds, ref["predictions"])

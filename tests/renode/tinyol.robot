@@ -6,8 +6,9 @@ Run from the repository root (Renode >= 1.15 with renode-test; `tinyol` on PATH 
 renode-test starts Renode, imports its keywords (Execute Command, Create Terminal Tester,
 Start Emulation, Wait For Line On Uart, ...) and resets the emulation before each test.
 Each test builds its board with `tinyol build` (cached) and uses its own socket port.
-tests/test_renode_robot.py runs this from `make test` with `--exclude full` (the two
-`full` cases, bit-exactness and learning, run there in Python: tests/test_renode_real.py).
+tests/test_renode_robot.py runs this from `make test` with `--exclude full`, to keep its
+time down: the `full` cases (persistence on the other three boards, bit-exactness and
+learning on the L476) are checked there in Python, more tightly (tests/test_renode_real.py).
 
 Without Renode the suite can only be dry-run; the keywords then come from a stub library:
     robot --dryrun --output NONE --report NONE --log NONE \
@@ -52,14 +53,17 @@ NUCLEO-L476RG Keeps Its Learned State Across A Reset
     nucleo_l476rg           sysbus.usart2      3465
 
 NUCLEO-L432KC Keeps Its Learned State Across A Reset
+    [Tags]    full
     [Template]    Learned State Survives A Reset
     nucleo_l432kc           sysbus.usart2      3466
 
 B-L475E-IOT01A Keeps Its Learned State Across A Reset
+    [Tags]    full
     [Template]    Learned State Survives A Reset
     disco_l475vg_iot01a     sysbus.usart1      3467
 
 NUCLEO-L4R5ZI Keeps Its Learned State Across A Reset
+    [Tags]    full
     [Template]    Learned State Survives A Reset
     nucleo_l4r5zi           sysbus.lpuart1     3468
 
