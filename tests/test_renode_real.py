@@ -214,3 +214,15 @@ def test_emulate_keeps_serving_without_a_terminal(firmware, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_start_up_errors_name_renode(tmp_path):
+    """A file Renode cannot load: one error that names Renode and quotes it; nothing left running."""
+    bogus = tmp_path / "firmware.elf"
+    bogus.write_bytes(b"not an ELF file")
+    from tinyol.errors import TinyolError
+    with pytest.raises(TinyolError) as e:
+        emulator.start_renode(FULL_BOARD, bogus, timeout=120)
+    msg = str(e.value)
+    assert msg.startswith("Renode failed at `start-up`") and "LoadELF" in msg, msg
+    assert "QEMU" not in msg and "\n" not in msg
