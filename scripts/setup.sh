@@ -9,6 +9,7 @@
 #    own Debian entry), python3-venv.
 # 2. .venv with the package and its pinned dependency ranges (pyproject.toml).
 # 3. PlatformIO core dir .pio-core/ seeded offline with tool-scons.
+# 4. Renode (optional; see the section at the end and docs/renode.md).
 # Fast path: when all is in place this takes about a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -112,4 +113,57 @@ fi
 
 # ---- 3. PlatformIO core, offline ---------------------------------------------------
 "$VENV/bin/python" scripts/seed_pio_core.py "$ROOT/.pio-core"
+
+# ---- 4. Renode (optional: the real-Renode tests skip without it) --------------------
+# Renode is on no package registry. Used, in this order:
+#   a) `renode` on PATH (a user's install from the Renode project's releases);
+#   b) a headless Renode tarball in ../shared/renode/ next to the checkout (CI; another
+#      folder with $TINYOL_RENODE_SHARED): unpacked
+#      into .tools/renode/ (ignored), plus its runtime (Debian: mono-runtime libmono-cil-dev).
+# Either way renode-test gets its own Python, .tools/renode-py, with the versions it pins
+# (robotframework 6.1; the project's .venv keeps robotframework 7 for its dry run).
+# Nothing in tinyol depends on the tarball; without a) or b) this section does nothing.
+RENODE_TOOLS=$ROOT/.tools
+RENODE_PY=$RENODE_TOOLS/renode-py
+RENODE_REQS=(robotframework==6.1 robotframework-retryfailed==0.2.0 psutil pyyaml)
+RENODE_SHARED=${TINYOL_RENODE_SHARED:-$ROOT/../shared/renode}   # override for other layouts
+renode_tarball=$(ls "$RENODE_SHARED"/renode-*.tar.xz 2>/dev/null | sort -V | tail -n 1 || true)
+renode_bin=""
+if command -v renode >/dev/null; then
+    renode_bin=$(command -v renode)
+elif [[ -n "$renode_tarball" ]]; then
+    stamp=$RENODE_TOOLS/renode/.unpacked
+    want_rn="$(basename "$renode_tarball") $(stat -c %s "$renode_tarball")"
+    if [[ ! -f $stamp || "$(cat "$stamp")" != "$want_rn" ]]; then
+        if [[ $CHECK_ONLY == 1 ]]; then say "Renode tarball $renode_tarball is not unpacked (.tools/renode)"; exit 1; fi
+        say "unpacking $(basename "$renode_tarball") into .tools/renode/"
+        rm -rf "$RENODE_TOOLS/renode"
+        mkdir -p "$RENODE_TOOLS/renode"
+        tar xJf "$renode_tarball" -C "$RENODE_TOOLS/renode"
+        echo "$want_rn" > "$stamp"
+    fi
+    renode_bin=$(ls "$RENODE_TOOLS"/renode/*/renode 2>/dev/null | head -n 1)
+    if ! command -v mono >/dev/null; then
+        if [[ $CHECK_ONLY == 1 || $(id -u) != 0 ]]; then
+            say "Renode needs the Mono runtime; run as root (sudo):"
+            printf '    apt-get update\n    apt-get install -y --no-install-recommends mono-runtime libmono-cil-dev\n'
+            [[ $CHECK_ONLY == 1 ]] && exit 1
+            renode_bin=""
+        else
+            say "installing the Mono runtime for Renode (mono-runtime libmono-cil-dev)"
+            DEBIAN_FRONTEND=noninteractive apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mono-runtime libmono-cil-dev
+        fi
+    fi
+fi
+if [[ -n "$renode_bin" ]]; then
+    rstamp=$RENODE_PY/.tinyol-setup
+    if [[ ! -x $RENODE_PY/bin/python || ! -f $rstamp || "$(cat "$rstamp")" != "${RENODE_REQS[*]}" ]]; then
+        if [[ $CHECK_ONLY == 1 ]]; then say "the Python for renode-test (.tools/renode-py) is missing"; exit 1; fi
+        say "creating .tools/renode-py for renode-test (${RENODE_REQS[*]})"
+        [[ -x $RENODE_PY/bin/python ]] || "$PY" -m venv "$RENODE_PY"
+        "$RENODE_PY/bin/python" -m pip install -q "${RENODE_REQS[@]}"
+        echo "${RENODE_REQS[*]}" > "$rstamp"
+    fi
+fi
 exit 0

@@ -1,6 +1,7 @@
 """Persistence against the Renode FLASH model (mcu/renode/flash.py) under CPython.
 
-Renode itself is not installable here, so: (1) the register offsets, keys and bits
+Runs without Renode (the real runs, SAVE/reset/restore on every board and a power-cut
+sweep on the firmware itself, are tests/test_renode_real.py): (1) the register offsets, keys and bits
 that flash_stm32l4.c uses are cross-checked with the model's; (2) the driver's
 register sequence (transliterated below, using the C file's own constants) erases
 every store page of every board on the model, at the address the linker script's

@@ -1,10 +1,14 @@
-"""Static checks of the Renode support files (mcu/renode/, tests/renode/).
+"""Checks of the Renode support files (mcu/renode/, tests/renode/) that need no Renode.
 
-Renode itself cannot be installed here, so the files are verified without it:
-- the Python peripheral scripts (RCC, flash interface, PWR) run under CPython with a mock
-  `request` and a mock system bus, exactly as Renode runs them (the whole file executed
-  again per access, in one persistent scope); expected values come from the reference
-  manuals (RM0351, RM0394, RM0432), typed here independently of the scripts;
+The real runs are tests/test_renode_real.py and tests/test_renode_robot.py (skipped
+without a Renode). These complement them wherever Renode is absent, and reach corners a
+firmware run does not exercise:
+- the Python peripheral scripts (RCC, flash interface, PWR) run under CPython in a scope
+  holding exactly what Renode 1.15 gives a script (`request`, `self`, `size`; the bus only
+  as `self.GetMachine().SystemBus`), the whole file executed again per access in one
+  persistent scope; expected values come from the reference manuals (RM0351, RM0394,
+  RM0432), typed here independently of the scripts: register corners (wrong keys, mass
+  erase, option bytes, 8 KB pages) that the firmware never drives;
 - the scripts import nothing and stay ASCII / Python-2 compatible (Renode's IronPython);
 - every address, IRQ and size in the .repl/.resc files is cross-checked against the
   firmware's board header and linker scripts and host/tinyol/boards.py;
@@ -23,6 +27,7 @@ import pytest
 
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
+from tinyol.firmware import BuildConfig, BuildResult
 from tinyol import renode as tol_renode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,16 +109,36 @@ class MockBus:
         return self.flash[off:off + length] == b"\x00" * length
 
 
+class _Machine:
+    """What `self.GetMachine()` returns in Renode, reduced to the one member the scripts use."""
+
+    def __init__(self, bus):
+        self.SystemBus = bus
+
+
+class _PeripheralSelf:
+    """Renode's `self` in a PythonPeripheral script: the peripheral, whose machine holds
+    the system bus. `bus=None`: a peripheral not attached to a machine (GetMachine fails)."""
+
+    def __init__(self, bus):
+        self._bus = bus
+
+    def GetMachine(self):  # noqa: N802 (Renode's API name)
+        if self._bus is None:
+            raise AttributeError("peripheral is not registered on a machine")
+        return _Machine(self._bus)
+
+
 class Peripheral:
-    """One PythonPeripheral instance: compiled script + persistent scope."""
+    """One PythonPeripheral instance: compiled script + persistent scope. The scope holds
+    exactly the names Renode 1.15 gives a script: `request`, `self` and `size`."""
 
     def __init__(self, name, bus=None, request_cls=LowerRequest, with_bus=True):
         path = RENODE_DIR / name
         self.code = compile(path.read_text(encoding="ascii"), str(path), "exec")
         self.request = request_cls()
-        self.scope = {"request": self.request, "self": object(), "size": 0x400}
-        if with_bus:
-            self.scope["sysbus"] = bus
+        self.scope = {"request": self.request, "self": _PeripheralSelf(bus if with_bus else None),
+                      "size": 0x400}
         self.init()
 
     def _run(self):
@@ -610,7 +635,9 @@ def test_common_repl_peripherals():
 def test_resc_structure(board):
     info = parse_resc(board)
     assert info["mach"] == [board]
-    assert info["elf"] == [f"$ORIGIN/../../.pio/build/{board}/firmware.elf"]
+    # the default is what `tinyol build --board <board>` writes (default model)
+    default = BuildResult(BuildConfig(board), ROOT / ".pio" / "variants" / BuildConfig(board).variant() / board)
+    assert info["elf"] == ["$ORIGIN/../../" + default.elf.relative_to(ROOT).as_posix()]
     assert len(info["port"]) == 1
     assert info["terminal"] == [("console", "false")], "raw socket: no telnet negotiation"
     assert info["connect"] == [(BOARDS[board].console.lower(), "console")]
@@ -724,10 +751,13 @@ def test_robot_suite_dryrun_checks_keywords():
 
 def test_robot_suite_covers_every_board_with_its_console():
     text = ROBOT_SUITE.read_text()
-    cases = dict(re.findall(r"^\S.*?Boots\s+(\w+)\s+sysbus\.(\w+)\s+\d+\s*$", text, re.M))
-    assert cases == {b: BOARDS[b].console.lower() for b in BOARD_NAMES}
-    ports = re.findall(r"^\S.*?Boots\s+\w+\s+sysbus\.\w+\s+(\d+)\s*$", text, re.M)
-    assert len(set(ports)) == len(ports), "each test needs its own socket port"
+    rows = re.findall(r"^    (?:\$\{url\}=\s+Start Board\s+)?(\w+)\s+sysbus\.(\w+)\s+(\d+)\s*$", text, re.M)
+    for template in ("Firmware Boots And Answers INFO", "Learned State Survives A Reset"):
+        boards = re.findall(r"\[Template\]\s+" + template + r"\n\s+(\w+)\s+sysbus\.(\w+)", text)
+        assert dict(boards) == {b: BOARDS[b].console.lower() for b in BOARD_NAMES}, template
+    assert all(BOARDS[b].console.lower() == uart for b, uart, _ in rows)
+    ports = [p for _, _, p in rows]
+    assert len(ports) >= 10 and len(set(ports)) == len(ports), "each test needs its own socket port"
 
 
 # ---------------------------------------------------------------------------
@@ -748,8 +778,9 @@ def test_renode_command_line(tmp_path):
         "-e", "start",
     ]
     paused = tol_renode.renode_command("nucleo_l4r5zi", elf, 1, renode="/opt/renode/renode",
-                                       start=False, hide_log=False)
-    assert paused[:3] == ["/opt/renode/renode", "--disable-xwt", "--console"]
+                                       start=False, hide_log=False, log_file=tmp_path / "r.log")
+    assert paused[:5] == ["/opt/renode/renode", "--disable-xwt", "--console",
+                          "-e", f"logFile @{(tmp_path / 'r.log').resolve()}"]
     assert paused[-2:] == ["-e", f"include @{RENODE_DIR.resolve() / 'nucleo_l4r5zi.resc'}"]
     assert tol_renode.serial_url(4321) == "socket://127.0.0.1:4321"
 
@@ -777,6 +808,7 @@ def test_renode_command_needs_the_platform_files(tmp_path):
 
 
 def test_find_and_require_renode(tmp_path, monkeypatch):
+    monkeypatch.delenv("TINYOL_RENODE", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert tol_renode.find_renode() is None
     with pytest.raises(TinyolError) as err:
@@ -798,6 +830,8 @@ def test_find_and_require_renode(tmp_path, monkeypatch):
         tol_renode.renode_command("nucleo_l432kc", elf, 5000)
     with pytest.raises(TinyolError, match="not an executable"):
         tol_renode.require_renode(tmp_path / "missing")
+    monkeypatch.setenv("TINYOL_RENODE", str(launcher))       # checked before PATH
+    assert tol_renode.find_renode() == str(launcher)
 
 
 def test_monitor_path_escapes_spaces(tmp_path):

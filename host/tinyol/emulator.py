@@ -5,6 +5,7 @@ host client uses as for a real board. QEMU always runs under a time limit.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -101,6 +102,13 @@ class Target:
     def stop(self) -> int | None:
         if self.proc is None:
             return None
+        monitor = getattr(self, "monitor", None)
+        if monitor is not None and self.proc.poll() is None:
+            monitor.close()           # Renode quits at the end of its stdin
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -151,18 +159,18 @@ def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
     return t
 
 
-def _wait_listening(t: Target, port: int, limit: float = 10.0) -> None:
+def _wait_listening(t: Target, port: int, limit: float = 10.0, what: str = "QEMU") -> None:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if not t.alive():
             out = t.output()
-            raise TinyolError(f"QEMU exited at start (code {t.proc.returncode}): {out.strip()[-500:]}")
+            raise TinyolError(f"{what} exited at start (code {t.proc.returncode}): {out.strip()[-500:]}")
         # connecting would consume QEMU's single wait=on connection: read the listen table instead
         if _port_listening(port):
             return
         time.sleep(0.05)
     t.stop()
-    raise TinyolError(f"QEMU did not open its serial socket on port {port} within {limit} s")
+    raise TinyolError(f"{what} did not open its serial socket on port {port} within {limit} s")
 
 
 def _port_listening(port: int) -> bool:
@@ -175,6 +183,52 @@ def _port_listening(port: int) -> bool:
     return any(want in line and line.split()[3] == "0A" for line in text.splitlines()[1:])
 
 
+def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: float = 600.0,
+                 renode: str | None = None) -> Target:
+    """Boot `elf` on `board` in Renode (mcu/renode/<board>.resc), headless, under a time limit.
+
+    Renode's Monitor runs on a pipe that the returned Target holds open (`t.monitor`,
+    tinyol.renode.Monitor): it keeps serving whether or not our stdin is a terminal, and
+    quits when the Target is stopped. Its log goes to a temporary file (`t.output()`).
+    Renode deletes stale $TMPDIR/renode-* folders at start-up, so it gets a private TMPDIR.
+    """
+    from . import renode as rn
+    port = port or free_port()
+    t = Target([], url=rn.serial_url(port), timeout=timeout)
+    t.tmpdir = tempfile.TemporaryDirectory(prefix="tinyol-renode-")
+    log = Path(t.tmpdir.name) / "renode.log"
+    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log)
+    t.argv = ["timeout", "-s", "TERM", str(int(timeout))] + cmd
+    env = dict(os.environ, TMPDIR=t.tmpdir.name, RENODE_TMPDIR=t.tmpdir.name)
+    t.logfile = _RenodeLog(log)
+    t.proc = subprocess.Popen(t.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env=env)
+    t.monitor = rn.Monitor(t.proc)
+    try:
+        t.monitor.wait_ready(timeout=min(120.0, timeout))
+        _wait_listening(t, port, limit=30.0, what="Renode")
+    except TinyolError:
+        t.stop()
+        raise
+    return t
+
+
+class _RenodeLog:
+    """Renode's log file, read like the QEMU log (`Target.output`)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def seek(self, _pos: int) -> None:
+        pass
+
+    def read(self) -> str:
+        try:
+            return self.path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
 def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
           state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0) -> Target:
     """Start a built firmware (tinyol.firmware.BuildResult) on the chosen emulator."""
@@ -183,11 +237,5 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
     if emulator == "qemu":
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":
-        from . import renode
-        port = port or free_port()
-        argv = renode.renode_command(board, build.elf, port)
-        t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)
-        t.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
-        _wait_listening(t, port, limit=60.0)
-        return t
+        return start_renode(board, build.elf, port=port, timeout=timeout)
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")

@@ -6,11 +6,18 @@ console UART on a raw TCP socket (``$port``). The host then talks to the firmwar
 through the pyserial URL ``socket://127.0.0.1:<port>``, like with QEMU.
 
 Renode is on no package registry; ``require_renode`` says where to get it.
+``start_renode`` (in tinyol.emulator) runs it with its Monitor on a pipe that tinyol
+holds open, so it keeps serving whether or not stdin is a terminal; :class:`Monitor`
+sends Monitor commands over that pipe (pause, reset, ``emulation RunFor``, ...).
 """
 from __future__ import annotations
 
 import os
+import re
+import select
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 from .boards import get_board
@@ -18,6 +25,7 @@ from .errors import TinyolError
 from .paths import renode_dir
 
 RENODE_EXECUTABLE = "renode"
+RENODE_ENV = "TINYOL_RENODE"      # path of the launcher, checked before PATH
 RENODE_MIN_VERSION = "1.15"
 
 # mcu/renode/ of this installation (a checkout, or tinyol/_firmware/ in a wheel; see paths.py).
@@ -33,7 +41,9 @@ _INSTALL_HINT = (
 
 def find_renode(explicit: str | os.PathLike | None = None) -> str | None:
     """Path of the Renode launcher: `explicit` if it is an executable file, else
-    `renode` from PATH; None when there is none."""
+    $TINYOL_RENODE, else `renode` from PATH; None when there is none."""
+    if explicit is None and os.environ.get(RENODE_ENV):
+        explicit = os.environ[RENODE_ENV]
     if explicit is not None:
         path = Path(explicit)
         if path.is_file() and os.access(path, os.X_OK):
@@ -79,6 +89,7 @@ def renode_command(
     renode_dir: str | os.PathLike | None = None,
     start: bool = True,
     hide_log: bool = True,
+    log_file: str | os.PathLike | None = None,
 ) -> list[str]:
     """Command line that boots `elf` on `board` in Renode, headless, with the console
     UART served raw (no telnet negotiation) on TCP `port` of 127.0.0.1.
@@ -88,7 +99,10 @@ def renode_command(
     -e 'include @/abs/mcu/renode/<board>.resc' -e start``.
     `renode`: the launcher; None looks it up on PATH (TinyolError with an install hint
     when missing). `start=False` leaves the machine paused (e.g. to attach a debugger).
-    `hide_log=False` keeps Renode's log on stdout (whoever runs it must then drain it).
+    `hide_log=False` keeps Renode's log on stdout (whoever runs it must then drain it);
+    `log_file` makes Renode write its log there (``logFile @path``, the first command).
+    With ``--console`` Renode quits when its stdin ends: keep stdin open (a pipe, as
+    ``start_renode`` does) or run it from a terminal.
     """
     if renode is None:
         renode = require_renode()
@@ -103,6 +117,8 @@ def renode_command(
     cmd = [renode, "--disable-xwt", "--console"]
     if hide_log:
         cmd.append("--hide-log")
+    if log_file is not None:
+        cmd += ["-e", f"logFile {monitor_path(log_file)}"]
     cmd += [
         "-e", f"set elf {monitor_path(elf_path)}",
         "-e", f"set port {port}",
@@ -116,3 +132,94 @@ def renode_command(
 def serial_url(port: int) -> str:
     """The pyserial URL of the console served by `renode_command(..., port)`."""
     return f"socket://127.0.0.1:{port}"
+
+
+# ---- the Monitor over a pipe ------------------------------------------------------------
+
+_PROMPT = re.compile(r"\(([\w.\-]+)\) $")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# How Renode's Monitor reports a failed command (it keeps running and prints a prompt).
+_MONITOR_ERRORS = re.compile(r"^(No such command|There was an error|Could not|Error|"
+                             r"Invalid|Parameters did not match|.*[Ee]xception)")
+
+
+def _crash_summary(text: str) -> str:
+    """The lines of a Renode crash that say what happened (not the .NET stack)."""
+    lines = [l.strip() for l in text.split("\n") if l.strip() and not l.strip().startswith("at ")]
+    for i, line in enumerate(lines):
+        if "Fatal error" in line or "Exception" in line:
+            return " ".join(lines[i:i + 3])[:500]
+    return " ".join(lines[-3:])[:500]
+
+
+class Monitor:
+    """Renode's Monitor on the stdin/stdout pipes of a ``--console`` process.
+
+    Each command is written as one line; Renode echoes it after its prompt, prints its
+    output and a new prompt ``(machine) ``. :meth:`execute` returns the output and raises
+    TinyolError when Renode reports an error, exits, or does not answer in time.
+    """
+
+    def __init__(self, proc: subprocess.Popen, what: str = "Renode"):
+        self.proc = proc
+        self.what = what
+        self._buf = ""
+
+    def _exchange(self, command: str, timeout: float) -> tuple[str, str]:
+        """Send `command`; (everything before its echo, its output)."""
+        if self.proc.poll() is not None:
+            raise TinyolError(f"{self.what} is not running (exit code {self.proc.returncode})")
+        try:
+            self.proc.stdin.write((command + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise TinyolError(f"{self.what} is not running (exit code {self.proc.wait()})") from None
+        echo = re.compile(r"(?:^|\) )" + re.escape(command) + r"\n", re.M)
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            text = _ANSI.sub("", self._buf).replace("\r", "")
+            m = echo.search(text)
+            if m and _PROMPT.search(text, m.end()):
+                self._buf = ""
+                body = text[m.end():]
+                out = body[:_PROMPT.search(body).start()].strip()
+                return text[:m.start()], out
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TinyolError(f"{self.what} did not answer `{command}` within {timeout:g} s "
+                                  f"(last output: {text.strip()[-300:]!r})",
+                                  hint="see Renode's log")
+            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            if ready:
+                data = os.read(fd, 65536)
+                if not data:
+                    code = self.proc.wait()
+                    raise TinyolError(f"{self.what} exited (code {code}) at `{command}`: "
+                                      f"{_crash_summary(text)}")
+                self._buf += data.decode("utf-8", "replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> str:
+        """Wait until the start-up commands (`-e`) have run; raise if one of them failed."""
+        before, out = self._exchange("version", timeout)
+        self._check(before, "start-up")
+        return before
+
+    def execute(self, command: str, timeout: float = 60.0) -> str:
+        """Run one Monitor command; its output (echo and prompt removed)."""
+        _, out = self._exchange(command, timeout)
+        self._check(out, command)
+        return out
+
+    def _check(self, text: str, command: str) -> None:
+        for line in text.split("\n"):
+            if _MONITOR_ERRORS.match(line.strip()):
+                raise TinyolError(f"{self.what} failed at `{command}`: {line.strip()}",
+                                  hint="check the board's .resc in mcu/renode/ and the firmware file")
+
+    def close(self) -> None:
+        """End of stdin: Renode quits on its own."""
+        try:
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass

@@ -15,7 +15,7 @@
 #            PGSERR instead of the erase when PG is also set, when an error flag
 #            (PROGERR..FASTERR) is still pending, or when PNB is past the bank's last page.
 #   SR       error and EOP bits are write-1-to-clear. OPERR instead of an erase when the
-#            script finds no system bus in its scope (it cannot reach the array).
+#            script cannot reach the system bus (it cannot reach the array).
 # Geometry comes from the part itself, like the firmware would get it: the flash size
 # register FLASHSIZE (16-bit, KB, at 0x1FFF75E0, provided by the per-chip .repl) and,
 # on 2 MB L4R/S parts, OPTR.DBANK: 2 KB pages on L43x/L45x (one bank) and L47x/L49x
@@ -30,8 +30,9 @@
 #
 # Runs in Renode's IronPython 2 and must import nothing (no standard library on its path).
 # The file is executed again on every access in a scope that keeps its globals; state lives
-# in the global `tol_flash`. Erasing writes 0xFFFFFFFF words through the system bus object
-# that Renode puts in the script's scope as `sysbus`. Keep this file ASCII-only.
+# in the global `tol_flash`. Renode's scope holds only `request`, `self` (this peripheral)
+# and `size`: erasing writes 0xFFFFFFFF words through `self.GetMachine().SystemBus`.
+# Keep this file ASCII-only.
 
 FLASH_ACR = 0x00
 FLASH_PDKEYR = 0x04
@@ -294,13 +295,11 @@ def _access(state, read, write, zero_merge):
 
 
 def _system_bus():
+    """The machine's system bus. Renode gives the script only `request`, `self` (this
+    peripheral) and `size`; the bus is reached through the peripheral's machine."""
     try:
-        return sysbus
-    except NameError:
-        pass
-    try:
-        return machine.SystemBus
-    except NameError:
+        return self.GetMachine().SystemBus
+    except (NameError, AttributeError):
         return None
 
 

@@ -22,8 +22,9 @@ from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import DeviceError
 
 HINTS = {
-    Status.ERR_FLASH: "this target cannot write its flash (QEMU does not implement the flash "
-                      "interface); use a board, Renode or the native target (`tinyol emulate --board native`)",
+    Status.ERR_FLASH: "the device could not erase or program its flash; QEMU cannot write flash at "
+                      "all (use a board, Renode or `tinyol emulate --board native`), elsewhere retry "
+                      "and check the store state with `tinyol info`",
     Status.ERR_NO_RECORD: "nothing stored yet: run `tinyol save` first",
     Status.ERR_MODEL: "the stored record belongs to another model or learner configuration; "
                       "`tinyol save` overwrites it",
