@@ -18,7 +18,7 @@ from pathlib import Path
 from .boards import BOARDS, NATIVE
 from .errors import TinyolError
 from . import pio_core
-from .paths import core_dir, mcu_dir, pio_command, project_dir, project_ini, resolve_model
+from .paths import core_dir, firmware_root, mcu_dir, pio_command, project_dir, project_ini, resolve_model
 
 DEFAULT_MODEL = "models/digits"
 NO_MODEL = "mcu/app/nomodel"
@@ -31,8 +31,20 @@ class BuildConfig:
     kernels: str | None = None   # simd (boards) / ref (native) when None
     test_build: bool = False
 
+    def model_key(self) -> str:
+        """The model as the variant name knows it: relative to the project or to the
+        shipped firmware when it lives there (so the default build's folder, which the
+        Renode scripts name, is the same in every checkout), else absolute."""
+        model = resolve_model(self.model)
+        for base in (project_dir(), firmware_root()):
+            try:
+                return model.relative_to(base.resolve()).as_posix()
+            except ValueError:
+                continue
+        return str(model)
+
     def variant(self) -> str:
-        key = f"{resolve_model(self.model)}|{self.kernels}|{self.test_build}"
+        key = f"{self.model_key()}|{self.kernels}|{self.test_build}"
         tag = "test" if self.test_build else "rel"
         name = Path(self.model).name or "model"
         return f"{name}-{self.kernels or 'default'}-{tag}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"

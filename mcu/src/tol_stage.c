@@ -279,7 +279,7 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV: {
         const int dw = l->kind == TOL_STAGE_DWCONV;
-        const uint16_t mult = (uint16_t)(dw ? l->out_c / l->in_c : 1u);
+        const uint16_t mult = (uint16_t)(dw ? (unsigned)l->out_c / l->in_c : 1u);
         for (uint16_t oy = 0; oy < l->out_h; oy++) {
             for (uint16_t ox = 0; ox < l->out_w; ox++) {
                 float *yo = &y[((size_t)oy * l->out_w + ox) * l->out_c];
@@ -359,7 +359,7 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV: {
         const int dw = l->kind == TOL_STAGE_DWCONV;
-        const uint16_t mult = (uint16_t)(dw ? l->out_c / l->in_c : 1u);
+        const uint16_t mult = (uint16_t)(dw ? (unsigned)l->out_c / l->in_c : 1u);
         for (uint16_t oy = 0; oy < l->out_h; oy++) {
             for (uint16_t ox = 0; ox < l->out_w; ox++) {
                 const float *dp = &d[((size_t)oy * l->out_w + ox) * l->out_c];
