@@ -151,6 +151,52 @@ class DeviceGone(TinyolError):
     """The serial port closed or failed under us (unplugged board, emulator stopped)."""
 
 
+class PortBusy(TinyolError):
+    """The target serves another client (the native target says so with a `tinyol busy` line)."""
+
+
+@dataclass
+class Observed:
+    """What came back while waiting for replies: the evidence behind a diagnosis."""
+    bytes_in: int = 0
+    damaged: int = 0          # chunks that failed COBS/CRC/length checks on the host
+    link_errors: int = 0      # seq-0 ERROR replies: the device saw a damaged frame from us
+    stale: int = 0            # valid replies to other (older or repeated) requests
+    replies: int = 0          # valid replies to the request(s) waited for
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        parts = [f"{self.bytes_in} bytes came back"]
+        if self.damaged:
+            parts.append(f"{self.damaged} damaged frames")
+        if self.link_errors:
+            parts.append(f"{self.link_errors} reports from the device of damaged frames it received")
+        if self.stale:
+            parts.append(f"{self.stale} late or repeated replies")
+        return ", ".join(parts)
+
+    @property
+    def silent(self) -> bool:
+        return self.bytes_in == 0
+
+
+def diagnose(what: str, attempts: int, obs: Observed, url: str = "") -> tuple[str, str]:
+    """(message, hint) for a request that got no usable reply: name what was observed;
+    say "gone" only when nothing at all came back."""
+    head = f"no reply to {what} after {attempts} attempts in {obs.seconds:.1f} s"
+    if obs.silent:
+        hint = "the board was unplugged or hung, or the emulator stopped"
+        if url.startswith("socket://"):
+            hint += "; emulators serve one client at a time: is another client connected?"
+        return f"{head}: nothing came back (silence): the device is gone or hung", hint
+    if obs.damaged or obs.link_errors:
+        return (f"{head}: the device is alive but the link is damaging frames ({obs.describe()})",
+                "a noisy or mismatched serial line (check the cable and baud rate); "
+                "--retries and --timeout give it more attempts")
+    return (f"{head}: the device is alive but slow or busy ({obs.describe()})",
+            "raise --timeout (seconds per attempt) or --retries")
+
+
 # ---- INFO -------------------------------------------------------------------------
 
 INFO_FIXED = struct.Struct("<BBHIIIIIIIIIIHHHBB")
@@ -262,11 +308,17 @@ class Link:
     its reply cache without executing it again (exactly-once learning).
     """
 
-    def __init__(self, port, *, timeout: float = 2.0, retries: int = 3,
-                 on_line: Callable[[str], None] | None = None, seed: int | None = None):
+    BACKOFF = 2.0        # each further attempt waits this much longer ...
+    BACKOFF_MAX = 8.0    # ... up to this multiple of `timeout`
+
+    def __init__(self, port, *, timeout: float = 2.0, retries: int = 5,
+                 on_line: Callable[[str], None] | None = None, seed: int | None = None,
+                 url: str = ""):
         self.port = port
         self.timeout = timeout
         self.retries = retries
+        self.url = url
+        self.observed = Observed()
         self.deframer = Deframer()
         self.stats = LinkStats()
         self.on_line = on_line
@@ -276,7 +328,7 @@ class Link:
 
     @classmethod
     def open(cls, url: str, **kw) -> "Link":
-        return cls(open_serial(url), **kw)
+        return cls(open_serial(url), url=url, **kw)
 
     def close(self) -> None:
         self.port.close()
@@ -293,6 +345,10 @@ class Link:
 
     def _handle_line(self, line: str) -> None:
         self.stats.device_lines.append(line)
+        if line.startswith("tinyol busy"):
+            raise PortBusy(f"port busy: {line.removeprefix('tinyol busy: ')}",
+                           hint="the target serves one client at a time: close the other "
+                                "client (another `tinyol stream`, a terminal) and retry")
         if line.startswith("tinyol boot"):
             self.boot_lines.append(line)
         if self.on_line:
@@ -322,43 +378,58 @@ class Link:
             if not data:
                 continue
             self.stats.bytes_in += len(data)
+            self.observed.bytes_in += len(data)
+            g = self.deframer.garbage
             for item in self.deframer.feed(data):
                 if isinstance(item, str):
                     self._handle_line(item)
                 else:
                     yield item
+            self.observed.damaged += self.deframer.garbage - g
             self.stats.garbage_frames = self.deframer.garbage
 
     def request(self, msg: int, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
         """Send one request, return the reply payload; raise DeviceError on an ERROR reply."""
+        """Send one request, return the reply payload; raise DeviceError on an ERROR reply.
+
+        The *identical* frame is resent up to `retries` times (the device answers a repeat
+        from its reply cache, never executing it twice), each attempt waiting `BACKOFF`
+        times longer than the one before (at most `BACKOFF_MAX` x `timeout`). Without a
+        usable reply: LinkTimeout naming what was observed (silence, damage, late replies)."""
         frame = Frame(int(msg), self._next_seq(), bytes(payload))
         self.stats.requests += 1
         wait = self.timeout if timeout is None else timeout
+        self.observed = obs = Observed()
+        t0 = time.monotonic()
         for attempt in range(self.retries + 1):
             if attempt:
                 self.stats.retries += 1
             self.send_frame(frame)
-            for reply in self.poll(time.monotonic() + wait):
+            step = wait * min(self.BACKOFF ** attempt, self.BACKOFF_MAX)
+            for reply in self.poll(time.monotonic() + step):
                 if reply.seq == 0 and reply.type == Msg.ERROR:
+                    obs.link_errors += 1
                     break  # the device saw a damaged frame (perhaps ours): resend
                 if reply.seq != frame.seq:
+                    obs.stale += 1
                     continue  # a stale reply
                 if reply.type == Msg.ERROR:
                     status, req = reply.payload[0], reply.payload[1]
                     detail = struct.unpack_from("<H", reply.payload, 2)[0]
                     if status in (Status.ERR_CRC, Status.ERR_FRAME):
+                        obs.link_errors += 1
                         break  # our frame was damaged on the way: resend it
                     raise DeviceError(status, req, detail)
                 if reply.type == frame.type | REPLY_FLAG:
+                    obs.replies += 1
                     return reply.payload
+        obs.seconds = time.monotonic() - t0
         try:
             what = f"{Msg(frame.type).name} ({MSG_TEXT[Msg(frame.type)]})"
         except ValueError:
             what = f"message 0x{frame.type:02x}"
-        raise LinkTimeout(
-            f"no reply to {what} after {self.retries + 1} attempts of {wait:.1f} s",
-            hint="check the port and that the firmware is running (`tinyol info`)",
-        )
+        msg_, hint = diagnose(what, self.retries + 1, obs, self.url)
+        raise LinkTimeout(msg_, hint=hint)
 
     def info(self) -> Info:
         return Info.parse(self.request(Msg.INFO))

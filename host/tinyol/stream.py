@@ -79,6 +79,7 @@ class _Pending:
     control: bool = False
     latency: float = 0.0
     seq_tx: int = 0           # transmission number of the current seq's first transmission
+    silent: int = 0           # timeouts in a row with not a byte received since the last transmission
 
 
 @dataclass
@@ -100,6 +101,10 @@ class PipelineStats:
     resend_timeout: int = 0   # resent after the timeout
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
+    damaged: int = 0          # frames from the device that failed their checks on the host
+    late: int = 0             # replies that came after their request had been resent by timeout
+    rto: float = 0.0          # resend timeout at the end (adaptive, seconds)
+    srtt: float = 0.0         # smoothed reply time (seconds)
 
 
 class Pipeline:
@@ -110,15 +115,32 @@ class Pipeline:
     device's boot counter at session start (INFO); a change raises DeviceReset.
     """
 
+    RTO_MIN = 0.2             # s: floor of the adaptive resend timeout (Linux TCP's; below it,
+                              # scheduling pauses of a busy host cause needless resends)
+    RTO_BACKOFF_MAX = 64      # a request's timeout doubles per resend, up to this factor
+
     def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
-                 timeout: float = 1.0, retries: int = 8):
+                 timeout: float = 1.0, retries: int = 8, patience: float = 120.0,
+                 adaptive: bool = True, baud: int | None = None):
         if not 1 <= window <= DEVICE_CACHE:
             raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
         self.link = link
         self.boot_count = boot_count
         self.window = min(window, MAX_WINDOW)
-        self.timeout = timeout
-        self.retries = retries
+        self.timeout = timeout        # initial resend timeout (and the cap of the adaptive one)
+        self.retries = retries        # resends met by complete silence before the device counts as gone
+        self.patience = patience      # s without any answered request before a live but damaged link gives up
+        self.adaptive = adaptive
+        # a real UART adds the frame's transmission time at `baud` (8N1); emulators' sockets do not
+        url = getattr(link, "url", "") or ""
+        self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
+        self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
+        self.info_check = True    # an INFO check after a timeout (off while resuming)
+        self.rto = timeout
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self._last_rx = time.monotonic()
+        self._last_progress = time.monotonic()
         self.stats = PipelineStats()
         self._tx = 0
         self._history: collections.deque[int] = collections.deque(maxlen=4 * DEVICE_CACHE)
@@ -149,18 +171,25 @@ class Pipeline:
                                   "stopped") from None
         self.link.stats.bytes_out += len(p.wire)
 
-    def _new(self, tag, msg: int, payload: bytes, control: bool = False) -> _Pending:
-        seq = self.link._next_seq()
-        while seq in self._by_seq:
+    def _new(self, tag, msg: int, payload: bytes, control: bool = False,
+             seq: int | None = None) -> _Pending:
+        """A new request; `seq` given: a request of an earlier session sent again with its
+        own seq (the identical frame: the device answers it from its cache if it ran)."""
+        resend = seq is not None
+        while seq is None or seq in self._by_seq:
             seq = self.link._next_seq()
         f = Frame(int(msg), seq, bytes(payload))
-        p = _Pending(tag, f, f.encode(), control=control)
+        p = _Pending(tag, f, f.encode(), control=control, attempts=int(resend))
         self._queue.append(p)
         self._by_seq[seq] = p
         self.link.stats.requests += 1
         if not control:
             self.stats.requests += 1
+            if self.on_send is not None:
+                self.on_send(tag, seq)  # write-ahead: logged before it can reach the device
         self._transmit(p, fresh=True)
+        if resend:
+            p.first_tx, p.t_first = p.last_tx, p.t_last
         return p
 
     def _exposure(self, x: _Pending) -> int:
@@ -194,6 +223,30 @@ class Pipeline:
                 raise DeviceReset(f"the device crashed after {self.completed} samples: {line}",
                                   hint="this is a firmware bug; please report the line above")
 
+    def _rtt_sample(self, p: _Pending) -> None:
+        """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
+        (Karn: a resent request's reply may answer either copy); RTO = SRTT + 4 RTTVAR."""
+        if p.attempts != 1 or not self.adaptive:
+            return
+        r = p.latency - self._wire_time(p)
+        if self._srtt is None:
+            self._srtt, self._rttvar = r, r / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
+            self._srtt = 0.875 * self._srtt + 0.125 * r
+        self.rto = min(self.timeout, max(self.RTO_MIN, self._srtt + 4 * self._rttvar))
+        self.stats.rto, self.stats.srtt = self.rto, self._srtt
+
+    def _wire_time(self, p: _Pending) -> float:
+        """Seconds the request and a reply of the same size spend on a UART (0 on sockets)."""
+        return self.byte_time * (len(p.wire) + 32)
+
+    def _deadline(self, p: _Pending) -> float:
+        """When `p` is resent: the adaptive timeout plus its frame's wire time, doubled per
+        resend already made (exponential backoff, as TCP)."""
+        back = min(2 ** max(0, p.attempts - 1), self.RTO_BACKOFF_MAX)
+        return p.t_last + self.rto * back + self._wire_time(p)
+
     def _on_frame(self, f: Frame) -> None:
         if f.seq == 0:
             if f.type == Msg.ERROR:
@@ -216,6 +269,10 @@ class Pipeline:
                 return  # no room in the device's cache yet: the timeout resends, then we retry
         p.done, p.reply = True, f
         p.latency = time.monotonic() - p.t_first
+        self._last_progress = time.monotonic()
+        if p.attempts > 1 and self._srtt is not None and p.latency - (p.t_last - p.t_first) < self._srtt / 2:
+            self.stats.late += 1  # answered sooner after the resend than any reply can: it was only slow
+        self._rtt_sample(p)
         # order: everything transmitted before this request's first transmission was lost
         for q in self._queue:
             if q is p:
@@ -245,18 +302,41 @@ class Pipeline:
                 "last save is gone",
                 hint="restart the stream; results before and after a reset are not comparable")
 
+    def observed(self) -> str:
+        s = self.stats
+        parts = [f"{s.damaged} damaged frames from the device",
+                 f"{s.link_errors} reports of damaged frames it received",
+                 f"{self.link.stats.bytes_in} bytes received in all"]
+        if s.late:
+            parts.append(f"{s.late} replies slower than the timeout")
+        return ", ".join(parts)
+
     def _timeouts(self) -> None:
         now = time.monotonic()
-        late = [p for p in self._queue if not p.done and now - p.t_last >= self.timeout]
+        late = [p for p in self._queue if not p.done and now >= self._deadline(p)]
         if not late:
             return
         for p in late:
-            if p.attempts > self.retries:
+            if self._last_rx < p.t_last:
+                p.silent += 1   # not one byte since it was (re)sent
+            else:
+                p.silent = 0
+            if p.silent > self.retries:
                 raise DeviceGone(
-                    f"the device stopped answering after {self.completed} samples "
-                    f"({p.attempts} attempts of {self.timeout:g} s each)",
-                    hint="the board was unplugged or hung, or the emulator stopped")
-        if self._info_armed and not any(q.control and not q.done for q in self._queue) \
+                    f"the device went silent after {self.completed} samples: not one byte came "
+                    f"back during {p.silent} resends over {now - self._last_rx:.1f} s "
+                    f"(before that: {self.observed()})",
+                    hint="the board was unplugged or hung, or the emulator stopped; "
+                         "a slow device needs a larger --timeout or --retries")
+        if now - self._last_progress > self.patience:
+            damaged = self.stats.damaged + self.stats.link_errors
+            what = ("the link damages nearly every frame" if damaged
+                    else "the device answers, but not these requests")
+            raise LinkTimeout(
+                f"no request answered for {now - self._last_progress:.0f} s after {self.completed} "
+                f"samples; the device is alive but {what} ({self.observed()})",
+                hint="check the cable, the baud rate and electrical noise; --patience waits longer")
+        if self.info_check and self._info_armed and not any(q.control and not q.done for q in self._queue) \
                 and self._may_send(DEVICE_CACHE):
             self._info_armed = False
             self.stats.info_checks += 1
@@ -265,11 +345,19 @@ class Pipeline:
             if not p.done:
                 self.stats.resend_timeout += 1
                 self._transmit(p)
+        # the next request is answered by the time the oldest's backoff allows: keep RTO
+        # from collapsing under a burst of timeouts (RFC 6298 5.5: back off the timer)
+        if self.adaptive and len(late) == len(self._pending_unanswered()):
+            self.rto = min(self.timeout, self.rto * 2)
 
-    def _read_some(self) -> bytes:
-        """Whatever arrived (waits up to the port's timeout for the first byte)."""
+    def _pending_unanswered(self) -> list[_Pending]:
+        return [q for q in self._queue if not q.done]
+
+    def _read_some(self, wait: float = 0.05) -> bytes:
+        """Whatever arrived (waits up to `wait` s, at most 50 ms, for the first byte)."""
         port = self.link.port
         try:
+            port.timeout = min(0.05, max(0.001, wait))
             data = port.read(1)
             if data:
                 waiting = port.in_waiting
@@ -286,14 +374,17 @@ class Pipeline:
         deadline = time.monotonic() + wait
         link = self.link
         while True:
-            data = self._read_some()
+            data = self._read_some(deadline - time.monotonic())
             if data:
+                self._last_rx = time.monotonic()
                 link.stats.bytes_in += len(data)
+                g = link.deframer.garbage
                 for item in link.deframer.feed(data):  # every complete frame, none left behind
                     if isinstance(item, str):
                         link._handle_line(item)
                     else:
                         self._on_frame(item)
+                self.stats.damaged += link.deframer.garbage - g
                 link.stats.garbage_frames = link.deframer.garbage
                 self._check_lines()
             if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
@@ -332,12 +423,17 @@ class Pipeline:
                     break
                 if item is NOT_YET:
                     break
-                tag, msg, payload = item
-                self._new(tag, msg, payload)
+                self._new(*item)  # (tag, msg, payload) or (tag, msg, payload, False, seq)
             yield from self._deliver()
             if self._queue:
-                self._pump(min(self.timeout, 0.05) if self._queue[0].done else self.timeout / 4)
+                self._pump(min(self.rto, 0.05) if self._queue[0].done else self._wait_for_oldest())
                 yield from self._deliver()
+
+    def _wait_for_oldest(self) -> float:
+        """How long _pump may wait: until the earliest resend deadline (at least 1 ms)."""
+        now = time.monotonic()
+        nxt = min((self._deadline(q) for q in self._queue if not q.done), default=now + self.rto)
+        return min(max(0.001, nxt - now), max(self.rto, 0.001))
 
     def drain(self, limit: float | None = None) -> list[Completion]:
         """Collect the replies still in flight (after Ctrl-C), giving up after `limit` s."""
@@ -487,7 +583,12 @@ class Summary:
     replay_fill: str | None = None           # "fill/capacity" of the replay buffer
     rejected: dict = field(default_factory=dict)     # status name -> count
     interrupted: bool = False
-    stopped_by: str | None = None
+    stopped_by: str | None = None   # "gone", "link", "reset", "error" when the stream aborted
+    sent: int = 0                   # samples transmitted (some may be unanswered when aborted)
+    device_count_from: str | None = None  # where device_samples_seen came from: STATS or its last reply
+    rto: float | None = None        # adaptive resend timeout at the end (s)
+    late: int = 0                   # replies slower than the timeout (resent although not lost)
+    damaged: int = 0                # damaged frames seen by the host or reported by the device
     # autoencoder heads: samples flagged as anomalies; with labels (0 normal, else anomalous)
     flagged: int = 0
     anomaly_counts: dict = field(default_factory=dict)  # "tp", "fp", "tn", "fn"
@@ -530,7 +631,9 @@ class Summary:
             "retries": self.retries, "duplicates": self.duplicates,
             "device_samples_seen": self.device_samples_seen, "device_classes": self.device_classes,
             "replay_fill": self.replay_fill, "rejected": self.rejected,
-            "interrupted": self.interrupted, "stopped_by": self.stopped_by,
+            "interrupted": self.interrupted, "stopped_by": self.stopped_by, "sent": self.sent,
+            "device_count_from": self.device_count_from, "rto": self.rto, "late": self.late,
+            "damaged": self.damaged,
             "flagged": self.flagged, "anomaly_counts": self.anomaly_counts,
             "detection_rate": self.detection_rate, "false_positive_rate": self.false_positive_rate,
         }
@@ -541,7 +644,7 @@ class Stream:
 
     def __init__(self, device: Device, manifest: dict | None = None, *, mode: str = "train",
                  encoding: str = "int8", window: int = DEFAULT_WINDOW, timeout: float = 1.0,
-                 retries: int = 8, model_dir: str = "the model"):
+                 retries: int = 8, model_dir: str = "the model", patience: float = 120.0):
         if mode not in MODES:
             raise TinyolError(f"unknown mode {mode!r}", hint="train, eval or predict")
         self.device = device
@@ -559,7 +662,7 @@ class Stream:
             raise TinyolError(f"the device takes int8 inputs only for this model "
                               f"({4 * self.info.input_size} float32 bytes > its {self.info.max_payload})",
                               hint="use --encoding int8")
-        self.window, self.timeout, self.retries = window, timeout, retries
+        self.window, self.timeout, self.retries, self.patience = window, timeout, retries, patience
         self.records: list[Record] = []
         self.summary = Summary(mode)
         self._last_seen = self._base_seen = 0
@@ -617,19 +720,32 @@ class Stream:
             s.correct += ok
 
     def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
-            on_record: Callable[[Record], None] | None = None, live: bool = False) -> Summary:
+            on_record: Callable[[Record], None] | None = None, live: bool = False,
+            on_send: Callable[[object, int], None] | None = None,
+            resumed: "Resumed | None" = None) -> Summary:
         """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
 
         `live`: the rows come from a source that may block (stdin, a sensor); they are
-        read in a background thread so every reply is handled as soon as it arrives."""
+        read in a background thread so every reply is handled as soon as it arrives.
+        `on_send(tag, seq)` is called before each sample is first transmitted (a
+        write-ahead log for --resume). `resumed`: a session continued by :func:`resume`.
+        Whatever ends the stream, ``summary.device_samples_seen`` is the device's own count
+        (STATS, or the counter in its last reply when STATS cannot be had), and the
+        exception carries the partial summary as ``e.summary``."""
         link = self.device.link
         st0 = self.device.stats()
         b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
         self._last_seen = self._base_seen = st0.samples_seen
         self._counters: set[int] = set()
+        if resumed is not None:
+            self._base_seen = resumed.base_seen
+            self._counters = set(resumed.counters)
+            self._last_seen = max(self._counters, default=self._base_seen)
         link.boot_lines.clear()
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
-                        retries=self.retries)
+                        retries=self.retries, patience=self.patience)
+        pipe.on_send = on_send
+        self.pipeline = pipe
         t0 = time.monotonic()
 
         def take(c: Completion) -> None:
@@ -639,40 +755,154 @@ class Stream:
             if on_record:
                 on_record(rec)
 
+        s = self.summary
         try:
             try:
+                if resumed is not None:
+                    for c in resumed.completions:
+                        take(c)
                 reqs = self._requests(rows)
                 for c in pipe.run(Prefetch(reqs) if live else reqs):
                     take(c)
             except KeyboardInterrupt:
-                self.summary.interrupted = True
+                s.interrupted = True
                 for c in pipe.drain():
                     take(c)
-        except (DeviceGone, LinkTimeout) as e:
-            self.summary.stopped_by = "gone"
-            msg = str(e)
-            if "after" not in msg:
-                msg += f" after {self.summary.samples} samples"
-            raise DeviceGone(msg, hint=getattr(e, "hint", None)) from None
-        except DeviceReset:
-            self.summary.stopped_by = "reset"
+        except BaseException as e:
+            s.stopped_by = ("gone" if isinstance(e, DeviceGone) else "link" if isinstance(e, LinkTimeout)
+                            else "reset" if isinstance(e, DeviceReset) else "error")
+            self._finish(s, t0, b_out, b_in, r0, pipe)
+            self._account(s, st0, alive=s.stopped_by not in ("gone", "reset"))
+            if isinstance(e, TinyolError):
+                e.summary = s
+            if isinstance(e, (DeviceGone, LinkTimeout)) and "after" not in str(e):
+                raise type(e)(f"{e} after {s.samples} samples", hint=e.hint) from None
             raise
-        finally:
-            s = self.summary
-            s.seconds = time.monotonic() - t0
-            s.bytes_out = link.stats.bytes_out - b_out
-            s.bytes_in = link.stats.bytes_in - b_in
-            s.retries = link.stats.retries - r0
+        self._finish(s, t0, b_out, b_in, r0, pipe)
         try:
-            st1 = self.device.stats()
-            s.duplicates = st1.duplicates - st0.duplicates
-            s.device_samples_seen = st1.samples_seen
-            s.device_classes = st1.n_active
-            if st1.replay_capacity:
-                s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
+            self._account(s, st0, alive=True)
         except KeyboardInterrupt:
             s.interrupted = True
         return s
+
+    def _finish(self, s: Summary, t0: float, b_out: int, b_in: int, r0: int, pipe: "Pipeline") -> None:
+        link = self.device.link
+        s.seconds = time.monotonic() - t0
+        s.bytes_out = link.stats.bytes_out - b_out
+        s.bytes_in = link.stats.bytes_in - b_in
+        s.retries = link.stats.retries - r0
+        s.sent = pipe.stats.requests
+        s.rto = pipe.rto
+        s.late = pipe.stats.late
+        s.damaged = pipe.stats.damaged + pipe.stats.link_errors
+
+    def _account(self, s: Summary, st0, *, alive: bool) -> None:
+        """The device's own count of samples learned: STATS if it answers (a short budget
+        when the stream failed), else the counter in its last reply."""
+        s.device_samples_seen, s.device_count_from = self._last_seen, "its last reply"
+        if not alive:
+            return
+        link = self.device.link
+        saved = link.timeout, link.retries
+        if s.stopped_by is not None:
+            link.timeout, link.retries = min(link.timeout, 0.5), min(link.retries, 3)
+        try:
+            st1 = self.device.stats()
+        except TinyolError:
+            return
+        finally:
+            link.timeout, link.retries = saved
+        s.duplicates = st1.duplicates - st0.duplicates
+        s.device_samples_seen, s.device_count_from = st1.samples_seen, "STATS"
+        s.device_classes = st1.n_active
+        if st1.replay_capacity:
+            s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
+
+
+# --------------------------------------------------------------------------- resume
+WAL_SUFFIX = ".wal"
+
+
+@dataclass
+class Resumed:
+    """What :func:`resend_pending` recovered of an interrupted session."""
+    base_seen: int                 # the device's sample counter when the first session began
+    counters: list[int]            # sample counters of every sample learned so far
+    completions: list[Completion]  # replies to the samples in flight when it stopped
+
+
+class WriteAhead:
+    """`LOG.wal`, the record that makes a stream resumable (`tinyol stream --resume LOG`).
+
+    Line 1: the session (source, model, device boot and counter at the start). Then, for
+    each sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted
+    and ``{"done": index, "samples_seen": n}`` after its reply. A sample sent but not done
+    may or may not have been learned; resending its identical frame (same seq) settles it
+    on the device: answered from the reply cache if it ran, run now if it did not."""
+
+    def __init__(self, path, header: dict | None = None):
+        self.path = str(path)
+        self.header = header
+        self._f = open(self.path, "a", buffering=1)  # line-buffered: on disk before the frame leaves
+        self._wrote_header = header is None
+
+    def start(self, header: dict) -> None:
+        if not self._wrote_header:
+            self._f.write(json.dumps({"session": header}) + "\n")
+            self._wrote_header = True
+
+    def sent(self, tag, seq: int) -> None:
+        self._f.write(json.dumps({"sent": tag[0], "seq": seq}) + "\n")
+
+    def done(self, rec: "Record") -> None:
+        self._f.write(json.dumps({"done": rec.index, "samples_seen": rec.samples_seen if rec.learned
+                                  else None}) + "\n")
+
+    def close(self) -> None:
+        self._f.close()
+
+    @staticmethod
+    def read(path) -> tuple[dict, dict[int, int], dict[int, int | None]]:
+        """(session, sent index -> seq in send order, done index -> samples_seen or None)."""
+        from pathlib import Path
+        p = Path(path)
+        if not p.is_file():
+            raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of the "
+                              f"interrupted run (its write-ahead log is LOG{WAL_SUFFIX})")
+        session, sent, done = None, {}, {}
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                if n == len(p.read_text().splitlines()):
+                    break  # the last line of a killed writer may be cut
+                raise TinyolError(f"{p}:{n}: not a write-ahead log line") from None
+            if "session" in d:
+                session = session or d["session"]
+            elif "sent" in d:
+                sent[int(d["sent"])] = int(d["seq"])
+            elif "done" in d:
+                done[int(d["done"])] = d.get("samples_seen")
+        if session is None:
+            raise TinyolError(f"{p}: no session header (not written by `tinyol stream --log`)")
+        return session, sent, done
+
+
+def resend_pending(link: Link, session: dict, sent: dict[int, int], done: dict,
+                   payloads: dict[int, tuple[int | None, bytes]], *, window: int = DEFAULT_WINDOW,
+                   timeout: float = 1.0, retries: int = 8) -> Resumed:
+    """Settle the samples an interrupted session left in flight: resend each identical
+    frame (its seq, its payload) *before anything else* reaches the device, so the
+    reply cache still holds the replies of those that ran. `payloads`: index ->
+    (label, SAMPLE payload) rebuilt from the same source."""
+    pending = [i for i in sent if i not in done]
+    pipe = Pipeline(link, int(session["boot_count"]), window=window, timeout=timeout,
+                    retries=retries)
+    pipe.info_check = False  # an INFO would take a cache slot
+    reqs = (((i, payloads[i][0]), Msg.SAMPLE, payloads[i][1], False, sent[i]) for i in pending)
+    completions = list(pipe.run(reqs))
+    counters = [v for v in done.values() if v is not None]
+    return Resumed(int(session["base_seen"]), counters, completions)
 
 
 def stream(device: Device, X: np.ndarray, y: np.ndarray | None, manifest: dict | None, *,
