@@ -300,6 +300,23 @@ def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
         ) from None
 
 
+def read_available(port) -> tuple[bytes, Exception | None]:
+    """Whatever arrived (waiting up to the port's timeout for the first byte), and the error
+    if the port failed or closed meanwhile; bytes read before the error are kept."""
+    import serial
+
+    data = b""
+    try:
+        data = port.read(1)
+        if data:
+            waiting = port.in_waiting
+            if waiting:
+                data += port.read(waiting)
+    except (serial.SerialException, OSError) as e:
+        return data, e
+    return data, None
+
+
 class Link:
     """Request/reply over a serial port with retransmission.
 
@@ -364,17 +381,9 @@ class Link:
         import serial
 
         while time.monotonic() < deadline:
-            try:
-                data = self.port.read(1)  # blocks up to the port's timeout
-                if data:
-                    waiting = self.port.in_waiting
-                    if waiting:
-                        data += self.port.read(waiting)
-            except (serial.SerialException, OSError) as e:
-                raise DeviceGone(
-                    f"the device went away: {e}",
-                    hint="it was unplugged, reset into a bootloader, or the emulator stopped",
-                ) from None
+            data, gone = read_available(self.port)
+            if gone is not None:
+                self.gone(gone, data)
             if not data:
                 continue
             self.stats.bytes_in += len(data)
@@ -387,6 +396,15 @@ class Link:
                     yield item
             self.observed.damaged += self.deframer.garbage - g
             self.stats.garbage_frames = self.deframer.garbage
+
+    def gone(self, err: Exception, data: bytes = b"") -> None:
+        """The port failed or closed: raise PortBusy if the last words were `tinyol busy`,
+        else DeviceGone."""
+        for item in self.deframer.feed(data + b"\x00"):
+            if isinstance(item, str):
+                self._handle_line(item)  # raises PortBusy for a busy line
+        raise DeviceGone(f"the device went away: {err}",
+                         hint="it was unplugged, reset into a bootloader, or the emulator stopped")
 
     def request(self, msg: int, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
         """Send one request, return the reply payload; raise DeviceError on an ERROR reply."""

@@ -53,7 +53,7 @@ from .device import (INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
                      Result, quantize)
 from .errors import TinyolError
 from .protocol import (REPLY_FLAG, DeviceError, DeviceGone, DeviceReset, Frame, Info, Link,
-                       LinkTimeout)
+                       LinkTimeout, read_available)
 
 DEVICE_CACHE = 8          # TOL_APP_REPLY_CACHE: requests a host may have in flight
 MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
@@ -356,17 +356,10 @@ class Pipeline:
     def _read_some(self, wait: float = 0.05) -> bytes:
         """Whatever arrived (waits up to `wait` s, at most 50 ms, for the first byte)."""
         port = self.link.port
-        try:
-            port.timeout = min(0.05, max(0.001, wait))
-            data = port.read(1)
-            if data:
-                waiting = port.in_waiting
-                if waiting:
-                    data += port.read(waiting)
-        except (serial.SerialException, OSError) as e:
-            raise DeviceGone(f"the device went away: {e}",
-                             hint="it was unplugged, reset into a bootloader, or the emulator "
-                                  "stopped") from None
+        port.timeout = min(0.05, max(0.001, wait))
+        data, gone = read_available(port)
+        if gone is not None:
+            self.link.gone(gone, data)
         return data
 
     def _pump(self, wait: float) -> None:
@@ -776,7 +769,9 @@ class Stream:
             if isinstance(e, TinyolError):
                 e.summary = s
             if isinstance(e, (DeviceGone, LinkTimeout)) and "after" not in str(e):
-                raise type(e)(f"{e} after {s.samples} samples", hint=e.hint) from None
+                e2 = type(e)(f"{e} after {s.samples} samples", hint=e.hint)
+                e2.summary = s
+                raise e2 from None
             raise
         self._finish(s, t0, b_out, b_in, r0, pipe)
         try:

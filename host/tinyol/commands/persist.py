@@ -142,23 +142,54 @@ def cmd_pull(port, out, timeout):
 
 def read_head(path: Path) -> dict:
     """Load an .npz from `pull` or `export` (head_init.npz) -> dict(W, b, active, model_hash or None)."""
+    hint = "expected the output of `tinyol pull` or an exported head_init.npz"
+    if Path(path).stat().st_size == 0:
+        raise TinyolError(f"{path} is an empty file", hint=hint)
     try:
         z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise TinyolError(f"cannot read {path}: {e}") from None
-    missing = [k for k in ("W", "b") if k not in z.files]
-    if missing:
-        raise TinyolError(f"{path} has no {', '.join(missing)} (expected the output of `tinyol pull` "
-                          "or a head_init.npz)")
-    w, b = z["W"], z["b"]
-    if "active" in z.files:
-        active = z["active"].astype(bool)
-    elif "n_classes" in z.files:
-        active = np.arange(len(b)) < int(z["n_classes"])
-    else:
-        active = np.ones(len(b), bool)
-    model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
+        if not hasattr(z, "files"):
+            raise ValueError("a single array, not an .npz archive")
+        missing = [k for k in ("W", "b") if k not in z.files]
+        if missing:
+            raise TinyolError(f"{path} has no {', '.join(missing)}", hint=hint)
+        w, b = np.asarray(z["W"]), np.asarray(z["b"])
+        if w.ndim != 2 or b.ndim != 1 or not (np.issubdtype(w.dtype, np.number)
+                                              and np.issubdtype(b.dtype, np.number)):
+            raise TinyolError(f"{path}: W must be a 2-D and b a 1-D array of numbers, got W "
+                              f"{w.dtype}{list(w.shape)}, b {b.dtype}{list(b.shape)}", hint=hint)
+        if "active" in z.files:
+            active = np.asarray(z["active"]).astype(bool).reshape(-1)
+        elif "n_classes" in z.files:
+            active = np.arange(len(b)) < int(z["n_classes"])
+        else:
+            active = np.ones(len(b), bool)
+        model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
+    except TinyolError:
+        raise
+    except (OSError, ValueError, TypeError, EOFError, KeyError, zipfile_error()) as e:
+        # EOFError (an empty file) must not reach click, which would print "aborted"
+        raise TinyolError(f"cannot read {path}: {type(e).__name__}: {e or 'empty file'}", hint=hint) from None
     return {"W": w, "b": b, "active": active, "model_hash": model_hash}
+
+
+def zipfile_error():
+    import zipfile
+    return zipfile.BadZipFile
+
+
+def _cut_push(e: TinyolError, dev: Device, inp) -> TinyolError:
+    """What the device holds after a push that failed part way (set_head stages every
+    slice but the last, so the head is fenced, never learned on or saved, until committed)."""
+    k = getattr(dev, "head_written", 0)
+    why = str(_explain(e)) if isinstance(e, DeviceError) else str(e)
+    if k == 0:
+        return TinyolError(f"push failed before the device took any of {inp}: {why}; its head is unchanged",
+                           hint=e.hint)
+    return TinyolError(
+        f"push cut after {k} slices of {inp}: {why}. The device holds a partly written head, fenced: "
+        "it refuses SAMPLE, PREDICT and SAVE (ERR_BUSY) and never auto-saves it",
+        hint="push again to commit a whole head; or `tinyol load` (last saved state) / a reset "
+             "(the exported head) to roll back")
 
 
 @click.command("push")
@@ -184,7 +215,7 @@ def cmd_push(port, inp, force, timeout):
                 hint="a head only fits the backbone it was trained on; --force pushes it anyway")
         try:
             dev.set_head(head["W"], head["b"], head["active"])
-        except DeviceError as e:
-            raise _explain(e) from None
+        except TinyolError as e:
+            raise _cut_push(e, dev, inp) from None
     click.echo(f"pushed {inp}: {int(np.asarray(head['active']).sum())} active rows onto {info.board} "
                f"(not yet saved: run `tinyol save` to keep it)")

@@ -42,12 +42,13 @@
 static struct {
     int listen_fd;
     int fd;           /* connected client or pty master; -1 when none */
+    int refused_fd;   /* a second client told "busy", closed when it hangs up; -1 when none */
     bool pty;
     uint8_t buf[4096];
     size_t len;
     size_t at;
     char **argv;
-} tol_nat = {.listen_fd = -1, .fd = -1};
+} tol_nat = {.listen_fd = -1, .fd = -1, .refused_fd = -1};
 
 static tol_hal_info_t tol_info = {.board = "native", .cpu_hz = 1000000000u, .emulated = true};
 static tol_native_options_t tol_opts;
@@ -58,15 +59,29 @@ static void tol_die(const char *what)
     exit(2);
 }
 
-/* A client connecting while another is served: tell it, then close it. */
+/* A client connecting while another is served is answered "busy" when it sends its
+ * first bytes (a line sent at once could be discarded by the client's own start-up,
+ * pyserial empties its input buffer on open) and closed when it hangs up (closing
+ * with its request unread would send a TCP reset that discards the line). */
 static void tol_refuse_newcomer(void)
 {
     int fd = accept(tol_nat.listen_fd, NULL, NULL);
     if (fd < 0) return;
+    if (tol_nat.refused_fd >= 0) close(tol_nat.refused_fd);
+    tol_nat.refused_fd = fd;
+}
+
+static void tol_drain_refused(void)
+{
     static const char busy[] = "tinyol busy: another client is connected (one client at a time)\r\n";
-    (void)!write(fd, busy, sizeof(busy) - 1u);
-    (void)!write(fd, "", 1u); /* the 0x00 delimiter after a text line */
-    close(fd);
+    uint8_t sink[256];
+    ssize_t r = read(tol_nat.refused_fd, sink, sizeof(sink));
+    if (r > 0) {
+        (void)!write(tol_nat.refused_fd, busy, sizeof(busy)); /* the line and its 0x00 delimiter */
+    } else if (!(r < 0 && (errno == EINTR || errno == EAGAIN))) {
+        close(tol_nat.refused_fd);
+        tol_nat.refused_fd = -1;
+    }
 }
 
 static void tol_accept(void)
@@ -240,8 +255,11 @@ bool tol_hal_uart_read(uint8_t *byte)
         *byte = tol_nat.buf[tol_nat.at++];
         return true;
     }
-    struct pollfd p[2] = {{.fd = tol_nat.fd, .events = POLLIN}, {.fd = tol_nat.listen_fd, .events = POLLIN}};
-    if (poll(p, tol_nat.listen_fd >= 0 ? 2u : 1u, 100) <= 0) return false;
+    struct pollfd p[3] = {{.fd = tol_nat.fd, .events = POLLIN},
+                          {.fd = tol_nat.listen_fd, .events = POLLIN},
+                          {.fd = tol_nat.refused_fd, .events = POLLIN}};
+    if (poll(p, 3u, 100) <= 0) return false; /* negative fds are ignored */
+    if (tol_nat.refused_fd >= 0 && (p[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) tol_drain_refused();
     if (tol_nat.listen_fd >= 0 && (p[1].revents & POLLIN) != 0) tol_refuse_newcomer();
     if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return false;
     ssize_t r = read(tol_nat.fd, tol_nat.buf, sizeof(tol_nat.buf));
