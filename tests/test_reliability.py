@@ -314,3 +314,48 @@ def test_aborted_stream_reports_the_devices_own_count(native_fw, digits, tmp_pat
     assert s.device_samples_seen == max(s.device_samples_seen, s.samples) >= s.samples
     assert s.device_count_from == "its last reply"
     assert s.sent >= s.samples
+
+
+@pytest.mark.slow
+def test_killed_stream_resumes_with_every_sample_learned_exactly_once(native_fw, tmp_path):
+    """`tinyol stream --log` killed (-9) at random points, then `--resume LOG` until done:
+    the device learned each sample once (its counter, class counts), the log holds each
+    row once, and the counters in it are 1..n."""
+    n = 600
+    log = tmp_path / "run.jsonl"
+    rng = np.random.default_rng(int(os.environ.get("TINYOL_KILL_SEED", "5")))
+    kills = 0
+    with emulator.start_native(native_fw.program, timeout=600) as t:
+        base = [TINYOL, "stream", "--port", t.url, "--no-progress", "--window", "7"]
+        argv = base + ["--data", "digits:5-9@train", "--shuffle", "--seed", "3", "--limit", str(n),
+                       "--log", str(log)]
+        for attempt in range(30):
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            lines0 = log.read_text().count("\n") if log.exists() else 0
+            deadline = time.monotonic() + 60
+            # kill once it has streamed a random number of further samples (or let it finish)
+            target = lines0 + int(rng.integers(5, 120))
+            while p.poll() is None and time.monotonic() < deadline:
+                if log.exists() and log.read_text().count("\n") >= target and kills < 6:
+                    time.sleep(float(rng.uniform(0, 0.01)))
+                    p.kill()
+                    kills += 1
+                    break
+                time.sleep(0.002)
+            out, err = p.communicate(timeout=120)
+            if p.returncode == 0:
+                break
+            assert p.returncode == -signal.SIGKILL, err
+            argv = base + ["--resume", str(log)]
+        assert p.returncode == 0, err
+        with Device.open(t.url) as dev:
+            st = dev.stats()
+    assert kills >= 3
+    X, y, _ = load_source("digits:5-9@train")
+    y = y[np.random.default_rng(3).permutation(len(y))][:n]
+    assert st.samples_seen == n, f"the device learned {st.samples_seen} samples for {n} rows"
+    assert st.class_counts == np.bincount(y, minlength=10).tolist()
+    recs = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert sorted(r["index"] for r in recs) == list(range(n))
+    assert sorted(r["samples_seen"] for r in recs) == list(range(1, n + 1))
+    assert all(r["label"] == int(y[r["index"]]) for r in recs)

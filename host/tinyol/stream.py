@@ -830,16 +830,17 @@ class WriteAhead:
     """`LOG.wal`, the record that makes a stream resumable (`tinyol stream --resume LOG`).
 
     Line 1: the session (source, model, device boot and counter at the start). Then, for
-    each sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted
-    and ``{"done": index, "samples_seen": n}`` after its reply. A sample sent but not done
-    may or may not have been learned; resending its identical frame (same seq) settles it
-    on the device: answered from the reply cache if it ran, run now if it did not."""
+    each sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted.
+    A sample is done when its record is in LOG (one line, written by one system call, after
+    its reply). A sample sent but not done may or may not have been learned; resending its
+    identical frame (same seq) settles it on the device: answered from the reply cache if
+    it ran, run now if it did not."""
 
     def __init__(self, path, header: dict | None = None):
         self.path = str(path)
         self.header = header
         self._f = open(self.path, "a", buffering=1)  # line-buffered: on disk before the frame leaves
-        self._wrote_header = header is None
+        self._wrote_header = header is not None  # resumed: the header is there
 
     def start(self, header: dict) -> None:
         if not self._wrote_header:
@@ -849,37 +850,37 @@ class WriteAhead:
     def sent(self, tag, seq: int) -> None:
         self._f.write(json.dumps({"sent": tag[0], "seq": seq}) + "\n")
 
-    def done(self, rec: "Record") -> None:
-        self._f.write(json.dumps({"done": rec.index, "samples_seen": rec.samples_seen if rec.learned
-                                  else None}) + "\n")
-
     def close(self) -> None:
         self._f.close()
 
     @staticmethod
-    def read(path) -> tuple[dict, dict[int, int], dict[int, int | None]]:
-        """(session, sent index -> seq in send order, done index -> samples_seen or None)."""
+    def read(log) -> tuple[dict, dict[int, int], dict[int, int | None]]:
+        """(session, sent: index -> seq in send order, done: index -> samples_seen (None if
+        not learned)) from LOG.wal and LOG."""
         from pathlib import Path
-        p = Path(path)
-        if not p.is_file():
-            raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of the "
-                              f"interrupted run (its write-ahead log is LOG{WAL_SUFFIX})")
+        wal, logp = Path(str(log) + WAL_SUFFIX), Path(log)
+        for p in (logp, wal):
+            if not p.is_file():
+                raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of an "
+                                  f"interrupted --train run (and its write-ahead log LOG{WAL_SUFFIX})")
         session, sent, done = None, {}, {}
-        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                if n == len(p.read_text().splitlines()):
-                    break  # the last line of a killed writer may be cut
-                raise TinyolError(f"{p}:{n}: not a write-ahead log line") from None
-            if "session" in d:
-                session = session or d["session"]
-            elif "sent" in d:
-                sent[int(d["sent"])] = int(d["seq"])
-            elif "done" in d:
-                done[int(d["done"])] = d.get("samples_seen")
+        for p in (wal, logp):
+            lines = p.read_text(errors="replace").splitlines()
+            for n, line in enumerate(lines, 1):
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    if n == len(lines):
+                        break  # the last line of a killed writer may be cut
+                    raise TinyolError(f"{p}:{n}: not a line tinyol stream wrote") from None
+                if "session" in d:
+                    session = session or d["session"]
+                elif "sent" in d:
+                    sent[int(d["sent"])] = int(d["seq"])
+                elif "index" in d:
+                    done[int(d["index"])] = d.get("samples_seen") if d.get("learned") else None
         if session is None:
-            raise TinyolError(f"{p}: no session header (not written by `tinyol stream --log`)")
+            raise TinyolError(f"{wal}: no session header (not written by `tinyol stream --log`)")
         return session, sent, done
 
 

@@ -94,7 +94,7 @@ def _check_out_path(path, what: str) -> None:
 
 
 def _resume_session(resume: str) -> tuple[dict, dict, dict]:
-    session, sent, done = WriteAhead.read(resume + WAL_SUFFIX)
+    session, sent, done = WriteAhead.read(resume)
     if session.get("data") == "-":
         raise TinyolError("a stream from stdin cannot be resumed (its samples are gone)")
     return session, sent, done
@@ -145,6 +145,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
         rows = ((i, X[i], int(y[i])) for i in range(len(y)) if i not in sent)
         total = len(y) - len(sent)
     logf = open(log, "a" if resume else "w", buffering=1) if log else None  # line-buffered: `tail -f` works
+    if resume and Path(log).read_bytes()[-1:] not in (b"", b"\n"):
+        logf.write("\n")  # a line cut by the kill stays apart from the next record
     wal = WriteAhead(log + WAL_SUFFIX, header=session) if log and mode == "train" else None
     if wal is not None and not resume:
         open(wal.path, "w").close()
@@ -169,8 +171,6 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             wal.sent(tag, seq)
 
         def on_record(r: Record) -> None:
-            if wal:
-                wal.done(r)
             if logf:
                 logf.write(r.json() + "\n")
             if print_predictions:
