@@ -359,3 +359,76 @@ def test_killed_stream_resumes_with_every_sample_learned_exactly_once(native_fw,
     assert sorted(r["index"] for r in recs) == list(range(n))
     assert sorted(r["samples_seen"] for r in recs) == list(range(1, n + 1))
     assert all(r["label"] == int(y[r["index"]]) for r in recs)
+
+
+@pytest.mark.slow
+def test_five_percent_noisy_link_completes_exactly_once(native_fw, digits):
+    """5 % of bytes dropped, duplicated or bit-flipped, both ways (1 in 60 each): nearly
+    every exchange is damaged, the device is alive; the stream completes, each sample
+    learned once, and the reference learner on the device's learning order agrees."""
+    from _stream_util import reference_run
+    X, y = digits
+    n = 20
+    with emulator.start_native(native_fw.program, timeout=300) as t, \
+            FaultProxy(t.url, flip=0.05 / 3, drop=0.05 / 3, dup=0.05 / 3, seed=9) as px:
+        with Device.open(px.url, timeout=0.2) as dev:
+            s, recs = stream(dev, X[:n], y[:n], MANIFEST, window=4)
+            px.enabled = False
+            st = dev.stats()
+    assert sum(px.counts[k] for k in ("flip", "drop", "dup")) > 1000, px.counts
+    assert s.retries > 10 * n and s.damaged > 10 * n
+    assert st.samples_seen == n and sorted(r.samples_seen for r in recs) == list(range(1, n + 1))
+    assert st.class_counts == np.bincount(y[:n], minlength=10).tolist()
+    order = np.argsort([r.samples_seen for r in recs])
+    ref = reference_run(str(ROOT / MODEL), X[:n][order], y[:n][order])
+    assert [recs[i].prediction for i in order] == ref["predictions"].tolist()
+
+
+def _server(reply):
+    """A TCP port that is not a tinyol device: `reply(data) -> bytes` for what it sends back."""
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def run():
+        try:
+            c, _ = srv.accept()
+            while True:
+                d = c.recv(4096)
+                if not d:
+                    return
+                out = reply(d)
+                if out:
+                    c.sendall(out)
+        except OSError:
+            pass
+    threading.Thread(target=run, daemon=True).start()
+    return srv, f"socket://127.0.0.1:{srv.getsockname()[1]}"
+
+
+def test_save_against_a_port_that_is_not_a_device_fails_fast():
+    srv, url = _server(lambda d: d)  # echoes, like a loopback or a terminal
+    t0 = time.monotonic()
+    r = subprocess.run([TINYOL, "save", "--port", url], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 1 and "echoes" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 20
+    srv.close()
+
+
+def test_retry_budget_comes_from_tinyol_toml(tmp_path):
+    srv, url = _server(lambda d: b"")  # silent
+    cfg = tmp_path / "tinyol.toml"
+    cfg.write_text("[stream]\nretries = 1\ntimeout = 0.05\n")
+    r = subprocess.run([TINYOL, "--config", str(cfg), "stream", "--port", url, "--data", "digits",
+                        "--limit", "1", "--no-progress"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 1 and "after 2 attempts" in r.stderr and "silence" in r.stderr, r.stderr
+    srv.close()
+
+
+def test_plot_into_a_missing_folder_is_refused_before_streaming(tmp_path):
+    r = subprocess.run([TINYOL, "stream", "--port", "socket://127.0.0.1:9", "--data", "digits",
+                        "--plot", str(tmp_path / "nope" / "c.png")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 1 and "does not exist" in r.stderr, r.stderr
+    assert not (tmp_path / "nope").exists()

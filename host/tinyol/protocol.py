@@ -328,12 +328,13 @@ class Link:
     BACKOFF = 2.0        # each further attempt waits this much longer ...
     BACKOFF_MAX = 8.0    # ... up to this multiple of `timeout`
 
-    def __init__(self, port, *, timeout: float = 2.0, retries: int = 5,
+    def __init__(self, port, *, timeout: float = 2.0, retries: int = 5, patience: float = 20.0,
                  on_line: Callable[[str], None] | None = None, seed: int | None = None,
                  url: str = ""):
         self.port = port
         self.timeout = timeout
-        self.retries = retries
+        self.retries = retries      # attempts met by silence before giving up
+        self.patience = patience    # seconds a live but damaging link may take to get a reply through
         self.url = url
         self.observed = Observed()
         self.deframer = Deframer()
@@ -376,8 +377,9 @@ class Link:
         self.port.write(wire)
         self.stats.bytes_out += len(wire)
 
-    def poll(self, deadline: float) -> Iterator[Frame]:
-        """Yield frames received until the deadline."""
+    def poll(self, deadline: float, stop_on_damage: bool = False) -> Iterator[Frame]:
+        """Yield frames received until the deadline (or, with `stop_on_damage`, until a
+        damaged frame arrives: the reply it was is lost, waiting longer is pointless)."""
         import serial
 
         while time.monotonic() < deadline:
@@ -396,6 +398,8 @@ class Link:
                     yield item
             self.observed.damaged += self.deframer.garbage - g
             self.stats.garbage_frames = self.deframer.garbage
+            if stop_on_damage and self.deframer.garbage != g:
+                return
 
     def gone(self, err: Exception, data: bytes = b"") -> None:
         """The port failed or closed: raise PortBusy if the last words were `tinyol busy`,
@@ -411,26 +415,35 @@ class Link:
         """Send one request, return the reply payload; raise DeviceError on an ERROR reply.
 
         The *identical* frame is resent up to `retries` times (the device answers a repeat
-        from its reply cache, never executing it twice), each attempt waiting `BACKOFF`
-        times longer than the one before (at most `BACKOFF_MAX` x `timeout`). Without a
-        usable reply: LinkTimeout naming what was observed (silence, damage, late replies)."""
+        from its reply cache, never executing it twice). An attempt met by silence makes
+        the next wait `BACKOFF` times longer (at most `BACKOFF_MAX` x `timeout`); one met by
+        a damaged frame is repeated at once, without backing off (the device is there; the
+        line damages frames). Without a usable reply: LinkTimeout naming what was observed
+        (silence, damage, late replies)."""
         frame = Frame(int(msg), self._next_seq(), bytes(payload))
         self.stats.requests += 1
         wait = self.timeout if timeout is None else timeout
         self.observed = obs = Observed()
         t0 = time.monotonic()
-        for attempt in range(self.retries + 1):
+        silent = attempt = 0
+        while silent <= self.retries and (attempt == 0 or time.monotonic() - t0 < self.patience):
             if attempt:
                 self.stats.retries += 1
+            attempt += 1
             self.send_frame(frame)
-            step = wait * min(self.BACKOFF ** attempt, self.BACKOFF_MAX)
-            for reply in self.poll(time.monotonic() + step):
+            step = wait * min(self.BACKOFF ** silent, self.BACKOFF_MAX)
+            heard = obs.bytes_in
+            for reply in self.poll(time.monotonic() + step, stop_on_damage=True):
                 if reply.seq == 0 and reply.type == Msg.ERROR:
                     obs.link_errors += 1
                     break  # the device saw a damaged frame (perhaps ours): resend
                 if reply.seq != frame.seq:
                     obs.stale += 1
                     continue  # a stale reply
+                if reply.type == frame.type and reply.payload == frame.payload:
+                    raise TinyolError(
+                        f"the port echoes what is sent to it: not a tinyol device ({self.url or 'port'})",
+                        hint="a loopback, a terminal or another device's port? pass the board's port")
                 if reply.type == Msg.ERROR:
                     status, req = reply.payload[0], reply.payload[1]
                     detail = struct.unpack_from("<H", reply.payload, 2)[0]
@@ -441,12 +454,13 @@ class Link:
                 if reply.type == frame.type | REPLY_FLAG:
                     obs.replies += 1
                     return reply.payload
+            silent = silent + 1 if obs.bytes_in == heard else 0
         obs.seconds = time.monotonic() - t0
         try:
             what = f"{Msg(frame.type).name} ({MSG_TEXT[Msg(frame.type)]})"
         except ValueError:
             what = f"message 0x{frame.type:02x}"
-        msg_, hint = diagnose(what, self.retries + 1, obs, self.url)
+        msg_, hint = diagnose(what, attempt, obs, self.url)
         raise LinkTimeout(msg_, hint=hint)
 
     def info(self) -> Info:

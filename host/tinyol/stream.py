@@ -99,6 +99,7 @@ class PipelineStats:
     resends: int = 0
     resend_order: int = 0     # resent because a later reply arrived first
     resend_timeout: int = 0   # resent after the timeout
+    resend_damage: int = 0    # resent at once because a damaged frame came back
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
     damaged: int = 0          # frames from the device that failed their checks on the host
@@ -223,6 +224,18 @@ class Pipeline:
                 raise DeviceReset(f"the device crashed after {self.completed} samples: {line}",
                                   hint="this is a firmware bug; please report the line above")
 
+    def _resend_oldest(self, since: float) -> None:
+        """A damaged frame arrived (from the device, or reported by it): the oldest
+        unanswered request's exchange is the likeliest casualty. Resend it at once, unless
+        it was sent again after the damage was seen (fast retransmit on evidence; an
+        unneeded resend is answered from the device's cache)."""
+        for q in self._queue:
+            if not q.done:
+                if q.t_last < since:
+                    self.stats.resend_damage += 1
+                    self._transmit(q)
+                return
+
     def _rtt_sample(self, p: _Pending) -> None:
         """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
         (Karn: a resent request's reply may answer either copy); RTO = SRTT + 4 RTTVAR."""
@@ -243,14 +256,16 @@ class Pipeline:
 
     def _deadline(self, p: _Pending) -> float:
         """When `p` is resent: the adaptive timeout plus its frame's wire time, doubled per
-        resend already made (exponential backoff, as TCP)."""
-        back = min(2 ** max(0, p.attempts - 1), self.RTO_BACKOFF_MAX)
+        resend met by silence (exponential backoff, as TCP; a damaged reply shows the device
+        is there, so it does not back off)."""
+        back = min(2 ** p.silent, self.RTO_BACKOFF_MAX)  # back off on silence, not on damage
         return p.t_last + self.rto * back + self._wire_time(p)
 
     def _on_frame(self, f: Frame) -> None:
         if f.seq == 0:
             if f.type == Msg.ERROR:
-                self.stats.link_errors += 1  # something we sent was damaged: order/timeout resend
+                self.stats.link_errors += 1  # something we sent was damaged: resend the oldest
+                self._resend_oldest(time.monotonic())
             return
         p = self._by_seq.get(f.seq)
         if p is None or p.done:
@@ -377,8 +392,11 @@ class Pipeline:
                         link._handle_line(item)
                     else:
                         self._on_frame(item)
-                self.stats.damaged += link.deframer.garbage - g
+                damaged = link.deframer.garbage - g
+                self.stats.damaged += damaged
                 link.stats.garbage_frames = link.deframer.garbage
+                if damaged:
+                    self._resend_oldest(self._last_rx)
                 self._check_lines()
             if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
                 break
