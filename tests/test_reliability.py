@@ -432,3 +432,38 @@ def test_plot_into_a_missing_folder_is_refused_before_streaming(tmp_path):
                        cwd=ROOT, timeout=60)
     assert r.returncode == 1 and "does not exist" in r.stderr, r.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of a process and its children (the emulator under `timeout`)."""
+    pids = [pid] + [int(c) for c in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    ticks = 0
+    for p in pids:
+        f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+        ticks += int(f[11]) + int(f[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_idle_firmware_sleeps_in_qemu_and_wakes_on_receive(firmware, digits):
+    """The release build for the L476 in QEMU: a stream still completes (the UART receive
+    interrupt ends WFI, with the RX-poll kick of design.md), and once idle the emulator
+    uses no host CPU (busy polling took a fifth to all of a core)."""
+    import shutil
+    X, y = digits
+    fw = firmware("nucleo_l476rg", model=MODEL, test_build=False)
+    objdump = shutil.which("arm-none-eabi-objdump")
+    if objdump:
+        dis = subprocess.run([objdump, "-d", str(fw.elf)], capture_output=True, text=True).stdout
+        body = dis.split("<tol_hal_idle>:")[1].split("\n\n")[0]
+        assert "wfi" in body
+    with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=120) as t, Device.open(t.url) as dev:
+        s, recs = stream(dev, X[:60], y[:60], MANIFEST, window=4)
+        assert dev.stats().samples_seen == 60
+        time.sleep(0.5)
+        c0, w0 = _cpu_seconds(t.proc.pid), time.monotonic()
+        time.sleep(3)
+        used = (_cpu_seconds(t.proc.pid) - c0) / (time.monotonic() - w0)
+        assert used < 0.05, f"idle QEMU used {used:.2f} of a host core"
+        assert dev.stats().samples_seen == 60  # and answers after sleeping
