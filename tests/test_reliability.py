@@ -293,7 +293,7 @@ def test_noise_is_diagnosed_as_a_damaged_link_not_gone():
             pass
     threading.Thread(target=garbage, daemon=True).start()
     with pytest.raises(LinkTimeout) as e:
-        Device.open(f"socket://127.0.0.1:{srv.getsockname()[1]}", timeout=0.05, retries=3)
+        Device.open(f"socket://127.0.0.1:{srv.getsockname()[1]}", timeout=0.05, retries=3, patience=1.0)
     assert "alive" in str(e.value) and "damaged" in str(e.value) and "gone" not in str(e.value)
     srv.close()
 

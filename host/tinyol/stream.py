@@ -80,6 +80,7 @@ class _Pending:
     latency: float = 0.0
     seq_tx: int = 0           # transmission number of the current seq's first transmission
     silent: int = 0           # timeouts in a row with not a byte received since the last transmission
+    spurious: bool = False    # a second reply came: the resend was needless
 
 
 @dataclass
@@ -103,7 +104,7 @@ class PipelineStats:
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
     damaged: int = 0          # frames from the device that failed their checks on the host
-    late: int = 0             # replies that came after their request had been resent by timeout
+    late: int = 0             # resends found needless (a second reply came): the device was slow, not lost
     rto: float = 0.0          # resend timeout at the end (adaptive, seconds)
     srtt: float = 0.0         # smoothed reply time (seconds)
 
@@ -138,10 +139,12 @@ class Pipeline:
         self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
         self.info_check = True    # an INFO check after a timeout (off while resuming)
         self.rto = timeout
+        self.rto_floor = min(timeout, self.RTO_MIN)
         self._srtt: float | None = None
         self._rttvar = 0.0
         self._last_rx = time.monotonic()
         self._last_progress = time.monotonic()
+        self._recent: dict[int, _Pending] = {}  # delivered resent requests, by seq
         self.stats = PipelineStats()
         self._tx = 0
         self._history: collections.deque[int] = collections.deque(maxlen=4 * DEVICE_CACHE)
@@ -224,6 +227,21 @@ class Pipeline:
                 raise DeviceReset(f"the device crashed after {self.completed} samples: {line}",
                                   hint="this is a firmware bug; please report the line above")
 
+    def _spurious(self, p: _Pending) -> None:
+        """A second reply to a resent request: both copies reached the device, so the
+        resend was needless and the first reply answered the *first* copy (the device
+        replies in order). Its latency is then a true round-trip sample (Karn's rule
+        excludes resent requests only because that is unknown), and the timeout was too
+        short: feed it in (as TCP's Eifel/F-RTO detection of spurious timeouts does)."""
+        p.spurious = True
+        self.stats.late += 1
+        if self.adaptive:
+            r = p.latency - self._wire_time(p)
+            # the floor learns the longest stall seen (a busy host, an emulator), so one
+            # stall does not cost a resend of every request in flight each time it recurs
+            self.rto_floor = min(self.timeout, max(self.rto_floor, 1.5 * r))
+            self._rtt_update(r)
+
     def _resend_oldest(self, since: float) -> None:
         """A damaged frame arrived (from the device, or reported by it): the oldest
         unanswered request's exchange is the likeliest casualty. Resend it at once, unless
@@ -241,13 +259,15 @@ class Pipeline:
         (Karn: a resent request's reply may answer either copy); RTO = SRTT + 4 RTTVAR."""
         if p.attempts != 1 or not self.adaptive:
             return
-        r = p.latency - self._wire_time(p)
+        self._rtt_update(p.latency - self._wire_time(p))
+
+    def _rtt_update(self, r: float) -> None:
         if self._srtt is None:
             self._srtt, self._rttvar = r, r / 2
         else:
             self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
             self._srtt = 0.875 * self._srtt + 0.125 * r
-        self.rto = min(self.timeout, max(self.RTO_MIN, self._srtt + 4 * self._rttvar))
+        self.rto = min(self.timeout, max(self.rto_floor, self._srtt + 4 * self._rttvar))
         self.stats.rto, self.stats.srtt = self.rto, self._srtt
 
     def _wire_time(self, p: _Pending) -> float:
@@ -259,7 +279,9 @@ class Pipeline:
         resend met by silence (exponential backoff, as TCP; a damaged reply shows the device
         is there, so it does not back off)."""
         back = min(2 ** p.silent, self.RTO_BACKOFF_MAX)  # back off on silence, not on damage
-        return p.t_last + self.rto * back + self._wire_time(p)
+        # counted from the last byte received too: while replies flow, a lost request is
+        # found by order (a later one answered first), the timer is for silence
+        return max(p.t_last, self._last_rx) + self.rto * back + self._wire_time(p)
 
     def _on_frame(self, f: Frame) -> None:
         if f.seq == 0:
@@ -267,8 +289,10 @@ class Pipeline:
                 self.stats.link_errors += 1  # something we sent was damaged: resend the oldest
                 self._resend_oldest(time.monotonic())
             return
-        p = self._by_seq.get(f.seq)
+        p = self._by_seq.get(f.seq) or self._recent.get(f.seq)
         if p is None or p.done:
+            if p is not None and p.attempts > 1 and f.seq == p.frame.seq and not p.spurious:
+                self._spurious(p)
             return  # a stale or repeated reply
         if f.type != Msg.ERROR and f.type != p.frame.type | REPLY_FLAG:
             return  # cannot be ours (a corrupted frame that passed CRC is not expected)
@@ -285,8 +309,6 @@ class Pipeline:
         p.done, p.reply = True, f
         p.latency = time.monotonic() - p.t_first
         self._last_progress = time.monotonic()
-        if p.attempts > 1 and self._srtt is not None and p.latency - (p.t_last - p.t_first) < self._srtt / 2:
-            self.stats.late += 1  # answered sooner after the resend than any reply can: it was only slow
         self._rtt_sample(p)
         # order: everything transmitted before this request's first transmission was lost
         for q in self._queue:
@@ -406,6 +428,10 @@ class Pipeline:
         while self._queue and self._queue[0].done:
             p = self._queue.popleft()
             self._history.append(p.last_tx)
+            if p.attempts > 1 and p.frame.seq not in self._recent:  # for spurious-timeout detection
+                self._recent[p.frame.seq] = p
+                while len(self._recent) > 4 * DEVICE_CACHE:
+                    self._recent.pop(next(iter(self._recent)))
             if not p.control:
                 self._info_armed = True
             del self._by_seq[p.frame.seq]
