@@ -281,7 +281,8 @@ class Pipeline:
         back = min(2 ** p.silent, self.RTO_BACKOFF_MAX)  # back off on silence, not on damage
         # counted from the last byte received too: while replies flow, a lost request is
         # found by order (a later one answered first), the timer is for silence
-        return max(p.t_last, self._last_rx) + self.rto * back + self._wire_time(p)
+        wait = min(self.rto * back, max(4 * self.timeout, self.rto))  # silence is named within ~30 s
+        return max(p.t_last, self._last_rx) + wait + self._wire_time(p)
 
     def _on_frame(self, f: Frame) -> None:
         if f.seq == 0:
