@@ -182,21 +182,35 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_native_target_dies_with_its_parent(native_fw, tmp_path):
-    """kill -9 of the process that started it (as of `tinyol emulate`) ends the target."""
+def _kill_parent_and_watch(start: str) -> None:
+    """Start a target from a child Python process, kill -9 that process: every process
+    of the target (the emulator under its `timeout` wrapper too) must end."""
     code = ("import sys, time; sys.path.insert(0, %r)\n"
             "from tinyol import emulator\n"
-            "t = emulator.start_native(%r, timeout=300)\n"
-            "print(t.proc.pid, flush=True); time.sleep(300)\n") % (str(ROOT / "host"), str(native_fw.program))
+            "t = %s\n"
+            "import pathlib; kids = pathlib.Path(f'/proc/{t.proc.pid}/task/{t.proc.pid}/children').read_text()\n"
+            "print(t.proc.pid, kids, flush=True); time.sleep(300)\n") % (str(ROOT / "host"), start)
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    pid = int(parent.stdout.readline())
-    assert _alive(pid)
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    assert pids and all(_alive(p) for p in pids)
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid), "the native target outlived its parent"
+    assert not any(_alive(p) for p in pids), "the target outlived its parent"
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_qemu_target_dies_with_its_parent(firmware):
+    fw = firmware("nucleo_l476rg", model=MODEL, test_build=False)
+    _kill_parent_and_watch(f"emulator.start_qemu('nucleo_l476rg', {str(fw.elf)!r}, timeout=300)")
+
+
+def test_native_target_dies_with_its_parent(native_fw, tmp_path):
+    """kill -9 of the process that started it (as of `tinyol emulate`) ends the target."""
+    _kill_parent_and_watch(f"emulator.start_native({str(native_fw.program)!r}, timeout=300)")
 
 
 def test_state_folder_is_created_locked_and_boot_count_renamed(native_fw, tmp_path):
@@ -467,3 +481,18 @@ def test_idle_firmware_sleeps_in_qemu_and_wakes_on_receive(firmware, digits):
         used = (_cpu_seconds(t.proc.pid) - c0) / (time.monotonic() - w0)
         assert used < 0.05, f"idle QEMU used {used:.2f} of a host core"
         assert dev.stats().samples_seen == 60  # and answers after sleeping
+
+
+@pytest.mark.parametrize("edit,expect", [
+    (lambda m: m.pop("model_hash"), "no model_hash"),
+    (lambda m: m.update(model_hash="abc"), "not a 32-bit integer"),
+    (lambda m: m["input"].update(scale=-1.0), "out of range"),
+    (lambda m: m["head"].update(max_classes=10**9), "max_classes"),
+])
+def test_malformed_manifest_gives_one_line(tmp_path, edit, expect):
+    m = json.loads(json.dumps(MANIFEST))
+    edit(m)
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    r = subprocess.run([TINYOL, "stream", "--port", "socket://127.0.0.1:9", "--data", "digits",
+                        "--model", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 1 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr

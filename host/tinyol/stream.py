@@ -564,6 +564,28 @@ def encode_input(x: np.ndarray, encoding: str, input_q: tuple[float, int]) -> by
     raise TinyolError(f"unknown encoding {encoding!r}", hint="use int8 or float32")
 
 
+def check_manifest(manifest, where="manifest.json") -> None:
+    """The fields streaming relies on, with types and sane values, before anything uses them."""
+    def bad(what: str) -> TinyolError:
+        return TinyolError(f"{where}: {what}", hint="re-export the model (`tinyol export`); "
+                           "manifest.json is written by it, not by hand")
+    if not isinstance(manifest, dict):
+        raise bad("not a JSON object")
+    h = manifest.get("model_hash")
+    if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h <= 0xFFFFFFFF:
+        raise bad("no model_hash (a 32-bit integer)" if h is None else f"model_hash {h!r} is not a 32-bit integer")
+    i = manifest.get("input")
+    if not isinstance(i, dict) or not isinstance(i.get("scale"), (int, float)) \
+            or not isinstance(i.get("zero_point"), int):
+        raise bad("no input scale/zero_point")
+    if not (math.isfinite(i["scale"]) and i["scale"] > 0) or not -128 <= i["zero_point"] <= 127:
+        raise bad(f"input scale {i['scale']!r} / zero point {i['zero_point']!r} out of range")
+    head = manifest.get("head", {})
+    mc = head.get("max_classes", 0) if isinstance(head, dict) else None
+    if not isinstance(mc, int) or not 0 <= mc <= 0xFFFF:
+        raise bad(f"head.max_classes {mc!r} is not 0..65535")
+
+
 def model_input_q(manifest: dict) -> tuple[float, int]:
     i = manifest["input"]
     return float(i["scale"]), int(i["zero_point"])
@@ -574,6 +596,7 @@ def check_model(info: Info, manifest: dict, model_dir: str = "the model") -> Non
     if "has_model" not in info.flags:
         raise TinyolError("the device's firmware has no model",
                           hint="build it with a model: tinyol build --model models/digits")
+    check_manifest(manifest, f"{model_dir}/manifest.json")
     want = int(manifest["model_hash"])
     if info.model_hash != want:
         raise TinyolError(
