@@ -383,13 +383,7 @@ class Pipeline:
             if not p.done:
                 self.stats.resend_timeout += 1
                 self._transmit(p)
-        # the next request is answered by the time the oldest's backoff allows: keep RTO
-        # from collapsing under a burst of timeouts (RFC 6298 5.5: back off the timer)
-        if self.adaptive and len(late) == len(self._pending_unanswered()):
-            self.rto = min(self.timeout, self.rto * 2)
 
-    def _pending_unanswered(self) -> list[_Pending]:
-        return [q for q in self._queue if not q.done]
 
     def _read_some(self, wait: float = 0.05) -> bytes:
         """Whatever arrived (waits up to `wait` s, at most 50 ms, for the first byte)."""

@@ -36,8 +36,14 @@ timeout_option = click.option("--timeout", type=float, default=30.0, show_defaul
                               help="Seconds to wait for the reply (an erase takes ~25 ms per page).")
 
 
-def _open(port: str, timeout: float) -> Device:
-    return Device.open(resolve_port(port), timeout=timeout)
+retries_option = click.option(
+    "--retries", type=click.IntRange(min=0), default=5, show_default=True,
+    help="Resends met by silence before giving up (each waits twice as long; a damaged reply "
+         "is resent at once). Also [VERB] retries = N in tinyol.toml.")
+
+
+def _open(port: str, timeout: float, retries: int = 5) -> Device:
+    return Device.open(resolve_port(port), timeout=timeout, retries=retries)
 
 
 def _explain(e: DeviceError) -> TinyolError:
@@ -59,15 +65,16 @@ def _wear_rows(dev: Device) -> dict:
 @port_option()
 @click.option("--no-replay", is_flag=True, help="Leave the replay buffer out (smaller record).")
 @timeout_option
+@retries_option
 @json_option
-def cmd_save(port, no_replay, timeout, as_json):
+def cmd_save(port, no_replay, timeout, retries, as_json):
     """Store the device's learned state in its flash (survives resets and power cuts).
 
     \b
     Example:
       tinyol save --port socket://127.0.0.1:4321
     """
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         try:
             r = dev.save(replay=not no_replay, timeout=timeout)
         except DeviceError as e:
@@ -91,15 +98,16 @@ def cmd_save(port, no_replay, timeout, as_json):
 @click.command("load")
 @port_option()
 @timeout_option
+@retries_option
 @json_option
-def cmd_load(port, timeout, as_json):
+def cmd_load(port, timeout, retries, as_json):
     """Replace the device's learned state with the newest record in its flash.
 
     \b
     Example:
       tinyol load --port socket://127.0.0.1:4321
     """
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         try:
             r = dev.load(timeout=timeout)
         except DeviceError as e:
@@ -116,7 +124,8 @@ def cmd_load(port, timeout, as_json):
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The .npz to write (W, b, active, metadata).")
 @click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
-def cmd_pull(port, out, timeout):
+@retries_option
+def cmd_pull(port, out, timeout, retries):
     """Copy the device's current head to an .npz file.
 
     \b
@@ -125,17 +134,20 @@ def cmd_pull(port, out, timeout):
     Example:
       tinyol pull --port socket://127.0.0.1:4321 --out head.npz
     """
-    with _open(port, timeout) as dev:
+    if not out.resolve().parent.is_dir():
+        raise TinyolError(f"--out {out}: folder {out.parent} does not exist", hint="create it first")
+    with _open(port, timeout, retries) as dev:
         w, b, active = dev.get_head()
         info = dev.info
         st = dev.stats()
     n_classes = int(np.flatnonzero(active).max() + 1) if active.any() else 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as f:
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "wb") as f:  # written aside and renamed: never a half-written .npz
         np.savez(f, W=w.astype(np.float32), b=b.astype(np.float32), active=active.astype(bool),
                  n_classes=np.int64(n_classes), model_hash=np.int64(info.model_hash), model=np.str_(info.model),
                  head_mode=np.str_(info.head_mode), board=np.str_(info.board),
                  samples_seen=np.int64(st.samples_seen), tinyol_version=np.str_(__version__))
+    tmp.replace(out)
     click.echo(f"wrote {out}: W{list(w.shape)}, {int(active.sum())} active rows, "
                f"{st.samples_seen} samples seen (model {info.model}, hash 0x{info.model_hash:08x})")
 
@@ -198,7 +210,8 @@ def _cut_push(e: TinyolError, dev: Device, inp) -> TinyolError:
               help="An .npz from `tinyol pull` (or a head_init.npz).")
 @click.option("--force", is_flag=True, help="Push even if the file's model hash differs from the device's.")
 @click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
-def cmd_push(port, inp, force, timeout):
+@retries_option
+def cmd_push(port, inp, force, timeout, retries):
     """Write a head from an .npz file onto the device (SET_HEAD); `tinyol save` keeps it.
 
     \b
@@ -206,7 +219,7 @@ def cmd_push(port, inp, force, timeout):
       tinyol push --port socket://127.0.0.1:4321 --in head.npz
     """
     head = read_head(inp)
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         info = dev.info
         if head["model_hash"] is not None and head["model_hash"] != info.model_hash and not force:
             raise TinyolError(
