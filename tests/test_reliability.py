@@ -496,3 +496,57 @@ def test_malformed_manifest_gives_one_line(tmp_path, edit, expect):
     r = subprocess.run([TINYOL, "stream", "--port", "socket://127.0.0.1:9", "--data", "digits",
                         "--model", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 1 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+class StallProxy:
+    """Forwards a TCP serial line and, every `every`-th chunk from the device, holds it
+    `stall` seconds first: a device that is slow now and then, never gone."""
+
+    def __init__(self, upstream_url: str, *, stall: float, every: int):
+        import threading
+        host, port = upstream_url.removeprefix("socket://").rsplit(":", 1)
+        self.up = socket.create_connection((host, int(port)))
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(1)
+        self.url = f"socket://127.0.0.1:{self.srv.getsockname()[1]}"
+        self.stall, self.every, self.stalls = stall, every, 0
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _pipe(self, a, b, hold: bool):
+        n = 0
+        try:
+            while True:
+                d = a.recv(4096)
+                if not d:
+                    return
+                n += 1
+                if hold and n % self.every == 0:
+                    self.stalls += 1
+                    time.sleep(self.stall)
+                b.sendall(d)
+        except OSError:
+            pass
+
+    def _run(self):
+        import threading
+        c, _ = self.srv.accept()
+        threading.Thread(target=self._pipe, args=(c, self.up, False), daemon=True).start()
+        self._pipe(self.up, c, True)
+
+
+def test_a_slow_device_is_called_slow_not_gone(native_fw, digits):
+    """Replies held up to 1.5 s now and then (longer than the 1 s timeout): the stream
+    completes, each sample once; the needless resends are recognised (a second reply) and
+    the timeout adapts, so later stalls cost fewer resends."""
+    X, y = digits
+    n = 150
+    with emulator.start_native(native_fw.program, timeout=120) as t:
+        px = StallProxy(t.url, stall=1.5, every=40)
+        with Device.open(px.url, timeout=1.0) as dev:
+            s, recs = stream(dev, X[:n], y[:n], MANIFEST, window=4, timeout=1.0)
+            st = dev.stats()
+    assert px.stalls >= 3
+    assert st.samples_seen == n and sorted(r.samples_seen for r in recs) == list(range(1, n + 1))
+    assert s.stopped_by is None and s.late >= 1 and s.duplicates == s.retries
+    assert s.rto >= 1.0 - 1e-9  # learned the stall: floor raised to the cap (--timeout)
