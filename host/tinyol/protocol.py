@@ -426,13 +426,15 @@ class Link:
         self.observed = obs = Observed()
         t0 = time.monotonic()
         silent = attempt = 0
-        while silent <= self.retries and (attempt == 0 or time.monotonic() - t0 < self.patience):
+        # give up after `retries` silent attempts in a row, or when a live but damaging
+        # link has had `patience` seconds (silence is never cut short by patience)
+        while silent <= self.retries and (silent > 0 or attempt == 0 or time.monotonic() - t0 < self.patience):
             if attempt:
                 self.stats.retries += 1
             attempt += 1
             self.send_frame(frame)
             step = wait * min(self.BACKOFF ** silent, self.BACKOFF_MAX)
-            heard = obs.bytes_in
+            heard = obs.damaged + obs.link_errors + obs.stale  # evidence the device hears us
             for reply in self.poll(time.monotonic() + step, stop_on_damage=True):
                 if reply.seq == 0 and reply.type == Msg.ERROR:
                     obs.link_errors += 1
@@ -454,7 +456,8 @@ class Link:
                 if reply.type == frame.type | REPLY_FLAG:
                     obs.replies += 1
                     return reply.payload
-            silent = silent + 1 if obs.bytes_in == heard else 0
+            # silent: no sign of this exchange (a boot line or other text does not count)
+            silent = silent + 1 if obs.damaged + obs.link_errors + obs.stale == heard else 0
         obs.seconds = time.monotonic() - t0
         try:
             what = f"{Msg(frame.type).name} ({MSG_TEXT[Msg(frame.type)]})"

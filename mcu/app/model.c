@@ -631,6 +631,7 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
 
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
 {
+    TOL_CHECK(!(tol_persist.head_staged && region >= 3u), TOL_ERR_BUSY); /* fenced head: no use */
     int32_t label = 0;
     float conf = 0.0f;
     tol_stamp_t s = tol_now();
