@@ -97,7 +97,15 @@ def test_payload_over_the_advertised_maximum_is_refused(lib):
 def test_reset_restarts_the_autosave_period(lib, digits):
     X, y = digits
     dev, _ = open_dev(lib)
+    default = dev.get("autosave")
     assert dev.set("autosave", 5) == 5
+    try:
+        _autosave_after_reset(dev, X, y)
+    finally:  # the in-process device's statics outlive tol_test_init: leave the default
+        dev.set("autosave", default)
+
+
+def _autosave_after_reset(dev, X, y):
     q = MANIFEST["input"]
     from tinyol.device import quantize
     xs = [quantize(X[i].ravel(), q["scale"], q["zero_point"]) for i in range(12)]
