@@ -303,6 +303,14 @@ def _check_resumed(dev, session: dict, resumed) -> None:
             f"the device has learned {seen - resumed.base_seen} samples since the run began, the log "
             f"accounts for {expect - resumed.base_seen}: something else trained it in between",
             hint="resume only a device no other client used; start the stream again")
+    missing = sorted(set(range(resumed.base_seen + 1, seen + 1)) - set(counters))
+    if missing:  # e.g. another client's requests pushed an in-flight reply out of the cache
+        raise TinyolError(
+            f"the device learned {len(missing)} sample(s) the log cannot account for (its counters "
+            f"{missing[:5]}{'...' if len(missing) > 5 else ''} belong to no logged sample): a sample "
+            "in flight at the interruption may have been learned twice",
+            hint="another client used the device between the interruption and --resume; "
+                 "start the stream again")
 
 
 def _clean(v):
