@@ -22,6 +22,7 @@ class Status(enum.IntEnum):
     ERR_NO_RECORD = 14
     ERR_MODEL = 15
     ERR_OVERFLOW = 16
+    ERR_BUSY = 17
 
 
 STATUS_TEXT = {
@@ -42,6 +43,7 @@ STATUS_TEXT = {
     Status.ERR_NO_RECORD: 'no valid stored record',
     Status.ERR_MODEL: 'stored record belongs to another model',
     Status.ERR_OVERFLOW: 'buffer too small',
+    Status.ERR_BUSY: 'a staged head write is not committed yet',
 }
 
 

@@ -158,7 +158,9 @@ class Device:
 
     def __init__(self, link: Link):
         self.link = link
-        self.info: Info = link.info()
+        # the handshake does not wait a slow request's timeout (e.g. SAVE's 30 s): a port
+        # without a tinyol device behind it is named within seconds
+        self.info: Info = Info.parse(link.request(Msg.INFO, timeout=min(link.timeout, 0.5)))
         self._boot = self.info.boot_count
 
     @classmethod
@@ -307,8 +309,10 @@ class Device:
         info = self.link.info()
         return info.store, info.store_seq
 
-    def set_head(self, w: np.ndarray, b: np.ndarray, active: np.ndarray) -> None:
-        """Write the whole head (W [rows, D], b [rows], active [rows]) with SET_HEAD."""
+    def set_head(self, w: np.ndarray, b: np.ndarray, active: np.ndarray) -> int:
+        """Write the whole head (W [rows, D], b [rows], active [rows]) with SET_HEAD slices,
+        staged until the last one commits; returns the number of slices. After a failure,
+        `head_written` says how many the device acknowledged."""
         rows = self.info.max_classes if self.info.head_mode == "classifier" else self.info.input_size
         d = self.info.latent_dim
         w = np.asarray(w, np.float32)
@@ -320,8 +324,13 @@ class Device:
         if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
             raise TinyolError("head contains NaN or Inf")
         per = max(1, (self.info.max_payload - 12) // 4)
-        for r in range(rows):
-            for off in range(0, d, per):
-                n = min(per, d - off)
-                self.link.request(Msg.SET_HEAD, struct.pack("<HHBxHf", r, off, int(bool(active[r])), n, b[r])
-                                  + w[r, off:off + n].astype("<f4").tobytes())
+        slices = [(r, off, min(per, d - off)) for r in range(rows) for off in range(0, d, per)]
+        self.head_written = 0  # slices the device acknowledged
+        for k, (r, off, n) in enumerate(slices):
+            # every slice but the last is staged: the device fences the head (no learning,
+            # no prediction, no save) until the last one commits it, or RESET/LOAD/a reboot
+            staged = int(k < len(slices) - 1)
+            self.link.request(Msg.SET_HEAD, struct.pack("<HHBBHf", r, off, int(bool(active[r])), staged, n, b[r])
+                              + w[r, off:off + n].astype("<f4").tobytes())
+            self.head_written = k + 1
+        return len(slices)

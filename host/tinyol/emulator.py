@@ -132,18 +132,23 @@ def start_qemu(board: str, elf: Path, *, port: int | None = None, icount_shift: 
     t = Target(argv, url=f"socket://127.0.0.1:{port}", timeout=timeout)
     # QEMU prints little (warnings); a file, not a pipe, so it can never block on a full pipe
     t.logfile = tempfile.TemporaryFile(mode="w+")
-    t.proc = subprocess.Popen(argv, stdout=t.logfile, stderr=subprocess.STDOUT, text=True)
+    t.proc = subprocess.Popen(argv, stdout=t.logfile, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=die_with_parent)
     _wait_listening(t, port)
     return t
 
 
 def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
                  board: str | None = None, timeout: float = 600.0) -> Target:
-    """Start the native firmware process; its URL comes from its first stdout line."""
+    """Start the native firmware process; its URL comes from its first stdout line.
+
+    The process itself keeps the time limit (``--max-seconds``) and ends with its parent
+    (no `timeout` wrapper in between that a kill -9 of this process would leave behind).
+    It creates and locks `state_dir`; a second target on the same folder refuses."""
     if not Path(program).is_file():
         raise TinyolError(f"native firmware not found: {program}",
                           hint="build it with `tinyol build --board native`")
-    argv = ["timeout", "-s", "TERM", str(int(timeout)), str(program), "--port", str(port)]
+    argv = [str(program), "--port", str(port), "--max-seconds", str(max(1, int(timeout)))]
     if state_dir:
         argv += ["--state", str(state_dir)]
     if board:
@@ -154,9 +159,24 @@ def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
     m = re.match(r"tinyol native serial: (\S+)", line)
     if not m:
         t.stop()
-        raise TinyolError(f"native firmware did not start: {line or 'no output'}")
+        line = line.removeprefix("tinyol native: ")
+        hint = ("stop the other target, or give this one another --state folder"
+                if "in use by process" in line else None)
+        raise TinyolError(f"native target did not start: {line or 'no output'}", hint=hint)
     t.url = m[1]
     return t
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when the process that started it dies (Linux
+    PR_SET_PDEATHSIG), so a killed `tinyol emulate` or test run leaves no emulator behind.
+    `timeout` passes the SIGTERM on to the emulator it runs."""
+    import ctypes
+    import signal as _signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(_signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the time limit still applies
 
 
 def _wait_listening(t: Target, port: int, limit: float = 10.0, what: str = "QEMU") -> None:

@@ -151,6 +151,52 @@ class DeviceGone(TinyolError):
     """The serial port closed or failed under us (unplugged board, emulator stopped)."""
 
 
+class PortBusy(TinyolError):
+    """The target serves another client (the native target says so with a `tinyol busy` line)."""
+
+
+@dataclass
+class Observed:
+    """What came back while waiting for replies: the evidence behind a diagnosis."""
+    bytes_in: int = 0
+    damaged: int = 0          # chunks that failed COBS/CRC/length checks on the host
+    link_errors: int = 0      # seq-0 ERROR replies: the device saw a damaged frame from us
+    stale: int = 0            # valid replies to other (older or repeated) requests
+    replies: int = 0          # valid replies to the request(s) waited for
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        parts = [f"{self.bytes_in} bytes came back"]
+        if self.damaged:
+            parts.append(f"{self.damaged} damaged frames")
+        if self.link_errors:
+            parts.append(f"{self.link_errors} reports from the device of damaged frames it received")
+        if self.stale:
+            parts.append(f"{self.stale} late or repeated replies")
+        return ", ".join(parts)
+
+    @property
+    def silent(self) -> bool:
+        return self.bytes_in == 0
+
+
+def diagnose(what: str, attempts: int, obs: Observed, url: str = "") -> tuple[str, str]:
+    """(message, hint) for a request that got no usable reply: name what was observed;
+    say "gone" only when nothing at all came back."""
+    head = f"no reply to {what} after {attempts} attempts in {obs.seconds:.1f} s"
+    if obs.silent:
+        hint = "the board was unplugged or hung, or the emulator stopped"
+        if url.startswith("socket://"):
+            hint += "; emulators serve one client at a time: is another client connected?"
+        return f"{head}: nothing came back (silence): the device is gone or hung", hint
+    if obs.damaged or obs.link_errors:
+        return (f"{head}: the device is alive but the link is damaging frames ({obs.describe()})",
+                "a noisy or mismatched serial line (check the cable and baud rate); "
+                "--retries and --timeout give it more attempts")
+    return (f"{head}: the device is alive but slow or busy ({obs.describe()})",
+            "raise --timeout (seconds per attempt) or --retries")
+
+
 # ---- INFO -------------------------------------------------------------------------
 
 INFO_FIXED = struct.Struct("<BBHIIIIIIIIIIHHHBB")
@@ -265,6 +311,23 @@ def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
         ) from None
 
 
+def read_available(port) -> tuple[bytes, Exception | None]:
+    """Whatever arrived (waiting up to the port's timeout for the first byte), and the error
+    if the port failed or closed meanwhile; bytes read before the error are kept."""
+    import serial
+
+    data = b""
+    try:
+        data = port.read(1)
+        if data:
+            waiting = port.in_waiting
+            if waiting:
+                data += port.read(waiting)
+    except (serial.SerialException, OSError) as e:
+        return data, e
+    return data, None
+
+
 class Link:
     """Request/reply over a serial port with retransmission.
 
@@ -273,11 +336,18 @@ class Link:
     its reply cache without executing it again (exactly-once learning).
     """
 
-    def __init__(self, port, *, timeout: float = 2.0, retries: int = 3,
-                 on_line: Callable[[str], None] | None = None, seed: int | None = None):
+    BACKOFF = 2.0        # each further attempt waits this much longer ...
+    BACKOFF_MAX = 8.0    # ... up to this multiple of `timeout`
+
+    def __init__(self, port, *, timeout: float = 2.0, retries: int = 5, patience: float = 20.0,
+                 on_line: Callable[[str], None] | None = None, seed: int | None = None,
+                 url: str = ""):
         self.port = port
         self.timeout = timeout
-        self.retries = retries
+        self.retries = retries      # attempts met by silence before giving up
+        self.patience = patience    # seconds a live but damaging link may take to get a reply through
+        self.url = url
+        self.observed = Observed()
         self.deframer = Deframer()
         self.stats = LinkStats()
         self.on_line = on_line
@@ -287,7 +357,7 @@ class Link:
 
     @classmethod
     def open(cls, url: str, **kw) -> "Link":
-        return cls(open_serial(url), **kw)
+        return cls(open_serial(url), url=url, **kw)
 
     def close(self) -> None:
         self.port.close()
@@ -304,6 +374,10 @@ class Link:
 
     def _handle_line(self, line: str) -> None:
         self.stats.device_lines.append(line)
+        if line.startswith("tinyol busy"):
+            raise PortBusy(f"port busy: {line.removeprefix('tinyol busy: ')}",
+                           hint="the target serves one client at a time: close the other "
+                                "client (another `tinyol stream`, a terminal) and retry")
         if line.startswith("tinyol boot"):
             self.boot_lines.append(line)
         if self.on_line:
@@ -314,62 +388,94 @@ class Link:
         self.port.write(wire)
         self.stats.bytes_out += len(wire)
 
-    def poll(self, deadline: float) -> Iterator[Frame]:
-        """Yield frames received until the deadline."""
+    def poll(self, deadline: float, stop_on_damage: bool = False) -> Iterator[Frame]:
+        """Yield frames received until the deadline (or, with `stop_on_damage`, until a
+        damaged frame arrives: the reply it was is lost, waiting longer is pointless)."""
         import serial
 
         while time.monotonic() < deadline:
-            try:
-                data = self.port.read(1)  # blocks up to the port's timeout
-                if data:
-                    waiting = self.port.in_waiting
-                    if waiting:
-                        data += self.port.read(waiting)
-            except (serial.SerialException, OSError) as e:
-                raise DeviceGone(
-                    f"the device went away: {e}",
-                    hint="it was unplugged, reset into a bootloader, or the emulator stopped",
-                ) from None
+            data, gone = read_available(self.port)
+            if gone is not None:
+                self.gone(gone, data)
             if not data:
                 continue
             self.stats.bytes_in += len(data)
+            self.observed.bytes_in += len(data)
+            g = self.deframer.garbage
             for item in self.deframer.feed(data):
                 if isinstance(item, str):
                     self._handle_line(item)
                 else:
                     yield item
+            self.observed.damaged += self.deframer.garbage - g
             self.stats.garbage_frames = self.deframer.garbage
+            if stop_on_damage and self.deframer.garbage != g:
+                return
+
+    def gone(self, err: Exception, data: bytes = b"") -> None:
+        """The port failed or closed: raise PortBusy if the last words were `tinyol busy`,
+        else DeviceGone."""
+        for item in self.deframer.feed(data + b"\x00"):
+            if isinstance(item, str):
+                self._handle_line(item)  # raises PortBusy for a busy line
+        raise DeviceGone(f"the device went away: {err}",
+                         hint="it was unplugged, reset into a bootloader, or the emulator stopped")
 
     def request(self, msg: int, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
         """Send one request, return the reply payload; raise DeviceError on an ERROR reply."""
+        """Send one request, return the reply payload; raise DeviceError on an ERROR reply.
+
+        The *identical* frame is resent up to `retries` times (the device answers a repeat
+        from its reply cache, never executing it twice). An attempt met by silence makes
+        the next wait `BACKOFF` times longer (at most `BACKOFF_MAX` x `timeout`); one met by
+        a damaged frame is repeated at once, without backing off (the device is there; the
+        line damages frames). Without a usable reply: LinkTimeout naming what was observed
+        (silence, damage, late replies)."""
         frame = Frame(int(msg), self._next_seq(), bytes(payload))
         self.stats.requests += 1
         wait = self.timeout if timeout is None else timeout
-        for attempt in range(self.retries + 1):
+        self.observed = obs = Observed()
+        t0 = time.monotonic()
+        silent = attempt = 0
+        # give up after `retries` silent attempts in a row, or when a live but damaging
+        # link has had `patience` seconds (silence is never cut short by patience)
+        while silent <= self.retries and (silent > 0 or attempt == 0 or time.monotonic() - t0 < self.patience):
             if attempt:
                 self.stats.retries += 1
+            attempt += 1
             self.send_frame(frame)
-            for reply in self.poll(time.monotonic() + wait):
+            step = wait * min(self.BACKOFF ** silent, self.BACKOFF_MAX)
+            heard = obs.damaged + obs.link_errors + obs.stale  # evidence the device hears us
+            for reply in self.poll(time.monotonic() + step, stop_on_damage=True):
                 if reply.seq == 0 and reply.type == Msg.ERROR:
+                    obs.link_errors += 1
                     break  # the device saw a damaged frame (perhaps ours): resend
                 if reply.seq != frame.seq:
+                    obs.stale += 1
                     continue  # a stale reply
+                if reply.type == frame.type and reply.payload == frame.payload:
+                    raise TinyolError(
+                        f"the port echoes what is sent to it: not a tinyol device ({self.url or 'port'})",
+                        hint="a loopback, a terminal or another device's port? pass the board's port")
                 if reply.type == Msg.ERROR:
                     status, req = reply.payload[0], reply.payload[1]
                     detail = struct.unpack_from("<H", reply.payload, 2)[0]
                     if status in (Status.ERR_CRC, Status.ERR_FRAME):
+                        obs.link_errors += 1
                         break  # our frame was damaged on the way: resend it
                     raise DeviceError(status, req, detail)
                 if reply.type == frame.type | REPLY_FLAG:
+                    obs.replies += 1
                     return reply.payload
+            # silent: no sign of this exchange (a boot line or other text does not count)
+            silent = silent + 1 if obs.damaged + obs.link_errors + obs.stale == heard else 0
+        obs.seconds = time.monotonic() - t0
         try:
             what = f"{Msg(frame.type).name} ({MSG_TEXT[Msg(frame.type)]})"
         except ValueError:
             what = f"message 0x{frame.type:02x}"
-        raise LinkTimeout(
-            f"no reply to {what} after {self.retries + 1} attempts of {wait:.1f} s",
-            hint="check the port and that the firmware is running (`tinyol info`)",
-        )
+        msg_, hint = diagnose(what, attempt, obs, self.url)
+        raise LinkTimeout(msg_, hint=hint)
 
     def info(self) -> Info:
         from . import versions

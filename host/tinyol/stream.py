@@ -53,7 +53,7 @@ from .device import (INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
                      Result, quantize)
 from .errors import TinyolError
 from .protocol import (REPLY_FLAG, DeviceError, DeviceGone, DeviceReset, Frame, Info, Link,
-                       LinkTimeout)
+                       LinkTimeout, read_available)
 
 DEVICE_CACHE = 8          # TOL_APP_REPLY_CACHE: requests a host may have in flight
 MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
@@ -79,6 +79,8 @@ class _Pending:
     control: bool = False
     latency: float = 0.0
     seq_tx: int = 0           # transmission number of the current seq's first transmission
+    silent: int = 0           # timeouts in a row with not a byte received since the last transmission
+    spurious: bool = False    # a second reply came: the resend was needless
 
 
 @dataclass
@@ -98,8 +100,13 @@ class PipelineStats:
     resends: int = 0
     resend_order: int = 0     # resent because a later reply arrived first
     resend_timeout: int = 0   # resent after the timeout
+    resend_damage: int = 0    # resent at once because a damaged frame came back
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
+    damaged: int = 0          # frames from the device that failed their checks on the host
+    late: int = 0             # resends found needless (a second reply came): the device was slow, not lost
+    rto: float = 0.0          # resend timeout at the end (adaptive, seconds)
+    srtt: float = 0.0         # smoothed reply time (seconds)
 
 
 class Pipeline:
@@ -110,15 +117,34 @@ class Pipeline:
     device's boot counter at session start (INFO); a change raises DeviceReset.
     """
 
+    RTO_MIN = 0.2             # s: floor of the adaptive resend timeout (Linux TCP's; below it,
+                              # scheduling pauses of a busy host cause needless resends)
+    RTO_BACKOFF_MAX = 64      # a request's timeout doubles per resend, up to this factor
+
     def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
-                 timeout: float = 1.0, retries: int = 8):
+                 timeout: float = 1.0, retries: int = 8, patience: float = 120.0,
+                 adaptive: bool = True, baud: int | None = None):
         if not 1 <= window <= DEVICE_CACHE:
             raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
         self.link = link
         self.boot_count = boot_count
         self.window = min(window, MAX_WINDOW)
-        self.timeout = timeout
-        self.retries = retries
+        self.timeout = timeout        # initial resend timeout (and the cap of the adaptive one)
+        self.retries = retries        # resends met by complete silence before the device counts as gone
+        self.patience = patience      # s without any answered request before a live but damaged link gives up
+        self.adaptive = adaptive
+        # a real UART adds the frame's transmission time at `baud` (8N1); emulators' sockets do not
+        url = getattr(link, "url", "") or ""
+        self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
+        self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
+        self.info_check = True    # an INFO check after a timeout (off while resuming)
+        self.rto = timeout
+        self.rto_floor = min(timeout, self.RTO_MIN)
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self._last_rx = time.monotonic()
+        self._last_progress = time.monotonic()
+        self._recent: dict[int, _Pending] = {}  # delivered resent requests, by seq
         self.stats = PipelineStats()
         self._tx = 0
         self._history: collections.deque[int] = collections.deque(maxlen=4 * DEVICE_CACHE)
@@ -149,18 +175,25 @@ class Pipeline:
                                   "stopped") from None
         self.link.stats.bytes_out += len(p.wire)
 
-    def _new(self, tag, msg: int, payload: bytes, control: bool = False) -> _Pending:
-        seq = self.link._next_seq()
-        while seq in self._by_seq:
+    def _new(self, tag, msg: int, payload: bytes, control: bool = False,
+             seq: int | None = None) -> _Pending:
+        """A new request; `seq` given: a request of an earlier session sent again with its
+        own seq (the identical frame: the device answers it from its cache if it ran)."""
+        resend = seq is not None
+        while seq is None or seq in self._by_seq:
             seq = self.link._next_seq()
         f = Frame(int(msg), seq, bytes(payload))
-        p = _Pending(tag, f, f.encode(), control=control)
+        p = _Pending(tag, f, f.encode(), control=control, attempts=int(resend))
         self._queue.append(p)
         self._by_seq[seq] = p
         self.link.stats.requests += 1
         if not control:
             self.stats.requests += 1
+            if self.on_send is not None:
+                self.on_send(tag, seq)  # write-ahead: logged before it can reach the device
         self._transmit(p, fresh=True)
+        if resend:
+            p.first_tx, p.t_first = p.last_tx, p.t_last
         return p
 
     def _exposure(self, x: _Pending) -> int:
@@ -194,13 +227,73 @@ class Pipeline:
                 raise DeviceReset(f"the device crashed after {self.completed} samples: {line}",
                                   hint="this is a firmware bug; please report the line above")
 
+    def _spurious(self, p: _Pending) -> None:
+        """A second reply to a resent request: both copies reached the device, so the
+        resend was needless and the first reply answered the *first* copy (the device
+        replies in order). Its latency is then a true round-trip sample (Karn's rule
+        excludes resent requests only because that is unknown), and the timeout was too
+        short: feed it in (as TCP's Eifel/F-RTO detection of spurious timeouts does)."""
+        p.spurious = True
+        self.stats.late += 1
+        if self.adaptive:
+            r = p.latency - self._wire_time(p)
+            # the floor learns the longest stall seen (a busy host, an emulator), so one
+            # stall does not cost a resend of every request in flight each time it recurs
+            self.rto_floor = min(self.timeout, max(self.rto_floor, 1.5 * r))
+            self._rtt_update(r)
+
+    def _resend_oldest(self, since: float) -> None:
+        """A damaged frame arrived (from the device, or reported by it): the oldest
+        unanswered request's exchange is the likeliest casualty. Resend it at once, unless
+        it was sent again after the damage was seen (fast retransmit on evidence; an
+        unneeded resend is answered from the device's cache)."""
+        for q in self._queue:
+            if not q.done:
+                if q.t_last < since:
+                    self.stats.resend_damage += 1
+                    self._transmit(q)
+                return
+
+    def _rtt_sample(self, p: _Pending) -> None:
+        """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
+        (Karn: a resent request's reply may answer either copy); RTO = SRTT + 4 RTTVAR."""
+        if p.attempts != 1 or not self.adaptive:
+            return
+        self._rtt_update(p.latency - self._wire_time(p))
+
+    def _rtt_update(self, r: float) -> None:
+        if self._srtt is None:
+            self._srtt, self._rttvar = r, r / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
+            self._srtt = 0.875 * self._srtt + 0.125 * r
+        self.rto = min(self.timeout, max(self.rto_floor, self._srtt + 4 * self._rttvar))
+        self.stats.rto, self.stats.srtt = self.rto, self._srtt
+
+    def _wire_time(self, p: _Pending) -> float:
+        """Seconds the request and a reply of the same size spend on a UART (0 on sockets)."""
+        return self.byte_time * (len(p.wire) + 32)
+
+    def _deadline(self, p: _Pending) -> float:
+        """When `p` is resent: the adaptive timeout plus its frame's wire time, doubled per
+        resend met by silence (exponential backoff, as TCP; a damaged reply shows the device
+        is there, so it does not back off)."""
+        back = min(2 ** p.silent, self.RTO_BACKOFF_MAX)  # back off on silence, not on damage
+        # counted from the last byte received too: while replies flow, a lost request is
+        # found by order (a later one answered first), the timer is for silence
+        wait = min(self.rto * back, max(4 * self.timeout, self.rto))  # silence is named within ~30 s
+        return max(p.t_last, self._last_rx) + wait + self._wire_time(p)
+
     def _on_frame(self, f: Frame) -> None:
         if f.seq == 0:
             if f.type == Msg.ERROR:
-                self.stats.link_errors += 1  # something we sent was damaged: order/timeout resend
+                self.stats.link_errors += 1  # something we sent was damaged: resend the oldest
+                self._resend_oldest(time.monotonic())
             return
-        p = self._by_seq.get(f.seq)
+        p = self._by_seq.get(f.seq) or self._recent.get(f.seq)
         if p is None or p.done:
+            if p is not None and p.attempts > 1 and f.seq == p.frame.seq and not p.spurious:
+                self._spurious(p)
             return  # a stale or repeated reply
         if f.type != Msg.ERROR and f.type != p.frame.type | REPLY_FLAG:
             return  # cannot be ours (a corrupted frame that passed CRC is not expected)
@@ -216,6 +309,8 @@ class Pipeline:
                 return  # no room in the device's cache yet: the timeout resends, then we retry
         p.done, p.reply = True, f
         p.latency = time.monotonic() - p.t_first
+        self._last_progress = time.monotonic()
+        self._rtt_sample(p)
         # order: everything transmitted before this request's first transmission was lost
         for q in self._queue:
             if q is p:
@@ -245,18 +340,41 @@ class Pipeline:
                 "last save is gone",
                 hint="restart the stream; results before and after a reset are not comparable")
 
+    def observed(self) -> str:
+        s = self.stats
+        parts = [f"{s.damaged} damaged frames from the device",
+                 f"{s.link_errors} reports of damaged frames it received",
+                 f"{self.link.stats.bytes_in} bytes received in all"]
+        if s.late:
+            parts.append(f"{s.late} replies slower than the timeout")
+        return ", ".join(parts)
+
     def _timeouts(self) -> None:
         now = time.monotonic()
-        late = [p for p in self._queue if not p.done and now - p.t_last >= self.timeout]
+        late = [p for p in self._queue if not p.done and now >= self._deadline(p)]
         if not late:
             return
         for p in late:
-            if p.attempts > self.retries:
+            if self._last_rx < p.t_last:
+                p.silent += 1   # not one byte since it was (re)sent
+            else:
+                p.silent = 0
+            if p.silent > self.retries:
                 raise DeviceGone(
-                    f"the device stopped answering after {self.completed} samples "
-                    f"({p.attempts} attempts of {self.timeout:g} s each)",
-                    hint="the board was unplugged or hung, or the emulator stopped")
-        if self._info_armed and not any(q.control and not q.done for q in self._queue) \
+                    f"the device went silent after {self.completed} samples: not one byte came "
+                    f"back during {p.silent} resends over {now - self._last_rx:.1f} s "
+                    f"(before that: {self.observed()})",
+                    hint="the board was unplugged or hung, or the emulator stopped; "
+                         "a slow device needs a larger --timeout or --retries")
+        if now - self._last_progress > self.patience:
+            damaged = self.stats.damaged + self.stats.link_errors
+            what = ("the link damages nearly every frame" if damaged
+                    else "the device answers, but not these requests")
+            raise LinkTimeout(
+                f"no request answered for {now - self._last_progress:.0f} s after {self.completed} "
+                f"samples; the device is alive but {what} ({self.observed()})",
+                hint="check the cable, the baud rate and electrical noise; --patience waits longer")
+        if self.info_check and self._info_armed and not any(q.control and not q.done for q in self._queue) \
                 and self._may_send(DEVICE_CACHE):
             self._info_armed = False
             self.stats.info_checks += 1
@@ -266,19 +384,14 @@ class Pipeline:
                 self.stats.resend_timeout += 1
                 self._transmit(p)
 
-    def _read_some(self) -> bytes:
-        """Whatever arrived (waits up to the port's timeout for the first byte)."""
+
+    def _read_some(self, wait: float = 0.05) -> bytes:
+        """Whatever arrived (waits up to `wait` s, at most 50 ms, for the first byte)."""
         port = self.link.port
-        try:
-            data = port.read(1)
-            if data:
-                waiting = port.in_waiting
-                if waiting:
-                    data += port.read(waiting)
-        except (serial.SerialException, OSError) as e:
-            raise DeviceGone(f"the device went away: {e}",
-                             hint="it was unplugged, reset into a bootloader, or the emulator "
-                                  "stopped") from None
+        port.timeout = min(0.05, max(0.001, wait))
+        data, gone = read_available(port)
+        if gone is not None:
+            self.link.gone(gone, data)
         return data
 
     def _pump(self, wait: float) -> None:
@@ -286,15 +399,21 @@ class Pipeline:
         deadline = time.monotonic() + wait
         link = self.link
         while True:
-            data = self._read_some()
+            data = self._read_some(deadline - time.monotonic())
             if data:
+                self._last_rx = time.monotonic()
                 link.stats.bytes_in += len(data)
+                g = link.deframer.garbage
                 for item in link.deframer.feed(data):  # every complete frame, none left behind
                     if isinstance(item, str):
                         link._handle_line(item)
                     else:
                         self._on_frame(item)
+                damaged = link.deframer.garbage - g
+                self.stats.damaged += damaged
                 link.stats.garbage_frames = link.deframer.garbage
+                if damaged:
+                    self._resend_oldest(self._last_rx)
                 self._check_lines()
             if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
                 break
@@ -304,6 +423,10 @@ class Pipeline:
         while self._queue and self._queue[0].done:
             p = self._queue.popleft()
             self._history.append(p.last_tx)
+            if p.attempts > 1 and p.frame.seq not in self._recent:  # for spurious-timeout detection
+                self._recent[p.frame.seq] = p
+                while len(self._recent) > 4 * DEVICE_CACHE:
+                    self._recent.pop(next(iter(self._recent)))
             if not p.control:
                 self._info_armed = True
             del self._by_seq[p.frame.seq]
@@ -332,12 +455,17 @@ class Pipeline:
                     break
                 if item is NOT_YET:
                     break
-                tag, msg, payload = item
-                self._new(tag, msg, payload)
+                self._new(*item)  # (tag, msg, payload) or (tag, msg, payload, False, seq)
             yield from self._deliver()
             if self._queue:
-                self._pump(min(self.timeout, 0.05) if self._queue[0].done else self.timeout / 4)
+                self._pump(min(self.rto, 0.05) if self._queue[0].done else self._wait_for_oldest())
                 yield from self._deliver()
+
+    def _wait_for_oldest(self) -> float:
+        """How long _pump may wait: until the earliest resend deadline (at least 1 ms)."""
+        now = time.monotonic()
+        nxt = min((self._deadline(q) for q in self._queue if not q.done), default=now + self.rto)
+        return min(max(0.001, nxt - now), max(self.rto, 0.001))
 
     def drain(self, limit: float | None = None) -> list[Completion]:
         """Collect the replies still in flight (after Ctrl-C), giving up after `limit` s."""
@@ -430,6 +558,28 @@ def encode_input(x: np.ndarray, encoding: str, input_q: tuple[float, int]) -> by
     raise TinyolError(f"unknown encoding {encoding!r}", hint="use int8 or float32")
 
 
+def check_manifest(manifest, where="manifest.json") -> None:
+    """The fields streaming relies on, with types and sane values, before anything uses them."""
+    def bad(what: str) -> TinyolError:
+        return TinyolError(f"{where}: {what}", hint="re-export the model (`tinyol export`); "
+                           "manifest.json is written by it, not by hand")
+    if not isinstance(manifest, dict):
+        raise bad("not a JSON object")
+    h = manifest.get("model_hash")
+    if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h <= 0xFFFFFFFF:
+        raise bad("no model_hash (a 32-bit integer)" if h is None else f"model_hash {h!r} is not a 32-bit integer")
+    i = manifest.get("input")
+    if not isinstance(i, dict) or not isinstance(i.get("scale"), (int, float)) \
+            or not isinstance(i.get("zero_point"), int):
+        raise bad("no input scale/zero_point")
+    if not (math.isfinite(i["scale"]) and i["scale"] > 0) or not -128 <= i["zero_point"] <= 127:
+        raise bad(f"input scale {i['scale']!r} / zero point {i['zero_point']!r} out of range")
+    head = manifest.get("head", {})
+    mc = head.get("max_classes", 0) if isinstance(head, dict) else None
+    if not isinstance(mc, int) or not 0 <= mc <= 0xFFFF:
+        raise bad(f"head.max_classes {mc!r} is not 0..65535")
+
+
 def model_input_q(manifest: dict) -> tuple[float, int]:
     i = manifest["input"]
     return float(i["scale"]), int(i["zero_point"])
@@ -440,6 +590,7 @@ def check_model(info: Info, manifest: dict, model_dir: str = "the model") -> Non
     if "has_model" not in info.flags:
         raise TinyolError("the device's firmware has no model",
                           hint="build it with a model: tinyol build --model models/digits")
+    check_manifest(manifest, f"{model_dir}/manifest.json")
     want = int(manifest["model_hash"])
     if info.model_hash != want:
         raise TinyolError(
@@ -487,7 +638,12 @@ class Summary:
     replay_fill: str | None = None           # "fill/capacity" of the replay buffer
     rejected: dict = field(default_factory=dict)     # status name -> count
     interrupted: bool = False
-    stopped_by: str | None = None
+    stopped_by: str | None = None   # "gone", "link", "reset", "error" when the stream aborted
+    sent: int = 0                   # samples transmitted (some may be unanswered when aborted)
+    device_count_from: str | None = None  # where device_samples_seen came from: STATS or its last reply
+    rto: float | None = None        # adaptive resend timeout at the end (s)
+    late: int = 0                   # replies slower than the timeout (resent although not lost)
+    damaged: int = 0                # damaged frames seen by the host or reported by the device
     # autoencoder heads: samples flagged as anomalies; with labels (0 normal, else anomalous)
     flagged: int = 0
     anomaly_counts: dict = field(default_factory=dict)  # "tp", "fp", "tn", "fn"
@@ -530,7 +686,9 @@ class Summary:
             "retries": self.retries, "duplicates": self.duplicates,
             "device_samples_seen": self.device_samples_seen, "device_classes": self.device_classes,
             "replay_fill": self.replay_fill, "rejected": self.rejected,
-            "interrupted": self.interrupted, "stopped_by": self.stopped_by,
+            "interrupted": self.interrupted, "stopped_by": self.stopped_by, "sent": self.sent,
+            "device_count_from": self.device_count_from, "rto": self.rto, "late": self.late,
+            "damaged": self.damaged,
             "flagged": self.flagged, "anomaly_counts": self.anomaly_counts,
             "detection_rate": self.detection_rate, "false_positive_rate": self.false_positive_rate,
         }
@@ -541,7 +699,7 @@ class Stream:
 
     def __init__(self, device: Device, manifest: dict | None = None, *, mode: str = "train",
                  encoding: str = "int8", window: int = DEFAULT_WINDOW, timeout: float = 1.0,
-                 retries: int = 8, model_dir: str = "the model"):
+                 retries: int = 8, model_dir: str = "the model", patience: float = 120.0):
         if mode not in MODES:
             raise TinyolError(f"unknown mode {mode!r}", hint="train, eval or predict")
         self.device = device
@@ -559,7 +717,7 @@ class Stream:
             raise TinyolError(f"the device takes int8 inputs only for this model "
                               f"({4 * self.info.input_size} float32 bytes > its {self.info.max_payload})",
                               hint="use --encoding int8")
-        self.window, self.timeout, self.retries = window, timeout, retries
+        self.window, self.timeout, self.retries, self.patience = window, timeout, retries, patience
         self.records: list[Record] = []
         self.summary = Summary(mode)
         self._last_seen = self._base_seen = 0
@@ -617,19 +775,32 @@ class Stream:
             s.correct += ok
 
     def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
-            on_record: Callable[[Record], None] | None = None, live: bool = False) -> Summary:
+            on_record: Callable[[Record], None] | None = None, live: bool = False,
+            on_send: Callable[[object, int], None] | None = None,
+            resumed: "Resumed | None" = None) -> Summary:
         """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
 
         `live`: the rows come from a source that may block (stdin, a sensor); they are
-        read in a background thread so every reply is handled as soon as it arrives."""
+        read in a background thread so every reply is handled as soon as it arrives.
+        `on_send(tag, seq)` is called before each sample is first transmitted (a
+        write-ahead log for --resume). `resumed`: a session continued by :func:`resume`.
+        Whatever ends the stream, ``summary.device_samples_seen`` is the device's own count
+        (STATS, or the counter in its last reply when STATS cannot be had), and the
+        exception carries the partial summary as ``e.summary``."""
         link = self.device.link
         st0 = self.device.stats()
         b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
         self._last_seen = self._base_seen = st0.samples_seen
         self._counters: set[int] = set()
+        if resumed is not None:
+            self._base_seen = resumed.base_seen
+            self._counters = set(resumed.counters)
+            self._last_seen = max(self._counters, default=self._base_seen)
         link.boot_lines.clear()
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
-                        retries=self.retries)
+                        retries=self.retries, patience=self.patience)
+        pipe.on_send = on_send
+        self.pipeline = pipe
         t0 = time.monotonic()
 
         def take(c: Completion) -> None:
@@ -639,40 +810,157 @@ class Stream:
             if on_record:
                 on_record(rec)
 
+        s = self.summary
         try:
             try:
+                if resumed is not None:
+                    for c in resumed.completions:
+                        take(c)
                 reqs = self._requests(rows)
                 for c in pipe.run(Prefetch(reqs) if live else reqs):
                     take(c)
             except KeyboardInterrupt:
-                self.summary.interrupted = True
+                s.interrupted = True
                 for c in pipe.drain():
                     take(c)
-        except (DeviceGone, LinkTimeout) as e:
-            self.summary.stopped_by = "gone"
-            msg = str(e)
-            if "after" not in msg:
-                msg += f" after {self.summary.samples} samples"
-            raise DeviceGone(msg, hint=getattr(e, "hint", None)) from None
-        except DeviceReset:
-            self.summary.stopped_by = "reset"
+        except BaseException as e:
+            s.stopped_by = ("gone" if isinstance(e, DeviceGone) else "link" if isinstance(e, LinkTimeout)
+                            else "reset" if isinstance(e, DeviceReset) else "error")
+            self._finish(s, t0, b_out, b_in, r0, pipe)
+            self._account(s, st0, alive=s.stopped_by not in ("gone", "reset"))
+            if isinstance(e, TinyolError):
+                e.summary = s
+            if isinstance(e, (DeviceGone, LinkTimeout)) and "after" not in str(e):
+                e2 = type(e)(f"{e} after {s.samples} samples", hint=e.hint)
+                e2.summary = s
+                raise e2 from None
             raise
-        finally:
-            s = self.summary
-            s.seconds = time.monotonic() - t0
-            s.bytes_out = link.stats.bytes_out - b_out
-            s.bytes_in = link.stats.bytes_in - b_in
-            s.retries = link.stats.retries - r0
+        self._finish(s, t0, b_out, b_in, r0, pipe)
         try:
-            st1 = self.device.stats()
-            s.duplicates = st1.duplicates - st0.duplicates
-            s.device_samples_seen = st1.samples_seen
-            s.device_classes = st1.n_active
-            if st1.replay_capacity:
-                s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
+            self._account(s, st0, alive=True)
         except KeyboardInterrupt:
             s.interrupted = True
         return s
+
+    def _finish(self, s: Summary, t0: float, b_out: int, b_in: int, r0: int, pipe: "Pipeline") -> None:
+        link = self.device.link
+        s.seconds = time.monotonic() - t0
+        s.bytes_out = link.stats.bytes_out - b_out
+        s.bytes_in = link.stats.bytes_in - b_in
+        s.retries = link.stats.retries - r0
+        s.sent = pipe.stats.requests
+        s.rto = pipe.rto
+        s.late = pipe.stats.late
+        s.damaged = pipe.stats.damaged + pipe.stats.link_errors
+
+    def _account(self, s: Summary, st0, *, alive: bool) -> None:
+        """The device's own count of samples learned: STATS if it answers (a short budget
+        when the stream failed), else the counter in its last reply."""
+        s.device_samples_seen, s.device_count_from = self._last_seen, "its last reply"
+        if not alive:
+            return
+        link = self.device.link
+        saved = link.timeout, link.retries
+        if s.stopped_by is not None:
+            link.timeout, link.retries = min(link.timeout, 0.5), min(link.retries, 3)
+        try:
+            st1 = self.device.stats()
+        except TinyolError:
+            return
+        finally:
+            link.timeout, link.retries = saved
+        s.duplicates = st1.duplicates - st0.duplicates
+        s.device_samples_seen, s.device_count_from = st1.samples_seen, "STATS"
+        s.device_classes = st1.n_active
+        if st1.replay_capacity:
+            s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
+
+
+# --------------------------------------------------------------------------- resume
+WAL_SUFFIX = ".wal"
+
+
+@dataclass
+class Resumed:
+    """What :func:`resend_pending` recovered of an interrupted session."""
+    base_seen: int                 # the device's sample counter when the first session began
+    counters: list[int]            # sample counters of every sample learned so far
+    completions: list[Completion]  # replies to the samples in flight when it stopped
+
+
+class WriteAhead:
+    """`LOG.wal`, the record that makes a stream resumable (`tinyol stream --resume LOG`).
+
+    Line 1: the session (source, model, device boot and counter at the start). Then, for
+    each sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted.
+    A sample is done when its record is in LOG (one line, written by one system call, after
+    its reply). A sample sent but not done may or may not have been learned; resending its
+    identical frame (same seq) settles it on the device: answered from the reply cache if
+    it ran, run now if it did not."""
+
+    def __init__(self, path, header: dict | None = None):
+        self.path = str(path)
+        self.header = header
+        self._f = open(self.path, "a", buffering=1)  # line-buffered: on disk before the frame leaves
+        self._wrote_header = header is not None  # resumed: the header is there
+
+    def start(self, header: dict) -> None:
+        if not self._wrote_header:
+            self._f.write(json.dumps({"session": header}) + "\n")
+            self._wrote_header = True
+
+    def sent(self, tag, seq: int) -> None:
+        self._f.write(json.dumps({"sent": tag[0], "seq": seq}) + "\n")
+
+    def close(self) -> None:
+        self._f.close()
+
+    @staticmethod
+    def read(log) -> tuple[dict, dict[int, int], dict[int, int | None]]:
+        """(session, sent: index -> seq in send order, done: index -> samples_seen (None if
+        not learned)) from LOG.wal and LOG."""
+        from pathlib import Path
+        wal, logp = Path(str(log) + WAL_SUFFIX), Path(log)
+        for p in (logp, wal):
+            if not p.is_file():
+                raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of an "
+                                  f"interrupted --train run (and its write-ahead log LOG{WAL_SUFFIX})")
+        session, sent, done = None, {}, {}
+        for p in (wal, logp):
+            lines = p.read_text(errors="replace").splitlines()
+            for n, line in enumerate(lines, 1):
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    if n == len(lines):
+                        break  # the last line of a killed writer may be cut
+                    raise TinyolError(f"{p}:{n}: not a line tinyol stream wrote") from None
+                if "session" in d:
+                    session = session or d["session"]
+                elif "sent" in d:
+                    sent[int(d["sent"])] = int(d["seq"])
+                elif "index" in d:
+                    done[int(d["index"])] = d.get("samples_seen") if d.get("learned") else None
+        if session is None:
+            raise TinyolError(f"{wal}: no session header (not written by `tinyol stream --log`)")
+        return session, sent, done
+
+
+def resend_pending(link: Link, session: dict, sent: dict[int, int], done: dict,
+                   payloads: dict[int, tuple[int | None, bytes]], *, window: int = DEFAULT_WINDOW,
+                   timeout: float = 1.0, retries: int = 8) -> Resumed:
+    """Settle the samples an interrupted session left in flight: resend each identical
+    frame (its seq, its payload) *before anything else* reaches the device, so the
+    reply cache still holds the replies of those that ran. `payloads`: index ->
+    (label, SAMPLE payload) rebuilt from the same source."""
+    pending = [i for i in sent if i not in done]
+    pipe = Pipeline(link, int(session["boot_count"]), window=window, timeout=timeout,
+                    retries=retries)
+    pipe.info_check = False  # an INFO would take a cache slot
+    reqs = (((i, payloads[i][0]), Msg.SAMPLE, payloads[i][1], False, sent[i]) for i in pending)
+    completions = list(pipe.run(reqs))
+    counters = [v for v in done.values() if v is not None]
+    return Resumed(int(session["base_seen"]), counters, completions)
 
 
 def stream(device: Device, X: np.ndarray, y: np.ndarray | None, manifest: dict | None, *,

@@ -24,5 +24,6 @@ int tol_app_main(void)
     for (;;) {
         uint8_t byte;
         while (tol_hal_uart_read(&byte)) tol_app_feed(&tol_app, byte);
+        tol_hal_idle(); /* sleep until the next interrupt (a received byte, SysTick) */
     }
 }

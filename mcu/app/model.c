@@ -72,6 +72,7 @@ static struct {
     uint16_t pages;           /* last save: pages the record spans (erased per save) */
     uint32_t saved_updates;   /* learner's update counter at the last save/load */
     uint32_t autosave_every;  /* auto-save period in updates (SET key AUTOSAVE), 0 = off */
+    bool head_staged;         /* a staged SET_HEAD sequence is not committed: no learning, no save */
 } tol_persist = {.autosave_every = TOL_AUTOSAVE_UPDATES};
 
 /* Time stamps that know whether a UART receive disturbed the counter. */
@@ -394,6 +395,7 @@ static tol_status_t tol_model_on_load(uint16_t n, uint8_t *reply, uint16_t *repl
     tol_store_record_t rec;
     tol_status_t st = tol_model_load(&rec);
     tol_persist.last_status = (uint8_t)st;
+    if (st == TOL_OK || st == TOL_ERR_RANGE) tol_persist.head_staged = false; /* head replaced */
     TOL_TRY(st);
     tol_learner_stats_t ls;
     tol_learner_get_stats(&tol_learner, &ls);
@@ -428,11 +430,16 @@ static tol_status_t tol_model_set_head(const uint8_t *req, uint16_t n, uint8_t *
     uint16_t offset = tol_get_u16(req + 2);
     uint16_t count = tol_get_u16(req + 6);
     TOL_CHECK(n == 12u + 4u * (uint32_t)count, TOL_ERR_LENGTH);
-    TOL_CHECK(req[4] <= 1u, TOL_ERR_ARG);
+    TOL_CHECK(req[4] <= 1u && req[5] <= 1u, TOL_ERR_ARG);
     TOL_CHECK(count <= TOL_LATENT_DIM, TOL_ERR_RANGE);
+    /* flags bit 0: staged, more slices follow. The head is fenced (SAMPLE, PREDICT,
+     * SAVE refused with TOL_ERR_BUSY, no auto-save) until a slice without it commits,
+     * or RESET/LOAD replace the head: a cut push never becomes the learned state. */
+    if (req[5] != 0u) tol_persist.head_staged = true;
     float w[TOL_LATENT_DIM > 0 ? TOL_LATENT_DIM : 1];
     for (uint16_t i = 0; i < count; i++) w[i] = tol_get_f32(req + 12 + 4u * i);
     TOL_TRY(tol_learner_set_head_row(&tol_learner, row, offset, w, count, tol_get_f32(req + 8), req[4]));
+    if (req[5] == 0u) tol_persist.head_staged = false; /* commit */
     tol_learner_stats_t ls;
     tol_learner_get_stats(&tol_learner, &ls);
     tol_put_u16(reply, row);
@@ -448,6 +455,10 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
                               uint16_t reply_cap, uint16_t *reply_len)
 {
     *reply_len = 0u;
+    if (tol_persist.head_staged &&
+        (type == (uint8_t)TOL_MSG_SAMPLE || type == (uint8_t)TOL_MSG_PREDICT || type == (uint8_t)TOL_MSG_SAVE)) {
+        return TOL_ERR_BUSY;
+    }
     switch ((tol_msg_t)type) {
     case TOL_MSG_SAMPLE: {
         tol_status_t st = tol_model_sample(req, req_len, true, reply, reply_len);
@@ -473,6 +484,12 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
     case TOL_MSG_RESET:
         TOL_CHECK(req_len == 0u, TOL_ERR_LENGTH);
         tol_learner_reset(&tol_learner);
+        {
+            tol_learner_stats_t ls;
+            tol_learner_get_stats(&tol_learner, &ls);
+            tol_persist.saved_updates = ls.updates; /* the auto-save period counts from the reset */
+        }
+        tol_persist.head_staged = false;
         return TOL_OK;
     case TOL_MSG_REPLAY_ADD: {
         /* label u16 + input: the backbone's latent goes into the replay buffer
@@ -555,6 +572,7 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
 
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
 {
+    TOL_CHECK(!(tol_persist.head_staged && region >= 3u), TOL_ERR_BUSY); /* fenced head: no use */
     int32_t label = 0;
     float conf = 0.0f;
     tol_stamp_t s = tol_now();

@@ -38,6 +38,13 @@ void tol_hal_uart_write(const uint8_t *data, size_t n);
 /* Non-blocking read: true and *byte set when a received byte is waiting. */
 bool tol_hal_uart_read(uint8_t *byte);
 
+/*
+ * Sleep until the next interrupt (WFI on Cortex-M) unless a received byte is
+ * already waiting; called by the idle loop so an idle board draws sleep current
+ * and an idle emulator frees its host core. Returns after any interrupt.
+ */
+void tol_hal_idle(void);
+
 /* Count of receive errors (overrun, framing, noise, ring-buffer overflow) since boot. */
 uint32_t tol_hal_uart_errors(void);
 

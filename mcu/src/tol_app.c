@@ -266,6 +266,19 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
         tol_app_send_link_error(req.seq, st, req.type);
         return;
     }
+    if (req.seq == 0u) {
+        /* seq 0 is reserved for link errors (docs/protocol.md): never executed */
+        app->link.frames_bad++;
+        tol_app_send_link_error(0u, TOL_ERR_FRAME, req.type);
+        return;
+    }
+    if ((uint32_t)req.length > (uint32_t)TOL_APP_MAX_REQUEST) {
+        /* the receive buffer holds a little more than INFO.max_payload (COBS slack):
+         * the advertised maximum is the limit */
+        app->link.frames_bad++;
+        tol_app_send_link_error(req.seq, TOL_ERR_LENGTH, req.type);
+        return;
+    }
     for (size_t i = 0; i < TOL_APP_REPLY_CACHE; i++) {
         const uint8_t k = (uint8_t)((app->cache_next + TOL_APP_REPLY_CACHE - 1u - i) % TOL_APP_REPLY_CACHE);
         if (app->cache[k].wire_len == 0u || app->cache[k].seq != req.seq || app->cache[k].crc != req.crc) {

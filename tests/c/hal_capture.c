@@ -25,6 +25,10 @@ void tol_hal_uart_write(const uint8_t *data, size_t n)
     out_len += n;
 }
 bool tol_hal_uart_read(uint8_t *byte) { (void)byte; return false; }
+void tol_hal_idle(void)
+{
+}
+
 uint32_t tol_hal_uart_errors(void) { return 0u; }
 uint32_t tol_hal_cycles(void) { return fake_cycles += 3u; }
 uint32_t tol_hal_cycles_epoch(void) { return 0u; }

@@ -1,6 +1,7 @@
 """`tinyol emulate`: run the firmware in QEMU, Renode or natively; print its serial URL."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import tempfile
 
@@ -21,8 +22,10 @@ from ..options import board_option, model_option
               help="native: directory for persistent state (boot counter, flash image).")
 @click.option("--icount", type=int, default=None, metavar="SHIFT",
               help="qemu: deterministic time, one instruction = 2^SHIFT ns.")
+@click.option("--test-build", is_flag=True, hidden=True,
+              help="A test build (EXIT ends the program; for test harnesses).")
 @click.pass_context
-def cmd(ctx, board, model, emu, port, state, icount):
+def cmd(ctx, board, model, emu, port, state, icount, test_build):
     """Start the firmware without hardware and print its pyserial URL.
 
     \b
@@ -32,11 +35,17 @@ def cmd(ctx, board, model, emu, port, state, icount):
     """
     verbose = ctx.find_root().obj.get("verbose", False)
     native = emu == "native" or board == "native"
-    cfg = BuildConfig("native" if native else board, model, test_build=not native and emu == "qemu")
+    # a release build: any local client could end a test build with EXIT
+    cfg = BuildConfig("native" if native else board, model, test_build=test_build)
     res = build(cfg, verbose=verbose, echo=click.echo if verbose else None)
-    state_dir = state or (tempfile.mkdtemp(prefix="tinyol-native-") if native else None)
-    target = emulator.start(board, res, emulator=emu, port=port or None, state_dir=state_dir,
-                            icount_shift=icount, timeout=24 * 3600)
+    with contextlib.ExitStack() as stack:
+        state_dir = state or (stack.enter_context(tempfile.TemporaryDirectory(prefix="tinyol-native-"))
+                              if native else None)
+        _run(emulator.start(board, res, emulator=emu, port=port or None, state_dir=state_dir,
+                            icount_shift=icount, timeout=24 * 3600), emu, board)
+
+
+def _run(target, emu, board):
     click.echo(f"{emu}: {board} running; serial port: {target.url}")
     click.echo("stop with Ctrl-C")
     try:

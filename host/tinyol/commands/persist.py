@@ -9,6 +9,7 @@ push  an .npz -> SET_HEAD row by row (checks the model hash and the shapes first
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import click
@@ -37,8 +38,14 @@ timeout_option = click.option("--timeout", type=float, default=30.0, show_defaul
                               help="Seconds to wait for the reply (an erase takes ~25 ms per page).")
 
 
-def _open(port: str, timeout: float) -> Device:
-    return Device.open(resolve_port(port), timeout=timeout)
+retries_option = click.option(
+    "--retries", type=click.IntRange(min=0), default=5, show_default=True,
+    help="Resends met by silence before giving up (each waits twice as long; a damaged reply "
+         "is resent at once). Also [VERB] retries = N in tinyol.toml.")
+
+
+def _open(port: str, timeout: float, retries: int = 5) -> Device:
+    return Device.open(resolve_port(port), timeout=timeout, retries=retries)
 
 
 def _explain(e: DeviceError) -> TinyolError:
@@ -60,15 +67,16 @@ def _wear_rows(dev: Device) -> dict:
 @port_option()
 @click.option("--no-replay", is_flag=True, help="Leave the replay buffer out (smaller record).")
 @timeout_option
+@retries_option
 @json_option
-def cmd_save(port, no_replay, timeout, as_json):
+def cmd_save(port, no_replay, timeout, retries, as_json):
     """Store the device's learned state in its flash (survives resets and power cuts).
 
     \b
     Example:
       tinyol save --port socket://127.0.0.1:4321
     """
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         try:
             r = dev.save(replay=not no_replay, timeout=timeout)
         except DeviceError as e:
@@ -92,15 +100,16 @@ def cmd_save(port, no_replay, timeout, as_json):
 @click.command("load")
 @port_option()
 @timeout_option
+@retries_option
 @json_option
-def cmd_load(port, timeout, as_json):
+def cmd_load(port, timeout, retries, as_json):
     """Replace the device's learned state with the newest record in its flash.
 
     \b
     Example:
       tinyol load --port socket://127.0.0.1:4321
     """
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         try:
             r = dev.load(timeout=timeout)
         except DeviceError as e:
@@ -117,7 +126,8 @@ def cmd_load(port, timeout, as_json):
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The .npz to write (W, b, active, metadata).")
 @click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
-def cmd_pull(port, out, timeout):
+@retries_option
+def cmd_pull(port, out, timeout, retries):
     """Copy the device's current head to an .npz file.
 
     \b
@@ -126,17 +136,20 @@ def cmd_pull(port, out, timeout):
     Example:
       tinyol pull --port socket://127.0.0.1:4321 --out head.npz
     """
-    with _open(port, timeout) as dev:
+    if not out.resolve().parent.is_dir():
+        raise TinyolError(f"--out {out}: folder {out.parent} does not exist", hint="create it first")
+    with _open(port, timeout, retries) as dev:
         info = dev.info
         if info.stage_layers:  # an adaptive stage: the whole stage image (docs/adaptive.md)
             image = dev.get_stage()
             st = dev.stats()
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with open(out, "wb") as f:
+            tmp = out.with_name(out.name + ".tmp")
+            with open(tmp, "wb") as f:  # written aside and renamed: never a half-written .npz
                 np.savez(f, stage_image=np.frombuffer(image, np.uint8),
                          stage_hash=np.int64(info.stage_hash), model_hash=np.int64(info.model_hash),
                          model=np.str_(info.model), board=np.str_(info.board),
                          samples_seen=np.int64(st.samples_seen), tinyol_version=np.str_(__version__))
+            os.replace(tmp, out)
             click.echo(f"wrote {out}: adaptive stage, {info.stage_layers} layers, {info.stage_params} "
                        f"parameters, {st.samples_seen} samples seen (model {info.model}, hash "
                        f"0x{info.model_hash:08x})")
@@ -144,35 +157,67 @@ def cmd_pull(port, out, timeout):
         w, b, active = dev.get_head()
         st = dev.stats()
     n_classes = int(np.flatnonzero(active).max() + 1) if active.any() else 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as f:
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "wb") as f:  # written aside and renamed: never a half-written .npz
         np.savez(f, W=w.astype(np.float32), b=b.astype(np.float32), active=active.astype(bool),
                  n_classes=np.int64(n_classes), model_hash=np.int64(info.model_hash), model=np.str_(info.model),
                  head_mode=np.str_(info.head_mode), board=np.str_(info.board),
                  samples_seen=np.int64(st.samples_seen), tinyol_version=np.str_(__version__))
+    tmp.replace(out)
     click.echo(f"wrote {out}: W{list(w.shape)}, {int(active.sum())} active rows, "
                f"{st.samples_seen} samples seen (model {info.model}, hash 0x{info.model_hash:08x})")
 
 
 def read_head(path: Path) -> dict:
     """Load an .npz from `pull` or `export` (head_init.npz) -> dict(W, b, active, model_hash or None)."""
+    hint = "expected the output of `tinyol pull` or an exported head_init.npz"
+    if Path(path).stat().st_size == 0:
+        raise TinyolError(f"{path} is an empty file", hint=hint)
     try:
         z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise TinyolError(f"cannot read {path}: {e}") from None
-    missing = [k for k in ("W", "b") if k not in z.files]
-    if missing:
-        raise TinyolError(f"{path} has no {', '.join(missing)} (expected the output of `tinyol pull` "
-                          "or a head_init.npz)")
-    w, b = z["W"], z["b"]
-    if "active" in z.files:
-        active = z["active"].astype(bool)
-    elif "n_classes" in z.files:
-        active = np.arange(len(b)) < int(z["n_classes"])
-    else:
-        active = np.ones(len(b), bool)
-    model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
+        if not hasattr(z, "files"):
+            raise ValueError("a single array, not an .npz archive")
+        missing = [k for k in ("W", "b") if k not in z.files]
+        if missing:
+            raise TinyolError(f"{path} has no {', '.join(missing)}", hint=hint)
+        w, b = np.asarray(z["W"]), np.asarray(z["b"])
+        if w.ndim != 2 or b.ndim != 1 or not (np.issubdtype(w.dtype, np.number)
+                                              and np.issubdtype(b.dtype, np.number)):
+            raise TinyolError(f"{path}: W must be a 2-D and b a 1-D array of numbers, got W "
+                              f"{w.dtype}{list(w.shape)}, b {b.dtype}{list(b.shape)}", hint=hint)
+        if "active" in z.files:
+            active = np.asarray(z["active"]).astype(bool).reshape(-1)
+        elif "n_classes" in z.files:
+            active = np.arange(len(b)) < int(z["n_classes"])
+        else:
+            active = np.ones(len(b), bool)
+        model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
+    except TinyolError:
+        raise
+    except (OSError, ValueError, TypeError, EOFError, KeyError, zipfile_error()) as e:
+        # EOFError (an empty file) must not reach click, which would print "aborted"
+        raise TinyolError(f"cannot read {path}: {type(e).__name__}: {e or 'empty file'}", hint=hint) from None
     return {"W": w, "b": b, "active": active, "model_hash": model_hash}
+
+
+def zipfile_error():
+    import zipfile
+    return zipfile.BadZipFile
+
+
+def _cut_push(e: TinyolError, dev: Device, inp) -> TinyolError:
+    """What the device holds after a push that failed part way (set_head stages every
+    slice but the last, so the head is fenced, never learned on or saved, until committed)."""
+    k = getattr(dev, "head_written", 0)
+    why = str(_explain(e)) if isinstance(e, DeviceError) else str(e)
+    if k == 0:
+        return TinyolError(f"push failed before the device took any of {inp}: {why}; its head is unchanged",
+                           hint=e.hint)
+    return TinyolError(
+        f"push cut after {k} slices of {inp}: {why}. The device holds a partly written head, fenced: "
+        "it refuses SAMPLE, PREDICT and SAVE (ERR_BUSY) and never auto-saves it",
+        hint="push again to commit a whole head; or `tinyol load` (last saved state) / a reset "
+             "(the exported head) to roll back")
 
 
 @click.command("push")
@@ -181,21 +226,20 @@ def read_head(path: Path) -> dict:
               help="An .npz from `tinyol pull` (or a head_init.npz).")
 @click.option("--force", is_flag=True, help="Push even if the file's model hash differs from the device's.")
 @click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
-def cmd_push(port, inp, force, timeout):
+@retries_option
+def cmd_push(port, inp, force, timeout, retries):
     """Write a head from an .npz file onto the device (SET_HEAD); `tinyol save` keeps it.
 
     \b
     Example:
       tinyol push --port socket://127.0.0.1:4321 --in head.npz
     """
-    with np.load(inp, allow_pickle=False) as z:
-        stage = bytes(z["stage_image"]) if "stage_image" in z.files else None
-        stage_hash = int(z["stage_hash"]) if "stage_hash" in z.files else None
+    stage, stage_hash = _read_stage(inp)
     if stage is not None:
-        _push_stage(port, timeout, inp, stage, stage_hash, force)
+        _push_stage(port, timeout, retries, inp, stage, stage_hash, force)
         return
     head = read_head(inp)
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         info = dev.info
         if info.stage_layers:
             raise TinyolError(f"{inp} holds a one-layer head but {info.model} on the device trains an "
@@ -208,15 +252,33 @@ def cmd_push(port, inp, force, timeout):
                 hint="a head only fits the backbone it was trained on; --force pushes it anyway")
         try:
             dev.set_head(head["W"], head["b"], head["active"])
-        except DeviceError as e:
-            raise _explain(e) from None
+        except TinyolError as e:
+            raise _cut_push(e, dev, inp) from None
     click.echo(f"pushed {inp}: {int(np.asarray(head['active']).sum())} active rows onto {info.board} "
                f"(not yet saved: run `tinyol save` to keep it)")
 
 
-def _push_stage(port, timeout, inp: Path, image: bytes, stage_hash: int | None, force: bool) -> None:
+def _read_stage(inp: Path) -> tuple[bytes | None, int | None]:
+    """An adaptive-stage image from a `tinyol pull` file, or (None, None) for anything else
+    (read_head then reads it as a one-layer head, or explains what is wrong with it)."""
+    try:
+        with np.load(inp, allow_pickle=False) as z:
+            if "stage_image" not in z.files:
+                return None, None
+            image = z["stage_image"]
+            stage_hash = int(z["stage_hash"]) if "stage_hash" in z.files else None
+    except Exception:  # noqa: BLE001 - not an .npz at all: read_head gives the one-line error
+        return None, None
+    if image.dtype != np.uint8 or image.ndim != 1:
+        raise TinyolError(f"{inp}: stage_image must be a 1-D uint8 array, not {image.dtype} {image.shape}",
+                          hint="push an .npz that `tinyol pull` wrote")
+    return bytes(image), stage_hash
+
+
+def _push_stage(port, timeout, retries, inp: Path, image: bytes, stage_hash: int | None,
+                force: bool) -> None:
     """push for an adaptive stage: SET_STAGE slices, committed all at once by the device."""
-    with _open(port, timeout) as dev:
+    with _open(port, timeout, retries) as dev:
         info = dev.info
         if not info.stage_layers:
             raise TinyolError(f"{inp} holds an adaptive stage but {info.model} on the device has a "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 import sys
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import numpy as np
 
 from ..errors import TinyolError
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
-from ..stream import DEFAULT_WINDOW, DEVICE_CACHE, Record, Stream, Summary, check_samples
+from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Record, Stream, Summary, WriteAhead,
+                      check_samples, encode_input, model_input_q, resend_pending)
 
 
 def load_manifest(model_dir: str) -> dict:
@@ -27,11 +29,14 @@ def load_manifest(model_dir: str) -> dict:
     except FileNotFoundError:
         raise TinyolError(f"{model_dir}: no manifest.json (not a tinyol model directory)",
                           hint="pass the directory written by `tinyol export` with --model") from None
-    except json.JSONDecodeError as e:
-        raise TinyolError(f"{p}: not valid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TinyolError(f"{p}: not valid JSON ({e})",
+                          hint="re-export the model (`tinyol export`) to write it again") from None
+    from ..stream import check_manifest
     from ..versions import check_model
 
     check_model(manifest, str(model_dir))
+    check_manifest(manifest, p)
     return manifest
 
 
@@ -59,8 +64,9 @@ def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_c
 
 def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -> None:
     name = (lambda c: names[c] if names and c < len(names) else str(c))  # noqa: E731
-    state = " (interrupted)" if s.interrupted else ""
-    echo(f"samples      {s.samples}{state}")
+    state = " (interrupted)" if s.interrupted else f" (stopped: {s.stopped_by})" if s.stopped_by else ""
+    sent = f" answered of {s.sent} sent" if s.sent != s.samples else ""
+    echo(f"samples      {s.samples}{state}{sent}")
     if s.per_class:
         echo(f"accuracy     {s.accuracy:.4f}" + ("  (prequential: each sample predicted before it "
                                                   "is learned)" if s.mode == "train" else ""))
@@ -73,30 +79,89 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -
                  f"{s.false_positive_rate:.4f} (label 0 = normal)")
     echo(f"throughput   {s.samples_per_s:.1f} samples/s, {s.bytes_per_s:.0f} bytes/s "
          f"({s.bytes_out} out, {s.bytes_in} in, {s.seconds:.2f} s)")
-    echo(f"link         {s.retries} resends, {s.duplicates} duplicates answered from the device's cache")
+    rto = f", resend timeout {s.rto * 1e3:.0f} ms" if s.rto else ""
+    extra = "".join([f", {s.late} slower than the timeout" if s.late else "",
+                     f", {s.damaged} damaged frames" if s.damaged else ""])
+    echo(f"link         {s.retries} resends, {s.duplicates} duplicates answered from the device's "
+         f"cache{extra}{rto}")
     if s.device_samples_seen is not None and s.mode == "train":
         replay = f", replay buffer {s.replay_fill}" if s.replay_fill else ""
-        echo(f"device       {s.device_samples_seen} samples learned in total, "
-             f"{s.device_classes} classes active{replay}")
+        classes = f", {s.device_classes} classes active" if s.device_classes is not None else ""
+        source = "" if s.device_count_from in (None, "STATS") else f" (from {s.device_count_from})"
+        echo(f"device       {s.device_samples_seen} samples learned in total{source}{classes}{replay}")
     for k, v in s.rejected.items():
         echo(f"rejected     {v} x {k}")
 
 
-def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digits",
+def _check_out_path(path, what: str) -> None:
+    """Refuse before streaming when an output cannot be written (never create folders silently)."""
+    if path and not Path(path).resolve().parent.is_dir():
+        raise TinyolError(f"{what} {path}: folder {Path(path).parent} does not exist",
+                          hint="create it first, or write somewhere else")
+
+
+def _resume_session(resume: str) -> tuple[dict, dict, dict]:
+    session, sent, done = WriteAhead.read(resume)
+    if session.get("data") == "-":
+        raise TinyolError("a stream from stdin cannot be resumed (its samples are gone)")
+    return session, sent, done
+
+
+def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "models/digits",
                limit=None, shuffle=False, seed=0, log=None, plot=None, encoding="int8",
                window=DEFAULT_WINDOW, timeout=1.0, progress=True, print_predictions=False,
-               title=None, label_column=None, echo=click.echo) -> tuple[Summary, list[Record]]:
-    """The body of `tinyol stream` (also used by `tinyol demo`)."""
-    from ..device import Device
+               title=None, label_column=None, echo=click.echo, retries: int = 8,
+               patience: float = 120.0, resume: str | None = None) -> tuple[Summary, list[Record]]:
+    """The body of `tinyol stream` (also used by `tinyol demo`).
 
+    `resume`: the --log of an interrupted train run; its session (source, order, model,
+    settings) is taken from LOG.wal, the samples it left in flight are settled first, and
+    the rest is streamed, appending to LOG."""
+    from ..device import Device
+    from ..protocol import Link
+
+    session = sent = done = None
+    if resume:
+        session, sent, done = _resume_session(resume)
+        data, limit, shuffle, seed = session["data"], session["limit"], session["shuffle"], session["seed"]
+        label_column, model_dir, encoding, mode = (session["label_column"], session["model"],
+                                                   session["encoding"], "train")
+        log = resume
+    if not data:
+        raise TinyolError("--data is required", hint="or --resume LOG to continue an interrupted run")
+    _check_out_path(plot, "--plot")
+    _check_out_path(log, "--log")
     manifest = load_manifest(model_dir)
     rows, total, X, y, names = load_rows(data, limit=limit, shuffle=shuffle, seed=seed,
                                          label_column=label_column)
     names = names or [str(i) for i in range(int(manifest["head"].get("max_classes", 0)))]
-    logf = open(log, "w", buffering=1) if log else None  # line-buffered: `tail -f` works
-    with Device.open(resolve_port(port), timeout=max(timeout, 1.0)) as dev:
+    url = resolve_port(port)
+    resumed = None
+    link = Link.open(url, timeout=max(timeout, 1.0), retries=retries)
+    if resume:
+        # before anything else reaches the device: settle what the last session left in flight
+        input_q = model_input_q(manifest)
+        payloads = {i: (int(y[i]), struct.pack("<H", int(y[i])) + encode_input(X[i], encoding, input_q))
+                    for i in sent if i not in done}
+        try:
+            resumed = resend_pending(link, session, sent, done, payloads, window=window,
+                                     timeout=timeout, retries=retries)
+        except BaseException:
+            link.close()
+            raise
+        rows = ((i, X[i], int(y[i])) for i in range(len(y)) if i not in sent)
+        total = len(y) - len(sent)
+    logf = open(log, "a" if resume else "w", buffering=1) if log else None  # line-buffered: `tail -f` works
+    if resume and Path(log).read_bytes()[-1:] not in (b"", b"\n"):
+        logf.write("\n")  # a line cut by the kill stays apart from the next record
+    wal = WriteAhead(log + WAL_SUFFIX, header=session) if log and mode == "train" else None
+    if wal is not None and not resume:
+        open(wal.path, "w").close()
+    with Device(link) as dev:
+        if resume:
+            _check_resumed(dev, session, resumed)
         st = Stream(dev, manifest, mode=mode, encoding=encoding, window=window, timeout=timeout,
-                    model_dir=model_dir)
+                    model_dir=model_dir, retries=retries, patience=patience)
         if X is not None:  # a whole data set: every row is checked before anything is sent
             check_samples(X, y if mode == "train" else None, dev.info, mode)
         bar = None
@@ -104,6 +169,13 @@ def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digi
             from tqdm import tqdm
             bar = tqdm(total=total, unit="sample", desc=mode, leave=False, dynamic_ncols=True,
                        file=sys.stderr)
+
+        def on_send(tag, seq: int) -> None:
+            wal.start({"data": data, "limit": limit, "shuffle": shuffle, "seed": seed,
+                       "label_column": label_column, "model": str(model_dir), "encoding": encoding,
+                       "boot_count": dev.info.boot_count, "model_hash": dev.info.model_hash,
+                       "base_seen": st._base_seen, "window": window})
+            wal.sent(tag, seq)
 
         def on_record(r: Record) -> None:
             if logf:
@@ -117,12 +189,15 @@ def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digi
                     bar.set_postfix(acc=f"{st.summary.accuracy:.3f}")
 
         try:
-            st.run(rows, on_record=on_record, live=X is None)
+            st.run(rows, on_record=on_record, live=X is None, on_send=on_send if wal else None,
+                   resumed=resumed)
         finally:
             if bar is not None:
                 bar.close()
             if logf:
                 logf.close()
+            if wal:
+                wal.close()
             if plot and st.records and st.summary.per_class:
                 from ..plotting import plot_learning_curve
                 plot_learning_curve(st.records, plot, title=title or f"{mode}: {data} on {dev.info.board}",
@@ -132,7 +207,7 @@ def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digi
 
 @click.command("stream")
 @port_option()
-@click.option("--data", "-d", required=True, metavar="SOURCE",
+@click.option("--data", "-d", default=None, metavar="SOURCE",
               help="digits, digits:5-9@train, file.csv, file.npz, or - (stdin lines: features..., label).")
 @click.option("--train", "mode", flag_value="train", default=True,
               help="SAMPLE: the device predicts, then learns (prequential; default).")
@@ -150,13 +225,22 @@ def run_stream(port: str, data: str, mode: str, *, model_dir: str = "models/digi
               help="int8: quantized on the host (4x less traffic); float32: on the device.")
 @click.option("--window", type=click.IntRange(1, DEVICE_CACHE), default=DEFAULT_WINDOW, show_default=True,
               help="Requests in flight (pipelining; the device caches 8 replies).")
-@click.option("--timeout", type=float, default=1.0, show_default=True,
-              help="Seconds before a request is resent.")
+@click.option("--timeout", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
+              help="Initial (and largest) resend timeout in seconds; it adapts to the measured reply "
+                   "time, as TCP's does.")
+@click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Resends met by complete silence before the device counts as gone "
+                   "(each waits twice as long as the one before).")
+@click.option("--patience", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+              help="Seconds a live but damaged link may go without an answered request.")
+@click.option("--resume", default=None, metavar="LOG", type=click.Path(dir_okay=False),
+              help="Continue an interrupted --train run from its --log (LOG.wal): every sample "
+                   "learned exactly once across the interruption.")
 @click.option("--label-column", default=None, help="CSV: label column (name or index; default last).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option
 def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, window, timeout,
-        label_column, no_progress, as_json):
+        retries, patience, resume, label_column, no_progress, as_json):
     """Stream labelled samples to a device and report accuracy.
 
     \b
@@ -165,12 +249,23 @@ def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, wind
       tinyol stream --port auto --data digits@test --eval
       sensor-reader | tinyol stream --port /dev/ttyACM0 --data - --log run.jsonl
     """
-    summary, _ = run_stream(port, data, mode, model_dir=model, limit=limit, shuffle=shuffle,
-                            seed=seed, log=log, plot=plot, encoding=encoding, window=window,
-                            timeout=timeout, progress=not (no_progress or as_json),
-                            print_predictions=(mode == "predict" and not as_json),
-                            label_column=label_column,
-                            echo=(lambda *a, **k: None) if as_json else click.echo)
+    if resume and (data or log):
+        raise TinyolError("--resume LOG takes the source and the log from the interrupted run",
+                          hint="drop --data/--log (the run's settings are in LOG.wal)")
+    try:
+        summary, _ = run_stream(port, data, mode, model_dir=model, limit=limit, shuffle=shuffle,
+                                seed=seed, log=log, plot=plot, encoding=encoding, window=window,
+                                timeout=timeout, progress=not (no_progress or as_json),
+                                print_predictions=(mode == "predict" and not as_json),
+                                label_column=label_column, retries=retries, patience=patience,
+                                resume=resume, echo=(lambda *a, **k: None) if as_json else click.echo)
+    except TinyolError as e:
+        s = getattr(e, "summary", None)
+        if s is not None:  # the partial summary: what was sent, answered, learned
+            print_summary(s, echo=lambda m: click.echo(m, err=True))
+            if log or resume:
+                click.echo(f"resume       tinyol stream --port {port} --resume {resume or log}", err=True)
+        raise
     if as_json:
         emit_json(_clean(summary.as_dict()))
         return
@@ -181,6 +276,44 @@ def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, wind
         click.echo(f"log          {log}")
     if summary.interrupted:
         sys.exit(130)  # like an interrupted shell command (cli.main ignores click's Exit codes)
+
+
+def _check_resumed(dev, session: dict, resumed) -> None:
+    """The device must be where the log says: same boot, same model, and its sample
+    counter at the last sample the log (and the settled in-flight ones) accounts for."""
+    from ..device import Result
+    from ..protocol import DeviceReset
+
+    info = dev.info
+    if info.model_hash != int(session["model_hash"]):
+        raise TinyolError(f"the device now runs another model (hash 0x{info.model_hash:08x}, the log's "
+                          f"is 0x{int(session['model_hash']):08x}): cannot resume")
+    if info.boot_count != int(session["boot_count"]):
+        raise DeviceReset(
+            f"the device reset since the interrupted run (boot counter {session['boot_count']} -> "
+            f"{info.boot_count}): what it learned since its last save is gone, so the run cannot "
+            "be resumed exactly once", hint="start the stream again (without --resume)")
+    counters = list(resumed.counters)
+    for c in resumed.completions:
+        if not c.status:
+            r = Result.parse(c.payload)
+            if r.learned:
+                counters.append(r.samples_seen)
+    expect = max(counters, default=resumed.base_seen)
+    seen = dev.stats().samples_seen
+    if seen != expect:
+        raise TinyolError(
+            f"the device has learned {seen - resumed.base_seen} samples since the run began, the log "
+            f"accounts for {expect - resumed.base_seen}: something else trained it in between",
+            hint="resume only a device no other client used; start the stream again")
+    missing = sorted(set(range(resumed.base_seen + 1, seen + 1)) - set(counters))
+    if missing:  # e.g. another client's requests pushed an in-flight reply out of the cache
+        raise TinyolError(
+            f"the device learned {len(missing)} sample(s) the log cannot account for (its counters "
+            f"{missing[:5]}{'...' if len(missing) > 5 else ''} belong to no logged sample): a sample "
+            "in flight at the interruption may have been learned twice",
+            hint="another client used the device between the interruption and --resume; "
+                 "start the stream again")
 
 
 def _clean(v):

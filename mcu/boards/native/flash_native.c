@@ -49,12 +49,20 @@ void tol_flash_native_attach(const char *state_dir)
         pread(tol_fn.fd, tol_fn.mem, sizeof(tol_fn.mem), 0) == (ssize_t)sizeof(tol_fn.mem)) {
         return;
     }
-    /* new (or wrong-sized) image: an erased region */
+    /* new (or wrong-sized) image: an erased region, written aside and renamed into place
+     * so a kill meanwhile never leaves a short flash.bin */
     memset(tol_fn.mem, 0xFF, sizeof(tol_fn.mem));
-    if (ftruncate(tol_fn.fd, 0) != 0 ||
-        pwrite(tol_fn.fd, tol_fn.mem, sizeof(tol_fn.mem), 0) != (ssize_t)sizeof(tol_fn.mem)) {
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || pwrite(fd, tol_fn.mem, sizeof(tol_fn.mem), 0) != (ssize_t)sizeof(tol_fn.mem) ||
+        fsync(fd) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "tinyol native: %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return;
     }
+    close(tol_fn.fd);
+    tol_fn.fd = fd;
 }
 
 static void tol_fn_step(void)

@@ -3,12 +3,19 @@
  * Linux process whose serial line is a TCP socket (default) or a pty.
  *
  *   program [--port N] [--host ADDR] [--pty] [--state DIR] [--board NAME]
+ *           [--max-seconds S] [--outlive-parent]
  *
  * --port 0 picks a free port. The process prints one line
  * "tinyol native serial: <pyserial URL>" on stdout, then waits for the first
  * client before booting (so the boot banner is never lost). When a client
- * disconnects it waits for the next. --state DIR keeps the boot counter and
- * the simulated flash (flash.bin, see flash_native.c) across restarts; a reset re-executes the program.
+ * disconnects it waits for the next; a client that connects while another is
+ * served gets the line "tinyol busy ..." and is closed (one client at a time).
+ * --state DIR (created if missing) keeps the boot counter and the simulated
+ * flash (flash.bin, see flash_native.c) across restarts; a reset re-executes
+ * the program. One process per DIR: it holds a lock on DIR/lock, a second one
+ * refuses to start. State files are replaced by temp-and-rename, never
+ * rewritten in place. The process ends with its parent (PR_SET_PDEATHSIG) and
+ * after --max-seconds (SIGALRM), so no target outlives the tool that started it.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,12 +42,13 @@
 static struct {
     int listen_fd;
     int fd;           /* connected client or pty master; -1 when none */
+    int refused_fd;   /* a second client told "busy", closed when it hangs up; -1 when none */
     bool pty;
     uint8_t buf[4096];
     size_t len;
     size_t at;
     char **argv;
-} tol_nat = {.listen_fd = -1, .fd = -1};
+} tol_nat = {.listen_fd = -1, .fd = -1, .refused_fd = -1};
 
 static tol_hal_info_t tol_info = {.board = "native", .cpu_hz = 1000000000u, .emulated = true};
 static tol_native_options_t tol_opts;
@@ -47,6 +57,31 @@ static void tol_die(const char *what)
 {
     fprintf(stderr, "tinyol native: %s: %s\n", what, strerror(errno));
     exit(2);
+}
+
+/* A client connecting while another is served is answered "busy" when it sends its
+ * first bytes (a line sent at once could be discarded by the client's own start-up,
+ * pyserial empties its input buffer on open) and closed when it hangs up (closing
+ * with its request unread would send a TCP reset that discards the line). */
+static void tol_refuse_newcomer(void)
+{
+    int fd = accept(tol_nat.listen_fd, NULL, NULL);
+    if (fd < 0) return;
+    if (tol_nat.refused_fd >= 0) close(tol_nat.refused_fd);
+    tol_nat.refused_fd = fd;
+}
+
+static void tol_drain_refused(void)
+{
+    static const char busy[] = "tinyol busy: another client is connected (one client at a time)\r\n";
+    uint8_t sink[256];
+    ssize_t r = read(tol_nat.refused_fd, sink, sizeof(sink));
+    if (r > 0) {
+        (void)!write(tol_nat.refused_fd, busy, sizeof(busy)); /* the line and its 0x00 delimiter */
+    } else if (!(r < 0 && (errno == EINTR || errno == EAGAIN))) {
+        close(tol_nat.refused_fd);
+        tol_nat.refused_fd = -1;
+    }
 }
 
 static void tol_accept(void)
@@ -94,6 +129,63 @@ static void tol_open_line(void)
     tol_accept();
 }
 
+/* mkdir -p */
+static void tol_mkdirs(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1; *p != '\0'; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) tol_die(path);
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) tol_die(path);
+}
+
+/* Create the state folder (with its parents) and lock it for this process.
+ * The lock is a POSIX record lock on DIR/lock: it is kept across the re-exec of a
+ * reset (same process; the descriptor is passed on in TINYOL_NATIVE_LOCK_FD) and
+ * released by the kernel however the process ends. */
+static void tol_state_lock(void)
+{
+    const char *dir = tol_opts.state_dir;
+    tol_mkdirs(dir);
+    const char *inherited = getenv("TINYOL_NATIVE_LOCK_FD");
+    if (inherited != NULL && fcntl(atoi(inherited), F_GETFD) >= 0) return; /* after a reset */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0) tol_die(path);
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &lk) != 0) {
+        struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        long pid = fcntl(fd, F_GETLK, &who) == 0 ? (long)who.l_pid : -1L;
+        fprintf(stderr,
+                "tinyol native: state folder %s is in use by process %ld; one target per --state folder\n",
+                dir, pid);
+        exit(3);
+    }
+    char num[16];
+    snprintf(num, sizeof(num), "%d", fd);
+    setenv("TINYOL_NATIVE_LOCK_FD", num, 1);
+}
+
+/* Replace DIR/name with `text` by temp-and-rename: a kill at any point leaves the
+ * old or the new content, never an empty or partial file. */
+static void tol_state_write(const char *name, const char *text)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof(path), "%s/%s", tol_opts.state_dir, name);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) tol_die(tmp);
+    size_t n = strlen(text);
+    if (write(fd, text, n) != (ssize_t)n || fsync(fd) != 0) tol_die(tmp);
+    close(fd);
+    if (rename(tmp, path) != 0) tol_die(path);
+}
+
 static uint32_t tol_boot_counter(void)
 {
     if (tol_opts.state_dir == NULL) return 1u;
@@ -106,11 +198,20 @@ static uint32_t tol_boot_counter(void)
         fclose(f);
     }
     count++;
-    f = fopen(path, "w");
-    if (f == NULL) tol_die(path);
-    fprintf(f, "%u\n", count);
-    fclose(f);
+    char text[16];
+    snprintf(text, sizeof(text), "%u\n", count);
+    tol_state_write("boot_count", text);
     return (uint32_t)count;
+}
+
+/* End with the parent (the tool that started us) and after the time limit. */
+static void tol_lifetime(void)
+{
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) tol_die("prctl");
+    if (getppid() != parent && tol_opts.die_with_parent) exit(2); /* it died before the signal was armed */
+    if (!tol_opts.die_with_parent) (void)prctl(PR_SET_PDEATHSIG, 0);
+    if (tol_opts.max_seconds > 0u) alarm(tol_opts.max_seconds);
 }
 
 void tol_native_configure(const tol_native_options_t *opts, char **argv)
@@ -123,6 +224,8 @@ void tol_native_configure(const tol_native_options_t *opts, char **argv)
 void tol_hal_init(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    tol_lifetime();
+    if (tol_opts.state_dir != NULL) tol_state_lock();
     tol_info.boot_count = tol_boot_counter();
     tol_flash_native_attach(tol_opts.state_dir); /* <state>/flash.bin: the simulated store region */
     tol_open_line();
@@ -152,8 +255,13 @@ bool tol_hal_uart_read(uint8_t *byte)
         *byte = tol_nat.buf[tol_nat.at++];
         return true;
     }
-    struct pollfd p = {.fd = tol_nat.fd, .events = POLLIN};
-    if (poll(&p, 1, 100) <= 0) return false;
+    struct pollfd p[3] = {{.fd = tol_nat.fd, .events = POLLIN},
+                          {.fd = tol_nat.listen_fd, .events = POLLIN},
+                          {.fd = tol_nat.refused_fd, .events = POLLIN}};
+    if (poll(p, 3u, 100) <= 0) return false; /* negative fds are ignored */
+    if (tol_nat.refused_fd >= 0 && (p[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) tol_drain_refused();
+    if (tol_nat.listen_fd >= 0 && (p[1].revents & POLLIN) != 0) tol_refuse_newcomer();
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return false;
     ssize_t r = read(tol_nat.fd, tol_nat.buf, sizeof(tol_nat.buf));
     if (r <= 0) {
         if (r < 0 && (errno == EINTR || errno == EAGAIN)) return false;
@@ -170,6 +278,11 @@ bool tol_hal_uart_read(uint8_t *byte)
     tol_nat.at = 1;
     *byte = tol_nat.buf[0];
     return true;
+}
+
+void tol_hal_idle(void)
+{
+    /* nothing: tol_hal_uart_read() already sleeps in poll() while the line is idle */
 }
 
 uint32_t tol_hal_uart_errors(void)

@@ -15,15 +15,18 @@ static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [--port N] [--host ADDR] [--pty] [--state DIR] [--board NAME]\n"
+            "          [--max-seconds S] [--outlive-parent]\n"
             "  serves the tinyol protocol on a TCP socket (default: a free port on 127.0.0.1)\n"
-            "  or a pty; prints the pyserial URL as 'tinyol native serial: URL'\n",
+            "  or a pty; prints the pyserial URL as 'tinyol native serial: URL'\n"
+            "  --state DIR: boot counter and flash image (created; one process per DIR)\n"
+            "  ends with its parent process unless --outlive-parent; after S seconds if given\n",
             prog);
 }
 
 int main(int argc, char **argv)
 {
     tol_native_options_t opts = {.host = "127.0.0.1", .port = 0, .pty = false, .state_dir = NULL,
-                                 .board = NULL};
+                                 .board = NULL, .max_seconds = 0u, .die_with_parent = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -42,6 +45,16 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--state") == 0 && v != NULL) {
             opts.state_dir = v;
+            i++;
+        } else if (strcmp(a, "--outlive-parent") == 0) {
+            opts.die_with_parent = false;
+        } else if (strcmp(a, "--max-seconds") == 0 && v != NULL) {
+            long s = strtol(v, NULL, 10);
+            if (s < 0 || s > 100000000L) {
+                fprintf(stderr, "tinyol native: --max-seconds must be 0..100000000\n");
+                return 2;
+            }
+            opts.max_seconds = (unsigned)s;
             i++;
         } else if (strcmp(a, "--board") == 0 && v != NULL) {
             opts.board = v;

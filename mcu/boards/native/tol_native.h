@@ -11,6 +11,8 @@ typedef struct {
     bool pty;               /* use a pseudo-terminal instead of TCP */
     const char *state_dir;  /* persistent state (boot counter, flash image); NULL = none */
     const char *board;      /* board name reported by INFO, default "native" */
+    unsigned max_seconds;   /* end the process after this many seconds (SIGALRM); 0 = never */
+    bool die_with_parent;   /* end with the parent process (default; --outlive-parent turns it off) */
 } tol_native_options_t;
 
 /* Must be called before tol_hal_init(); argv is kept for the reset re-exec. */

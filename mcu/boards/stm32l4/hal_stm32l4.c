@@ -228,6 +228,16 @@ bool tol_hal_uart_read(uint8_t *byte)
     return true;
 }
 
+void tol_hal_idle(void)
+{
+    /* Interrupts masked between the check and WFI: a byte that arrives in between
+     * leaves its interrupt pending, and a pending interrupt ends WFI even while
+     * masked; the ISR then runs at cpsie. No byte can wait for the next interrupt. */
+    __asm volatile("cpsid i" ::: "memory");
+    if (tol_rx.head == tol_rx.tail) __asm volatile("wfi" ::: "memory");
+    __asm volatile("cpsie i" ::: "memory");
+}
+
 uint32_t tol_hal_uart_errors(void)
 {
     return tol_rx.errors;
