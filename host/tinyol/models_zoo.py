@@ -225,14 +225,16 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in [
         Recipe("digits", digits_model, _train_digits, "digits:0-4@train",
-               dict(max_classes=10, board="nucleo_l476rg")),
+               dict(max_classes=10, board="nucleo_l476rg", replay_capacity=200)),
         Recipe("anomaly", anomaly_model, _train_anomaly, "sensor@train",
                dict(board="nucleo_l476rg", replay_capacity=0),  # replaying latents needs their targets: off
                save_keras=False),  # 0.8 MB of float weights; training is deterministic
-        Recipe("ds_cnn", ds_cnn_model, _random(SEED + 1), None, dict(board="nucleo_l476rg")),
+        Recipe("ds_cnn", ds_cnn_model, _random(SEED + 1), None,
+               dict(board="nucleo_l476rg", replay_capacity=200)),
         Recipe("mobilenet_v1_vww", mobilenet_v1_vww_model, _random(SEED + 2), None,
-               dict(board="nucleo_l4r5zi"), save_keras=False),  # ~100 KB arena: needs the L4R5
-        Recipe("resnet8", resnet8_model, _random(SEED + 3), None, dict(board="nucleo_l476rg")),
+               dict(board="nucleo_l4r5zi", replay_capacity=200), save_keras=False),  # ~100 KB arena: needs the L4R5
+        Recipe("resnet8", resnet8_model, _random(SEED + 3), None,
+               dict(board="nucleo_l476rg", replay_capacity=200)),
     ]
 }
 

@@ -35,30 +35,33 @@ _Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
 extern const float tol_head_init_weight[];
 extern const float tol_head_init_bias[];
 
-#define TOL_LEARNER_MEM_BYTES \
-    TOL_LEARNER_BYTES(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
-/* The learner's memory (head, momentum, replay buffer) goes to SRAM2 when it
- * fits there (TOL_BOARD_RAM2_BYTES comes from the board's build), leaving
- * SRAM1 to the backbone arena, the protocol buffers and the stack. */
-#ifndef TOL_BOARD_RAM2_BYTES
-#define TOL_BOARD_RAM2_BYTES 0
+/* Momentum buffers only when the exported momentum is > 0 (config.h TOL_HAS_MOMENTUM;
+ * models exported before it keep them); gradient rows for n_new fresh + n_old replayed
+ * samples, the replayed ones only with a buffer (host/tinyol/memory.py models the same). */
+#ifndef TOL_HAS_MOMENTUM
+#define TOL_HAS_MOMENTUM 1
 #endif
-/* TOL_LEARNER_BYTES uses casts, which #if cannot evaluate: decide with this
- * cast-free upper bound (asserted below to really be one). */
-/* (head + momentum, replay rows + labels, per-sample gradient factors of a
- * batch of up to 1 + n_new + 16 + n_old samples, scratch) */
-#define TOL_LEARNER_MEM_BOUND                                                            \
-    (16 * (TOL_LATENT_DIM + 1) * TOL_MODEL_OUTPUTS + 16 * TOL_MODEL_OUTPUTS +            \
-     TOL_REPLAY_CAPACITY * ((TOL_REPLAY_BITS * TOL_LATENT_DIM) / 8 + 10) +              \
-     4 * (TOL_LATENT_DIM + TOL_MODEL_OUTPUTS + 2) * (1 + TOL_REPLAY_N_NEW + 16 + TOL_REPLAY_N_OLD) + \
-     2 * TOL_REPLAY_N_NEW + 1024)
-#if TOL_LEARNER_MEM_BOUND <= TOL_BOARD_RAM2_BYTES
+#define TOL_MODEL_MAX_OLD (TOL_REPLAY_CAPACITY > 0 ? (TOL_REPLAY_N_OLD > 0 ? TOL_REPLAY_N_OLD : 1) : 0)
+#define TOL_LEARNER_MEM_BYTES                                                                   \
+    TOL_LEARNER_BYTES_EX(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, \
+                         TOL_REPLAY_N_NEW, TOL_MODEL_MAX_OLD, !TOL_HAS_MOMENTUM)
+#ifdef TOL_BUDGET_LEARNER_BYTES
+_Static_assert(TOL_LEARNER_MEM_BYTES == TOL_BUDGET_LEARNER_BYTES,
+               "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_LEARNER_BYTES_EX");
+#endif
+/* Where the learner's memory lives: 1 SRAM1, 2 SRAM2, 3 SRAM3. The build decides it from the
+ * board and the model (host/tinyol/memory.py, via mcu/platform/common/tinyol_build.py). */
+#ifndef TOL_LEARNER_REGION
+#define TOL_LEARNER_REGION 1
+#endif
+#if TOL_LEARNER_REGION == 3
+#define TOL_LEARNER_SECTION __attribute__((section(".ram3")))
+#elif TOL_LEARNER_REGION == 2
 #define TOL_LEARNER_SECTION __attribute__((section(".ram2")))
 #else
 #define TOL_LEARNER_SECTION
 #endif
 static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
-_Static_assert(TOL_LEARNER_MEM_BYTES <= TOL_LEARNER_MEM_BOUND, "TOL_LEARNER_MEM_BOUND is not an upper bound");
 static tol_learner_t tol_learner;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
@@ -119,6 +122,8 @@ tol_status_t tol_model_init(void)
     cfg.init_classes = (uint16_t)TOL_HEAD_INIT_CLASSES;
     cfg.replay_capacity = (uint16_t)TOL_REPLAY_CAPACITY;
     cfg.max_new = (uint16_t)TOL_REPLAY_N_NEW;
+    cfg.max_old = (uint16_t)TOL_MODEL_MAX_OLD;
+    cfg.no_momentum = (uint8_t)!TOL_HAS_MOMENTUM;
     cfg.init_weight = tol_head_init_weight;
     cfg.init_bias = tol_head_init_bias;
     cfg.latent_scale = TOL_LATENT_SCALE;

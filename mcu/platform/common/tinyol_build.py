@@ -10,7 +10,10 @@ Project options read from platformio.ini (all optional):
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
 TINYOL_TEST_BUILD.
 """
+import importlib.util
+import json
 import os
+import sys
 
 STRICT = ["-Wall", "-Wextra", "-Werror", "-Wshadow"]
 CORE_STRICT = ["-Wconversion", "-Wdouble-promotion"]
@@ -23,7 +26,50 @@ def option(env, name, default, env_var):
     return env.GetProjectOption(name, default)
 
 
-def configure(env, family, board_id):
+def load_memory_model(project):
+    """host/tinyol/memory.py, loaded by path (standard library only): the same memory model
+    `tinyol export` checks with."""
+    path = os.path.join(project, "host", "tinyol", "memory.py")
+    spec = importlib.util.spec_from_file_location("tinyol_memory", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["tinyol_memory"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def memory_plan(project, model_dir, board_id, regions, flash_bytes, test_build):
+    """Place the learner (TOL_LEARNER_REGION) and check the fit before compiling anything.
+
+    Prints the memory summary; exits with the summary and a hint, instead of the linker's
+    "region RAM overflowed", when the model does not fit. Returns the region id (1, 2, 3), or
+    None for a model directory without a manifest (nomodel, hand-made models)."""
+    manifest_path = os.path.join(model_dir, "manifest.json")
+    if not regions or not os.path.isfile(manifest_path):
+        return None
+    with open(manifest_path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    if "memory" not in manifest or "learner" not in manifest:
+        return None
+    mem = load_memory_model(project)
+    plan = mem.plan(mem.Model.from_manifest(manifest), board_id, regions, flash_bytes=flash_bytes,
+                    test_build=test_build)
+    forced = os.environ.get("TINYOL_LEARNER_REGION")  # tests: place it here, let the linker judge
+    if forced:
+        plan = mem.plan(plan.model, board_id, regions, flash_bytes=flash_bytes, test_build=test_build,
+                        learner_region={"1": "RAM", "2": "RAM2", "3": "RAM3"}[forced])
+    print("tinyol: memory plan for %s (host/tinyol/memory.py):" % board_id)
+    for line in plan.lines():
+        print("tinyol:   " + line)
+    if not plan.fits and not forced:
+        where, over = plan.over
+        print("tinyol: error: %s does not fit %s: %s over by %d bytes" % (
+            manifest.get("name", "the model"), board_id, where, over))
+        print("tinyol: hint: %s, then export again (or choose a board with more RAM)" % plan.advice())
+        raise SystemExit(1)
+    return plan.learner_region_id
+
+
+def configure(env, family, board_id, regions=None, flash_bytes=0):
     project = env.subst("$PROJECT_DIR")
     model = option(env, "custom_model", "mcu/app/nomodel", "TINYOL_MODEL")
     model_dir = model if os.path.isabs(model) else os.path.join(project, model)
@@ -33,6 +79,10 @@ def configure(env, family, board_id):
     if kernels not in ("simd", "ref"):
         raise SystemExit("tinyol: custom_kernels must be simd or ref, not %r" % kernels)
     test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
+
+    region = memory_plan(project, model_dir, board_id, regions, flash_bytes, test_build)
+    if region is not None:
+        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region)])
 
     mcu = os.path.join(project, "mcu")
     board_dir = os.path.join(mcu, "boards", family)
