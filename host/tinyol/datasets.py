@@ -364,3 +364,64 @@ def as_text_lines(X: np.ndarray, y: np.ndarray) -> str:
     for x, lab in zip(X.reshape(len(X), -1), y):
         buf.write(",".join("%.9g" % v for v in x) + f",{int(lab)}\n")
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# per-sample shape vs the model's input: checked, never guessed
+
+LAYOUTS = ("channels-first", "flat")
+
+
+def _squeeze(shape) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape if int(d) != 1)
+
+
+def fit_layout(X: np.ndarray, input_shape, layout: str | None = None,
+               where: str = "the source") -> np.ndarray:
+    """X [N, ...] reshaped to [N, *input_shape], or a TinyolError naming both shapes.
+
+    Accepted without ``layout``: the model's shape exactly, the same up to size-1 axes
+    ((8, 8) for (8, 8, 1)), and flat rows ((768,) for (128, 6): CSV rows are read in the model's
+    own order, channels last). Anything else must say how: ``layout="channels-first"`` moves the
+    source's first axis last ((6, 128) -> (128, 6)); ``layout="flat"`` reads the values in row-major
+    order whatever their shape.
+    """
+    X = np.asarray(X)
+    want = tuple(int(d) for d in input_shape)
+    have = tuple(int(d) for d in X.shape[1:])
+    n_want, n_have = int(np.prod(want)), int(np.prod(have))
+    if n_have != n_want:
+        raise TinyolError(f"{where} has samples of shape {list(have)} ({n_have} values); the model "
+                          f"input is {list(want)} ({n_want} values)",
+                          hint="give samples of the model's input shape (see the model's "
+                               "manifest.json: input.shape)")
+    if layout is None:
+        if have == want or _squeeze(have) == _squeeze(want) or len(have) == 1:
+            return X.reshape((len(X),) + want)
+        raise TinyolError(f"{where} has samples of shape {list(have)}, the model input is "
+                          f"{list(want)}: tinyol does not guess how to rearrange them",
+                          hint="--layout channels-first if the source is channels-first "
+                               f"({list(have)} -> channels last), or --layout flat to read the "
+                               "values in row-major order")
+    if layout == "flat":
+        return X.reshape((len(X),) + want)
+    if layout == "channels-first":
+        moved = have[1:] + have[:1]
+        if moved != want and _squeeze(moved) != _squeeze(want):
+            raise TinyolError(f"--layout channels-first turns {where}'s samples {list(have)} into "
+                              f"{list(moved)}, not the model input {list(want)}",
+                              hint="--layout flat reads the values in row-major order")
+        return np.ascontiguousarray(np.moveaxis(X, 1, -1)).reshape((len(X),) + want)
+    raise TinyolError(f"unknown layout {layout!r}", hint="use one of: " + ", ".join(LAYOUTS))
+
+
+def check_labels(y: np.ndarray, n_classes: int, where: str = "the source") -> None:
+    """Refuse labels outside 0..n_classes-1 (every mode: training, evaluation, prediction)."""
+    y = np.asarray(y)
+    bad = np.flatnonzero((y < 0) | (y >= n_classes))
+    if len(bad):
+        r = int(bad[0])
+        raise TinyolError(f"{where}, row {r}: label {int(y[r])} is not one of the device's classes "
+                          f"0..{n_classes - 1} ({len(bad)} such rows; nothing was sent)",
+                          hint="filter the source (e.g. digits:0-4) or export the model with a "
+                               "larger --max-classes")

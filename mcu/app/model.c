@@ -236,7 +236,12 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     }
     tol_learner_stats_t after;
     tol_learner_get_stats(&tol_learner, &after);
-    if (after.samples_seen != before.samples_seen && learn) flags |= TOL_FLAG_LEARNED;
+    /* learned: the classifier accepted the sample (it may wait in the mini-batch); the
+     * autoencoder updated its head (flagged samples are not learned unless train_anomalies) */
+    if (learn && (TOL_HEAD_MODE == 0 ? after.samples_seen != before.samples_seen
+                                     : after.updates != before.updates)) {
+        flags |= TOL_FLAG_LEARNED;
+    }
     if (after.n_active > before.n_active) flags |= TOL_FLAG_NEW_CLASS;
     tol_put_u16(reply, (uint16_t)(int16_t)pred);
     reply[2] = flags;
