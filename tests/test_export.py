@@ -360,7 +360,7 @@ def test_tflite_backbone_used_whole(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8"])
+@pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8", "imu"])
 def test_committed_model_dirs_are_consistent(name, tmp_path):
     d = ROOT / "models" / name
     man = json.loads((d / "manifest.json").read_text())

@@ -216,26 +216,29 @@ class Plan:
         return out
 
     def advice(self) -> str:
-        """Which knob to turn, biggest contributor first."""
+        """Which knobs to turn, the biggest contributor first."""
         m = self.model
         p = m.parts()
         tips = []
         if p["replay buffer"]:
-            tips.append((p["replay buffer"], f"--replay-capacity (now {m.replay_capacity}, "
-                                             f"{replay_row_bytes(m.latent_dim, m.replay_bits) + 2} B each) "
-                                             f"or --replay-bits 7"))
+            tips.append((p["replay buffer"], f"lower --replay-capacity (now {m.replay_capacity}, "
+                                             f"{replay_row_bytes(m.latent_dim, m.replay_bits) + 2} B "
+                                             f"each) or use --replay-bits 7"))
         if p["momentum"]:
-            tips.append((p["momentum"], f"--momentum 0 (saves {p['momentum']} B)"))
+            tips.append((p["momentum"], f"export with --momentum 0 (saves {p['momentum']} B)"))
         if m.n_old > 1 and m.replay_capacity:
-            tips.append((p["gradient rows"], f"--replay-n-old (now {m.n_old}: "
+            tips.append((p["gradient rows"], f"lower --replay-n-old (now {m.n_old}: "
                                              f"{4 * (m.outputs + m.latent_dim)} B per row)"))
-        if not m.autoencoder:
-            tips.append((p["head weights"], f"--max-classes (now {m.outputs}: "
-                                            f"{8 * (m.latent_dim + 1)} B per class)"))
-        tips.append((m.arena_bytes + m.input_size, "a smaller backbone (arena "
-                     f"{m.arena_bytes} B, input {m.input_size} B)"))
+        if m.autoencoder:
+            tips.append((p["head weights"], f"use a smaller latent (the head is {m.latent_dim} x "
+                                            f"{m.outputs} floats: {p['head weights']} B)"))
+        else:
+            tips.append((p["head weights"], f"lower --max-classes (now {m.outputs}: "
+                                            f"{4 * (m.latent_dim + 1)} B per class)"))
+        tips.append((m.arena_bytes + 2 * m.input_size, f"use a smaller backbone or input (arena "
+                                                      f"{m.arena_bytes} B, input {m.input_size} B)"))
         tips.sort(key=lambda t: -t[0])
-        return "lower " + "; or ".join(t[1] for t in tips)
+        return "; or ".join(t[1] for t in tips)
 
 
 def board_regions(board) -> dict[str, int]:
