@@ -235,8 +235,9 @@ class Plan:
         else:
             tips.append((p["head weights"], f"lower --max-classes (now {m.outputs}: "
                                             f"{4 * (m.latent_dim + 1)} B per class)"))
-        tips.append((m.arena_bytes + 2 * m.input_size, f"use a smaller backbone or input (arena "
-                                                      f"{m.arena_bytes} B, input {m.input_size} B)"))
+        arena = f"arena {m.arena_bytes} B, " if m.arena_bytes else ""
+        tips.append((m.arena_bytes + 2 * m.input_size, f"use a smaller backbone or input ({arena}"
+                                                      f"input {m.input_size} B)"))
         tips.sort(key=lambda t: -t[0])
         return "; or ".join(t[1] for t in tips)
 
