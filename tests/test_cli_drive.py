@@ -147,3 +147,26 @@ def test_native_reports_the_board_it_imitates(firmware, tmp_path):
                         timeout=120) as t:
         with Device(t.url, timeout=3) as dev:
             assert dev.info.board == "nucleo_l432kc"
+
+
+def test_autoencoder_log_and_summary_tell_the_truth(firmware, tmp_path, run):
+    """models/anomaly on the native device: flagged samples are not `learned` (the head is not
+    updated on them), exactly as the reference learner logs it; the summary names no classes and
+    prints no nan."""
+    res = firmware("native", "models/anomaly")
+    (tmp_path / "s").mkdir()
+    model = str(ROOT / "models" / "anomaly")
+    with emulator.start_native(res.program, state_dir=tmp_path / "s", timeout=300) as t:
+        out = run(["stream", "-p", t.url, "-m", model, "--data", "sensor:anomalies@test",
+                   "--limit", "150", "--log", tmp_path / "dev.jsonl", "--no-progress"])
+    assert "classes active" not in out and "nan" not in out, out
+    dev = [json.loads(l) for l in (tmp_path / "dev.jsonl").read_text().splitlines()]
+    flagged = [r for r in dev if r["prediction"] == 1]
+    assert flagged and not any(r["learned"] for r in flagged)
+    assert any(r["learned"] for r in dev)
+    from tinyol.datasets import load_source, save_npz
+
+    X, y, _ = load_source("sensor:anomalies@test")
+    save_npz(str(tmp_path / "first.npz"), X[:150], y[:150])
+    run(["simulate", "--model", model, "--data", tmp_path / "first.npz", "--log", tmp_path / "sim.jsonl"])
+    assert "same: every line agrees" in run(["compare", tmp_path / "dev.jsonl", tmp_path / "sim.jsonl"])
