@@ -323,8 +323,9 @@ def _print_anomaly(res: dict) -> None:
 @click.option("--layout", type=click.Choice(["channels-first", "flat"]), default=None,
               help="How the source's samples map to the model input when their shapes differ.")
 @click.option("--log", type=click.Path(dir_okay=False), default=None,
-              help="Write one JSON record per sample, as `tinyol stream --log` does "
-                   "(compare them with `tinyol compare`).")
+              help="Write one JSON record per sample, as `tinyol stream --log` does (index: the "
+                   "row in the --data sources, concatenated, before --order-seed; compare logs "
+                   "with `tinyol compare`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, clip_norm,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, policy, seed, order_seed,
