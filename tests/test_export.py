@@ -308,13 +308,13 @@ def test_reexport_committed_digits_is_byte_identical(tmp_path, capsys):
 def test_budget_error_names_board_and_bytes(tmp_path, capsys):
     rc, err = export_cli([str(DIGITS / "digits.keras"), "--out", str(tmp_path), "--calib",
                           "digits:0-4@train", "--max-classes", "10", "--board", "nucleo_l432kc",
-                          "--replay-capacity", "100000"], capsys)
+                          "--replay-capacity", "60000"], capsys)
     assert rc == 1
     line = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(line) == 1
-    # the replay buffer alone (8-bit latents of 32 values + 2-byte label) is 3.4 MB: it fits no
+    # the replay buffer alone (8-bit latents of 32 values + 2-byte label) is 2 MB: it fits no
     # region; the least-over placement is SRAM1 (48 KB)
-    need_min = 100000 * (32 + 2)
+    need_min = 60000 * (32 + 2)
     m = re.search(r"digits does not fit nucleo_l432kc: SRAM1 over by at least (\d+) bytes", line[0])
     assert m, line
     assert int(m.group(1)) >= need_min - 48 * 1024

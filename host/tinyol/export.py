@@ -620,13 +620,18 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
         if v is not None and v < 0:
             raise TinyolError(f"--{k} must be >= 0, not {v}")
     if replay_capacity is not None and replay_capacity > 0xFFFF:
-        raise TinyolError(f"--replay-capacity must be <= 65535, not {replay_capacity}")
+        raise TinyolError(f"--replay-capacity must be <= 65535, not {replay_capacity}",
+                          hint="the device counts replay slots in 16 bits; leave it out to get "
+                               "the largest that fits --board")
     if not 1 <= replay_n_new <= 32:
-        raise TinyolError(f"--replay-n-new must be 1..32, not {replay_n_new}")
+        raise TinyolError(f"--replay-n-new must be 1..32, not {replay_n_new}",
+                          hint="fresh samples per update: the device batches at most 32")
     if replay_n_old > 1024:
-        raise TinyolError(f"--replay-n-old must be <= 1024, not {replay_n_old}")
+        raise TinyolError(f"--replay-n-old must be <= 1024, not {replay_n_old}",
+                          hint="replayed samples per update; 16 is the studied default")
     if not 0.0 <= momentum < 1.0:
-        raise TinyolError(f"--momentum must be in [0, 1), not {momentum}")
+        raise TinyolError(f"--momentum must be in [0, 1), not {momentum}",
+                          hint="0 (the default) reserves no momentum buffers on the device")
     if mode not in ("auto", "classifier", "autoencoder"):
         raise TinyolError(f"unknown head mode {mode!r}")
     if board is not None:
