@@ -1,56 +1,13 @@
-"""Seed PlatformIO's core dir with `tool-scons`, offline, from the PyPI scons wheel.
-
-PlatformIO runs builds with `python <core>/packages/tool-scons/scons.py` and
-would download that package from its registry on first use. We build the same
-package from the `scons` distribution already installed in the venv (a
-dependency in pyproject.toml): the SCons/ tree, a scons.py launcher, and the
-package.json/.piopm metadata PlatformIO checks (owner platformio, version
-4.41101.0, the version range PlatformIO 6.1/6.2 asks for).
+"""Seed PlatformIO's core dir with `tool-scons`, offline (see host/tinyol/pio_core.py).
 
 Usage: python scripts/seed_pio_core.py CORE_DIR   (idempotent)
 """
-import json
 import pathlib
-import shutil
 import sys
 
-import SCons
-
-PKG_VERSION = "4.41101.0"
-LAUNCHER = '''"""scons launcher seeded by tinyol (scripts/seed_pio_core.py)."""
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import SCons.Script  # noqa: E402
-
-SCons.Script.main()
-'''
-
-
-def main(core_dir: str) -> int:
-    pkg = pathlib.Path(core_dir) / "packages" / "tool-scons"
-    meta = pkg / "package.json"
-    if meta.is_file() and (pkg / "SCons").is_dir() and (pkg / "scons.py").is_file():
-        return 0
-    if pkg.exists():
-        shutil.rmtree(pkg)
-    pkg.mkdir(parents=True)
-    shutil.copytree(pathlib.Path(SCons.__file__).parent, pkg / "SCons",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "scons.py").write_text(LAUNCHER)
-    meta.write_text(json.dumps({
-        "name": "tool-scons", "version": PKG_VERSION,
-        "description": "SCons " + SCons.__version__ + " from the PyPI wheel, seeded offline by tinyol",
-        "system": "*",
-    }, indent=2))
-    (pkg / ".piopm").write_text(json.dumps({
-        "type": "tool", "name": "tool-scons", "version": PKG_VERSION,
-        "spec": {"owner": "platformio", "id": None, "name": "tool-scons", "requirements": None, "uri": None},
-    }))
-    print(f"seeded {pkg} (SCons {SCons.__version__})")
-    return 0
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "host"))
+from tinyol.pio_core import seed  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else ".pio-core"))
+    seed(sys.argv[1] if len(sys.argv) > 1 else ".pio-core")
+    sys.exit(0)

@@ -103,10 +103,10 @@ fi
 want=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [[ ! -x $VENV/bin/python || ! -f $STAMP || "$(cat "$STAMP")" != "$want" ]]; then
     if [[ $CHECK_ONLY == 1 ]]; then say "the venv (.venv) is missing or stale"; exit 1; fi
-    say "creating/updating .venv (pip install -e '.[ml,fw,test]')"
+    say "creating/updating .venv (pip install -e '.[ml,fw,test,fleet]')"
     [[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[ml,fw,test]"
+    "$VENV/bin/python" -m pip install -q -e ".[ml,fw,test,fleet]"
     echo "$want" > "$STAMP"
 fi
 

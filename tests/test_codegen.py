@@ -66,6 +66,14 @@ def with_tanh():
     return keras.Model(inp, x)
 
 
+def with_permute():
+    inp = keras.Input((6, 6, 2))
+    x = layers.Conv2D(4, 3, bias_initializer=RB)(inp)
+    x = layers.Permute((2, 1, 3), name="swap")(x)
+    x = layers.Conv2D(2, 1)(x)
+    return keras.Model(inp, x)
+
+
 def with_dilation():
     inp = keras.Input((10, 10, 4))
     return keras.Model(inp, layers.Conv2D(6, 3, dilation_rate=2, padding="same", name="dil")(inp))
@@ -127,20 +135,39 @@ def test_reader_does_not_import_tensorflow(models):
 
 # ----------------------------------------------------------------------------- errors
 
-def test_unsupported_op_names_op_index_and_layer(models, tmp_path):
-    path = models.get("with_tanh", with_tanh, (6, 6, 2))
+def test_unsupported_op_names_op_index_layer_and_hint(models, tmp_path):
+    path = models.get("with_permute", with_permute, (6, 6, 2))
     with pytest.raises(TinyolError) as ei:
-        codegen.generate_backbone(path, tmp_path / "out", "with_tanh.tflite")
+        codegen.generate_backbone(path, tmp_path / "out", "with_permute.tflite")
     msg = str(ei.value)
-    assert msg.startswith("unsupported op TANH at operator index 1 ")
-    assert "from layer 'squash" in msg and "output tensor" in msg
+    assert msg.startswith("unsupported op TRANSPOSE at operator index 1 "), msg
+    assert "from layer 'swap" in msg and "output tensor" in msg
+    assert "channels-last" in ei.value.hint
     assert not (tmp_path / "out" / "backbone.c").exists()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_tanh_between_convs_bit_exact(models, cwork, impl):
+    """A standalone tanh (its own Activation layer) between two convolutions."""
+    path = models.get("with_tanh", with_tanh, (6, 6, 2))
+    assert_bit_exact(path, impl, cwork, n=16)
+
+
+def test_every_refusal_has_a_hint(models, tmp_path):
+    """Refusals inside a supported op (here: a fused activation the kernels lack) carry a hint too."""
+    m = codegen.load_model(_net(models, "digits_cnn"))
+    conv = next(op for op in m.operators if op.opname == "CONV_2D")
+    conv.options["fusedActivationFunction"] = 4  # TANH fused: no int8 kernel fuses it
+    with pytest.raises(TinyolError) as ei:
+        codegen.generate_sources(m, "x.tflite")
+    assert "unsupported fused activation TANH" in str(ei.value) and ei.value.hint
 
 
 def test_dilated_conv_as_space_to_batch_is_rejected(models, tmp_path):
     path = models.get("with_dilation", with_dilation, (10, 10, 4))
-    with pytest.raises(TinyolError, match=r"unsupported op SPACE_TO_BATCH_ND at operator index 0 .*layer 'dil"):
+    with pytest.raises(TinyolError, match=r"unsupported op SPACE_TO_BATCH_ND at operator index 0 .*layer 'dil") as ei:
         codegen.generate_backbone(path, tmp_path / "out", "d.tflite")
+    assert "dilation_rate=1" in ei.value.hint
 
 
 def test_float_io_is_rejected(tmp_path):

@@ -328,16 +328,19 @@ def test_unsupported_layer_is_one_line_error(tmp_path, keras_mod, capsys):
     keras = keras_mod
     inp = keras.Input((8,))
     x = keras.layers.Dense(8, name="d1")(inp)
-    x = keras.layers.Activation("tanh", name="squash")(x)
+    x = keras.layers.Reshape((2, 4))(x)
+    x = keras.layers.Permute((2, 1), name="swap")(x)   # TRANSPOSE: no int8 kernel
+    x = keras.layers.Flatten()(x)
     out = keras.layers.Dense(3, name="head")(x)
-    keras.Model(inp, out).save(tmp_path / "tanh.keras")
+    keras.Model(inp, out).save(tmp_path / "perm.keras")
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "config.h").write_text("old")
-    rc, err = export_cli([str(tmp_path / "tanh.keras"), "--out", str(tmp_path / "o")], capsys)
+    rc, err = export_cli([str(tmp_path / "perm.keras"), "--out", str(tmp_path / "o")], capsys)
     assert rc == 1
     line = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(line) == 1 and "TANH" in line[0].upper(), err
-    assert "operator index" in line[0] and "d1" in line[0], line  # index and (nearest) layer
+    assert len(line) == 1 and "TRANSPOSE" in line[0].upper(), err
+    assert "operator index" in line[0] and "swap" in line[0], line  # index and layer
+    assert any(ln.startswith("hint:") for ln in err.splitlines()), err
     # codegen failed after conversion: the output directory is left as it was
     assert [p.name for p in (tmp_path / "o").iterdir()] == ["config.h"]
     assert (tmp_path / "o" / "config.h").read_text() == "old"

@@ -17,6 +17,7 @@ from .errors import TinyolError
 
 # verb -> (module, one-line help shown in `tinyol --help`)
 VERBS: dict[str, tuple[str, str]] = {
+    "init": ("init", "Create a project folder (platformio.ini, tinyol.toml, models/) that builds offline."),
     "export": ("export", "Split a Keras model; write the int8 backbone, C code and head."),
     "build": ("build", "Build the firmware for a board with PlatformIO (offline)."),
     "flash": ("flash", "Build and upload the firmware to a board."),
@@ -34,6 +35,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "set": ("set", "Read or change a device's learner settings (mode, lr, momentum, ...)."),
     "reset": ("reset", "Put a device's learner back to its exported state."),
     "compare": ("compare", "Compare two per-sample logs (device vs simulator) line by line."),
+    "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -172,13 +173,14 @@ class _Gen:
         self.macs = 0
         self.ops: list[tuple[int, str, str]] = []
         self.scratch: dict[int, int] = {}    # operator index -> scratch bytes (from the arena)
+        self.hint: str | None = None         # hint for refusals of the operator being lowered
 
     # -- errors ---------------------------------------------------------------
     def where(self, op: Operator) -> str:
         return f"at operator index {op.index} ({describe_op(self.m, op)})"
 
-    def fail(self, op: Operator, what: str):
-        raise TinyolError(f"{what} {self.where(op)}")
+    def fail(self, op: Operator, what: str, hint: str | None = None):
+        raise TinyolError(f"{what} {self.where(op)}", hint=hint or self.hint)
 
     # -- const arrays ---------------------------------------------------------
     def const_array(self, ctype: str, name: str, values) -> str:
@@ -295,22 +297,24 @@ def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, st
             t = root[t]
         return t
 
-    # lowered steps: (op, kind, c_call_template, inputs(tensor ids), output tensor id)
+    # lowered steps: (op, c_call_prefix or "alias", inputs(tensor ids), output tensor id)
     steps: list[tuple[Operator, str, list[int], int]] = []
+    packed: set[int] = set()  # operators whose inputs go to the kernel as one pointer array
     for op in m.operators:
         if op.index in skip:
             continue
-        lower = _LOWER.get(op.opname)
-        if lower is None:
-            gen.fail(op, f"unsupported op {op.opname}")
-        out = m.tensors[op.outputs[0]]
+        spec = _OPS.get(op.opname)
+        if spec is None:
+            gen.fail(op, f"unsupported op {op.opname}", hint=_refusal_hint(op.opname))
         gen.ops.append((op.index, op.opname, op_layer(m, op)))
-        res = lower(gen, op)
+        res = _lower(gen, op, spec)
         if res is None:  # alias (RESHAPE and friends)
             src = op.inputs[0]
             steps.append((op, "alias", [src], op.outputs[0]))
             continue
-        call, act_inputs = res
+        call, act_inputs, is_packed = res
+        if is_packed:
+            packed.add(op.index)
         steps.append((op, call, act_inputs, op.outputs[0]))
 
     # ---- liveness & aliasing -------------------------------------------------
@@ -376,7 +380,10 @@ def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, st
             else:
                 body.append(f"    /* {op.index}: {op.opname} ({layer}): aliases its input */\n")
             continue
-        args = ", ".join([ptr(t, True) for t in ins] + [ptr(out, False)])
+        if op.index in packed:
+            args = "(const int8_t *const[]){" + ", ".join(ptr(t, True) for t in ins) + "}, " + ptr(out, False)
+        else:
+            args = ", ".join([ptr(t, True) for t in ins] + [ptr(out, False)])
         body.append(f"    /* {op.index}: {op.opname} ({layer}) */\n    {call}{args});\n")
 
     for i, text in enumerate(gen.consts):  # scratch addresses are known now
@@ -400,8 +407,56 @@ def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, st
 
 
 # --------------------------------------------------------------------------- op lowering
-# Each returns (c_function_name_with_params, [activation input tensor ids]) after
-# emitting its constants, or None for a pure alias.
+# One table (_OPS, at the end of this section) maps each TFLite builtin to an OpSpec:
+# the C kernel, its parameter struct and a function that checks the operator and returns
+# the struct's fields (emitting any const arrays first). _lower() does what every op shares:
+# the int8 checks on its activation input and output, the equal-quantization check where
+# TFLM requires it, and the struct emission. A new op is one entry plus its kernel.
+
+Fields = list[list[tuple[str, object]]]   # params struct fields, one inner list per source line
+
+
+@dataclass
+class Lowered:
+    fields: Fields
+    inputs: list[int]                   # activation tensors passed to the kernel, in order
+    kernel: str | None = None           # overrides OpSpec.kernel
+    params_type: str | None = None      # overrides OpSpec.params_type
+    packed: bool = False                # inputs passed as one array (const int8_t *const[])
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    kernel: str | None                  # C function; None: a pure alias (RESHAPE and friends)
+    params_type: str | None             # C struct the kernel takes first
+    lower: Callable[["_Gen", Operator, Tensor, Tensor], Lowered | None]
+    hint: str                           # printed when this op's configuration is refused
+    same_quant: bool = False            # input and output must share scale and zero point
+    int8_input: bool = True             # check that the first input is quantized int8
+
+
+def _params_struct(ptype: str, name: str, fields: Fields) -> str:
+    lines = "".join("    " + ", ".join(f".{k} = {v}" for k, v in line) + ",\n" for line in fields)
+    return f"static const {ptype} {name} = {{\n{lines}}};\n"
+
+
+def _lower(gen: _Gen, op: Operator, spec: OpSpec):
+    """(c call prefix, activation inputs, packed) for one operator, or None for an alias."""
+    m = gen.m
+    x, y = m.tensors[op.inputs[0]], m.tensors[op.outputs[0]]
+    gen.hint = spec.hint
+    if spec.int8_input:
+        _check_int8(gen, op, x, "input")
+    _check_int8(gen, op, y, "output")
+    if spec.same_quant:
+        _same_quant(gen, op, x, y)
+    low = spec.lower(gen, op, x, y)
+    if low is None or spec.kernel is None:
+        return None
+    n = f"op{op.index}"
+    gen.consts.append(_params_struct(low.params_type or spec.params_type, n, low.fields))
+    return f"{low.kernel or spec.kernel}(&{n}, ", low.inputs, low.packed
+
 
 def _use_scratch(depthwise: bool, ic: int, oc: int) -> bool:
     """Give CONV_2D the 2-pixel im2col scratch (faster SIMD path) when it pays off:
@@ -410,13 +465,23 @@ def _use_scratch(depthwise: bool, ic: int, oc: int) -> bool:
     return not depthwise and (ic % 4 == 0 or oc >= 32)
 
 
-def _conv_common(gen: _Gen, op: Operator, depthwise: bool):
+def _per_channel_requant(gen: _Gen, op: Operator, x: Tensor, w: Tensor, y: Tensor, oc: int, what: str):
+    in_s, out_s = _scale(x), _scale(y)
+    fs = [float(np.float32(s)) for s in w.scale]
+    if len(fs) not in (1, oc):
+        gen.fail(op, f"{what} {len(fs)} scales for {oc} {'channels' if what.startswith('filter') else 'outputs'}")
+    mults, shifts = [], []
+    for c in range(oc):
+        mq, sq = quantize_multiplier(float(in_s) * fs[c if len(fs) > 1 else 0] / float(out_s))
+        mults.append(mq)
+        shifts.append(sq)
+    return mults, shifts
+
+
+def _conv_common(gen: _Gen, op: Operator, x: Tensor, y: Tensor, depthwise: bool) -> Lowered:
     m = gen.m
-    x, w = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]]
+    w = m.tensors[op.inputs[1]]
     b = m.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
-    y = m.tensors[op.outputs[0]]
-    _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
     if w.dtype != "int8" or w.data is None:
         gen.fail(op, f"filter {w.name!r} must be a constant int8 tensor,")
     if np.any(w.zero_point != 0):
@@ -448,15 +513,7 @@ def _conv_common(gen: _Gen, op: Operator, depthwise: bool):
             gen.fail(op, "output shape does not match padding/stride")
     pt = compute_padding(sh, dh, ih, kh, oh)
     pl = compute_padding(sw, dw, iw, kw, ow)
-    in_s, out_s = _scale(x), _scale(y)
-    fs = [float(np.float32(s)) for s in w.scale]
-    if len(fs) not in (1, oc):
-        gen.fail(op, f"filter has {len(fs)} scales for {oc} channels")
-    mults, shifts = [], []
-    for c in range(oc):
-        mq, sq = quantize_multiplier(float(in_s) * fs[c if len(fs) > 1 else 0] / float(out_s))
-        mults.append(mq)
-        shifts.append(sq)
+    mults, shifts = _per_channel_requant(gen, op, x, w, y, oc, "filter has")
     amin, amax = _activation(gen, op, y)
     n = f"op{op.index}"
     gen.const_array("int8_t", f"{n}_w", wdata)
@@ -464,39 +521,34 @@ def _conv_common(gen: _Gen, op: Operator, depthwise: bool):
         gen.const_array("int32_t", f"{n}_b", b.data)
     gen.const_array("int32_t", f"{n}_m", mults)
     gen.const_array("int32_t", f"{n}_s", shifts)
-    gen.consts.append(
-        f"static const tol_conv_params_t {n} = {{\n"
-        f"    .in_h = {ih}, .in_w = {iw}, .in_c = {ic},\n"
-        f"    .out_h = {oh}, .out_w = {ow}, .out_c = {oc},\n"
-        f"    .k_h = {kh}, .k_w = {kw}, .stride_h = {sh}, .stride_w = {sw},\n"
-        f"    .dil_h = {dh}, .dil_w = {dw}, .pad_top = {pt}, .pad_left = {pl},\n"
-        f"    .depth_mult = {dm},\n"
-        f"    .input_offset = {-_zp(x)}, .output_offset = {_zp(y)}, .act_min = {amin}, .act_max = {amax},\n"
-        f"    .weights = {n}_w, .bias = {n + '_b' if b is not None else 'NULL'},\n"
-        f"    .out_mult = {n}_m, .out_shift = {n}_s,"
-        f"{' .scratch = @SCRATCH@,' if _use_scratch(depthwise, ic, oc) else ''}\n}};\n")
-    if _use_scratch(depthwise, ic, oc):
+    scratch = _use_scratch(depthwise, ic, oc)
+    if scratch:
         gen.scratch[op.index] = 4 * ((kh * kw * ic + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
     gen.macs += oh * ow * oc * kh * kw * (1 if depthwise else ic)
-    fn = "tol_depthwise_conv2d_s8" if depthwise else "tol_conv2d_s8"
-    return f"{fn}(&{n}, ", [op.inputs[0]]
+    return Lowered([
+        [("in_h", ih), ("in_w", iw), ("in_c", ic)],
+        [("out_h", oh), ("out_w", ow), ("out_c", oc)],
+        [("k_h", kh), ("k_w", kw), ("stride_h", sh), ("stride_w", sw)],
+        [("dil_h", dh), ("dil_w", dw), ("pad_top", pt), ("pad_left", pl)],
+        [("depth_mult", dm)],
+        [("input_offset", -_zp(x)), ("output_offset", _zp(y)), ("act_min", amin), ("act_max", amax)],
+        [("weights", f"{n}_w"), ("bias", f"{n}_b" if b is not None else "NULL")],
+        [("out_mult", f"{n}_m"), ("out_shift", f"{n}_s")] + ([("scratch", "@SCRATCH@")] if scratch else []),
+    ], [op.inputs[0]])
 
 
-def _lower_conv(gen, op):
-    return _conv_common(gen, op, False)
+def _lower_conv(gen, op, x, y):
+    return _conv_common(gen, op, x, y, False)
 
 
-def _lower_dwconv(gen, op):
-    return _conv_common(gen, op, True)
+def _lower_dwconv(gen, op, x, y):
+    return _conv_common(gen, op, x, y, True)
 
 
-def _lower_fc(gen: _Gen, op: Operator):
+def _lower_fc(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     m = gen.m
-    x, w = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]]
+    w = m.tensors[op.inputs[1]]
     b = m.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
-    y = m.tensors[op.outputs[0]]
-    _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
     if w.dtype != "int8" or w.data is None:
         gen.fail(op, f"weights {w.name!r} must be a constant int8 tensor,")
     if np.any(w.zero_point != 0):
@@ -505,23 +557,13 @@ def _lower_fc(gen: _Gen, op: Operator):
         gen.fail(op, f"bias {b.name!r} must be a constant int32 tensor,")
     if int(op.options.get("weightsFormat", 0)) != 0:
         gen.fail(op, "shuffled FULLY_CONNECTED weights are not supported")
-    if x.shape and x.shape[0] != 1 and len(x.shape) > 1 and x.size != w.shape[1]:
-        pass
     out_f, in_f = int(w.shape[0]), int(w.shape[1])
     if x.size % in_f:
         gen.fail(op, "input size is not a multiple of the weight depth")
     rows = x.size // in_f
     if rows != 1 and y.shape and y.shape[0] != 1 and len(y.shape) == 2:
         gen.fail(op, f"batch size {y.shape[0]} != 1")
-    in_s, out_s = _scale(x), _scale(y)
-    fs = [float(np.float32(s)) for s in w.scale]
-    if len(fs) not in (1, out_f):
-        gen.fail(op, f"weights have {len(fs)} scales for {out_f} outputs")
-    mults, shifts = [], []
-    for c in range(out_f):
-        mq, sq = quantize_multiplier(float(in_s) * fs[c if len(fs) > 1 else 0] / float(out_s))
-        mults.append(mq)
-        shifts.append(sq)
+    mults, shifts = _per_channel_requant(gen, op, x, w, y, out_f, "weights have")
     amin, amax = _activation(gen, op, y)
     n = f"op{op.index}"
     gen.const_array("int8_t", f"{n}_w", w.data)
@@ -529,14 +571,13 @@ def _lower_fc(gen: _Gen, op: Operator):
         gen.const_array("int32_t", f"{n}_b", b.data)
     gen.const_array("int32_t", f"{n}_m", mults)
     gen.const_array("int32_t", f"{n}_s", shifts)
-    gen.consts.append(
-        f"static const tol_fc_params_t {n} = {{\n"
-        f"    .rows = {rows}, .in_features = {in_f}, .out_features = {out_f},\n"
-        f"    .input_offset = {-_zp(x)}, .output_offset = {_zp(y)}, .act_min = {amin}, .act_max = {amax},\n"
-        f"    .weights = {n}_w, .bias = {n + '_b' if b is not None else 'NULL'},\n"
-        f"    .out_mult = {n}_m, .out_shift = {n}_s,\n}};\n")
     gen.macs += rows * in_f * out_f
-    return f"tol_fully_connected_s8(&{n}, ", [op.inputs[0]]
+    return Lowered([
+        [("rows", rows), ("in_features", in_f), ("out_features", out_f)],
+        [("input_offset", -_zp(x)), ("output_offset", _zp(y)), ("act_min", amin), ("act_max", amax)],
+        [("weights", f"{n}_w"), ("bias", f"{n}_b" if b is not None else "NULL")],
+        [("out_mult", f"{n}_m"), ("out_shift", f"{n}_s")],
+    ], [op.inputs[0]])
 
 
 def _same_quant(gen: _Gen, op: Operator, x: Tensor, y: Tensor):
@@ -544,12 +585,7 @@ def _same_quant(gen: _Gen, op: Operator, x: Tensor, y: Tensor):
         gen.fail(op, f"{op.opname} with different input/output quantization is not supported")
 
 
-def _lower_pool(gen: _Gen, op: Operator):
-    m = gen.m
-    x, y = m.tensors[op.inputs[0]], m.tensors[op.outputs[0]]
-    _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
-    _same_quant(gen, op, x, y)
+def _lower_pool(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     ih, iw, c = _nhwc(gen, op, x)
     oh, ow, oc = _nhwc(gen, op, y)
     o = op.options
@@ -561,50 +597,109 @@ def _lower_pool(gen: _Gen, op: Operator):
             gen.fail(op, "output shape does not match padding/stride")
     pt, pl = compute_padding(sh, 1, ih, kh, oh), compute_padding(sw, 1, iw, kw, ow)
     amin, amax = _activation(gen, op, y)
-    n = f"op{op.index}"
-    gen.consts.append(
-        f"static const tol_pool_params_t {n} = {{\n"
-        f"    .in_h = {ih}, .in_w = {iw}, .c = {c}, .out_h = {oh}, .out_w = {ow},\n"
-        f"    .k_h = {kh}, .k_w = {kw}, .stride_h = {sh}, .stride_w = {sw},\n"
-        f"    .pad_top = {pt}, .pad_left = {pl}, .act_min = {amin}, .act_max = {amax},\n}};\n")
-    fn = "tol_avgpool2d_s8" if op.opname == "AVERAGE_POOL_2D" else "tol_maxpool2d_s8"
-    return f"{fn}(&{n}, ", [op.inputs[0]]
+    return Lowered([
+        [("in_h", ih), ("in_w", iw), ("c", c), ("out_h", oh), ("out_w", ow)],
+        [("k_h", kh), ("k_w", kw), ("stride_h", sh), ("stride_w", sw)],
+        [("pad_top", pt), ("pad_left", pl), ("act_min", amin), ("act_max", amax)],
+    ], [op.inputs[0]])
 
 
-def _lower_mean(gen: _Gen, op: Operator):
-    m = gen.m
-    x, ax, y = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]], m.tensors[op.outputs[0]]
-    _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
-    h, w, c = _nhwc(gen, op, x)
-    if ax.data is None or sorted(int(a) % 4 for a in np.asarray(ax.data).reshape(-1)) != [1, 2]:
-        gen.fail(op, "MEAN is supported over axes (1, 2) only")
-    if y.size != c:
+def _reduce_geometry(gen: _Gen, op: Operator, x: Tensor) -> tuple[int, int, int, list[int]]:
+    """(outer, n, inner, axes) of a reduction over contiguous axes of x."""
+    ax = gen.m.tensors[op.inputs[1]]
+    shape = [int(d) for d in x.shape]
+    if ax.data is None:
+        gen.fail(op, f"{op.opname} with non-constant axes is not supported")
+    if not shape or shape[0] != 1:
+        gen.fail(op, f"tensor {x.name!r} has shape {shape}; only batch 1 is supported")
+    axes = sorted({int(a) % len(shape) for a in np.asarray(ax.data).reshape(-1)})
+    if not axes or axes[0] == 0:
+        gen.fail(op, f"{op.opname} over the batch axis is not supported")
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        gen.fail(op, f"{op.opname} over non-adjacent axes {axes} is not supported")
+    outer = int(np.prod(shape[:axes[0]]))
+    n = int(np.prod(shape[axes[0]:axes[-1] + 1]))
+    inner = int(np.prod(shape[axes[-1] + 1:]))
+    return outer, n, inner, axes
+
+
+def _lower_mean(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
+    outer, n_el, inner, axes = _reduce_geometry(gen, op, x)
+    if y.size != outer * inner:
         gen.fail(op, "MEAN output size mismatch")
     in_s, out_s = np.float32(x.scale[0]), np.float32(y.scale[0])
-    requant = not (in_s == out_s and _zp(x) == _zp(y))
-    n_el = h * w
+    # TFLM's int8 MEAN always rescales (QuantizedMeanOrSum), also when input and output share
+    # their quantization: a truncating integer mean differs by 1 LSB (checked against the runtime).
+    requant = True
     mult, shift = quantize_multiplier(float(in_s) / float(out_s))
     # TFLM reference_ops::QuantizedMeanOrSum folds 1/n into the multiplier:
     s = min(n_el.bit_length() - 1, 32, 31 + shift)
     mult, shift = int((mult << s) // n_el), shift - s
-    n = f"op{op.index}"
-    gen.consts.append(
-        f"static const tol_mean_params_t {n} = {{\n"
-        f"    .h = {h}, .w = {w}, .c = {c}, .requant = {int(requant)},\n"
-        f"    .input_zp = {_zp(x)}, .output_zp = {_zp(y)}, .mult = {mult}, .shift = {shift},\n}};\n")
-    return f"tol_mean_hw_s8(&{n}, ", [op.inputs[0]]
+    quant = [("input_zp", _zp(x)), ("output_zp", _zp(y)), ("mult", mult), ("shift", shift)]
+    if outer == 1:  # GlobalAveragePooling1D/2D: the [h*w][c] kernel
+        h, w = (x.shape[1], x.shape[2]) if len(x.shape) == 4 and axes == [1, 2] else (n_el, 1)
+        return Lowered([[("h", h), ("w", w), ("c", inner), ("requant", int(requant))], quant],
+                       [op.inputs[0]], kernel="tol_mean_hw_s8", params_type="tol_mean_params_t")
+    return Lowered([[("outer", outer), ("n", n_el), ("inner", inner), ("requant", int(requant))], quant],
+                   [op.inputs[0]])
 
 
-def _lower_add(gen: _Gen, op: Operator):
+def _lower_reduce_max(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
+    outer, n_el, inner, _ = _reduce_geometry(gen, op, x)
+    if y.size != outer * inner:
+        gen.fail(op, "REDUCE_MAX output size mismatch")
+    return Lowered([[("outer", outer), ("n", n_el), ("inner", inner)]], [op.inputs[0]])
+
+
+def _const_operand(gen: _Gen, op: Operator) -> tuple[Tensor, Tensor, int]:
+    """(activation input, constant input, index of the constant) of a binary op with one constant."""
     m = gen.m
-    a, b, y = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]], m.tensors[op.outputs[0]]
-    for t, role in ((a, "input"), (b, "input"), (y, "output")):
-        _check_int8(gen, op, t, role)
+    a, b = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]]
+    if a.is_const and b.is_const:
+        gen.fail(op, f"{op.opname} of two constants is not supported")
+    x, c, ci = (b, a, 0) if a.is_const else (a, b, 1)
+    _check_int8(gen, op, c, "constant")
+    y = m.tensors[op.outputs[0]]
+    cs = list(c.shape)
+    while cs and cs[0] == 1:
+        cs.pop(0)
+    xs = list(x.shape)
+    if list(y.shape) != xs or (cs and xs[len(xs) - len(cs):] != cs):
+        gen.fail(op, f"{op.opname} broadcasting {list(a.shape)} with {list(b.shape)} is not supported "
+                     "(a constant per channel or a scalar is)")
+    return x, c, ci
+
+
+def _lower_mul(gen: _Gen, op: Operator, x0: Tensor, y: Tensor) -> Lowered:
+    m = gen.m
+    if not (m.tensors[op.inputs[0]].is_const or m.tensors[op.inputs[1]].is_const):
+        gen.fail(op, "MUL of two activations is not supported (a constant operand is)")
+    x, c, _ = _const_operand(gen, op)
+    _check_int8(gen, op, x, "input")
+    mult, shift = quantize_multiplier(float(np.float32(x.scale[0])) * float(np.float32(c.scale[0]))
+                                      / float(np.float32(y.scale[0])))
+    amin, amax = _activation(gen, op, y)
+    n = f"op{op.index}"
+    factor = np.asarray(c.data, np.int64).reshape(-1) - _zp(c)
+    gen.const_array("int32_t", f"{n}_f", factor)
+    return Lowered([
+        [("size", y.size), ("period", factor.size), ("input_offset", -_zp(x)), ("factor", f"{n}_f")],
+        [("out_mult", mult), ("out_shift", shift), ("output_offset", _zp(y))],
+        [("act_min", amin), ("act_max", amax)],
+    ], [x.index])
+
+
+def _lower_add(gen: _Gen, op: Operator, x0: Tensor, y: Tensor) -> Lowered:
+    m = gen.m
+    a, b = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]]
+    sub = op.opname == "SUB"
+    if a.is_const or b.is_const:
+        return _lower_add_const(gen, op, y, sub)
+    if sub:
+        gen.fail(op, "SUB of two activations is not supported (a constant operand is)")
+    _check_int8(gen, op, b, "input")
     if a.shape != b.shape or a.size != y.size:
         gen.fail(op, f"ADD with broadcasting ({list(a.shape)} + {list(b.shape)}) is not supported")
-    if a.is_const or b.is_const:
-        gen.fail(op, "ADD with a constant operand is not supported")
     left_shift = 20
     sa, sb, so = float(np.float32(a.scale[0])), float(np.float32(b.scale[0])), float(np.float32(y.scale[0]))
     twice_max = 2.0 * max(sa, sb)
@@ -612,21 +707,52 @@ def _lower_add(gen: _Gen, op: Operator):
     m2, s2 = quantize_multiplier(sb / twice_max)
     mo, so_ = quantize_multiplier(twice_max / ((1 << left_shift) * so))
     amin, amax = _activation(gen, op, y)
-    n = f"op{op.index}"
-    gen.consts.append(
-        f"static const tol_add_params_t {n} = {{\n"
-        f"    .size = {y.size}, .in1_offset = {-_zp(a)}, .in2_offset = {-_zp(b)}, .left_shift = {left_shift},\n"
-        f"    .in1_mult = {m1}, .in1_shift = {s1}, .in2_mult = {m2}, .in2_shift = {s2},\n"
-        f"    .out_mult = {mo}, .out_shift = {so_}, .output_offset = {_zp(y)},\n"
-        f"    .act_min = {amin}, .act_max = {amax},\n}};\n")
-    return f"tol_add_s8(&{n}, ", [op.inputs[0], op.inputs[1]]
+    return Lowered([
+        [("size", y.size), ("in1_offset", -_zp(a)), ("in2_offset", -_zp(b)), ("left_shift", left_shift)],
+        [("in1_mult", m1), ("in1_shift", s1), ("in2_mult", m2), ("in2_shift", s2)],
+        [("out_mult", mo), ("out_shift", so_), ("output_offset", _zp(y))],
+        [("act_min", amin), ("act_max", amax)],
+    ], [op.inputs[0], op.inputs[1]])
 
 
-def _lower_pad(gen: _Gen, op: Operator):
-    m = gen.m
-    x, pads, y = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]], m.tensors[op.outputs[0]]
+def _lower_add_const(gen: _Gen, op: Operator, y: Tensor, sub: bool) -> Lowered:
+    """ADD/SUB with a constant: TFLM's Add/Sub arithmetic with the constant's term precomputed."""
+    from .tflm_int8 import mbqm, w32
+
+    x, c, ci = _const_operand(gen, op)
     _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
+    if sub and ci == 0:
+        gen.fail(op, "SUB of an activation from a constant is not supported (activation - constant is)")
+    left_shift = 20
+    sx, sc, so = np.float32(x.scale[0]), np.float32(c.scale[0]), np.float32(y.scale[0])
+    if sub:  # sub_common.cc computes its multipliers in float32
+        twice = np.float32(2) * max(sx, sc)
+        mx, shx = quantize_multiplier(float(np.float32(sx / twice)))
+        mc, shc = quantize_multiplier(float(np.float32(sc / twice)))
+        mo, sho = quantize_multiplier(float(np.float32(twice / (np.float32(1 << left_shift) * so))))
+    else:  # add_common.cc: double
+        twice = 2.0 * max(float(sx), float(sc))
+        mx, shx = quantize_multiplier(float(sx) / twice)
+        mc, shc = quantize_multiplier(float(sc) / twice)
+        mo, sho = quantize_multiplier(twice / ((1 << left_shift) * float(so)))
+    cq = np.asarray(c.data, np.int64).reshape(-1) - _zp(c)
+    addend = [mbqm(w32(int(v) << left_shift), mc, shc) for v in cq]
+    if sub:
+        addend = [-v for v in addend]
+    amin, amax = _activation(gen, op, y)
+    n = f"op{op.index}"
+    gen.const_array("int32_t", f"{n}_a", addend)
+    return Lowered([
+        [("size", y.size), ("period", len(addend)), ("input_offset", -_zp(x)), ("left_shift", left_shift)],
+        [("in_mult", mx), ("in_shift", shx), ("addend", f"{n}_a")],
+        [("out_mult", mo), ("out_shift", sho), ("output_offset", _zp(y))],
+        [("act_min", amin), ("act_max", amax)],
+    ], [x.index], kernel="tol_add_const_s8", params_type="tol_add_const_params_t")
+
+
+def _lower_pad(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
+    m = gen.m
+    pads = m.tensors[op.inputs[1]]
     ih, iw, c = _nhwc(gen, op, x)
     oh, ow, oc = _nhwc(gen, op, y)
     if pads.data is None:
@@ -641,19 +767,13 @@ def _lower_pad(gen: _Gen, op: Operator):
             gen.fail(op, "PADV2 with a non-constant pad value is not supported")
         value = int(np.asarray(cv.data).reshape(-1)[0])
     _same_quant(gen, op, x, y)
-    n = f"op{op.index}"
-    gen.consts.append(
-        f"static const tol_pad_params_t {n} = {{\n"
-        f"    .in_h = {ih}, .in_w = {iw}, .c = {c}, .out_h = {oh}, .out_w = {ow},\n"
-        f"    .pad_top = {int(p[1][0])}, .pad_left = {int(p[2][0])}, .pad_value = {value},\n}};\n")
-    return f"tol_pad_s8(&{n}, ", [op.inputs[0]]
+    return Lowered([
+        [("in_h", ih), ("in_w", iw), ("c", c), ("out_h", oh), ("out_w", ow)],
+        [("pad_top", int(p[1][0])), ("pad_left", int(p[2][0])), ("pad_value", value)],
+    ], [op.inputs[0]])
 
 
-def _lower_requant(gen: _Gen, op: Operator):
-    m = gen.m
-    x, y = m.tensors[op.inputs[0]], m.tensors[op.outputs[0]]
-    _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
+def _lower_requant(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     mq, sq = quantize_multiplier(float(np.float32(x.scale[0])) / float(np.float32(y.scale[0])))
     in_zp, out_zp = _zp(x), _zp(y)
     if op.opname == "QUANTIZE":
@@ -668,42 +788,169 @@ def _lower_requant(gen: _Gen, op: Operator):
         s, zp = np.float32(y.scale[0]), _zp(y)
         amin = max(-128, zp + _roundf(np.float32(0.0) / s))
         amax = 127 if op.opname == "RELU" else min(127, zp + _roundf(np.float32(6.0) / s))
+    return Lowered([
+        [("size", y.size), ("input_zp", in_zp), ("mult", mq), ("shift", sq)],
+        [("output_zp", out_zp), ("act_min", amin), ("act_max", amax)],
+    ], [op.inputs[0]])
+
+
+def _lower_lut(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
+    """LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH: TFLM's integer kernel tabulated over the input byte."""
+    from . import tflm_int8 as T
+
+    if x.size != y.size:
+        gen.fail(op, "input and output sizes differ")
+    sx, zx, sy, zy = _scale(x), _zp(x), _scale(y), _zp(y)
+    try:
+        if op.opname == "LOGISTIC":
+            if zy != -128:
+                gen.fail(op, f"LOGISTIC output zero point {zy} != -128 (TFLM requires -128),")
+            table = T.logistic_table(sx, zx)
+        elif op.opname == "TANH":
+            table = T.tanh_table(sx, zx)
+        elif op.opname == "LEAKY_RELU":
+            table = T.leaky_relu_table(sx, zx, sy, zy, float(np.float32(op.options.get("alpha", 0.2))))
+        else:
+            table = T.hard_swish_table(sx, zx, sy, zy)
+    except T.Unsupported as e:
+        gen.fail(op, f"{e};")
     n = f"op{op.index}"
-    gen.consts.append(
-        f"static const tol_requant_params_t {n} = {{\n"
-        f"    .size = {y.size}, .input_zp = {in_zp}, .mult = {mq}, .shift = {sq},\n"
-        f"    .output_zp = {out_zp}, .act_min = {amin}, .act_max = {amax},\n}};\n")
-    return f"tol_requantize_s8(&{n}, ", [op.inputs[0]]
+    gen.const_array("int8_t", f"{n}_lut", table)
+    return Lowered([[("size", y.size), ("table", f"{n}_lut")]], [op.inputs[0]])
 
 
-def _lower_alias(gen: _Gen, op: Operator):
+def _lower_softmax(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
+    from . import tflm_int8 as T
+
+    if _zp(y) != -128 or np.float32(y.scale[0]) != np.float32(1.0 / 256):
+        gen.fail(op, "SOFTMAX output must have scale 1/256 and zero point -128 (as TFLM requires),")
+    if x.size != y.size or not x.shape:
+        gen.fail(op, "SOFTMAX input and output shapes differ")
+    depth = int(x.shape[-1])
+    if depth > 511:  # the Q12.19 sum must stay < 2^28: TFLM checks its output shift <= 31
+        gen.fail(op, f"SOFTMAX over {depth} values is not supported (at most 511)")
+    try:
+        table = T.softmax_exp_table(_scale(x), float(np.float32(op.options.get("beta", 1.0))))
+    except T.Unsupported as e:
+        gen.fail(op, f"{e};")
+    n = f"op{op.index}"
+    gen.const_array("int32_t", f"{n}_exp", table)
+    return Lowered([[("rows", x.size // depth), ("depth", depth), ("exp_table", f"{n}_exp")]], [op.inputs[0]])
+
+
+def _lower_concat(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     m = gen.m
-    x, y = m.tensors[op.inputs[0]], m.tensors[op.outputs[0]]
-    _check_int8(gen, op, x, "input")
-    _check_int8(gen, op, y, "output")
+    ins = [m.tensors[i] for i in op.inputs]
+    rank = len(y.shape)
+    axis = int(op.options.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if int(op.options.get("fusedActivationFunction", 0)) != 0:
+        gen.fail(op, "CONCATENATION with a fused activation is not supported")
+    for t in ins:
+        if t.is_const:
+            gen.fail(op, f"CONCATENATION of the constant {t.name!r} is not supported")
+        _check_int8(gen, op, t, "input")
+        _same_quant(gen, op, t, y)
+        if len(t.shape) != rank:
+            gen.fail(op, "CONCATENATION inputs of different ranks")
+    if not 0 < axis < rank:
+        gen.fail(op, f"CONCATENATION along axis {axis} is not supported")
+    outer = int(np.prod(y.shape[:axis]))
+    inner = [int(np.prod(t.shape[axis:])) for t in ins]
+    if sum(inner) * outer != y.size:
+        gen.fail(op, "CONCATENATION shapes do not add up")
+    n = f"op{op.index}"
+    gen.const_array("int32_t", f"{n}_in", inner)
+    return Lowered([[("outer", outer), ("n_inputs", len(ins)), ("inner", f"{n}_in")]], list(op.inputs),
+                   packed=True)
+
+
+def _lower_alias(gen: _Gen, op: Operator, x: Tensor, y: Tensor):
     if x.size != y.size:
         gen.fail(op, "reshape changes the element count")
-    _same_quant(gen, op, x, y)
     return None
 
 
-_LOWER = {
-    "CONV_2D": _lower_conv,
-    "DEPTHWISE_CONV_2D": _lower_dwconv,
-    "FULLY_CONNECTED": _lower_fc,
-    "AVERAGE_POOL_2D": _lower_pool,
-    "MAX_POOL_2D": _lower_pool,
-    "MEAN": _lower_mean,
-    "ADD": _lower_add,
-    "PAD": _lower_pad,
-    "PADV2": _lower_pad,
-    "QUANTIZE": _lower_requant,
-    "RELU": _lower_requant,
-    "RELU6": _lower_requant,
-    "RESHAPE": _lower_alias,
-    "SQUEEZE": _lower_alias,
-    "EXPAND_DIMS": _lower_alias,
+_H_CONV = "use Conv1D/Conv2D with int8 weights (per-channel), dilation 1, and relu/relu6 or no activation"
+_H_ACT = ("fused activations other than relu/relu6 are not supported: put tanh/sigmoid/leaky_relu/hard_swish "
+          "in their own Activation layer, or use relu in the backbone")
+_H_QUANT = "the converter gave this op a quantization TFLM's int8 kernel refuses; use relu in the backbone"
+
+_OPS: dict[str, OpSpec] = {
+    "CONV_2D": OpSpec("tol_conv2d_s8", "tol_conv_params_t", _lower_conv, _H_CONV),
+    "DEPTHWISE_CONV_2D": OpSpec("tol_depthwise_conv2d_s8", "tol_conv_params_t", _lower_dwconv, _H_CONV),
+    "FULLY_CONNECTED": OpSpec("tol_fully_connected_s8", "tol_fc_params_t", _lower_fc,
+                              "use Dense layers with int8 weights and relu/relu6 or no activation"),
+    "AVERAGE_POOL_2D": OpSpec("tol_avgpool2d_s8", "tol_pool_params_t", _lower_pool,
+                              "use AveragePooling1D/2D with the same quantization in and out", same_quant=True),
+    "MAX_POOL_2D": OpSpec("tol_maxpool2d_s8", "tol_pool_params_t", _lower_pool,
+                          "use MaxPooling1D/2D with the same quantization in and out", same_quant=True),
+    "MEAN": OpSpec("tol_mean_s8", "tol_reduce_params_t", _lower_mean,
+                   "average over adjacent axes (GlobalAveragePooling1D/2D, or a mean over one axis)"),
+    "REDUCE_MAX": OpSpec("tol_reduce_max_s8", "tol_reduce_params_t", _lower_reduce_max,
+                         "take the max over adjacent axes (GlobalMaxPooling1D/2D)", same_quant=True),
+    "ADD": OpSpec("tol_add_s8", "tol_add_params_t", _lower_add,
+                  "Add two same-shape tensors, or add a per-channel constant (BatchNormalization, Normalization)"),
+    "SUB": OpSpec("tol_add_const_s8", "tol_add_const_params_t", _lower_add,
+                  "subtract a per-channel constant only (put a Normalization layer first)"),
+    "MUL": OpSpec("tol_mul_const_s8", "tol_mul_const_params_t", _lower_mul,
+                  "multiply by a per-channel constant only (BatchNormalization, Normalization, Rescaling)"),
+    "PAD": OpSpec("tol_pad_s8", "tol_pad_params_t", _lower_pad, "use ZeroPadding1D/2D"),
+    "PADV2": OpSpec("tol_pad_s8", "tol_pad_params_t", _lower_pad, "use ZeroPadding1D/2D"),
+    "QUANTIZE": OpSpec("tol_requantize_s8", "tol_requant_params_t", _lower_requant, _H_QUANT),
+    "RELU": OpSpec("tol_requantize_s8", "tol_requant_params_t", _lower_requant, _H_QUANT),
+    "RELU6": OpSpec("tol_requantize_s8", "tol_requant_params_t", _lower_requant, _H_QUANT),
+    "LOGISTIC": OpSpec("tol_lut_s8", "tol_lut_params_t", _lower_lut, _H_QUANT),
+    "TANH": OpSpec("tol_lut_s8", "tol_lut_params_t", _lower_lut, _H_QUANT),
+    "LEAKY_RELU": OpSpec("tol_lut_s8", "tol_lut_params_t", _lower_lut, _H_QUANT),
+    "HARD_SWISH": OpSpec("tol_lut_s8", "tol_lut_params_t", _lower_lut, _H_QUANT),
+    "SOFTMAX": OpSpec("tol_softmax_s8", "tol_softmax_params_t", _lower_softmax,
+                      "softmax over the last axis with int8 output (scale 1/256, zero point -128)"),
+    "CONCATENATION": OpSpec("tol_concat_s8", "tol_concat_params_t", _lower_concat,
+                            "concatenate along a non-batch axis (the converter gives the inputs one quantization)",
+                            int8_input=False),
+    "RESHAPE": OpSpec(None, None, _lower_alias, "reshape without changing quantization", same_quant=True),
+    "SQUEEZE": OpSpec(None, None, _lower_alias, "reshape without changing quantization", same_quant=True),
+    "EXPAND_DIMS": OpSpec(None, None, _lower_alias, "reshape without changing quantization", same_quant=True),
 }
+
+# Ops we refuse, with what to do instead (shown as the error's hint).
+_REFUSED_HINTS = {
+    "SPACE_TO_BATCH_ND": "dilated convolutions become SPACE_TO_BATCH_ND/BATCH_TO_SPACE_ND: use dilation_rate=1",
+    "BATCH_TO_SPACE_ND": "dilated convolutions become SPACE_TO_BATCH_ND/BATCH_TO_SPACE_ND: use dilation_rate=1",
+    "DEQUANTIZE": "the backbone must be int8 from input to output: export with int8 input and output",
+    "DIV": "divide by a constant with a Rescaling or Normalization layer (a MUL), not a division",
+    "GELU": "use relu, relu6, tanh, sigmoid, leaky_relu or hard_swish",
+    "EXP": "use relu, relu6, tanh, sigmoid, leaky_relu or hard_swish",
+    "LOG": "use relu, relu6, tanh, sigmoid, leaky_relu or hard_swish",
+    "SQRT": "scale inputs on the host or with a Normalization layer first",
+    "RSQRT": "LayerNormalization is not supported: use BatchNormalization or a Normalization layer first",
+    "POW": "use relu, relu6, tanh, sigmoid, leaky_relu or hard_swish",
+    "SQUARED_DIFFERENCE": "LayerNormalization is not supported: use BatchNormalization or a Normalization layer first",
+    "TRANSPOSE": "keep the data channels-last inside the model; transpose samples on the host",
+    "TRANSPOSE_CONV": "upsample with UpSampling + Conv, or keep the decoder in float on the host",
+    "RESIZE_NEAREST_NEIGHBOR": "resize the input on the host",
+    "RESIZE_BILINEAR": "resize the input on the host",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "use Conv1D over a window instead of a recurrent layer",
+    "BATCH_MATMUL": "use Dense layers (FULLY_CONNECTED) instead of attention/matrix products",
+    "REDUCE_MIN": "use GlobalMaxPooling or GlobalAveragePooling",
+    "SUM": "use GlobalAveragePooling (MEAN) instead of a sum",
+    "ELU": "use relu, relu6, leaky_relu or hard_swish",
+    "PRELU": "use LeakyReLU (a fixed slope) instead of PReLU",
+    "MAXIMUM": "use relu/relu6 or MaxPooling",
+    "MINIMUM": "use relu6",
+    "SPLIT": "build the branches from the same tensor instead of splitting it",
+    "STRIDED_SLICE": "crop the input on the host (Cropping layers become STRIDED_SLICE)",
+    "SLICE": "crop the input on the host",
+    "GATHER": "look-ups (Embedding) are not supported: feed the features directly",
+    "ARG_MAX": "end the model in Dense (+softmax): the device takes the argmax",
+}
+
+
+def _refusal_hint(opname: str) -> str:
+    h = _REFUSED_HINTS.get(opname)
+    return h or ("tinyol's int8 kernels cover: " + ", ".join(sorted(_OPS))
+                 + " (docs/export.md lists them with their limits)")
 
 
 # --------------------------------------------------------------------------- emitters

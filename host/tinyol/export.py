@@ -282,7 +282,9 @@ def find_split(model, split: str | int | None):
     act = getattr(head.activation, "__name__", str(head.activation))
     if act not in ("linear", "softmax"):
         raise TinyolError(f"head layer {head.name!r} has activation {act!r}; the device head is linear "
-                          f"(+softmax for classes)")
+                          f"(+softmax for classes)",
+                          hint="a sigmoid head becomes Dense(2)+softmax" if act == "sigmoid"
+                          else "make the last Dense linear or softmax; keep other activations in the backbone")
     if len(head.input.shape) != 2:
         raise TinyolError(f"head layer {head.name!r} takes a {len(head.input.shape) - 1}-D input; it "
                           f"must take a flat vector (add Flatten before it)")
@@ -666,6 +668,53 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
     return manifest
 
 
+def _tflite_source(src_path: Path, split, classes, echo: Echo):
+    """(backbone .tflite bytes, head W or None, head b or None, split name) for a .tflite input.
+
+    A full int8 classifier ending in a linear FULLY_CONNECTED (+ SOFTMAX) is split at that FC:
+    the head starts from its dequantized weights (``--classes`` keeps the first N rows or adds
+    zero rows). ``--split none`` (or any other model) uses the whole file as the backbone; its
+    head starts from zeros and needs ``--classes``."""
+    from .tflite_model import parse_model, split_classifier
+
+    raw = src_path.read_bytes()
+    if split is not None and str(split).lower() not in ("none", "whole"):
+        raise TinyolError(f"--split {split!r} does not apply to a .tflite model",
+                          hint="a .tflite classifier is split at its last FULLY_CONNECTED; "
+                               "--split none uses the whole file as the backbone")
+    cut = None if split is not None else split_classifier(raw, src_path.name)
+    if cut is None:
+        m = parse_model(raw, src_path.name)
+        if split is None and m.operators and m.operators[-1].opname == "LOGISTIC":
+            raise TinyolError(f"{src_path.name} ends in a sigmoid (LOGISTIC); the device head is a "
+                              "linear layer + softmax",
+                              hint="a sigmoid head becomes Dense(2)+softmax: retrain it that way, or "
+                                   "export with --split none --classes N to keep the whole model as the backbone")
+        if classes is None or classes < 1:
+            raise TinyolError("a .tflite backbone needs --classes N >= 1 (its head starts from zeros)",
+                              hint="a full classifier ending in FULLY_CONNECTED (+ SOFTMAX) is split "
+                                   "at that layer and needs no --classes")
+        echo(f"reading {src_path} (used whole as the int8 backbone)")
+        return raw, None, None, None
+    W, b = cut.weight, cut.bias
+    if classes is not None:
+        if classes < 1:
+            raise TinyolError(f"--classes must be >= 1, not {classes}")
+        if classes < W.shape[0]:
+            W, b = W[:classes], b[:classes]
+        elif classes > W.shape[0]:
+            W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
+            b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
+    from .codegen import op_layer
+
+    full = parse_model(raw, src_path.name)
+    name = op_layer(full, full.operators[cut.fc_index])
+    echo(f"reading {src_path}: int8 classifier, split at its last FULLY_CONNECTED (operator "
+         f"{cut.fc_index}, layer {name!r}; dropped after it: {' '.join(cut.tail) or 'nothing'}); "
+         f"head {W.shape[1]} -> {W.shape[0]} from the dequantized weights")
+    return cut.backbone, W, b, name
+
+
 def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, max_classes, board,
             board_obj, class_names, mode, label_column, replay_capacity, replay_bits, lr, momentum,
             weight_decay, replay_n_new, replay_n_old, seed, echo) -> dict:
@@ -673,18 +722,15 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
 
     calib_desc = None
     if src_path.suffix.lower() == ".tflite":
-        echo(f"reading {model_path} (used whole as the int8 backbone)")
-        tfl = src_path.read_bytes()
+        tfl, W, b, split_name = _tflite_source(src_path, split, classes, echo)
         inp, lat = tflite_io(tfl)
-        if classes is None or classes < 1:
-            raise TinyolError("a .tflite backbone needs --classes N >= 1 (its head starts from zeros)")
         dim = int(np.prod(lat.shape[1:]))
-        W = np.zeros((classes, dim), np.float32)
-        b = np.zeros((classes,), np.float32)
+        if W is None:  # used whole: the head starts from zeros
+            W = np.zeros((classes, dim), np.float32)
+            b = np.zeros((classes,), np.float32)
         head_mode = "autoencoder" if mode == "autoencoder" else "classifier"
         if head_mode == "autoencoder":
             raise TinyolError("autoencoder mode needs a Keras model (the head reconstructs its input)")
-        split_name = None
         calib_desc = "taken from the .tflite file"
     else:
         echo(f"loading {model_path}")

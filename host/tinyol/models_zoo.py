@@ -276,8 +276,10 @@ RECIPES: dict[str, Recipe] = {
 
 
 def models_dir() -> Path:
-    """The repository's models/ directory (next to host/)."""
-    return Path(__file__).resolve().parents[2] / "models"
+    """The example models' directory of this installation (see paths.py)."""
+    from .paths import models_dir as shipped
+
+    return shipped()
 
 
 def build(name: str, out_root: Path | None = None, echo=print) -> dict:

@@ -22,9 +22,17 @@ def port_option(required: bool = True):
                              "or `auto` (first ST-Link virtual COM port).")
 
 
-def model_option(default: str = "models/digits"):
-    return click.option("--model", "-m", default=default, show_default=True, metavar="DIR",
-                        help="Model directory written by `tinyol export`.")
+def resolve_model_option(ctx, param, value):
+    """--model: a path relative to the current directory; unset = the shipped digits example."""
+    from .paths import example_model, user_path
+
+    return str(example_model("digits") if value is None else user_path(value))
+
+
+def model_option():
+    return click.option("--model", "-m", default=None, metavar="DIR", callback=resolve_model_option,
+                        help="Model directory written by `tinyol export`, relative to the current "
+                             "directory.  [default: the digits example shipped with tinyol]")
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -361,7 +361,16 @@ class Link:
         )
 
     def info(self) -> Info:
-        return Info.parse(self.request(Msg.INFO))
+        from . import versions
+
+        try:
+            payload = self.request(Msg.INFO)
+        except DeviceError as e:
+            if e.status == Status.ERR_VERSION:
+                raise versions.protocol_mismatch(None) from None
+            raise
+        versions.check_firmware(payload)  # before parsing: another version may lay INFO out differently
+        return Info.parse(payload)
 
     def wait_boot(self, timeout: float = 10.0) -> str | None:
         """Wait for a `tinyol boot ...` line (e.g. right after starting an emulator)."""

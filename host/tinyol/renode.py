@@ -15,12 +15,13 @@ from pathlib import Path
 
 from .boards import get_board
 from .errors import TinyolError
+from .paths import renode_dir
 
 RENODE_EXECUTABLE = "renode"
 RENODE_MIN_VERSION = "1.15"
 
-# mcu/renode/ of the source tree this package sits in (host/tinyol/renode.py -> repo root).
-RENODE_DIR = Path(__file__).resolve().parents[2] / "mcu" / "renode"
+# mcu/renode/ of this installation (a checkout, or tinyol/_firmware/ in a wheel; see paths.py).
+RENODE_DIR = renode_dir()
 
 _INSTALL_HINT = (
     f"install Renode >= {RENODE_MIN_VERSION}: it is not on PyPI, Debian or npm; take the "
@@ -58,7 +59,7 @@ def resc_path(board: str, renode_dir: str | os.PathLike | None = None) -> Path:
     if not path.is_file():
         raise TinyolError(
             f"no Renode script for {board} at {path}",
-            hint="run from a tinyol source tree (the platform files live in mcu/renode/)",
+            hint="reinstall tinyol: its Renode platform files (mcu/renode/) are missing",
         )
     return path.resolve()
 

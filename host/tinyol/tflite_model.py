@@ -171,3 +171,109 @@ def parse_model(raw: bytes, origin: str = "<bytes>") -> TfliteModel:
         outs = [int(x) for x in (op.outputs if op.outputs is not None else [])]
         ops.append(Operator(i, opname, ins, outs, _options_dict(op.builtinOptions)))
     return TfliteModel(tensors, ops, [int(x) for x in g.inputs], [int(x) for x in g.outputs], raw)
+
+
+# --------------------------------------------------------------------------- classifier split
+
+@dataclass
+class ClassifierSplit:
+    """An int8 classifier cut at its last FULLY_CONNECTED (see ``split_classifier``)."""
+
+    backbone: bytes                # .tflite of everything before the FC (output: the FC's input)
+    weight: np.ndarray             # float32 [classes, dim], dequantized FC weights
+    bias: np.ndarray               # float32 [classes], dequantized FC bias (zeros if none)
+    fc_index: int                  # operator index of the FC in the original model
+    tail: list[str]                # ops after the FC that the split drops (e.g. ["SOFTMAX"])
+
+
+_HEAD_TAIL_OPS = {"SOFTMAX", "RESHAPE", "SQUEEZE"}
+
+
+def classifier_head(m: TfliteModel) -> tuple[int, list[str]] | None:
+    """(index of the last FULLY_CONNECTED, ops after it) when the model is a classifier that
+    ends in a linear FULLY_CONNECTED followed only by SOFTMAX (or reshapes); else None."""
+    ops = m.operators
+    i = len(ops) - 1
+    while i >= 0 and ops[i].opname in _HEAD_TAIL_OPS:
+        i -= 1
+    if i < 0 or ops[i].opname != "FULLY_CONNECTED":
+        return None
+    if int(ops[i].options.get("fusedActivationFunction", 0)) != 0:
+        return None  # a feature layer (Dense + relu), not logits
+    chain = ops[i].outputs[0]
+    for op in ops[i + 1:]:
+        if not op.inputs or op.inputs[0] != chain:
+            return None
+        chain = op.outputs[0]
+    if m.outputs != [chain]:
+        return None
+    return i, [op.opname for op in ops[i + 1:]]
+
+
+def _cut(raw: bytes, n_ops: int, output: int) -> bytes:
+    """The model's first n_ops operators with `output` as its only output; unused tensors
+    and their buffers are dropped. Deterministic bytes for the same input."""
+    import flatbuffers
+
+    s = schema()
+    mt = s.ModelT.InitFromPackedBuf(bytearray(raw), 0)
+    g = mt.subgraphs[0]
+    g.operators = list(g.operators[:n_ops])
+    used: list[int] = []
+    for t in list(g.inputs) + [i for op in g.operators for i in list(op.inputs) + list(op.outputs)] + [output]:
+        if t >= 0 and t not in used:
+            used.append(t)
+    used.sort()
+    remap = {old: new for new, old in enumerate(used)}
+    g.tensors = [g.tensors[i] for i in used]
+    for op in g.operators:
+        op.inputs = [remap[i] if i >= 0 else i for i in op.inputs]
+        op.outputs = [remap[i] for i in op.outputs]
+        if op.intermediates is not None and len(op.intermediates):
+            op.intermediates = [remap[i] for i in op.intermediates]
+    g.inputs = [remap[i] for i in g.inputs]
+    g.outputs = [remap[output]]
+    kept_buffers = {t.buffer for t in g.tensors}
+    for bi, buf in enumerate(mt.buffers):
+        if bi not in kept_buffers and bi != 0 and not any(
+                md.buffer == bi for md in (mt.metadata or [])):
+            buf.data = None
+            buf.offset, buf.size = 0, 0
+    mt.signatureDefs = None  # they name the old outputs
+    b = flatbuffers.Builder(1024)
+    b.Finish(mt.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def split_classifier(raw: bytes, origin: str = "<bytes>") -> ClassifierSplit | None:
+    """Cut a full int8 classifier (... -> FULLY_CONNECTED [-> SOFTMAX]) at its last FC.
+
+    The backbone is everything before the FC; the head is the FC, dequantized:
+    W = w_int8 * w_scale (per output row), b = bias_int32 * input_scale * w_scale.
+    Returns None when the model does not end in a linear FULLY_CONNECTED."""
+    m = parse_model(raw, origin)
+    found = classifier_head(m)
+    if found is None:
+        return None
+    i, tail = found
+    fc = m.operators[i]
+    x, w = m.tensors[fc.inputs[0]], m.tensors[fc.inputs[1]]
+    bias = m.tensors[fc.inputs[2]] if len(fc.inputs) > 2 and fc.inputs[2] >= 0 else None
+    if w.data is None or w.dtype != "int8" or x.dtype != "int8":
+        raise TinyolError(f"{origin}: the last FULLY_CONNECTED is not int8 with constant weights",
+                          hint="convert the model with full int8 quantization (int8 input and output)")
+    out_f, in_f = int(w.shape[0]), int(w.shape[1])
+    if x.size != in_f:
+        raise TinyolError(f"{origin}: the last FULLY_CONNECTED takes {x.size // in_f} rows; "
+                          "the device head takes one vector", hint="add Flatten before the last Dense layer")
+    if fc.inputs[0] in m.inputs:
+        raise TinyolError(f"{origin}: the model is a single FULLY_CONNECTED; there is no backbone to freeze",
+                          hint="export it with --split none --classes N, or add layers before it")
+    ws = np.asarray(w.scale, np.float64)
+    ws = np.broadcast_to(ws if ws.size == out_f else ws[:1], (out_f,))
+    W = (w.data.astype(np.float64) - np.asarray(w.zero_point, np.float64).reshape(-1)[:1]) * ws[:, None]
+    if bias is not None and bias.data is not None:
+        b = bias.data.astype(np.float64) * float(np.float32(x.scale[0])) * ws
+    else:
+        b = np.zeros(out_f)
+    return ClassifierSplit(_cut(raw, i, fc.inputs[0]), W.astype(np.float32), b.astype(np.float32), i, tail)

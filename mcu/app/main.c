@@ -2,13 +2,15 @@
  * main.c - the firmware's application layer, the same on every target.
  *
  * It owns the one protocol/app instance (static, no heap) and pumps received
- * bytes into it. Everything else happens in the portable core (mcu/src) and
+ * bytes into it, with the model glue (model.c or nomodel/) as the model behind
+ * the protocol. Everything else happens in the portable core (mcu/src) and
  * the board HAL (mcu/boards/<family>).
  */
 #include <stdint.h>
 
 #include "tol_app.h"
 #include "tol_hal.h"
+#include "tol_model.h"
 
 static tol_app_t tol_app;
 
@@ -18,7 +20,7 @@ int tol_app_main(void);
 int tol_app_main(void)
 {
     tol_hal_init();
-    tol_app_init(&tol_app);
+    tol_app_init(&tol_app, &tol_model_glue);
     for (;;) {
         uint8_t byte;
         while (tol_hal_uart_read(&byte)) tol_app_feed(&tol_app, byte);

@@ -12,14 +12,13 @@
 #include "tol_app.h"
 #include "tol_hal.h"
 #include "tol_learner.h"
+#include "tinyol.h"
 #include "tol_model.h"
+#include "tol_persist.h"
 #include "tol_proto.h"
 #include "tol_store.h"
 
-#ifndef TOL_REPLAY_POLICY
-#define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
-#endif
-#define TOL_MODEL_OUTPUTS (TOL_HEAD_MODE == 1 ? TOL_HEAD_OUT_DIM : TOL_HEAD_MAX_CLASSES)
+#define TOL_MODEL_OUTPUTS TINYOL_OUTPUTS
 #define TOL_CYCLES_INVALID 0xFFFFFFFFu
 /* Auto-save after this many committed updates since the last save (0 = off). */
 #ifndef TOL_AUTOSAVE_UPDATES
@@ -32,19 +31,8 @@ _Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and confi
 _Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
                "autoencoder head must reconstruct the model input");
 
-extern const float tol_head_init_weight[];
-extern const float tol_head_init_bias[];
-
-/* Momentum buffers only when the exported momentum is > 0 (config.h TOL_HAS_MOMENTUM;
- * models exported before it keep them); gradient rows for n_new fresh + n_old replayed
- * samples, the replayed ones only with a buffer (host/tinyol/memory.py models the same). */
-#ifndef TOL_HAS_MOMENTUM
-#define TOL_HAS_MOMENTUM 1
-#endif
-#define TOL_MODEL_MAX_OLD (TOL_REPLAY_CAPACITY > 0 ? (TOL_REPLAY_N_OLD > 0 ? TOL_REPLAY_N_OLD : 1) : 0)
-#define TOL_LEARNER_MEM_BYTES                                                                   \
-    TOL_LEARNER_BYTES_EX(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, \
-                         TOL_REPLAY_N_NEW, TOL_MODEL_MAX_OLD, !TOL_HAS_MOMENTUM)
+/* The learner's memory: TINYOL_MEM_BYTES (tinyol.h) reserves only what the exported mode uses. */
+#define TOL_LEARNER_MEM_BYTES TINYOL_MEM_BYTES
 #ifdef TOL_BUDGET_LEARNER_BYTES
 _Static_assert(TOL_LEARNER_MEM_BYTES == TOL_BUDGET_LEARNER_BYTES,
                "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_LEARNER_BYTES_EX");
@@ -101,43 +89,14 @@ static uint32_t tol_since(tol_stamp_t s)
 
 static void tol_model_boot_load(void);
 
-/* Largest learner state (tol_learner_state_*: header, W, b, active, class counts, a full
- * queue, momentum, a full replay buffer) plus the record header: the store's slot size. */
-#define TOL_MODEL_RECORD_MAX                                                                      \
-    (TOL_STORE_HEADER_BYTES + TOL_LEARNER_STATE_HEADER +                                          \
-     4u * 2u * ((uint32_t)TOL_MODEL_OUTPUTS * TOL_LATENT_DIM + TOL_MODEL_OUTPUTS) +               \
-     5u * (uint32_t)TOL_MODEL_OUTPUTS + (4u * TOL_LATENT_DIM + 2u) * (uint32_t)TOL_REPLAY_N_NEW + \
-     (uint32_t)TOL_REPLAY_CAPACITY * ((uint32_t)TOL_REPLAY_ROW_BYTES(TOL_LATENT_DIM, TOL_REPLAY_BITS) + 2u) + \
-     6u * (uint32_t)TOL_MODEL_OUTPUTS)
+/* The store's slot size: the largest learner state of this model (tol_persist.h). */
+#define TOL_MODEL_RECORD_MAX \
+    TOL_PERSIST_RECORD_MAX(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
 
 tol_status_t tol_model_init(void)
 {
     tol_learner_config_t cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.head_kind = (uint8_t)TOL_HEAD_MODE;
-    cfg.replay_bits = (uint8_t)TOL_REPLAY_BITS;
-    cfg.replay_policy = (uint8_t)TOL_REPLAY_POLICY;
-    cfg.latent_dim = (uint16_t)TOL_LATENT_DIM;
-    cfg.n_outputs = (uint16_t)TOL_MODEL_OUTPUTS;
-    cfg.init_classes = (uint16_t)TOL_HEAD_INIT_CLASSES;
-    cfg.replay_capacity = (uint16_t)TOL_REPLAY_CAPACITY;
-    cfg.max_new = (uint16_t)TOL_REPLAY_N_NEW;
-    cfg.max_old = (uint16_t)TOL_MODEL_MAX_OLD;
-    cfg.no_momentum = (uint8_t)!TOL_HAS_MOMENTUM;
-    cfg.init_weight = tol_head_init_weight;
-    cfg.init_bias = tol_head_init_bias;
-    cfg.latent_scale = TOL_LATENT_SCALE;
-    cfg.latent_zero_point = TOL_LATENT_ZERO_POINT;
-    cfg.target_scale = TOL_INPUT_SCALE;
-    cfg.target_zero_point = TOL_INPUT_ZERO_POINT;
-    cfg.seed = TOL_SEED;
-    tol_learner_settings_default(&cfg.settings);
-    cfg.settings.lr = TOL_LR;
-    cfg.settings.momentum = TOL_MOMENTUM;
-    cfg.settings.weight_decay = TOL_WEIGHT_DECAY;
-    cfg.settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
-    cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
-    cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
+    tinyol_learner_config(&cfg); /* the same learner a firmware embedding tinyol.h gets */
     TOL_TRY(tol_learner_init(&tol_learner, tol_learner_mem, sizeof(tol_learner_mem), &cfg));
     tol_model_boot_load();
     return TOL_OK;
@@ -354,24 +313,7 @@ static tol_status_t tol_model_get_head(const uint8_t *req, uint16_t n, uint8_t *
 /* Replace the learner's state with the newest stored record of this model. */
 static tol_status_t tol_model_load(tol_store_record_t *rec)
 {
-    TOL_TRY(tol_store_newest(&tol_store, rec));
-    uint8_t buf[TOL_LEARNER_STATE_HEADER];
-    TOL_CHECK(rec->payload_len >= sizeof(buf), TOL_ERR_MODEL);
-    TOL_TRY(tol_store_read(&tol_store, rec, 0u, buf, sizeof(buf)));
-    uint8_t parts = 0u;
-    uint32_t total = 0u;
-    TOL_TRY(tol_learner_state_begin(&tol_learner, buf, sizeof(buf), &parts, &total));
-    tol_status_t st = total == rec->payload_len ? TOL_OK : TOL_ERR_MODEL;
-    for (uint32_t at = sizeof(buf); st == TOL_OK && at < total; at += sizeof(buf)) {
-        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
-        st = tol_store_read(&tol_store, rec, at, buf, n);
-        if (st == TOL_OK) st = tol_learner_state_write(&tol_learner, parts, at, buf, n);
-    }
-    if (st != TOL_OK) {
-        tol_learner_reset(&tol_learner); /* half-applied: back to the exported head */
-        return st;
-    }
-    TOL_TRY(tol_learner_state_end(&tol_learner, parts));
+    TOL_TRY(tol_persist_load(&tol_learner, &tol_store, rec));
     tol_learner_stats_t ls;
     tol_learner_get_stats(&tol_learner, &ls);
     tol_persist.seq = rec->seq;
@@ -412,19 +354,8 @@ static tol_status_t tol_model_save(uint8_t options, uint8_t *parts_out)
     tol_learner_get_settings(&tol_learner, &set);
     uint8_t parts = (uint8_t)((options & TOL_SAVE_NO_REPLAY) ? 0u : TOL_LEARNER_STATE_REPLAY);
     if (set.momentum != 0.0f) parts |= (uint8_t)TOL_LEARNER_STATE_MOMENTUM;
-    uint32_t total = tol_learner_state_bytes(&tol_learner, parts);
-    if (total > tol_store_capacity(&tol_store) && (parts & TOL_LEARNER_STATE_REPLAY)) {
-        parts &= (uint8_t)~TOL_LEARNER_STATE_REPLAY; /* too big for a slot: the head still fits */
-        total = tol_learner_state_bytes(&tol_learner, parts);
-    }
-    TOL_TRY(tol_store_begin(&tol_store, total));
-    uint8_t buf[64];
-    for (uint32_t at = 0; at < total; at += sizeof(buf)) {
-        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
-        tol_learner_state_read(&tol_learner, parts, at, buf, n);
-        TOL_TRY(tol_store_append(&tol_store, buf, n));
-    }
-    TOL_TRY(tol_store_commit(&tol_store));
+    uint32_t total = 0u;
+    TOL_TRY(tol_persist_save(&tol_learner, &tol_store, parts, &parts, &total));
     tol_learner_stats_t ls;
     tol_learner_get_stats(&tol_learner, &ls);
     uint32_t page = tol_store.region.page_bytes;
@@ -645,3 +576,6 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
     *cycles = tol_since(s);
     return TOL_OK;
 }
+
+const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
+                                       tol_model_store_status};

@@ -6,6 +6,10 @@
  * is never executed twice) and dispatched. Replies go out through
  * tol_hal_uart_write(). All memory is inside tol_app_t; the caller (mcu/app/main.c)
  * owns one static instance.
+ *
+ * The core never names the application: the model messages (SAMPLE, PREDICT,
+ * SET, SAVE, ...) go to the tol_model_if_t the application hands to
+ * tol_app_init() (mcu/app/model.c's tol_model_glue, or mcu/app/nomodel).
  */
 #ifndef TOL_APP_H
 #define TOL_APP_H
@@ -16,6 +20,7 @@
 
 #include "tol_proto.h"
 #include "tol_status.h"
+#include "tol_store.h"
 
 #include "config.h"   /* the model's sizes (models/<name>/config.h or mcu/app/nomodel) */
 
@@ -38,6 +43,27 @@
 
 #define TOL_APP_REPLY_CACHE 8u   /* requests a host may pipeline */
 #define TOL_APP_CACHE_WIRE 48u   /* replies up to this size (SAMPLE's is 31) are cached */
+
+/*
+ * The model behind the protocol, as a table of callbacks (all required; the
+ * table and what it points to are owned by the application and must outlive
+ * the tol_app_t).
+ */
+typedef struct {
+    /* Set up the backbone and learner (once, from tol_app_init). */
+    tol_status_t (*init)(void);
+    /* Handle a model message (SAMPLE, PREDICT, EMBED, SET, GET, RESET, GET_HEAD, SET_HEAD,
+     * REPLAY_ADD, SAVE, LOAD). req[0..req_len): request payload (read only);
+     * reply[0..reply_cap): out; *reply_len: bytes written. Layouts: docs/protocol.md. */
+    tol_status_t (*handle)(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
+                           uint16_t reply_cap, uint16_t *reply_len);
+    /* Append the learner's statistics to a STATS reply; returns bytes written (<= cap). */
+    uint16_t (*stats)(uint8_t *out, uint16_t cap);
+    /* BENCH regions >= 2 (2 backbone, 3 head predict, 4 training step); *cycles out. */
+    tol_status_t (*bench)(uint8_t region, uint32_t *cycles);
+    /* Persistence at boot, for INFO and the boot line (docs/persistence.md). */
+    tol_store_status_t (*store_status)(void);
+} tol_model_if_t;
 
 typedef struct {
     uint32_t frames_ok;       /* well-formed requests received */
@@ -66,13 +92,16 @@ typedef struct {
     uint8_t cache_next;
     tol_link_stats_t link;
     uint32_t boot_cycles;     /* cycle counter at tol_app_init */
+    const tol_model_if_t *model; /* the application's model (tol_app_init) */
 } tol_app_t;
 
 /*
- * Reset all state and announce the boot with the text line
- * "tinyol boot board=<b> fw=<v> boot=<n> model=<name>\r\n" followed by 0x00.
+ * Reset all state, initialise `model` (model->init) and announce the boot with
+ * the text line "tinyol boot board=<b> fw=<v> boot=<n> model=<name>\r\n"
+ * followed by 0x00. `model` (in, borrowed for the app's lifetime) is the model
+ * behind the protocol.
  */
-void tol_app_init(tol_app_t *app);
+void tol_app_init(tol_app_t *app, const tol_model_if_t *model);
 
 /* Consume one received byte; may send a reply. */
 void tol_app_feed(tol_app_t *app, uint8_t byte);

@@ -92,7 +92,8 @@ typedef struct {
  * multiplier already contains 1/(h*w) (computed on the host as TFLM does). */
 typedef struct {
     int32_t h, w, c;
-    int32_t requant;               /* 0: integer mean, 1: rescale */
+    int32_t requant;               /* 0: integer mean, 1: rescale (TFLM's int8 MEAN
+                                      always rescales: codegen emits 1) */
     int32_t input_zp, output_zp;   /* zero points */
     int32_t mult, shift;           /* requant only */
 } tol_mean_params_t;
@@ -154,6 +155,103 @@ void tol_pad_s8(const tol_pad_params_t *p, const int8_t *input, int8_t *output);
 
 /* Requantize / RELU. input, output: [size]; output may alias input. */
 void tol_requantize_s8(const tol_requant_params_t *p, const int8_t *input, int8_t *output);
+
+/* ---- activations, reductions, concatenation, arithmetic with a constant ----
+ * (mcu/src/kernels/{ref,simd}/tol_activation.c, tol_reduce.c, tol_concat.c,
+ * tol_const_arith.c) */
+
+/* Element-wise int8 -> int8 function given as a table (LOGISTIC, TANH,
+ * LEAKY_RELU, HARD_SWISH): out[i] = table[in[i] + 128]. The host fills the
+ * table by evaluating TFLM's integer kernel for every input byte
+ * (host/tinyol/tflm_int8.py), so the lookup equals TFLM bit for bit. */
+typedef struct {
+    int32_t size;                  /* number of elements, >= 1 */
+    const int8_t *table;           /* [256], indexed by input + 128 */
+} tol_lut_params_t;
+
+/* SOFTMAX over the last axis (int8 in, int8 out with scale 1/256, zero point
+ * -128), TFLM reference_ops::Softmax: exp of (x - row max) from a Q0.31 table,
+ * sum in Q12.19, gemmlowp reciprocal, output = RDBPOT(recip * exp, bits) - 128. */
+typedef struct {
+    int32_t rows;                  /* product of all but the last dimension, >= 1 */
+    int32_t depth;                 /* last dimension, 1..511 (sum of exps < 2^28) */
+    const int32_t *exp_table;      /* [256]: exp(beta * scale * -d) in Q0.31 for
+                                      d = row max - x; 0 where TFLM skips (d beyond diff_min) */
+} tol_softmax_params_t;
+
+/* MEAN / REDUCE_MAX over one run of contiguous axes: input viewed as
+ * [outer][n][inner], output [outer][inner]. MEAN has tol_mean_params_t's
+ * semantics (requant 0: truncating integer mean; 1: MBQM with 1/n folded into
+ * mult/shift); REDUCE_MAX needs equal input/output quantization and ignores
+ * the quantization fields. */
+typedef struct {
+    int32_t outer, n, inner;       /* each >= 1 */
+    int32_t requant;               /* MEAN only */
+    int32_t input_zp, output_zp;   /* MEAN only */
+    int32_t mult, shift;           /* MEAN only, requant == 1 */
+} tol_reduce_params_t;
+
+/* CONCATENATION of n_inputs tensors with equal quantization along one axis:
+ * each input viewed as [outer][inner[k]], output [outer][sum inner]. */
+typedef struct {
+    int32_t outer;                 /* product of the dimensions before the axis, >= 1 */
+    int32_t n_inputs;              /* >= 1 */
+    const int32_t *inner;          /* [n_inputs]: elements from the axis on, per input */
+} tol_concat_params_t;
+
+/* MUL by a constant broadcast along the last axis (an unfused
+ * BatchNormalization's scale): TFLM reference_integer_ops::Mul with
+ * factor[c] = constant[c] - constant zero point precomputed:
+ * out[i] = clamp(MBQM((in[i] + input_offset) * factor[i % period], out_mult,
+ * out_shift) + output_offset). period 1 = scalar constant. */
+typedef struct {
+    int32_t size;                  /* elements, a multiple of period */
+    int32_t period;                /* constant length, >= 1 */
+    int32_t input_offset;          /* -input zero point */
+    const int32_t *factor;         /* [period] */
+    int32_t out_mult, out_shift;
+    int32_t output_offset;
+    int32_t act_min, act_max;
+} tol_mul_const_params_t;
+
+/* ADD (or SUB) of a constant broadcast along the last axis (an unfused
+ * BatchNormalization's offset): TFLM's ADD arithmetic (left shift 20) with the
+ * constant's rescaled term precomputed on the host:
+ * out[i] = clamp(MBQM(MBQM((in[i] + input_offset) << left_shift, in_mult,
+ * in_shift) + addend[i % period], out_mult, out_shift) + output_offset). */
+typedef struct {
+    int32_t size;
+    int32_t period;
+    int32_t input_offset;
+    int32_t left_shift;            /* 20 */
+    int32_t in_mult, in_shift;     /* shift <= 0 */
+    const int32_t *addend;         /* [period], already scaled (negated for SUB) */
+    int32_t out_mult, out_shift;
+    int32_t output_offset;
+    int32_t act_min, act_max;
+} tol_add_const_params_t;
+
+/* Table lookup. input, output: [size]; output may alias input. */
+void tol_lut_s8(const tol_lut_params_t *p, const int8_t *input, int8_t *output);
+
+/* SOFTMAX. input, output: [rows][depth]; must not overlap. */
+void tol_softmax_s8(const tol_softmax_params_t *p, const int8_t *input, int8_t *output);
+
+/* MEAN over the middle axis. input [outer][n][inner], output [outer][inner]. */
+void tol_mean_s8(const tol_reduce_params_t *p, const int8_t *input, int8_t *output);
+
+/* REDUCE_MAX over the middle axis. input [outer][n][inner], output [outer][inner]. */
+void tol_reduce_max_s8(const tol_reduce_params_t *p, const int8_t *input, int8_t *output);
+
+/* CONCATENATION. inputs: n_inputs pointers (caller-owned); output must not
+ * overlap any input. */
+void tol_concat_s8(const tol_concat_params_t *p, const int8_t *const *inputs, int8_t *output);
+
+/* MUL by a constant. input, output: [size]; output may alias input. */
+void tol_mul_const_s8(const tol_mul_const_params_t *p, const int8_t *input, int8_t *output);
+
+/* ADD/SUB of a constant. input, output: [size]; output may alias input. */
+void tol_add_const_s8(const tol_add_const_params_t *p, const int8_t *input, int8_t *output);
 
 /* TFLM MultiplyByQuantizedMultiplier (double rounding, gemmlowp semantics). */
 int32_t tol_mbqm(int32_t x, int32_t mult, int32_t shift);

@@ -1,5 +1,6 @@
 /*
- * tol_model.h - what the app layer's model glue provides to tol_app.c.
+ * tol_model.h - the app layer's model glue, handed to the protocol core
+ * (tol_app_init(&app, &tol_model_glue)) as a tol_model_if_t.
  *
  * mcu/app/model.c implements it for a model directory from `tinyol export`
  * (backbone + learner instances, static memory); mcu/app/nomodel/nomodel.c
@@ -11,7 +12,12 @@
 
 #include <stdint.h>
 
+#include "tol_app.h"
 #include "tol_status.h"
+#include "tol_store.h"
+
+/* The callbacks below as the table tol_app_init() takes. */
+extern const tol_model_if_t tol_model_glue;
 
 /* Set up the backbone and learner (once, at boot). */
 tol_status_t tol_model_init(void);
@@ -29,5 +35,8 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap);
 
 /* BENCH regions >= 2 (2 backbone, 3 head predict, 4 training step); *cycles out. */
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles);
+
+/* Persistence status at boot (INFO, boot line); TOL_STORE_NONE without persistence. */
+tol_store_status_t tol_model_store_status(void);
 
 #endif /* TOL_MODEL_H */

@@ -120,9 +120,7 @@ typedef struct {
     uint32_t seq;    /* seq of the loaded record (0 if none) */
 } tol_store_status_t;
 
-/* Boot-time persistence status. Implemented by the model glue (mcu/app/model.c);
- * tol_app.c carries a weak default for firmware without one. */
-tol_store_status_t tol_model_store_status(void);
+/* Boot-time persistence status: the app reports it through tol_model_if_t.store_status. */
 
 /* "none", "unavailable", "empty", "loaded", "foreign", "rejected" ("?" otherwise). */
 static inline const char *tol_store_state_name(uint8_t state)

@@ -6,7 +6,6 @@
 #include "config.h"
 #include "tol_crc32.h"
 #include "tol_hal.h"
-#include "tol_model.h"
 #include "tol_store.h"
 #include "tol_version.h"
 
@@ -25,14 +24,6 @@
 #define TOL_INFO_TEST_BUILD 0x02u
 #define TOL_INFO_SIMD       0x04u
 #define TOL_INFO_HAS_MODEL  0x08u
-
-/* Persistence status for INFO and the boot line: the model glue (mcu/app/model.c)
- * provides the real one; a firmware without it has no persistence. */
-__attribute__((weak)) tol_store_status_t tol_model_store_status(void)
-{
-    tol_store_status_t none = {(uint8_t)TOL_STORE_NONE, 0u};
-    return none;
-}
 
 /* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */
 
@@ -132,7 +123,7 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
         memcpy(p + at, strings[i], n);
         at += n;
     }
-    tol_store_status_t store = tol_model_store_status(); /* persistence at boot (docs/persistence.md) */
+    tol_store_status_t store = app->model->store_status(); /* persistence at boot (docs/persistence.md) */
     p[at] = store.state;
     tol_put_u32(p + at + 1u, store.seq);
     at += 5u;
@@ -149,7 +140,7 @@ static tol_status_t tol_app_on_stats(tol_app_t *app, const tol_frame_t *req, uin
     tol_put_u32(p + 8, app->link.duplicates);
     tol_put_u32(p + 12, app->link.rx_overflows);
     tol_put_u32(p + 16, tol_hal_uart_errors());
-    *len = (uint16_t)(20u + tol_model_stats(p + 20, (uint16_t)(TOL_APP_MAX_REPLY - 20u)));
+    *len = (uint16_t)(20u + app->model->stats(p + 20, (uint16_t)(TOL_APP_MAX_REPLY - 20u)));
     return TOL_OK;
 }
 
@@ -191,7 +182,7 @@ static tol_status_t tol_app_on_bench(tol_app_t *app, const tol_frame_t *req, uin
     uint8_t *p = tol_app_reply_buf(app);
     if (region >= 2u) {
         uint32_t cycles = 0;
-        TOL_TRY(tol_model_bench(region, &cycles));
+        TOL_TRY(app->model->bench(region, &cycles));
         tol_put_u32(p, cycles);
         p[4] = (uint8_t)(cycles != 0xFFFFFFFFu);
         tol_put_u32(p + 5, 0u);
@@ -234,7 +225,7 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
     case TOL_MSG_REPLAY_ADD:
     case TOL_MSG_SAVE:
     case TOL_MSG_LOAD:
-        return tol_model_handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
+        return app->model->handle(req->type, req->payload, req->length, tol_app_reply_buf(app),
                                 (uint16_t)TOL_APP_MAX_REPLY, len);
     default:
         return TOL_ERR_TYPE;
@@ -308,11 +299,12 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
 
 /* ---- public API ---------------------------------------------------------------- */
 
-void tol_app_init(tol_app_t *app)
+void tol_app_init(tol_app_t *app, const tol_model_if_t *model_if)
 {
     memset(app, 0, sizeof(*app));
+    app->model = model_if;
     app->boot_cycles = tol_hal_cycles();
-    tol_status_t model = tol_model_init();
+    tol_status_t model = app->model->init();
     const tol_hal_info_t *hi = tol_hal_info();
     char line[120];
     size_t at = 0;
@@ -322,7 +314,7 @@ void tol_app_init(tol_app_t *app)
     at = tol_app_append_u32(line, at, sizeof(line), hi->boot_count);
     at = tol_app_append(line, at, sizeof(line), " model=" TOL_MODEL_NAME);
     at = tol_app_append(line, at, sizeof(line), " store=");
-    at = tol_app_append(line, at, sizeof(line), tol_store_state_name(tol_model_store_status().state));
+    at = tol_app_append(line, at, sizeof(line), tol_store_state_name(app->model->store_status().state));
     if (model != TOL_OK) {
         at = tol_app_append(line, at, sizeof(line), " model_error=");
         at = tol_app_append(line, at, sizeof(line), tol_status_name(model));

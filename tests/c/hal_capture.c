@@ -7,6 +7,7 @@
 
 #include "tol_app.h"
 #include "tol_hal.h"
+#include "tol_model.h"
 
 static uint8_t out_buf[1 << 16];
 static size_t out_len;
@@ -32,7 +33,7 @@ void tol_hal_reset(void) { abort(); }
 void tol_hal_exit(int code) { exit_code = code; abort(); }
 
 /* ---- test entry points ---- */
-void tol_test_init(void) { out_len = 0; tol_app_init(&app); }
+void tol_test_init(void) { out_len = 0; tol_app_init(&app, &tol_model_glue); }
 void tol_test_feed(const uint8_t *data, size_t n)
 {
     for (size_t i = 0; i < n; i++) tol_app_feed(&app, data[i]);

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..options import emit_json
-from ..paths import project_root
+from ..paths import project_dir
 
 DEFAULT_MODELS = ("digits", "anomaly", "ds_cnn", "resnet8")
 
@@ -39,7 +39,7 @@ def cmd(models, kernels, no_latent256, stream, out, as_json):
             results.append(bench.bench_model(f"models/{name}", k, echo=click.echo))
     if not no_latent256:
         click.echo("measuring the learner at latent size 256 ...")
-        d = bench.latent256_model(project_root() / "build" / "bench" / "latent256")
+        d = bench.latent256_model(project_dir() / "build" / "bench" / "latent256")  # the user's folder
         results.append(bench.bench_model(str(d), "simd", echo=click.echo))
     stream_rows = None
     if stream:

@@ -23,6 +23,7 @@ import click
 import numpy as np
 
 from ..errors import TinyolError
+from ..options import resolve_model_option
 from ..stream import Stream
 
 
@@ -57,8 +58,8 @@ def _train(dev, manifest, X, y, window, start=0, log=None, records=None):
 @click.option("--emulator", type=click.Choice(["qemu", "native"]), default="qemu", show_default=True,
               help="Run the firmware in QEMU (Cortex-M4, STM32L4 machine) or as a host process.")
 @click.option("--board", default="nucleo_l476rg", show_default=True, help="Board (QEMU).")
-@click.option("--model", "model_dir", default="models/digits", show_default=True, metavar="DIR",
-              help="Model directory (pretrained on classes 0-4 of digits).")
+@click.option("--model", "model_dir", default=None, metavar="DIR", callback=resolve_model_option,
+              help="Model directory (pretrained on classes 0-4 of digits).  [default: the shipped digits]")
 @click.option("--out", type=click.Path(file_okay=False), default="build/demo", show_default=True,
               help="Where the curve (PNG) and the per-sample log (jsonl) go.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Shuffle seed of the streams.")

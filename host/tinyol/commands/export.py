@@ -15,13 +15,14 @@ def _split_arg(value):
 @click.option("--out", "-o", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output directory (created if missing).")
 @click.option("--split", default=None, metavar="LAYER",
-              help="Head layer name or index (default: the last Dense layer).")
+              help="Head layer name or index (default: the last Dense layer; for a .tflite: its "
+                   "last FULLY_CONNECTED, 'none' = use the whole file as the backbone).")
 @click.option("--calib", default=None, metavar="SPEC",
               help="Calibration data: digits[:a-b][@train], sensor, FILE.csv, FILE.npz "
                    "(default: random inputs).")
 @click.option("--label-column", default=None, help="CSV label column (name or index; default last).")
 @click.option("--classes", type=int, default=None,
-              help="Initial classes (default: the head's outputs; required for a .tflite backbone).")
+              help="Initial classes (default: the head's outputs; required for a .tflite used whole).")
 @click.option("--max-classes", type=int, default=None,
               help="Head rows allocated on the device (classes it may learn; default --classes).")
 @click.option("--mode", type=click.Choice(["auto", "classifier", "autoencoder"]), default="auto",
@@ -49,13 +50,15 @@ def _split_arg(value):
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
         quiet):
-    """Export MODEL (.keras/.h5, or an int8 .tflite used whole as the backbone) to --out DIR.
+    """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
+    FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
     \b
     Examples:
       tinyol export models/digits/digits.keras --out build/digits --calib digits:0-4@train \\
           --max-classes 10 --board nucleo_l476rg
-      tinyol export kws.tflite --out build/kws --classes 12 --board nucleo_l432kc
+      tinyol export kws_int8.tflite --out build/kws --max-classes 14 --board nucleo_l476rg
+      tinyol export backbone.tflite --out build/bb --split none --classes 12
     """
     import warnings
 

@@ -12,13 +12,13 @@ from ..boards import BOARDS
 from ..errors import TinyolError
 from ..firmware import BuildConfig, build
 from ..options import board_option, model_option
-from ..paths import project_root
+from ..paths import mcu_dir, platform_dir
 
 PROTOCOLS = ("stlink", "openocd", "pyocd", "mbed")
 
 
 def _upload_module():
-    sys.path.insert(0, str(project_root() / "mcu" / "platform" / "common"))
+    sys.path.insert(0, str(mcu_dir() / "platform" / "common"))
     import tinyol_upload
 
     return tinyol_upload
@@ -28,7 +28,7 @@ def upload_argv(board: str, method: str, bin_path: Path, elf_path: Path, port: s
     """The exact command that flashes the image (the same function the PlatformIO builder uses)."""
     import json
 
-    manifest = json.loads((project_root() / "mcu/platform/stm32l4/boards" / f"{board}.json").read_text())
+    manifest = json.loads((platform_dir("stm32l4") / "boards" / f"{board}.json").read_text())
     try:
         return _upload_module().upload_command(method, board, str(bin_path), str(elf_path), port,
                                                manifest["upload"]["openocd_target"],

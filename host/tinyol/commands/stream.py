@@ -23,12 +23,16 @@ from ..stream import DEFAULT_WINDOW, DEVICE_CACHE, Record, Stream, Summary, chec
 def load_manifest(model_dir: str) -> dict:
     p = Path(model_dir) / "manifest.json"
     try:
-        return json.loads(p.read_text())
+        manifest = json.loads(p.read_text())
     except FileNotFoundError:
         raise TinyolError(f"{model_dir}: no manifest.json (not a tinyol model directory)",
                           hint="pass the directory written by `tinyol export` with --model") from None
     except json.JSONDecodeError as e:
         raise TinyolError(f"{p}: not valid JSON ({e})") from None
+    from ..versions import check_model
+
+    check_model(manifest, str(model_dir))
+    return manifest
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,

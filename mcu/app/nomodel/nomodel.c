@@ -26,3 +26,12 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
     *cycles = 0u;
     return TOL_ERR_UNSUPPORTED;
 }
+
+tol_store_status_t tol_model_store_status(void)
+{
+    tol_store_status_t none = {(uint8_t)TOL_STORE_NONE, 0u};
+    return none;
+}
+
+const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
+                                       tol_model_store_status};

@@ -7,6 +7,12 @@ Project options read from platformio.ini (all optional):
                                       (mcu/app/nomodel: firmware without a model)
   custom_kernels = simd | ref          int8 kernel implementation
   custom_test_build = yes | no         semihosting exit + EXIT message
+  custom_tinyol_firmware = yes | no   no: the project is your own firmware (its
+                                      src_dir, the tinyol library via lib_deps);
+                                      the platform adds only the board support
+                                      (startup, linker script, clock, UART, flash
+                                      HAL; entry point tol_app_main), see
+                                      examples/sensor_learner
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
 TINYOL_TEST_BUILD.
 """
@@ -26,18 +32,49 @@ def option(env, name, default, env_var):
     return env.GetProjectOption(name, default)
 
 
-def load_memory_model(project):
-    """host/tinyol/memory.py, loaded by path (standard library only): the same memory model
-    `tinyol export` checks with."""
-    path = os.path.join(project, "host", "tinyol", "memory.py")
-    spec = importlib.util.spec_from_file_location("tinyol_memory", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["tinyol_memory"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+def mcu_dir(env):
+    """The firmware sources: this dev-platform lives in <mcu>/platform/<family>, wherever
+    tinyol is (a checkout, or tinyol/_firmware inside an installed package)."""
+    return os.path.realpath(os.path.join(env.PioPlatform().get_dir(), "..", ".."))
 
 
-def memory_plan(project, model_dir, board_id, regions, flash_bytes, test_build):
+def board_support(env, family, board_id, test_build):
+    """Only the board's startup/HAL, for a user firmware that links tinyol as a library."""
+    mcu = mcu_dir(env)
+    board_dir = os.path.join(mcu, "boards", family)
+    env.Append(
+        CPPPATH=[os.path.join(mcu, "include"), board_dir],
+        CPPDEFINES=[("TOL_TEST_BUILD", int(test_build))],
+        CCFLAGS=["-O2", "-g", "-ffunction-sections", "-fdata-sections"] + STRICT,
+        CFLAGS=["-std=c11"],
+    )
+    if family == "stm32l4":
+        exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
+        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", exit_impl, "board_%s.c" % board_id]
+    else:
+        files = ["*.c"]
+    env.BuildSources(os.path.join("$BUILD_DIR", "board"), board_dir, src_filter=["-<*>"] + ["+<%s>" % f for f in files])
+    print("tinyol: board support %s/%s for your firmware (test_build=%s)" % (family, board_id,
+                                                                              "yes" if test_build else "no"))
+    return {"model_dir": None, "kernels": None, "test_build": test_build}
+
+
+def load_memory_model(mcu):
+    """tinyol's memory model (memory.py, standard library only), loaded by path: the same model
+    `tinyol export` checks with. In a checkout it is host/tinyol/memory.py next to mcu/; in an
+    installed package, tinyol/memory.py above tinyol/_firmware/mcu. None if neither exists."""
+    for path in (os.path.join(mcu, "..", "host", "tinyol", "memory.py"),
+                 os.path.join(mcu, "..", "..", "memory.py")):
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("tinyol_memory", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["tinyol_memory"] = mod  # dataclasses look their module up
+            spec.loader.exec_module(mod)
+            return mod
+    return None
+
+
+def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
     """Place the learner (TOL_LEARNER_REGION) and check the fit before compiling anything.
 
     Prints the memory summary; exits with the summary and a hint, instead of the linker's
@@ -48,16 +85,16 @@ def memory_plan(project, model_dir, board_id, regions, flash_bytes, test_build):
         return None
     with open(manifest_path, encoding="utf-8") as f:
         manifest = json.load(f)
-    if "memory" not in manifest or "learner" not in manifest:
+    mem = load_memory_model(mcu)
+    if mem is None or "memory" not in manifest or "learner" not in manifest:
         return None
-    mem = load_memory_model(project)
     plan = mem.plan(mem.Model.from_manifest(manifest), board_id, regions, flash_bytes=flash_bytes,
                     test_build=test_build)
     forced = os.environ.get("TINYOL_LEARNER_REGION")  # tests: place it here, let the linker judge
     if forced:
         plan = mem.plan(plan.model, board_id, regions, flash_bytes=flash_bytes, test_build=test_build,
                         learner_region={"1": "RAM", "2": "RAM2", "3": "RAM3"}[forced])
-    print("tinyol: memory plan for %s (host/tinyol/memory.py):" % board_id)
+    print("tinyol: memory plan for %s (tinyol/memory.py):" % board_id)
     for line in plan.lines():
         print("tinyol:   " + line)
     if not plan.fits and not forced:
@@ -71,6 +108,9 @@ def memory_plan(project, model_dir, board_id, regions, flash_bytes, test_build):
 
 def configure(env, family, board_id, regions=None, flash_bytes=0):
     project = env.subst("$PROJECT_DIR")
+    test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
+    if option(env, "custom_tinyol_firmware", "yes", "TINYOL_FIRMWARE").lower() in ("0", "no", "false"):
+        return board_support(env, family, board_id, test_build)
     model = option(env, "custom_model", "mcu/app/nomodel", "TINYOL_MODEL")
     model_dir = model if os.path.isabs(model) else os.path.join(project, model)
     if not os.path.isfile(os.path.join(model_dir, "config.h")):
@@ -78,13 +118,14 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     kernels = option(env, "custom_kernels", "simd" if family == "stm32l4" else "ref", "TINYOL_KERNELS")
     if kernels not in ("simd", "ref"):
         raise SystemExit("tinyol: custom_kernels must be simd or ref, not %r" % kernels)
-    test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
 
-    region = memory_plan(project, model_dir, board_id, regions, flash_bytes, test_build)
+    mcu = mcu_dir(env)
+    if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
+        raise SystemExit("tinyol: src_dir must be the firmware sources %s (platformio.ini [platformio] "
+                         "src_dir); `tinyol init` writes it" % mcu)
+    region = memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build)
     if region is not None:
         env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region)])
-
-    mcu = os.path.join(project, "mcu")
     board_dir = os.path.join(mcu, "boards", family)
     env.Append(
         CPPPATH=[os.path.join(mcu, "include"), board_dir, model_dir],
@@ -94,7 +135,7 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     )
     src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
     if os.path.isfile(os.path.join(model_dir, "backbone.h")):
-        src.append("+<app/model.c>")  # a model directory without backbone.h brings its own glue
+        src += ["+<app/model.c>", "+<embed/>"]  # a model directory without backbone.h brings its own glue
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
@@ -106,6 +147,7 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     # the model's generated C (weights, head init); model_data.c is the TFLM
     # flatbuffer for users who run TFLM, not needed by our AOT backbone
     env.BuildSources(os.path.join("$BUILD_DIR", "model"), model_dir, src_filter=["+<*.c>", "-<model_data.c>"])
-    print("tinyol: model=%s kernels=%s test_build=%s" % (os.path.relpath(model_dir, project), kernels,
+    shown = os.path.relpath(model_dir, project) if model_dir.startswith(project + os.sep) else model_dir
+    print("tinyol: model=%s kernels=%s test_build=%s" % (shown, kernels,
                                                        "yes" if test_build else "no"))
     return {"model_dir": model_dir, "kernels": kernels, "test_build": test_build}

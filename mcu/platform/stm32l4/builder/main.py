@@ -29,7 +29,7 @@ env.Replace(
     PROGNAME="firmware", PROGSUFFIX=".elf",
 )
 cpu = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"]
-ld_dir = os.path.join(env.subst("$PROJECT_DIR"), "mcu", "boards", "stm32l4", "ld")
+ld_dir = os.path.join(tinyol_build.mcu_dir(env), "boards", "stm32l4", "ld")
 env.Append(
     ASFLAGS=cpu, CCFLAGS=cpu,
     LINKFLAGS=cpu + ["-nostartfiles", "--specs=nano.specs", "-Wl,--gc-sections", "-L" + ld_dir,

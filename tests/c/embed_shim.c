@@ -1,0 +1,33 @@
+/*
+ * embed_shim.c - drives the tinyol.h library API from pytest (ctypes): one
+ * static tinyol_t, its memory and a store on tests/c/flash_sim.c. Exactly
+ * what a user's firmware does, minus the sensor.
+ */
+#include "tinyol.h"
+
+static tinyol_t shim_t;
+static _Alignas(8) uint8_t shim_mem[TINYOL_MEM_BYTES];
+static tol_store_t shim_store;
+
+int shim_init(void) { return (int)tinyol_init(&shim_t, shim_mem, sizeof(shim_mem)); }
+int shim_init_small(void) { return (int)tinyol_init(&shim_t, shim_mem, sizeof(shim_mem) - 8u); }
+uint32_t shim_mem_bytes(void) { return (uint32_t)TINYOL_MEM_BYTES; }
+uint32_t shim_input_size(void) { return (uint32_t)TINYOL_INPUT_SIZE; }
+int shim_predict(const int8_t *x, int32_t *label, float *conf)
+{
+    return (int)tinyol_predict(&shim_t, x, label, conf);
+}
+int shim_learn(uint16_t label) { return (int)tinyol_learn(&shim_t, label); }
+int shim_learn_sample(const int8_t *x, uint16_t label) { return (int)tinyol_learn_sample(&shim_t, x, label); }
+int shim_quantize(const float *x, int8_t *q) { return (int)tinyol_quantize(x, q); }
+int shim_anomaly(const int8_t *x) { return (int)tinyol_anomaly(&shim_t, x, true, NULL, NULL); }
+void shim_reset(void) { tinyol_reset(&shim_t); }
+uint32_t shim_seen(void)
+{
+    tol_learner_stats_t s;
+    tinyol_stats(&shim_t, &s);
+    return s.samples_seen;
+}
+int shim_store_open(void) { return (int)tinyol_store_open(&shim_t, &shim_store); }
+int shim_save(void) { return (int)tinyol_save(&shim_t, &shim_store); }
+int shim_load(void) { return (int)tinyol_load(&shim_t, &shim_store); }
