@@ -111,6 +111,12 @@ if [[ ! -x $VENV/bin/python || ! -f $STAMP || "$(cat "$STAMP")" != "$want" ]]; t
     echo "$want" > "$STAMP"
 fi
 
+# ---- 2b. example data: BasicMotions ships inside the aeon wheel (its data files are enough) --
+if ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('aeon') is None)"; then
+    if [[ $CHECK_ONLY == 1 ]]; then say "aeon (the BasicMotions data of models/imu) is missing"; exit 1; fi
+    "$VENV/bin/python" -m pip install -q --no-deps "aeon==1.6.0"
+fi
+
 # ---- 3. PlatformIO core, offline ---------------------------------------------------
 "$VENV/bin/python" scripts/seed_pio_core.py "$ROOT/.pio-core"
 

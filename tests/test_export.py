@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tinyol.cli import main as cli_main
-from tinyol.export import budget, c_float, replay_entry_bytes
+from tinyol.export import c_float
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"
@@ -155,17 +155,6 @@ def test_c_float_round_trips(v):
     s = c_float(v)
     assert s.endswith("f") and ("." in s or "e" in s)
     assert np.float32(s[:-1]) == np.float32(v)
-
-
-def test_budget_formula():
-    b = budget(arena_bytes=1000, max_rows=10, dim=32, replay_capacity=200, replay_bits=7,
-               weights_bytes=5000)
-    assert replay_entry_bytes(32, 7) == 28 + 2
-    assert b["replay_bytes"] == 200 * 30
-    assert b["head_bytes"] == 2 * 10 * 32 * 4 + 10 * 8
-    assert b["ram_bytes"] == 1000 + b["head_bytes"] + 6000 + 12 * 1024
-    assert b["flash_bytes"] == 5000 + 10 * 32 * 4 + 10 * 4 + 40 * 1024
-    assert replay_entry_bytes(5, 7) == 5 + 2   # 35 bits -> 5 bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,6 +298,7 @@ def test_reexport_committed_digits_is_byte_identical(tmp_path, capsys):
     r = RECIPES["digits"]
     args = [str(DIGITS / "digits.keras"), "--out", str(tmp_path), "--calib", r.calib,
             "--max-classes", str(r.export_kwargs["max_classes"]),
+            "--replay-capacity", str(r.export_kwargs["replay_capacity"]),
             "--board", r.export_kwargs["board"]]
     rc, err = export_cli(args, capsys)
     assert rc == 0, err
@@ -320,18 +310,17 @@ def test_reexport_committed_digits_is_byte_identical(tmp_path, capsys):
 def test_budget_error_names_board_and_bytes(tmp_path, capsys):
     rc, err = export_cli([str(DIGITS / "digits.keras"), "--out", str(tmp_path), "--calib",
                           "digits:0-4@train", "--max-classes", "10", "--board", "nucleo_l432kc",
-                          "--replay-capacity", "100000"], capsys)
+                          "--replay-capacity", "60000"], capsys)
     assert rc == 1
     line = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(line) == 1
-    # the replay buffer alone (8-bit latents of 32 values + 2-byte label) is 3.4 MB
-    need_min = 100000 * (32 + 2) + 2 * 10 * 32 * 4 + 10 * 4 * 2 + 12 * 1024
-    have = (48 + 16) * 1024
-    m = re.search(r"nucleo_l432kc: RAM needs (?:at least )?(\d+) bytes, board has (\d+), over by (\d+) bytes",
-                  line[0])
+    # the replay buffer alone (8-bit latents of 32 values + 2-byte label) is 2 MB: it fits no
+    # region; the least-over placement is SRAM1 (48 KB)
+    need_min = 60000 * (32 + 2)
+    m = re.search(r"digits does not fit nucleo_l432kc: SRAM1 over by at least (\d+) bytes", line[0])
     assert m, line
-    need, has, over = (int(g) for g in m.groups())
-    assert has == have and need >= need_min and over == need - have
+    assert int(m.group(1)) >= need_min - 48 * 1024
+    assert "--replay-capacity" in err and "hint:" in err
     assert list(tmp_path.iterdir()) == []  # a failed export writes nothing
 
 
@@ -376,7 +365,7 @@ def test_tflite_backbone_used_whole(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8"])
+@pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8", "imu"])
 def test_committed_model_dirs_are_consistent(name, tmp_path):
     d = ROOT / "models" / name
     man = json.loads((d / "manifest.json").read_text())

@@ -37,10 +37,12 @@ def test_board_definitions_agree(board):
     assert regions["FLASH"] == (0x08000000, b.flash_bytes)
     assert regions["RAM"] == (0x20000000, b.ram_bytes)
     assert regions["RAM2"] == (0x10000000, b.ram2_bytes)
+    assert regions["RAM3"] == (0x20040000, b.ram3_bytes)  # SRAM3: L4R5 only, LENGTH 0 elsewhere
     manifest = json.loads((ROOT / f"mcu/platform/stm32l4/boards/{board}.json").read_text())
     assert manifest["upload"]["maximum_size"] == b.flash_bytes
     assert manifest["upload"]["maximum_ram_size"] == b.ram_bytes
     assert manifest["tinyol"]["ram2_size"] == b.ram2_bytes
+    assert manifest["tinyol"].get("ram3_size", 0) == b.ram3_bytes
     assert manifest["tinyol"]["console"] == b.console
     board_c = (ROOT / f"mcu/boards/stm32l4/board_{board}.c").read_text()
     assert f"TOL_{b.console}_BASE" in board_c and f"TOL_{b.console}_IRQN" in board_c

@@ -148,7 +148,11 @@ def test_rejected_before_sending(lib, digits):
     with pytest.raises(TinyolError, match="row 7"):
         stream(dev, X, bad_y, MANIFEST)
     assert dev.stats().samples_seen == 0 and dev.stats().frames_ok <= 3  # INFO + STATS only
-    check_samples(X, bad_y, dev.info, "eval")  # a label is only a reference when predicting
+    # labels beyond the device's classes are refused when evaluating too (issue 9: they were
+    # silently scored); --predict sends no label
+    with pytest.raises(TinyolError, match=r"row 7: label 10 is out of range"):
+        check_samples(X, bad_y, dev.info, "eval")
+    check_samples(X, bad_y, dev.info, "predict")
 
 
 def test_device_rejects_what_the_host_lets_through(lib):

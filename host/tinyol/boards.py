@@ -24,6 +24,7 @@ class Board:
     qemu_serial_index: int | None  # position of `console` in QEMU's -serial order; None: not emulated
     upload_protocol: str  # default `tinyol flash` method
     usb_vid_pid: tuple[int, int] = (0x0483, 0x374B)  # ST-Link V2-1 VCP
+    ram3_bytes: int = 0  # SRAM3 (at 0x20040000, L4R5 only): the learner when it fits there
 
     @property
     def emulated(self) -> bool:
@@ -43,7 +44,7 @@ BOARDS: dict[str, Board] = {
         Board("disco_l475vg_iot01a", "B-L475E-IOT01A", "STM32L475VGT6", 1024 * KB, 96 * KB, 32 * KB,
               "USART1", 2 * KB, 0, "stlink"),
         Board("nucleo_l4r5zi", "NUCLEO-L4R5ZI", "STM32L4R5ZIT6", 2048 * KB, 192 * KB, 64 * KB,
-              "LPUART1", 4 * KB, 5, "stlink"),  # 4 KB pages: dual-bank (DBANK=1, factory default)
+              "LPUART1", 4 * KB, 5, "stlink", ram3_bytes=384 * KB),  # 4 KB pages: dual-bank (DBANK=1, factory default)
     ]
 }
 

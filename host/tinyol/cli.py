@@ -32,6 +32,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "load": ("persist", "Ask the device to reload its learned state from flash."),
     "pull": ("persist", "Copy a device's learned head to an .npz file."),
     "push": ("persist", "Copy a head from an .npz file onto a device."),
+    "set": ("set", "Read or change a device's learner settings (mode, lr, momentum, ...)."),
+    "reset": ("reset", "Put a device's learner back to its exported state."),
+    "compare": ("compare", "Compare two per-sample logs (device vs simulator) line by line."),
     "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
 }
 

@@ -5,6 +5,10 @@ A *source spec* is a short string:
 ``digits``                scikit-learn's bundled 8x8 digits, X [N,8,8,1] in [0,1]
 ``digits:5-9``            class filter: a range ``a-b``, a list ``0,3,7`` or a mix ``0-2,7``
 ``digits:0-4@train``      deterministic stratified split (seed 0, test = 30 %); ``@test`` likewise
+``basicmotions``          BasicMotions (UEA archive): 80 smart-watch recordings, 100 steps x 6 channels
+                          (3-axis accelerometer, 3-axis gyroscope), X [N,100,6] channels last;
+                          classes Standing, Running, Walking, Badminton. The files ship inside the
+                          `aeon` wheel (``pip install --no-deps aeon``: the data files are enough)
 ``sensor``                synthetic vibration windows, normal machine only (label 0)
 ``sensor:anomalies``      normal and faulty windows mixed (label 1 = anomalous)
 ``path/to/file.csv``      feature columns + one integer label column (header optional)
@@ -38,7 +42,7 @@ SENSOR_N_NORMAL = 1000
 SENSOR_N_ANOMALOUS = 300
 SENSOR_SEED = 20260701
 
-BUILTIN = ("digits", "sensor")
+BUILTIN = ("digits", "sensor", "basicmotions")
 
 
 def _parse_classes(text: str, spec: str) -> list[int]:
@@ -173,6 +177,46 @@ def sensor_windows(n_normal: int, n_anomalous: int, seed: int = SENSOR_SEED
     return X, y
 
 
+def _ts_file(path) -> tuple[np.ndarray, list[str], list[str]]:
+    """A .ts file of the UEA/UCR archive (sktime/aeon format): X [N, T, C] channels last, the
+    label of each row, the class names in declaration order."""
+    classes: list[str] = []
+    rows, labels = [], []
+    data = False
+    for line in open(path, encoding="utf-8"):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not data:
+            low = line.lower()
+            if low.startswith("@classlabel"):
+                classes = line.split()[2:]
+            data = low.startswith("@data")
+            continue
+        *channels, lab = line.split(":")
+        rows.append([[float(v) for v in c.split(",")] for c in channels])
+        labels.append(lab)
+    X = np.transpose(np.asarray(rows, dtype=np.float32), (0, 2, 1))  # [N, C, T] -> [N, T, C]
+    return X, labels, classes
+
+
+def _basicmotions() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("aeon")  # the data files only: aeon is not imported
+    base = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "BasicMotions" \
+        if spec is not None and spec.submodule_search_locations else None
+    if base is None or not (base / "BasicMotions_TRAIN.ts").is_file():
+        raise TinyolError("the BasicMotions data set ships inside the `aeon` package, which is not "
+                          "installed", hint="pip install --no-deps aeon  (its data files are enough)")
+    parts = [_ts_file(base / f"BasicMotions_{s}.ts") for s in ("TRAIN", "TEST")]
+    names = parts[0][2]
+    X = np.concatenate([p[0] for p in parts])
+    y = np.array([names.index(lab) for p in parts for lab in p[1]], dtype=np.int64)
+    return X, y, names
+
+
 def _sensor(flt: str | None, spec: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     names = ["normal", "anomalous"]
     if flt in (None, "", "normal"):
@@ -273,6 +317,8 @@ def load_source(spec: str, *, label_column: str | int | None = None,
     names: list[str] | None
     if name == "digits":
         X, y, names = _digits()
+    elif name == "basicmotions":
+        X, y, names = _basicmotions()
     elif name == "sensor":
         X, y, names = _sensor(flt, spec)
         flt = None
@@ -280,7 +326,8 @@ def load_source(spec: str, *, label_column: str | int | None = None,
         if not os.path.exists(name):
             raise TinyolError(f"data source {name!r} not found",
                               hint="give a CSV/NPZ file, `-` for stdin, or one of: "
-                                   "digits[:a-b][@train|@test], sensor[:anomalies]")
+                                   "digits[:a-b][@train|@test], basicmotions[:a-b][@train|@test], "
+                                   "sensor[:anomalies]")
         if os.path.isdir(name):
             raise TinyolError(f"data source {name!r} is a directory, not a CSV/NPZ file")
         if name.lower().endswith(".npz"):
@@ -364,3 +411,64 @@ def as_text_lines(X: np.ndarray, y: np.ndarray) -> str:
     for x, lab in zip(X.reshape(len(X), -1), y):
         buf.write(",".join("%.9g" % v for v in x) + f",{int(lab)}\n")
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# per-sample shape vs the model's input: checked, never guessed
+
+LAYOUTS = ("channels-first", "flat")
+
+
+def _squeeze(shape) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape if int(d) != 1)
+
+
+def fit_layout(X: np.ndarray, input_shape, layout: str | None = None,
+               where: str = "the source") -> np.ndarray:
+    """X [N, ...] reshaped to [N, *input_shape], or a TinyolError naming both shapes.
+
+    Accepted without ``layout``: the model's shape exactly, the same up to size-1 axes
+    ((8, 8) for (8, 8, 1)), and flat rows ((768,) for (128, 6): CSV rows are read in the model's
+    own order, channels last). Anything else must say how: ``layout="channels-first"`` moves the
+    source's first axis last ((6, 128) -> (128, 6)); ``layout="flat"`` reads the values in row-major
+    order whatever their shape.
+    """
+    X = np.asarray(X)
+    want = tuple(int(d) for d in input_shape)
+    have = tuple(int(d) for d in X.shape[1:])
+    n_want, n_have = int(np.prod(want)), int(np.prod(have))
+    if n_have != n_want:
+        raise TinyolError(f"{where} has samples of shape {list(have)} ({n_have} values); the model "
+                          f"input is {list(want)} ({n_want} values)",
+                          hint="give samples of the model's input shape (see the model's "
+                               "manifest.json: input.shape)")
+    if layout is None:
+        if have == want or _squeeze(have) == _squeeze(want) or len(have) == 1:
+            return X.reshape((len(X),) + want)
+        raise TinyolError(f"{where} has samples of shape {list(have)}, the model input is "
+                          f"{list(want)}: tinyol does not guess how to rearrange them",
+                          hint="--layout channels-first if the source is channels-first "
+                               f"({list(have)} -> channels last), or --layout flat to read the "
+                               "values in row-major order")
+    if layout == "flat":
+        return X.reshape((len(X),) + want)
+    if layout == "channels-first":
+        moved = have[1:] + have[:1]
+        if moved != want and _squeeze(moved) != _squeeze(want):
+            raise TinyolError(f"--layout channels-first turns {where}'s samples {list(have)} into "
+                              f"{list(moved)}, not the model input {list(want)}",
+                              hint="--layout flat reads the values in row-major order")
+        return np.ascontiguousarray(np.moveaxis(X, 1, -1)).reshape((len(X),) + want)
+    raise TinyolError(f"unknown layout {layout!r}", hint="use one of: " + ", ".join(LAYOUTS))
+
+
+def check_labels(y: np.ndarray, n_classes: int, where: str = "the source") -> None:
+    """Refuse labels outside 0..n_classes-1 (every mode: training, evaluation, prediction)."""
+    y = np.asarray(y)
+    bad = np.flatnonzero((y < 0) | (y >= n_classes))
+    if len(bad):
+        r = int(bad[0])
+        raise TinyolError(f"{where}, row {r}: label {int(y[r])} is not one of the device's classes "
+                          f"0..{n_classes - 1} ({len(bad)} such rows; nothing was sent)",
+                          hint="filter the source (e.g. digits:0-4) or export the model with a "
+                               "larger --max-classes")

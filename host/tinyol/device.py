@@ -156,7 +156,11 @@ class LoadResult:
 class Device:
     """Request/reply access to one device over a Link; detects resets."""
 
-    def __init__(self, link: Link):
+    def __init__(self, link: "Link | str", **kw):
+        """`link`: an open Link, or a pyserial URL (``Device("socket://127.0.0.1:4321")``,
+        ``Device("/dev/ttyACM0", timeout=2)``; keyword arguments go to Link.open)."""
+        if isinstance(link, str):
+            link = Link.open(link, **kw)
         self.link = link
         # the handshake does not wait a slow request's timeout (e.g. SAVE's 30 s): a port
         # without a tinyol device behind it is named within seconds

@@ -253,7 +253,10 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
           state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0) -> Target:
     """Start a built firmware (tinyol.firmware.BuildResult) on the chosen emulator."""
     if emulator == "native" or board == NATIVE:
-        return start_native(build.program, port=port or 0, state_dir=state_dir, timeout=timeout)
+        # the native process answers INFO with the board it imitates (its name only: no
+        # memory limits), so `--board nucleo_l432kc --emulator native` reports nucleo_l432kc
+        return start_native(build.program, port=port or 0, state_dir=state_dir,
+                            board=None if board == NATIVE else board, timeout=timeout)
     if emulator == "qemu":
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":

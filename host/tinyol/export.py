@@ -30,15 +30,17 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
+from . import memory as _memory
 from .errors import TinyolError
 
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
+# SRAM1 the firmware itself takes (drivers, protocol state, stack): what an adaptive stage's
+# fit check adds to the arena and the stage (tinyol.memory holds the per-board numbers)
+FIRMWARE_RAM_BASE_BYTES = max(_memory.FIXED_RAM1.values()) + _memory.STACK_BYTES
 DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
                        replay_n_new=1, replay_n_old=16, seed=1)  # docs/study.md
 REPLAY_BITS = (32, 8, 7)
 
-FIRMWARE_RAM_BASE_BYTES = 12 * 1024    # stack, protocol buffers, drivers (estimate)
-FIRMWARE_FLASH_BASE_BYTES = 40 * 1024  # code besides the model (estimate)
 CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
 
@@ -403,43 +405,122 @@ def quantize_backbone(backbone, X: np.ndarray) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
-# memory budget
+# memory budget (the numbers come from tinyol.memory, the model the build and `tinyol info` share)
 
 def replay_entry_bytes(dim: int, bits: int) -> int:
     return (dim * bits + 7) // 8 + 2
 
 
-def budget(*, arena_bytes: int, max_rows: int, dim: int, replay_capacity: int, replay_bits: int,
-           weights_bytes: int) -> dict:
-    head = 2 * max_rows * dim * 4 + max_rows * 4 * 2
-    replay = replay_capacity * replay_entry_bytes(dim, replay_bits)
-    ram = arena_bytes + head + replay + FIRMWARE_RAM_BASE_BYTES
-    head_init = max_rows * dim * 4 + max_rows * 4
-    flash = weights_bytes + head_init + FIRMWARE_FLASH_BASE_BYTES
-    return dict(head_bytes=head, replay_bytes=replay, firmware_ram_base_bytes=FIRMWARE_RAM_BASE_BYTES,
-                ram_bytes=ram, weights_bytes=weights_bytes, head_init_bytes=head_init,
-                firmware_flash_base_bytes=FIRMWARE_FLASH_BASE_BYTES, flash_bytes=flash)
+def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, arena_bytes: int,
+                 replay_capacity: int, replay_bits: int, replay_n_new: int, replay_n_old: int,
+                 momentum: float, flash_model_bytes: int = 0):
+    from .memory import Model
+
+    return Model(input_size=input_size, latent_dim=dim, outputs=rows, autoencoder=autoencoder,
+                 arena_bytes=arena_bytes, replay_capacity=replay_capacity, replay_bits=replay_bits,
+                 n_new=replay_n_new, n_old=replay_n_old, momentum=float(momentum) != 0.0,
+                 flash_model_bytes=flash_model_bytes)
 
 
-def check_budget(board_name: str, b: dict, arena_known: bool = True) -> None:
+def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes: int) -> dict:
+    """The manifest's "memory" numbers for a tinyol.memory.Model (and the board's plan)."""
+    from . import memory
+
+    parts = model.parts()
+    out = dict(learner_bytes=model.learner(), learner_parts=parts,
+               head_bytes=parts["head weights"] + parts["momentum"],
+               replay_bytes=parts["replay buffer"],
+               weights_bytes=weights_bytes, head_init_bytes=head_init_bytes,
+               firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
+               flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES)
+    if board_name is None:
+        fixed = max(memory.FIXED_RAM1.values())
+        out["ram_bytes"] = (fixed + memory.STACK_BYTES + model.arena_bytes + model.input_size
+                            + model.latent_dim + model.learner()
+                            + memory.app_bytes(model.input_size, model.latent_dim,
+                                               0 if model.autoencoder else model.outputs))
+        out["firmware_ram_base_bytes"] = fixed + memory.STACK_BYTES
+        return out
+    p = board_plan(model, board_name)
+    out["ram_bytes"] = sum(r.used for r in p.regions)
+    out["firmware_ram_base_bytes"] = p.regions[0].items["firmware"] + memory.STACK_BYTES
+    out["regions"] = {r.title: {"used": r.used, "size": r.size} for r in p.regions}
+    out["learner_region"] = memory.REGION_TITLES[p.learner_region]
+    return out
+
+
+def stage_base_budget(weights_bytes: int, head_init_bytes: int) -> dict:
+    """The parts of the budget an adaptive stage keeps (stage_export.stage_budget adds its own)."""
+    from . import memory
+
+    return dict(weights_bytes=weights_bytes, head_init_bytes=head_init_bytes,
+                firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
+                flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES,
+                firmware_ram_base_bytes=FIRMWARE_RAM_BASE_BYTES)
+
+
+def board_plan(model, board_name: str):
+    """tinyol.memory's plan for `board_name` (the larger of the release and test builds)."""
+    from . import memory
     from .boards import get_board
 
     board = get_board(board_name)
-    ram_have = board.ram_bytes + board.ram2_bytes
-    if b["ram_bytes"] > ram_have:
+    plans = [memory.plan(model, board.name, memory.board_regions(board), flash_bytes=board.flash_bytes,
+                         test_build=t) for t in (False, True)]
+    return max(plans, key=lambda p: p.over[1])
+
+
+def check_fit(model, board_name: str, *, name: str = "the model", arena_known: bool = True) -> None:
+    """Raise a TinyolError saying by how many bytes and which knob to turn when `model` does not
+    fit `board_name` (RAM exactly as the firmware reserves it; flash as an estimate)."""
+    p = board_plan(model, board_name)
+    if not p.fits:
+        where, over = p.over
+        detail = "; ".join(p.lines()[:-1])
+        from .boards import BOARDS
+
+        others = [b for b in BOARDS if b != board_name and board_plan(model, b).fits]
         raise TinyolError(
-            f"does not fit {board_name}: RAM needs {'' if arena_known else 'at least '}"
-            f"{b['ram_bytes']} bytes, board has {ram_have}, "
-            f"over by {b['ram_bytes'] - ram_have} bytes",
-            hint=((f"backbone arena {b['ram_bytes'] - b['head_bytes'] - b['replay_bytes'] - b['firmware_ram_base_bytes']} + "
-                   if arena_known else "backbone arena (not counted yet) + ")
-                  + f"head {b['head_bytes']} + replay {b['replay_bytes']} + firmware "
-                  f"{b['firmware_ram_base_bytes']}; lower --replay-capacity/--replay-bits/--max-classes"))
-    if b["flash_bytes"] > board.flash_bytes:
+            f"{name} does not fit {board_name}: {where} over by {'at least ' if not arena_known else ''}"
+            f"{over} bytes ({detail})",
+            hint=p.advice() + (f"; or use --board {others[0]} (it fits there)" if others else ""))
+    if p.flash_needed > p.flash_room:
         raise TinyolError(
-            f"does not fit {board_name}: flash needs {b['flash_bytes']} bytes, board has "
-            f"{board.flash_bytes}, over by {b['flash_bytes'] - board.flash_bytes} bytes",
-            hint="use a smaller backbone or a board with more flash")
+            f"{name} does not fit {board_name}: flash needs ~{p.flash_needed} bytes, {p.flash_room} "
+            f"are free for the image (the last 1/8 holds the saved state), over by "
+            f"{p.flash_needed - p.flash_room} bytes",
+            hint="use a smaller backbone or a board with more flash (nucleo_l4r5zi: 2 MB)")
+
+
+def choose_replay_capacity(model, board_name: str | None, given: int | None, echo: Echo) -> int:
+    """The replay capacity to export: the user's, else none for an autoencoder, else the largest
+    that fits the board (DEFAULT_LEARNER's without a board). Says what it chose."""
+    from . import memory
+
+    if given is not None:
+        return given
+    if model.autoencoder:
+        echo("replay: none (autoencoder; give --replay-capacity N to keep N latents for replay)")
+        return 0
+    if board_name is None:
+        cap = DEFAULT_LEARNER["replay_capacity"]
+        echo(f"replay: capacity {cap} (the default; give --board to size it to a board, or "
+             f"--replay-capacity)")
+        return cap
+    from .boards import get_board
+
+    board = get_board(board_name)
+    caps = [memory.largest_capacity(model, board.name, memory.board_regions(board), test_build=t)
+            for t in (False, True)]
+    cap = min(caps)
+    if cap < 0:
+        model.replay_capacity = 0
+        check_fit(model, board_name)  # raises, saying by how much even without a buffer
+    model.replay_capacity = cap
+    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in "
+         f"{memory.REGION_TITLES[board_plan(model, board_name).learner_region]}; give "
+         f"--replay-capacity N to choose)")
+    return cap
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,44 +598,33 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     define("TOL_REPLAY_N_NEW", L["replay_n_new"], "new samples per update")
     define("TOL_REPLAY_N_OLD", L["replay_n_old"], "replayed samples per update")
     define("TOL_SEED", f"{L['seed']}u")
+    define("TOL_HAS_MOMENTUM", 1 if float(L["momentum"]) != 0.0 else 0,
+           "momentum buffers reserved (momentum > 0 at export)")
     body = "\n".join(d)
+    parts = mem.get("learner_parts", {})
     bud = [
         f"#define TOL_BUDGET_ARENA_BYTES        {mem['arena_bytes']}",
-        f"#define TOL_BUDGET_HEAD_BYTES         {mem['head_bytes']}  /* W, momentum, b, b momentum */",
-        f"#define TOL_BUDGET_REPLAY_BYTES       {mem['replay_bytes']}",
-        f"#define TOL_BUDGET_FW_RAM_BYTES       {mem['firmware_ram_base_bytes']}  /* estimate */",
-        "#define TOL_RAM_NEEDED_BYTES          (TOL_BUDGET_ARENA_BYTES + TOL_BUDGET_HEAD_BYTES + "
-        "TOL_BUDGET_REPLAY_BYTES + TOL_BUDGET_FW_RAM_BYTES)",
+        f"#define TOL_BUDGET_LEARNER_BYTES      {mem['learner_bytes']}  /* "
+        + ", ".join(f"{k} {v}" for k, v in parts.items() if v) + " */",
         f"#define TOL_FLASH_NEEDED_BYTES        {mem['flash_bytes']}  /* weights + head init + "
         f"{mem['firmware_flash_base_bytes']} firmware estimate */",
     ]
     if board is not None:
+        regions = ", ".join(f"{k} {v['used']}/{v['size']}" for k, v in mem.get("regions", {}).items())
         bud += [
             "",
-            f"/* budget checked for board {board.name} at export time (SRAM1 + SRAM2) */",
-            "#ifndef TOL_BOARD_RAM_BYTES",
-            f"#define TOL_BOARD_RAM_BYTES           {board.ram_bytes + board.ram2_bytes}",
-            "#endif",
+            f"/* fit checked for board {board.name} at export time (host/tinyol/memory.py): {regions};",
+            f" * learner in {mem.get('learner_region')}. The build re-checks for the board it targets. */",
             "#ifndef TOL_BOARD_FLASH_BYTES",
             f"#define TOL_BOARD_FLASH_BYTES         {board.flash_bytes}",
             "#endif",
         ]
     bud += [
         "",
-        "#ifdef TOL_BOARD_RAM_BYTES",
-        '_Static_assert(TOL_RAM_NEEDED_BYTES <= TOL_BOARD_RAM_BYTES, '
-        '"model + head + replay do not fit in the board\'s RAM");',
-        "#endif",
         "#ifdef TOL_BOARD_FLASH_BYTES",
         '_Static_assert(TOL_FLASH_NEEDED_BYTES <= TOL_BOARD_FLASH_BYTES, '
         '"model does not fit in the board\'s flash");',
         "#endif",
-        "#define TOL_REPLAY_ENTRY_BYTES        "
-        f"{replay_entry_bytes(m['latent']['dim'], L['replay_bits'])}  /* packed latent + 2-byte label */",
-        '_Static_assert(TOL_BUDGET_REPLAY_BYTES == TOL_REPLAY_CAPACITY * TOL_REPLAY_ENTRY_BYTES, '
-        '"replay budget");',
-        '_Static_assert(TOL_BUDGET_HEAD_BYTES == 2 * TOL_HEAD_MAX_CLASSES * TOL_LATENT_DIM * 4 + '
-        'TOL_HEAD_MAX_CLASSES * 4 * 2, "head budget");',
     ]
     text = (banner(source) + "#ifndef TOL_CONFIG_H\n#define TOL_CONFIG_H\n\n"
             + body + "\n\n/* memory budget (bytes) */\n" + "\n".join(bud)
@@ -582,7 +652,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
                  max_classes: int | None = None, board: str | None = None,
                  class_names: list[str] | None = None, mode: str = "auto",
                  name: str | None = None, label_column=None,
-                 replay_capacity: int = DEFAULT_LEARNER["replay_capacity"],
+                 replay_capacity: int | None = None,
                  replay_bits: int = DEFAULT_LEARNER["replay_bits"],
                  lr: float = DEFAULT_LEARNER["lr"], momentum: float = DEFAULT_LEARNER["momentum"],
                  weight_decay: float = DEFAULT_LEARNER["weight_decay"],
@@ -604,8 +674,21 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
         raise TinyolError(f"--replay-bits must be one of 32, 8, 7, not {replay_bits}")
     for k, v in (("replay-capacity", replay_capacity), ("replay-n-new", replay_n_new),
                  ("replay-n-old", replay_n_old)):
-        if v < 0:
+        if v is not None and v < 0:
             raise TinyolError(f"--{k} must be >= 0, not {v}")
+    if replay_capacity is not None and replay_capacity > 0xFFFF:
+        raise TinyolError(f"--replay-capacity must be <= 65535, not {replay_capacity}",
+                          hint="the device counts replay slots in 16 bits; leave it out to get "
+                               "the largest that fits --board")
+    if not 1 <= replay_n_new <= 32:
+        raise TinyolError(f"--replay-n-new must be 1..32, not {replay_n_new}",
+                          hint="fresh samples per update: the device batches at most 32")
+    if replay_n_old > 1024:
+        raise TinyolError(f"--replay-n-old must be <= 1024, not {replay_n_old}",
+                          hint="replayed samples per update; 16 is the studied default")
+    if not 0.0 <= momentum < 1.0:
+        raise TinyolError(f"--momentum must be in [0, 1), not {momentum}",
+                          hint="0 (the default) reserves no momentum buffers on the device")
     if mode not in ("auto", "classifier", "autoencoder"):
         raise TinyolError(f"unknown head mode {mode!r}")
     if board is not None:
@@ -741,6 +824,8 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             from .stage_export import stage_from_keras
 
             stage = stage_from_keras(model, first, head)
+            if replay_capacity is None:  # no automatic sizing for a stage (docs/adaptive.md)
+                replay_capacity = DEFAULT_LEARNER["replay_capacity"]
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
                  f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in stage[0]))
@@ -751,14 +836,14 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             mem0 = memory_for(grow_rows(*stage, rows)[0], dict(
                 replay_capacity=replay_capacity, replay_bits=replay_bits,
                 replay_n_new=replay_n_new, momentum=momentum))
-            stage_check_budget(board, stage_budget(budget(
-                arena_bytes=0, max_rows=rows, dim=W.shape[1], replay_capacity=replay_capacity,
-                replay_bits=replay_bits, weights_bytes=0), mem0, 0))
+            stage_check_budget(board, stage_budget(stage_base_budget(0, 0), mem0, 0))
         elif board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
             rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
-            check_budget(board, budget(arena_bytes=0, max_rows=rows, dim=W.shape[1],
-                                       replay_capacity=replay_capacity, replay_bits=replay_bits,
-                                       weights_bytes=0), arena_known=False)
+            check_fit(memory_model(input_size=n_in, dim=W.shape[1], rows=rows,
+                                   autoencoder=head_mode == "autoencoder", arena_bytes=0,
+                                   replay_capacity=replay_capacity or 0, replay_bits=replay_bits,
+                                   replay_n_new=replay_n_new, replay_n_old=replay_n_old,
+                                   momentum=momentum), board, name=name, arena_known=False)
         backbone = keras.Model(model.inputs, (first or head).input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
@@ -808,26 +893,39 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     macs = int(info.macs) if info is not None else tflite_macs(tfl)
     tflm_arena = tflm_arena_bytes(tfl)
     arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
+    weights_bytes = int(info.weights_bytes) if info is not None else len(tfl)
+    head_init_bytes = 4 * max_rows * dim + 4 * max_rows
+    mm = memory_model(input_size=int(np.prod(inp.shape[1:])), dim=dim, rows=max_rows,
+                      autoencoder=head_mode == "autoencoder", arena_bytes=arena,
+                      replay_capacity=replay_capacity or 0, replay_bits=replay_bits,
+                      replay_n_new=replay_n_new, replay_n_old=replay_n_old, momentum=momentum,
+                      flash_model_bytes=weights_bytes + head_init_bytes)
+    replay_capacity = choose_replay_capacity(mm, board, replay_capacity, echo)
+    mm.replay_capacity = replay_capacity
     learner = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                    replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
                    replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
-    bud = budget(arena_bytes=arena, max_rows=max_rows, dim=dim, replay_capacity=replay_capacity,
-                 replay_bits=replay_bits,
-                 weights_bytes=int(info.weights_bytes) if info is not None else len(tfl))
-    echo(f"memory: RAM {bud['ram_bytes']} bytes (arena {arena}, head {bud['head_bytes']}, replay "
-         f"{bud['replay_bytes']}, firmware ~{FIRMWARE_RAM_BASE_BYTES}), flash ~{bud['flash_bytes']}")
     if stage is not None:
         from .stage_export import grow_rows, memory_for, stage_budget
 
         stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
         stage_mem = memory_for(stage[0], learner)
-        bud = stage_budget(bud, stage_mem, arena)
+        bud = stage_budget(stage_base_budget(weights_bytes, head_init_bytes), stage_mem, arena)
         echo(f"adaptive stage: {len(stage[0])} layers, {stage_mem['params']} parameters, "
              f"{stage_mem['total']} bytes on the device (replay {stage_mem['replay']})")
+        echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, stage {bud['stage_bytes']}), "
+             f"flash ~{bud['flash_bytes']}")
         if board is not None:
             stage_check_budget(board, bud)
-    elif board is not None:
-        check_budget(board, bud)
+    else:
+        if board is not None:
+            check_fit(mm, board, name=name)
+            for line in board_plan(mm, board).lines():
+                echo(f"memory: {line}")
+        bud = budget(mm, board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
+        if board is None:
+            echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
+                 f"{bud['learner_bytes']}), flash ~{bud['flash_bytes']} (give --board to check the fit)")
 
     manifest = {
         "tinyol_version": __version__,
@@ -872,3 +970,39 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
     return manifest
+
+
+def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = True,
+                   **changes) -> dict:
+    """Rewrite config.h and the manifest's memory numbers of an existing export from its
+    manifest.json (e.g. after the memory model changed); the backbone and head stay as they are.
+    ``changes``: learner settings to change (replay_capacity=..., momentum=...) and/or board=...
+    ``check``: refuse a configuration that does not fit the board."""
+    from .boards import get_board
+
+    out = Path(model_dir)
+    m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    if "board" in changes:
+        m["board"] = changes.pop("board")
+    m["learner"].update(changes)
+    L, mem, head = m["learner"], m["memory"], m["head"]
+    ae = head["mode"] == "autoencoder"
+    rows = int(head["max_classes"])
+    dim = int(m["latent"]["dim"])
+    mm = memory_model(input_size=int(m["input"]["size"]), dim=dim, rows=rows, autoencoder=ae,
+                      arena_bytes=int(mem["arena_bytes"]), replay_capacity=int(L["replay_capacity"]),
+                      replay_bits=int(L["replay_bits"]), replay_n_new=int(L["replay_n_new"]),
+                      replay_n_old=int(L["replay_n_old"]), momentum=float(L["momentum"]),
+                      flash_model_bytes=int(mem["weights_bytes"]) + 4 * rows * dim + 4 * rows)
+    board = m.get("board")
+    if board is not None and check:
+        check_fit(mm, board, name=m["name"])
+    bud = budget(mm, board, weights_bytes=int(mem["weights_bytes"]),
+                 head_init_bytes=4 * rows * dim + 4 * rows)
+    m["memory"] = {"arena_bytes": mem["arena_bytes"], "tflm_arena_bytes": mem.get("tflm_arena_bytes"),
+                   "macs": mem["macs"], **bud}
+    write_config_h(out, m["source"], m, get_board(board) if board else None)
+    m["artifacts"]["config.h"] = sha256(out / "config.h")
+    (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    echo(f"rewrote {out}/config.h and manifest.json")
+    return m

@@ -11,6 +11,10 @@ Models:
 ``anomaly``           dense autoencoder over 640-value sensor windows (the MLPerf Tiny FC-AE
                       encoder 640-128x4-8, decoder 128x3), its last hidden layer narrowed to 8
                       so that the trainable head (8 -> 640 reconstruction) fits in an STM32L4's RAM.
+``imu``               Conv1D network on BasicMotions (6-axis smart-watch IMU, 100 steps; from the
+                      aeon wheel), trained on Standing/Running/Walking; the device learns Badminton
+                      (docs/tutorial.md). Global average pooling over time is written as
+                      Reshape (T, 1, C) + GlobalAveragePooling2D (MEAN over axes 1, 2).
 ``ds_cnn``            MLPerf Tiny keyword spotting DS-CNN (49x10x1 MFCC in, 12 classes), random weights.
 ``mobilenet_v1_vww``  MLPerf Tiny visual wake words MobileNetV1 alpha 0.25 (96x96x3, 2 classes), random.
 ``resnet8``           MLPerf Tiny image classification ResNet-8 (32x32x3, 10 classes), random weights.
@@ -199,6 +203,36 @@ def _train_digits(model) -> dict:
     return {"test_accuracy_0_4": round(acc, 4), "train_samples": int(len(ytr))}
 
 
+def imu_model(n_classes: int = 3):
+    """Conv1D(16,5,s2)-Conv1D(32,5,s2)-GAP over time-Dense(32) backbone, Dense(n_classes) head,
+    over [100, 6] windows (time, channels: 3-axis accelerometer, 3-axis gyroscope)."""
+    keras = _keras()
+    L = keras.layers
+    inp = keras.Input((100, 6), name="imu")
+    x = L.Conv1D(16, 5, strides=2, activation="relu", name="conv1")(inp)
+    x = L.Conv1D(32, 5, strides=2, activation="relu", name="conv2")(x)
+    x = L.Reshape((x.shape[1], 1, x.shape[2]), name="to_2d")(x)
+    x = L.GlobalAveragePooling2D(name="gap")(x)  # = GlobalAveragePooling1D over time
+    x = L.Dense(32, activation="relu", name="features")(x)
+    out = L.Dense(n_classes, name="head")(x)
+    return keras.Model(inp, out, name="imu")
+
+
+def _train_imu(model) -> dict:
+    keras = _keras()
+    from .datasets import load_source
+
+    Xtr, ytr, _ = load_source("basicmotions:0-2@train")
+    Xte, yte, _ = load_source("basicmotions:0-2@test")
+    model.compile(optimizer=keras.optimizers.Adam(0.003),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    model.fit(Xtr, ytr, epochs=150, batch_size=8, shuffle=True, verbose=0)
+    acc = float(np.mean(np.argmax(model.predict(Xte, verbose=0), axis=1) == yte))
+    return {"test_accuracy_0_2": round(acc, 4), "train_samples": int(len(ytr)),
+            "test_samples": int(len(yte))}
+
+
 def _train_anomaly(model) -> dict:
     keras = _keras()
     from .datasets import load_source
@@ -225,14 +259,18 @@ RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in [
         Recipe("digits", digits_model, _train_digits, "digits:0-4@train",
-               dict(max_classes=10, board="nucleo_l476rg")),
+               dict(max_classes=10, board="nucleo_l476rg", replay_capacity=200)),
         Recipe("anomaly", anomaly_model, _train_anomaly, "sensor@train",
                dict(board="nucleo_l476rg", replay_capacity=0),  # replaying latents needs their targets: off
                save_keras=False),  # 0.8 MB of float weights; training is deterministic
-        Recipe("ds_cnn", ds_cnn_model, _random(SEED + 1), None, dict(board="nucleo_l476rg")),
+        Recipe("imu", imu_model, _train_imu, "basicmotions:0-2@train",
+               dict(max_classes=8, board="nucleo_l476rg")),  # replay: the largest that fits
+        Recipe("ds_cnn", ds_cnn_model, _random(SEED + 1), None,
+               dict(board="nucleo_l476rg", replay_capacity=200)),
         Recipe("mobilenet_v1_vww", mobilenet_v1_vww_model, _random(SEED + 2), None,
-               dict(board="nucleo_l4r5zi"), save_keras=False),  # ~100 KB arena: needs the L4R5
-        Recipe("resnet8", resnet8_model, _random(SEED + 3), None, dict(board="nucleo_l476rg")),
+               dict(board="nucleo_l4r5zi", replay_capacity=200), save_keras=False),  # ~100 KB arena: needs the L4R5
+        Recipe("resnet8", resnet8_model, _random(SEED + 3), None,
+               dict(board="nucleo_l476rg", replay_capacity=200)),
     ]
 }
 

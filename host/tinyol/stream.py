@@ -538,7 +538,7 @@ def check_samples(X: np.ndarray, y: np.ndarray | None, info: Info, mode: str,
     if bad.any():
         r = int(np.argwhere(bad)[0][0])
         raise TinyolError(f"row {first_row + r}: NaN or Inf in the features (nothing was sent)")
-    if y is not None and mode == "train" and info.head_mode == "classifier":
+    if y is not None and mode in ("train", "eval") and info.head_mode == "classifier":
         y = np.asarray(y)
         over = np.flatnonzero((y < 0) | (y >= info.max_classes))
         if len(over):

@@ -31,30 +31,25 @@ _Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and confi
 _Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
                "autoencoder head must reconstruct the model input");
 
-#define TOL_LEARNER_MEM_BYTES \
-    TOL_LEARNER_BYTES(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
-/* The learner's memory (head, momentum, replay buffer) goes to SRAM2 when it
- * fits there (TOL_BOARD_RAM2_BYTES comes from the board's build), leaving
- * SRAM1 to the backbone arena, the protocol buffers and the stack. */
-#ifndef TOL_BOARD_RAM2_BYTES
-#define TOL_BOARD_RAM2_BYTES 0
+/* The learner's memory: TINYOL_MEM_BYTES (tinyol.h) reserves only what the exported mode uses. */
+#define TOL_LEARNER_MEM_BYTES TINYOL_MEM_BYTES
+#ifdef TOL_BUDGET_LEARNER_BYTES
+_Static_assert(TOL_LEARNER_MEM_BYTES == TOL_BUDGET_LEARNER_BYTES,
+               "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_LEARNER_BYTES_EX");
 #endif
-/* TOL_LEARNER_BYTES uses casts, which #if cannot evaluate: decide with this
- * cast-free upper bound (asserted below to really be one). */
-/* (head + momentum, replay rows + labels, per-sample gradient factors of a
- * batch of up to 1 + n_new + 16 + n_old samples, scratch) */
-#define TOL_LEARNER_MEM_BOUND                                                            \
-    (16 * (TOL_LATENT_DIM + 1) * TOL_MODEL_OUTPUTS + 16 * TOL_MODEL_OUTPUTS +            \
-     TOL_REPLAY_CAPACITY * ((TOL_REPLAY_BITS * TOL_LATENT_DIM) / 8 + 10) +              \
-     4 * (TOL_LATENT_DIM + TOL_MODEL_OUTPUTS + 2) * (1 + TOL_REPLAY_N_NEW + 16 + TOL_REPLAY_N_OLD) + \
-     2 * TOL_REPLAY_N_NEW + 1024)
-#if TOL_LEARNER_MEM_BOUND <= TOL_BOARD_RAM2_BYTES
+/* Where the learner's memory lives: 1 SRAM1, 2 SRAM2, 3 SRAM3. The build decides it from the
+ * board and the model (host/tinyol/memory.py, via mcu/platform/common/tinyol_build.py). */
+#ifndef TOL_LEARNER_REGION
+#define TOL_LEARNER_REGION 1
+#endif
+#if TOL_LEARNER_REGION == 3
+#define TOL_LEARNER_SECTION __attribute__((section(".ram3")))
+#elif TOL_LEARNER_REGION == 2
 #define TOL_LEARNER_SECTION __attribute__((section(".ram2")))
 #else
 #define TOL_LEARNER_SECTION
 #endif
 static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
-_Static_assert(TOL_LEARNER_MEM_BYTES <= TOL_LEARNER_MEM_BOUND, "TOL_LEARNER_MEM_BOUND is not an upper bound");
 static tol_learner_t tol_learner;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
@@ -201,7 +196,12 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     }
     tol_learner_stats_t after;
     tol_learner_get_stats(&tol_learner, &after);
-    if (after.samples_seen != before.samples_seen && learn) flags |= TOL_FLAG_LEARNED;
+    /* learned: the classifier accepted the sample (it may wait in the mini-batch); the
+     * autoencoder updated its head (flagged samples are not learned unless train_anomalies) */
+    if (learn && (TOL_HEAD_MODE == 0 ? after.samples_seen != before.samples_seen
+                                     : after.updates != before.updates)) {
+        flags |= TOL_FLAG_LEARNED;
+    }
     if (after.n_active > before.n_active) flags |= TOL_FLAG_NEW_CLASS;
     tol_put_u16(reply, (uint16_t)(int16_t)pred);
     reply[2] = flags;

@@ -27,6 +27,8 @@ void tinyol_learner_config(tol_learner_config_t *cfg)
     cfg->init_classes = (uint16_t)TOL_HEAD_INIT_CLASSES;
     cfg->replay_capacity = (uint16_t)TOL_REPLAY_CAPACITY;
     cfg->max_new = (uint16_t)TOL_REPLAY_N_NEW;
+    cfg->max_old = (uint16_t)TINYOL_MAX_OLD;
+    cfg->no_momentum = (uint8_t)!TOL_HAS_MOMENTUM;
     cfg->init_weight = tol_head_init_weight;
     cfg->init_bias = tol_head_init_bias;
     cfg->latent_scale = TOL_LATENT_SCALE;

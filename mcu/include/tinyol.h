@@ -44,9 +44,17 @@
 #define TINYOL_LATENT_DIM ((size_t)(TOL_LATENT_DIM))
 /* head outputs: class slots (classifier) or reconstructed values (autoencoder) */
 #define TINYOL_OUTPUTS (TOL_HEAD_MODE == 1 ? TOL_HEAD_OUT_DIM : TOL_HEAD_MAX_CLASSES)
+/* momentum buffers only when exported with momentum > 0 (config.h TOL_HAS_MOMENTUM; models
+ * exported before it keep them); replayed gradient rows: n_old with a buffer (>= 1), none without.
+ * host/tinyol/memory.py models the same. */
+#ifndef TOL_HAS_MOMENTUM
+#define TOL_HAS_MOMENTUM 1
+#endif
+#define TINYOL_MAX_OLD (TOL_REPLAY_CAPACITY > 0 ? (TOL_REPLAY_N_OLD > 0 ? TOL_REPLAY_N_OLD : 1) : 0)
 /* bytes of learner memory (head, momentum, replay buffer, scratch) tinyol_init() needs */
-#define TINYOL_MEM_BYTES \
-    TOL_LEARNER_BYTES(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
+#define TINYOL_MEM_BYTES                                                                          \
+    TOL_LEARNER_BYTES_EX(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS,     \
+                         TOL_REPLAY_N_NEW, TINYOL_MAX_OLD, !TOL_HAS_MOMENTUM)
 /* largest record tinyol_save() writes (the store's slot size) */
 #define TINYOL_RECORD_MAX \
     TOL_PERSIST_RECORD_MAX(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)

@@ -22,31 +22,21 @@
 #define TOL_REPLAY_N_NEW             1  /* new samples per update */
 #define TOL_REPLAY_N_OLD             16  /* replayed samples per update */
 #define TOL_SEED                     1u
+#define TOL_HAS_MOMENTUM             0  /* momentum buffers reserved (momentum > 0 at export) */
 
 /* memory budget (bytes) */
 #define TOL_BUDGET_ARENA_BYTES        55328
-#define TOL_BUDGET_HEAD_BYTES         4112  /* W, momentum, b, b momentum */
-#define TOL_BUDGET_REPLAY_BYTES       51600
-#define TOL_BUDGET_FW_RAM_BYTES       12288  /* estimate */
-#define TOL_RAM_NEEDED_BYTES          (TOL_BUDGET_ARENA_BYTES + TOL_BUDGET_HEAD_BYTES + TOL_BUDGET_REPLAY_BYTES + TOL_BUDGET_FW_RAM_BYTES)
+#define TOL_BUDGET_LEARNER_BYTES      72268  /* head weights 2056, gradient rows 17544, replay buffer 51612, learner scratch 1056 */
 #define TOL_FLASH_NEEDED_BYTES        283448  /* weights + head init + 40960 firmware estimate */
 
-/* budget checked for board nucleo_l4r5zi at export time (SRAM1 + SRAM2) */
-#ifndef TOL_BOARD_RAM_BYTES
-#define TOL_BOARD_RAM_BYTES           262144
-#endif
+/* fit checked for board nucleo_l4r5zi at export time (host/tinyol/memory.py): SRAM1 124444/196608, SRAM2 0/65536, SRAM3 72268/393216;
+ * learner in SRAM3. The build re-checks for the board it targets. */
 #ifndef TOL_BOARD_FLASH_BYTES
 #define TOL_BOARD_FLASH_BYTES         2097152
 #endif
 
-#ifdef TOL_BOARD_RAM_BYTES
-_Static_assert(TOL_RAM_NEEDED_BYTES <= TOL_BOARD_RAM_BYTES, "model + head + replay do not fit in the board's RAM");
-#endif
 #ifdef TOL_BOARD_FLASH_BYTES
 _Static_assert(TOL_FLASH_NEEDED_BYTES <= TOL_BOARD_FLASH_BYTES, "model does not fit in the board's flash");
 #endif
-#define TOL_REPLAY_ENTRY_BYTES        258  /* packed latent + 2-byte label */
-_Static_assert(TOL_BUDGET_REPLAY_BYTES == TOL_REPLAY_CAPACITY * TOL_REPLAY_ENTRY_BYTES, "replay budget");
-_Static_assert(TOL_BUDGET_HEAD_BYTES == 2 * TOL_HEAD_MAX_CLASSES * TOL_LATENT_DIM * 4 + TOL_HEAD_MAX_CLASSES * 4 * 2, "head budget");
 
 #endif /* TOL_CONFIG_H */

@@ -42,11 +42,13 @@ def cmd(ctx, board, model, emu, port, state, icount, test_build):
         state_dir = state or (stack.enter_context(tempfile.TemporaryDirectory(prefix="tinyol-native-"))
                               if native else None)
         _run(emulator.start(board, res, emulator=emu, port=port or None, state_dir=state_dir,
-                            icount_shift=icount, timeout=24 * 3600), emu, board)
+                            icount_shift=icount, timeout=24 * 3600), emu, board, native)
 
 
-def _run(target, emu, board):
-    click.echo(f"{emu}: {board} running; serial port: {target.url}")
+def _run(target, emu, board, native):
+    what = (f"{board} imitated by a host process (board name only; memory and speed are the "
+            f"host's)" if native and board != "native" else board)
+    click.echo(f"{emu}: {what} running; serial port: {target.url}")
     click.echo("stop with Ctrl-C")
     try:
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))

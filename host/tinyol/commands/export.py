@@ -29,9 +29,11 @@ def _split_arg(value):
               show_default=True, help="Head mode; auto = autoencoder if the head rebuilds the input.")
 @click.option("--name", default=None, help="Model name (default: the file name without extension).")
 @click.option("--board", default=None, metavar="BOARD",
-              help="Check the memory budget against this board and emit its _Static_asserts.")
-@click.option("--replay-capacity", type=int, default=DEFAULT_LEARNER["replay_capacity"],
-              show_default=True, help="Latents kept in the replay buffer.")
+              help="Check the memory against this board (exactly as the firmware reserves it) and size "
+                   "the replay buffer to it.")
+@click.option("--replay-capacity", type=int, default=None,
+              help="Latents kept in the replay buffer (default: the largest that fits --board; "
+                   f"{DEFAULT_LEARNER['replay_capacity']} without a board; none for an autoencoder).")
 @click.option("--replay-bits", type=click.Choice(["32", "8", "7"]),
               default=str(DEFAULT_LEARNER["replay_bits"]), show_default=True,
               help="Storage per latent value: 32 float, 8 int8, 7 packed.")

@@ -13,17 +13,62 @@ def _kb(n: int) -> str:
     return f"{n / 1024:.1f} KB"
 
 
+def memory_plan(model_dir: str, board: str) -> dict:
+    """The firmware's memory for `model_dir` on `board` (tinyol.memory, the model `tinyol export`
+    checks and the build places the learner with)."""
+    from .. import memory
+    from ..boards import get_board
+    from .stream import load_manifest
+
+    b = get_board(board)
+    m = load_manifest(model_dir)
+    plan = memory.plan(memory.Model.from_manifest(m), b.name, memory.board_regions(b),
+                       flash_bytes=b.flash_bytes)
+    return {"model": m["name"], "board": board, "fits": plan.fits,
+            "learner_region": memory.REGION_TITLES[plan.learner_region],
+            "learner_bytes": plan.model.learner(), "learner_parts": plan.model.parts(),
+            "regions": {r.title: {"used": r.used, "size": r.size, "items": r.items}
+                        for r in plan.regions},
+            "flash_estimate": plan.flash_needed, "flash_room": plan.flash_room,
+            "lines": plan.lines(), "advice": None if plan.fits else plan.advice()}
+
+
 @click.command("info")
-@port_option()
+@port_option(required=False)
+@click.option("--model", "-m", "model_dir", default=None, metavar="DIR",
+              help="Without a device: print the memory this model needs on --board.")
+@click.option("--board", "-b", default=None, metavar="BOARD",
+              help="With --model: the board (default: the one it was exported for).")
 @json_option
 @click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per attempt.")
-def cmd(port, as_json, timeout):
-    """Print the board, firmware, model, memory use and boot counter of a device.
+def cmd(port, model_dir, board, as_json, timeout):
+    """Print the board, firmware, model, memory use and boot counter of a device; or, with
+    --model (no device needed), the memory the model's firmware reserves on a board.
 
     \b
-    Example:
+    Examples:
       tinyol info --port socket://127.0.0.1:4321 --json
+      tinyol info --model models/digits --board nucleo_l432kc
     """
+    if model_dir is not None:
+        from .stream import load_manifest
+
+        board = board or load_manifest(model_dir).get("board") or "nucleo_l476rg"
+        plan = memory_plan(model_dir, board)
+        if as_json:
+            emit_json(plan)
+            return
+        click.echo(f"{plan['model']} on {board}: "
+                   + ("fits" if plan["fits"] else "does NOT fit") + " (host/tinyol/memory.py)")
+        for line in plan["lines"]:
+            click.echo(f"  {line}")
+        if plan["advice"]:
+            click.echo(f"hint: {plan['advice']}")
+        return
+    if port is None:
+        from ..errors import TinyolError
+
+        raise TinyolError("give --port URL (a device) or --model DIR (its memory, no device)")
     with Link.open(resolve_port(port), timeout=timeout) as link:
         info = link.info()
     if as_json:

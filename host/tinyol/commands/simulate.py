@@ -203,19 +203,33 @@ def per_class(y_true, y_pred, labels) -> dict[int, float]:
 
 
 def run_classifier(lrn: L.Learner, Q: np.ndarray, y: np.ndarray, *, prefill=None,
-                   eval_set=None) -> dict:
-    """Prefill the buffer (Q, y), stream (predict then learn), evaluate at the end."""
+                   eval_set=None, on_sample=None) -> dict:
+    """Prefill the buffer (Q, y), stream (predict then learn), evaluate at the end.
+    on_sample(i, record dict): called per streamed sample with what the device's SAMPLE reply
+    holds (prediction, confidence, loss, learned, new_class, samples_seen)."""
     if prefill is not None:
         for q, t in zip(*prefill):
             if lrn.replay is not None and t < lrn.cfg.n_outputs:
                 lrn.replay_add(q, int(t))
     preds, errors = [], {}
-    for q, t in zip(Q, y):
-        preds.append(lrn.predict(q)[0])
+    for i, (q, t) in enumerate(zip(Q, y)):
+        pred, conf = lrn.predict(q)
+        preds.append(pred)
+        if on_sample is not None:
+            h = lrn.head
+            p = h.softmax(h.forward(lrn._deq(q)))[int(t)] if h.active[int(t)] else np.float32(0)
+            loss = float(-np.log(np.float32(max(np.float32(p), np.float32(1e-7)))))
+            seen, active = lrn.samples_seen, h.n_active
+        err = None
         try:
             lrn.learn(q, int(t))
         except L.LearnerError as e:
             errors[e.status] = errors.get(e.status, 0) + 1
+            err = e.status
+        if on_sample is not None:
+            on_sample(i, dict(prediction=int(pred), confidence=float(conf), loss=loss,
+                              learned=lrn.samples_seen != seen, new_class=h.n_active > active,
+                              error=err, samples_seen=lrn.samples_seen))
     preds = np.array(preds)
     labels = sorted(set(int(v) for v in y))
     res = {
@@ -245,13 +259,20 @@ def roc_auc(scores, labels) -> float:
     return float(u / (len(pos) * len(neg)))
 
 
-def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray) -> dict:
-    """Stream (score, flag, train) through the autoencoder head; y != 0 = anomalous."""
+def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray,
+                on_sample=None) -> dict:
+    """Stream (score, flag, train) through the autoencoder head; y != 0 = anomalous.
+    on_sample(i, record dict) as in run_classifier (learned: the head was updated)."""
     scores, flags = [], []
-    for ql, qi in zip(Qlat, Qin):
+    for i, (ql, qi) in enumerate(zip(Qlat, Qin)):
+        updates = lrn.updates
         s, f = lrn.anomaly(ql, qi.reshape(-1))
         scores.append(s)
         flags.append(f)
+        if on_sample is not None:
+            on_sample(i, dict(prediction=int(f), confidence=float(s), loss=float(s),
+                              learned=lrn.updates != updates, new_class=False, error=None,
+                              samples_seen=lrn.samples_seen))
     scores, flags = np.array(scores), np.array(flags, bool)
     anom = np.asarray(y) != 0
     warm = lrn.settings.warmup
@@ -344,10 +365,16 @@ def _print_anomaly(res: dict) -> None:
               help="frozen, sgd (naive TinyOL) or replay (default: replay if a buffer).")
 @click.option("--threshold-k", type=float, default=None, help="Anomaly: threshold in std devs.")
 @click.option("--warmup", type=int, default=None, help="Anomaly: warm-up samples.")
+@click.option("--layout", type=click.Choice(["channels-first", "flat"]), default=None,
+              help="How the source's samples map to the model input when their shapes differ.")
+@click.option("--log", type=click.Path(dir_okay=False), default=None,
+              help="Write one JSON record per sample, as `tinyol stream --log` does (index: the "
+                   "row in the --data sources, concatenated, before --order-seed; compare logs "
+                   "with `tinyol compare`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, clip_norm,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, policy, seed, order_seed,
-        mode, threshold_k, warmup, as_json):
+        mode, threshold_k, warmup, layout, log, as_json):
     """Run a labelled stream through the reference learner (predict, then learn).
 
     Classifier models print prequential and final accuracy (per class);
@@ -370,34 +397,55 @@ def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, cl
         replay_bits=None if replay_bits is None else int(replay_bits),
         replay_n_new=replay_n_new, replay_n_old=replay_n_old, policy=policy, seed=seed,
         mode=mode, threshold_k=threshold_k, warmup=warmup)
-    n_in = int(np.prod(model.manifest["input"]["shape"]))
+    from ..datasets import check_labels, fit_layout
+
+    shape = model.manifest["input"]["shape"]
+    n_out = int(model.W.shape[0])
     parts, names = [], None
     for spec in data:
         Xs, ys, nm = load_data(spec)
-        if int(np.prod(Xs.shape[1:])) != n_in:
-            raise TinyolError(f"{spec}: samples have {int(np.prod(Xs.shape[1:]))} values, the "
-                              f"model expects {n_in}")
+        Xs = fit_layout(Xs, shape, layout, where=spec)
+        if not model.autoencoder:
+            check_labels(ys, n_out, where=spec)
         parts.append((Xs.reshape(len(ys), -1), ys))
         names = names or nm
     X = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
+    rows = np.arange(len(y))  # source row index (across --data sources, in order)
     if order_seed is not None:
         perm = np.random.default_rng(order_seed).permutation(len(y))
-        X, y = X[perm], y[perm]
+        X, y, rows = X[perm], y[perm], rows[perm]
     Xq = quantize_input(X, *model.input_q)
     Q = latents(model, Xq)
     lrn = make_learner(model, settings, replay)
+    logf = open(log, "w", buffering=1) if log else None
+
+    def on_sample(i, r):
+        if logf is not None:
+            rec = dict(index=int(rows[i]), label=int(y[i]), **r)
+            rec = {k: rec[k] for k in ("index", "label", "prediction", "confidence", "loss",
+                                       "learned", "new_class", "error", "samples_seen")}
+            for k in ("confidence", "loss"):
+                if rec[k] is not None and not math.isfinite(rec[k]):
+                    rec[k] = None
+            logf.write(json.dumps(rec) + "\n")
+
+    cb = on_sample if logf else None
     if model.autoencoder:
-        res = run_anomaly(lrn, Q, Xq, y)
+        res = run_anomaly(lrn, Q, Xq, y, on_sample=cb)
     else:
         pre = ev = None
         if prefill_spec:
             Xp, yp, _ = load_data(prefill_spec)
+            Xp = fit_layout(Xp, shape, layout, where=prefill_spec)
+            check_labels(yp, n_out, where=prefill_spec)
             pre = (latents(model, quantize_input(Xp, *model.input_q)), yp)
         if eval_spec:
             Xe, ye, _ = load_data(eval_spec)
+            Xe = fit_layout(Xe, shape, layout, where=eval_spec)
+            check_labels(ye, n_out, where=eval_spec)
             ev = (latents(model, quantize_input(Xe, *model.input_q)), ye)
-        res = run_classifier(lrn, Q, y, prefill=pre, eval_set=ev)
+        res = run_classifier(lrn, Q, y, prefill=pre, eval_set=ev, on_sample=cb)
         res["eval"] = eval_spec or "the stream"
     res["settings"] = dataclasses.asdict(settings)
     res["replay"] = {**replay, "policy": [k for k, v in L.POLICIES.items()
@@ -405,6 +453,8 @@ def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, cl
                      "bytes": (L.replay_bytes(replay["capacity"], model.W.shape[1],
                                               replay["bits"], model.W.shape[0])
                                if replay["capacity"] and not model.autoencoder else 0)}
+    if logf is not None:
+        logf.close()
     if as_json:
         click.echo(json.dumps(res, indent=2, default=_jsonable))
     elif model.autoencoder:

@@ -40,9 +40,14 @@ def load_manifest(model_dir: str) -> dict:
     return manifest
 
 
-def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None):
-    """(rows iterator of (index, x, label), count or None, X, y, class names)."""
-    from ..datasets import iter_source, load_source
+def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,
+              input_shape=None, layout: str | None = None, epochs: int = 1):
+    """(rows iterator of (index, x, label), count or None, X, y, class names).
+
+    index is the row's position in the source (before shuffling), so logs of different runs can
+    be compared row by row. input_shape: the model's (checked, see datasets.fit_layout). epochs:
+    the source is sent that many times (reshuffled each epoch with seed + epoch)."""
+    from ..datasets import fit_layout, iter_source, load_source
 
     if data == "-":  # live: one sample a line from stdin, sent as it arrives
         def rows():
@@ -50,19 +55,23 @@ def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_c
                 if limit is not None and i >= limit:
                     return
                 yield i, x, lab
-        if shuffle:
-            raise TinyolError("--shuffle needs a whole data set, not stdin")
+        if shuffle or epochs != 1:
+            raise TinyolError("--shuffle and --epochs need a whole data set, not stdin")
         return rows(), None, None, None, None
     X, y, names = load_source(data, label_column=label_column)
-    if shuffle:
-        perm = np.random.default_rng(seed).permutation(len(y))
-        X, y = X[perm], y[perm]
-    if limit is not None:
-        X, y = X[:limit], y[:limit]
-    return ((i, X[i], int(y[i])) for i in range(len(y))), len(y), X, y, names
+    if input_shape is not None:
+        X = fit_layout(X, input_shape, layout, where=data)
+    base = np.random.default_rng(seed).permutation(len(y)) if shuffle else np.arange(len(y))
+    base = base[:limit] if limit is not None else base  # --limit picks the rows once
+    orders = [base] + [base[np.random.default_rng(seed + e).permutation(len(base))] if shuffle
+                       else base for e in range(1, epochs)]
+    order = np.concatenate(orders)
+    rows = ((int(i), X[i], int(y[i])) for i in order)
+    return rows, len(order), X[order], y[order], names
 
 
-def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -> None:
+def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo,
+                  autoencoder: bool = False) -> None:
     name = (lambda c: names[c] if names and c < len(names) else str(c))  # noqa: E731
     state = " (interrupted)" if s.interrupted else f" (stopped: {s.stopped_by})" if s.stopped_by else ""
     sent = f" answered of {s.sent} sent" if s.sent != s.samples else ""
@@ -72,11 +81,13 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -
                                                   "is learned)" if s.mode == "train" else ""))
         for c, acc in s.class_accuracy().items():
             echo(f"  class {name(c):>4}  {acc:.4f}  ({s.per_class[c][1]} samples)")
-    if s.anomaly_counts or s.flagged:
+    if autoencoder or s.anomaly_counts or s.flagged:
         echo(f"anomalies    {s.flagged} flagged")
         if s.anomaly_counts:
-            echo(f"  detection rate {s.detection_rate:.4f}, false positive rate "
-                 f"{s.false_positive_rate:.4f} (label 0 = normal)")
+            rate = lambda v, what: (f"{v:.4f}" if math.isfinite(v)  # noqa: E731
+                                    else f"n/a (no {what} samples in the stream)")
+            echo(f"  detection rate {rate(s.detection_rate, 'anomalous')}, false positive rate "
+                 f"{rate(s.false_positive_rate, 'normal')} (label 0 = normal)")
     echo(f"throughput   {s.samples_per_s:.1f} samples/s, {s.bytes_per_s:.0f} bytes/s "
          f"({s.bytes_out} out, {s.bytes_in} in, {s.seconds:.2f} s)")
     rto = f", resend timeout {s.rto * 1e3:.0f} ms" if s.rto else ""
@@ -86,9 +97,12 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo) -
          f"cache{extra}{rto}")
     if s.device_samples_seen is not None and s.mode == "train":
         replay = f", replay buffer {s.replay_fill}" if s.replay_fill else ""
-        classes = f", {s.device_classes} classes active" if s.device_classes is not None else ""
         source = "" if s.device_count_from in (None, "STATS") else f" (from {s.device_count_from})"
-        echo(f"device       {s.device_samples_seen} samples learned in total{source}{classes}{replay}")
+        if autoencoder:
+            echo(f"device       {s.device_samples_seen} samples scored in total{source}{replay}")
+        else:
+            classes = f", {s.device_classes} classes active" if s.device_classes is not None else ""
+            echo(f"device       {s.device_samples_seen} samples learned in total{source}{classes}{replay}")
     for k, v in s.rejected.items():
         echo(f"rejected     {v} x {k}")
 
@@ -111,12 +125,15 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                limit=None, shuffle=False, seed=0, log=None, plot=None, encoding="int8",
                window=DEFAULT_WINDOW, timeout=1.0, progress=True, print_predictions=False,
                title=None, label_column=None, echo=click.echo, retries: int = 8,
-               patience: float = 120.0, resume: str | None = None) -> tuple[Summary, list[Record]]:
-    """The body of `tinyol stream` (also used by `tinyol demo`).
+               patience: float = 120.0, resume: str | None = None, layout=None, epochs=1,
+               prefill=None, prefill_limit=None) -> tuple[Summary, list[Record]]:
+    """The body of `tinyol stream` (also used by `tinyol demo`). data may be None with prefill
+    (fill the replay buffer only).
 
     `resume`: the --log of an interrupted train run; its session (source, order, model,
     settings) is taken from LOG.wal, the samples it left in flight are settled first, and
     the rest is streamed, appending to LOG."""
+    from ..datasets import check_labels
     from ..device import Device
     from ..protocol import Link
 
@@ -126,22 +143,46 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
         data, limit, shuffle, seed = session["data"], session["limit"], session["shuffle"], session["seed"]
         label_column, model_dir, encoding, mode = (session["label_column"], session["model"],
                                                    session["encoding"], "train")
+        layout, epochs, prefill = session.get("layout"), int(session.get("epochs", 1)), None
+        if epochs != 1:
+            raise TinyolError(f"{resume}: a run of {epochs} epochs cannot be resumed (its rows repeat)",
+                              hint="stream the remaining epochs again without --resume")
         log = resume
-    if not data:
+    if not data and prefill is None:
         raise TinyolError("--data is required", hint="or --resume LOG to continue an interrupted run")
     _check_out_path(plot, "--plot")
     _check_out_path(log, "--log")
     manifest = load_manifest(model_dir)
-    rows, total, X, y, names = load_rows(data, limit=limit, shuffle=shuffle, seed=seed,
-                                         label_column=label_column)
+    shape = manifest["input"].get("shape")
+    classifier = manifest["head"]["mode"] == "classifier"
+    pre = None
+    if prefill is not None:
+        pre = load_rows(prefill, limit=prefill_limit, shuffle=shuffle, seed=seed,
+                        label_column=label_column, input_shape=shape, layout=layout)
+        if pre[2] is None:
+            raise TinyolError("--prefill needs a whole data set, not stdin")
+        if classifier:
+            check_labels(pre[3], int(manifest["head"]["max_classes"]), where=prefill)
+    if data is None:
+        rows, total, X, y, names = iter(()), 0, None, None, None
+    else:
+        rows, total, X, y, names = load_rows(data, limit=limit, shuffle=shuffle, seed=seed,
+                                             label_column=label_column, input_shape=shape,
+                                             layout=layout, epochs=epochs)
+        if y is not None and classifier and mode in ("train", "eval"):
+            check_labels(y, int(manifest["head"]["max_classes"]), where=data)
     names = names or [str(i) for i in range(int(manifest["head"].get("max_classes", 0)))]
     url = resolve_port(port)
     resumed = None
     link = Link.open(url, timeout=max(timeout, 1.0), retries=retries)
     if resume:
         # before anything else reaches the device: settle what the last session left in flight
+        # the write-ahead log keys samples by source row (unique: a resumed run has one epoch)
+        ordered = list(rows)
+        by_row = {i: (x, lab) for i, x, lab in ordered}
         input_q = model_input_q(manifest)
-        payloads = {i: (int(y[i]), struct.pack("<H", int(y[i])) + encode_input(X[i], encoding, input_q))
+        payloads = {i: (by_row[i][1], struct.pack("<H", by_row[i][1])
+                        + encode_input(by_row[i][0], encoding, input_q))
                     for i in sent if i not in done}
         try:
             resumed = resend_pending(link, session, sent, done, payloads, window=window,
@@ -149,8 +190,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
         except BaseException:
             link.close()
             raise
-        rows = ((i, X[i], int(y[i])) for i in range(len(y)) if i not in sent)
-        total = len(y) - len(sent)
+        rows = (r for r in ordered if r[0] not in sent)
+        total = len(ordered) - len(sent)
     logf = open(log, "a" if resume else "w", buffering=1) if log else None  # line-buffered: `tail -f` works
     if resume and Path(log).read_bytes()[-1:] not in (b"", b"\n"):
         logf.write("\n")  # a line cut by the kill stays apart from the next record
@@ -162,8 +203,12 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             _check_resumed(dev, session, resumed)
         st = Stream(dev, manifest, mode=mode, encoding=encoding, window=window, timeout=timeout,
                     model_dir=model_dir, retries=retries, patience=patience)
+        if pre is not None:
+            prefill_replay(dev, manifest, pre, prefill, echo=echo)
+        if data is None:
+            return st.summary, st.records
         if X is not None:  # a whole data set: every row is checked before anything is sent
-            check_samples(X, y if mode == "train" else None, dev.info, mode)
+            check_samples(X, y if mode in ("train", "eval") else None, dev.info, mode)
         bar = None
         if progress:
             from tqdm import tqdm
@@ -174,7 +219,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             wal.start({"data": data, "limit": limit, "shuffle": shuffle, "seed": seed,
                        "label_column": label_column, "model": str(model_dir), "encoding": encoding,
                        "boot_count": dev.info.boot_count, "model_hash": dev.info.model_hash,
-                       "base_seen": st._base_seen, "window": window})
+                       "base_seen": st._base_seen, "window": window, "layout": layout,
+                       "epochs": epochs})
             wal.sent(tag, seq)
 
         def on_record(r: Record) -> None:
@@ -205,10 +251,41 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
     return st.summary, st.records
 
 
+def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tuple[int, int]:
+    """REPLAY_ADD every row of `pre` (load_rows' result): the device stores each latent in its
+    replay buffer (its policy decides which stay) without training. Returns (fill, capacity)."""
+    from ..device import quantize
+    from ..protocol import DeviceError
+    from ..stream import model_input_q
+
+    rows, total = pre[0], pre[1]
+    q = model_input_q(manifest)
+    fill = cap = 0
+    for n, (i, x, lab) in enumerate(rows):
+        try:
+            fill, cap = dev.replay_add(quantize(np.ravel(x), *q), int(lab))
+        except DeviceError as e:
+            raise TinyolError(f"--prefill {source}, row {i}: {e}",
+                              hint="the firmware has no replay buffer: export with --replay-capacity N"
+                              if "UNSUPPORTED" in str(e) else "see docs/protocol.md (REPLAY_ADD)") from None
+    echo(f"prefill      {total} samples of {source} offered to the replay buffer (REPLAY_ADD, no "
+         f"training): {fill}/{cap} slots filled")
+    return fill, cap
+
+
 @click.command("stream")
 @port_option()
 @click.option("--data", "-d", default=None, metavar="SOURCE",
               help="digits, digits:5-9@train, file.csv, file.npz, or - (stdin lines: features..., label).")
+@click.option("--prefill", default=None, metavar="SOURCE",
+              help="First fill the replay buffer with these samples (REPLAY_ADD: no training).")
+@click.option("--prefill-limit", type=click.IntRange(min=1), default=None,
+              help="Offer at most N --prefill samples (after --shuffle).")
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Send the source N times (reshuffled each epoch with --shuffle).")
+@click.option("--layout", type=click.Choice(["channels-first", "flat"]), default=None,
+              help="How the source's samples map to the model input when their shapes differ "
+                   "(channels-first: (C, T) -> (T, C)); without it a mismatch is refused.")
 @click.option("--train", "mode", flag_value="train", default=True,
               help="SAMPLE: the device predicts, then learns (prequential; default).")
 @click.option("--eval", "mode", flag_value="eval", help="PREDICT over the set: accuracy per class.")
@@ -239,8 +316,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
 @click.option("--label-column", default=None, help="CSV: label column (name or index; default last).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option
-def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, window, timeout,
-        retries, patience, resume, label_column, no_progress, as_json):
+def cmd(port, data, prefill, prefill_limit, epochs, layout, mode, limit, shuffle, seed, log, plot,
+        model, encoding, window, timeout, retries, patience, resume, label_column, no_progress, as_json):
     """Stream labelled samples to a device and report accuracy.
 
     \b
@@ -248,17 +325,23 @@ def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, wind
       tinyol stream --port socket://127.0.0.1:4321 --data digits:5-9@train --shuffle --plot curve.png
       tinyol stream --port auto --data digits@test --eval
       sensor-reader | tinyol stream --port /dev/ttyACM0 --data - --log run.jsonl
+      tinyol stream -p socket://127.0.0.1:4321 --prefill digits:0-4@train --prefill-limit 400 \
+          --data digits:5-9@train --shuffle --epochs 2
     """
-    if resume and (data or log):
+    if resume and (data or log or prefill):
         raise TinyolError("--resume LOG takes the source and the log from the interrupted run",
-                          hint="drop --data/--log (the run's settings are in LOG.wal)")
+                          hint="drop --data/--log/--prefill (the run's settings are in LOG.wal)")
+    if data is None and prefill is None and not resume:
+        raise TinyolError("nothing to send: give --data SOURCE (and/or --prefill SOURCE)")
     try:
         summary, _ = run_stream(port, data, mode, model_dir=model, limit=limit, shuffle=shuffle,
                                 seed=seed, log=log, plot=plot, encoding=encoding, window=window,
                                 timeout=timeout, progress=not (no_progress or as_json),
                                 print_predictions=(mode == "predict" and not as_json),
                                 label_column=label_column, retries=retries, patience=patience,
-                                resume=resume, echo=(lambda *a, **k: None) if as_json else click.echo)
+                                resume=resume, layout=layout, epochs=epochs, prefill=prefill,
+                                prefill_limit=prefill_limit,
+                                echo=(lambda *a, **k: None) if as_json else click.echo)
     except TinyolError as e:
         s = getattr(e, "summary", None)
         if s is not None:  # the partial summary: what was sent, answered, learned
@@ -266,10 +349,12 @@ def cmd(port, data, mode, limit, shuffle, seed, log, plot, model, encoding, wind
             if log or resume:
                 click.echo(f"resume       tinyol stream --port {port} --resume {resume or log}", err=True)
         raise
+    if data is None and not resume:
+        return
     if as_json:
         emit_json(_clean(summary.as_dict()))
         return
-    print_summary(summary)
+    print_summary(summary, autoencoder=load_manifest(model)["head"]["mode"] == "autoencoder")
     if plot and summary.per_class:
         click.echo(f"plot         {plot}")
     if log:

@@ -11,7 +11,7 @@
 #include "stm32l4.h"
 #include "tol_hal.h"
 
-extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _sram2[], _eram2[], _estack[];
+extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _sram2[], _eram2[], _sram3[], _eram3[], _estack[];
 
 int tol_app_main(void);
 void tol_reset_handler(void) __attribute__((noreturn));
@@ -57,6 +57,7 @@ void tol_reset_handler(void)
     memcpy(_sdata, _sidata, data_bytes);
     memset(_sbss, 0, (size_t)((uintptr_t)_ebss - (uintptr_t)_sbss));
     memset(_sram2, 0, (size_t)((uintptr_t)_eram2 - (uintptr_t)_sram2));
+    memset(_sram3, 0, (size_t)((uintptr_t)_eram3 - (uintptr_t)_sram3));
     (void)tol_app_main();
     tol_hal_exit(0);
 }

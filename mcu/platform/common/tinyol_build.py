@@ -16,7 +16,10 @@ Project options read from platformio.ini (all optional):
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
 TINYOL_TEST_BUILD.
 """
+import importlib.util
+import json
 import os
+import sys
 
 STRICT = ["-Wall", "-Wextra", "-Werror", "-Wshadow"]
 CORE_STRICT = ["-Wconversion", "-Wdouble-promotion"]
@@ -56,7 +59,54 @@ def board_support(env, family, board_id, test_build):
     return {"model_dir": None, "kernels": None, "test_build": test_build}
 
 
-def configure(env, family, board_id):
+def load_memory_model(mcu):
+    """tinyol's memory model (memory.py, standard library only), loaded by path: the same model
+    `tinyol export` checks with. In a checkout it is host/tinyol/memory.py next to mcu/; in an
+    installed package, tinyol/memory.py above tinyol/_firmware/mcu. None if neither exists."""
+    for path in (os.path.join(mcu, "..", "host", "tinyol", "memory.py"),
+                 os.path.join(mcu, "..", "..", "memory.py")):
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("tinyol_memory", path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["tinyol_memory"] = mod  # dataclasses look their module up
+            spec.loader.exec_module(mod)
+            return mod
+    return None
+
+
+def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
+    """Place the learner (TOL_LEARNER_REGION) and check the fit before compiling anything.
+
+    Prints the memory summary; exits with the summary and a hint, instead of the linker's
+    "region RAM overflowed", when the model does not fit. Returns the region id (1, 2, 3), or
+    None for a model directory without a manifest (nomodel, hand-made models)."""
+    manifest_path = os.path.join(model_dir, "manifest.json")
+    if not regions or not os.path.isfile(manifest_path):
+        return None
+    with open(manifest_path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    mem = load_memory_model(mcu)
+    if mem is None or "memory" not in manifest or "learner" not in manifest:
+        return None
+    plan = mem.plan(mem.Model.from_manifest(manifest), board_id, regions, flash_bytes=flash_bytes,
+                    test_build=test_build)
+    forced = os.environ.get("TINYOL_LEARNER_REGION")  # tests: place it here, let the linker judge
+    if forced:
+        plan = mem.plan(plan.model, board_id, regions, flash_bytes=flash_bytes, test_build=test_build,
+                        learner_region={"1": "RAM", "2": "RAM2", "3": "RAM3"}[forced])
+    print("tinyol: memory plan for %s (tinyol/memory.py):" % board_id)
+    for line in plan.lines():
+        print("tinyol:   " + line)
+    if not plan.fits and not forced:
+        where, over = plan.over
+        print("tinyol: error: %s does not fit %s: %s over by %d bytes" % (
+            manifest.get("name", "the model"), board_id, where, over))
+        print("tinyol: hint: %s, then export again (or choose a board with more RAM)" % plan.advice())
+        raise SystemExit(1)
+    return plan.learner_region_id
+
+
+def configure(env, family, board_id, regions=None, flash_bytes=0):
     project = env.subst("$PROJECT_DIR")
     test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
     if option(env, "custom_tinyol_firmware", "yes", "TINYOL_FIRMWARE").lower() in ("0", "no", "false"):
@@ -73,6 +123,9 @@ def configure(env, family, board_id):
     if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
         raise SystemExit("tinyol: src_dir must be the firmware sources %s (platformio.ini [platformio] "
                          "src_dir); `tinyol init` writes it" % mcu)
+    region = memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build)
+    if region is not None:
+        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region)])
     board_dir = os.path.join(mcu, "boards", family)
     env.Append(
         CPPPATH=[os.path.join(mcu, "include"), board_dir, model_dir],

@@ -37,8 +37,11 @@ env.Append(
     LIBS=["m"],
 )
 env.Replace(LDSCRIPT_PATH=os.path.join(ld_dir, board.get("build.ldscript")))
-env.Append(CPPDEFINES=[("TOL_BOARD_RAM2_BYTES", board.get("tinyol.ram2_size"))])
-tinyol_build.configure(env, "stm32l4", board_id)
+regions = {"RAM": board.get("upload.maximum_ram_size"), "RAM2": board.get("tinyol.ram2_size")}
+if board.get("tinyol.ram3_size", 0):
+    regions["RAM3"] = board.get("tinyol.ram3_size")
+tinyol_build.configure(env, "stm32l4", board_id, regions=regions,
+                       flash_bytes=board.get("upload.maximum_size"))
 
 elf = env.BuildProgram()
 bin_file = env.Command(os.path.join("$BUILD_DIR", "firmware.bin"), elf,
@@ -55,6 +58,8 @@ def report_size(target, source, env):
     limits = [("flash", flash, board.get("upload.maximum_size")),
               ("RAM (SRAM1, incl. 8 KB stack)", ram, board.get("upload.maximum_ram_size")),
               ("RAM2 (SRAM2)", ram2, board.get("tinyol.ram2_size"))]
+    if board.get("tinyol.ram3_size", 0):
+        limits.append(("RAM3 (SRAM3)", sec.get(".ram3", 0), board.get("tinyol.ram3_size")))
     bad = False
     for name, used, total in limits:
         pct = 100.0 * used / total

@@ -1,0 +1,108 @@
+"""`tinyol compare A.jsonl B.jsonl`: two per-sample logs, line by line.
+
+Both `tinyol stream --log` (the device) and `tinyol simulate --log` (the numpy reference learner)
+write one JSON record per sample with the source row index; when the device and the reference
+learn bit-identically, predictions, learned/new-class flags and labels agree on every line and the
+float fields (confidence, loss) agree to within float32 rounding.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import click
+
+from ..errors import TinyolError
+from ..options import emit_json, json_option
+
+EXACT = ("index", "label", "prediction", "learned", "new_class", "error")
+FLOATS = ("confidence", "loss")
+
+
+def read_log(path: str) -> list[dict]:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise TinyolError(f"{path}, line {n}: not JSON ({e.msg})",
+                                      hint="give logs written by `tinyol stream --log` or "
+                                           "`tinyol simulate --log`") from None
+    except FileNotFoundError:
+        raise TinyolError(f"log {path!r} not found") from None
+    if out and "index" not in out[0]:
+        raise TinyolError(f"{path}: records have no 'index' field (not a tinyol per-sample log)")
+    return out
+
+
+def _close(a, b, rtol: float) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
+
+
+def compare(a: list[dict], b: list[dict], rtol: float = 1e-5) -> dict:
+    """Differences per field; samples_seen is compared as the count since each log's first line."""
+    diffs: list[dict] = []
+    counts = {k: 0 for k in (*EXACT, *FLOATS, "samples_seen")}
+    base_a = a[0].get("samples_seen") if a else None
+    base_b = b[0].get("samples_seen") if b else None
+    for n, (ra, rb) in enumerate(zip(a, b), 1):
+        bad = [k for k in EXACT if k in ra and k in rb and ra[k] != rb[k]]
+        bad += [k for k in FLOATS if k in ra and k in rb and not _close(ra[k], rb[k], rtol)]
+        if None not in (base_a, base_b, ra.get("samples_seen"), rb.get("samples_seen")):
+            if ra["samples_seen"] - base_a != rb["samples_seen"] - base_b:
+                bad.append("samples_seen")
+        for k in bad:
+            counts[k] += 1
+        if bad:
+            diffs.append({"line": n, "index": ra.get("index"), "fields": bad,
+                          "a": {k: ra.get(k) for k in bad}, "b": {k: rb.get(k) for k in bad}})
+    same = not diffs and len(a) == len(b)
+    return {"lines_a": len(a), "lines_b": len(b), "compared": min(len(a), len(b)),
+            "differing_lines": len(diffs), "per_field": {k: v for k, v in counts.items() if v},
+            "first_differences": diffs[:20], "same": same}
+
+
+@click.command("compare")
+@click.argument("log_a", metavar="A.jsonl")
+@click.argument("log_b", metavar="B.jsonl")
+@click.option("--rtol", type=float, default=1e-5, show_default=True,
+              help="Relative tolerance for confidence and loss.")
+@click.option("--show", type=int, default=5, show_default=True, help="Differences to print.")
+@json_option
+def cmd(log_a, log_b, rtol, show, as_json):
+    """Compare two per-sample logs line by line (exit 1 when they differ).
+
+    \b
+    Example (device vs the reference learner, same stream):
+      tinyol stream -p socket://127.0.0.1:4321 --data digits:5-9@train --log dev.jsonl
+      tinyol simulate --model models/digits --data digits:5-9@train --log sim.jsonl
+      tinyol compare dev.jsonl sim.jsonl
+    """
+    a, b = read_log(log_a), read_log(log_b)
+    res = compare(a, b, rtol)
+    if as_json:
+        emit_json(res)
+    else:
+        click.echo(f"{res['compared']} lines compared ({log_a}: {res['lines_a']}, "
+                   f"{log_b}: {res['lines_b']})")
+        if res["same"]:
+            click.echo("same: every line agrees (floats within rtol %g)" % rtol)
+        else:
+            click.echo(f"{res['differing_lines']} lines differ"
+                       + (": " + ", ".join(f"{k} {v}" for k, v in res["per_field"].items())
+                          if res["per_field"] else ""))
+            if res["lines_a"] != res["lines_b"]:
+                click.echo("the logs have different lengths")
+            for d in res["first_differences"][:show]:
+                click.echo(f"  line {d['line']} (row {d['index']}): "
+                           + "; ".join(f"{k} {d['a'][k]!r} vs {d['b'][k]!r}" for k in d["fields"]))
+    if not res["same"]:
+        raise click.exceptions.Exit(1)  # like diff: 1 = the logs differ

@@ -1,0 +1,299 @@
+"""One model of the firmware's memory, shared by `tinyol export` (fit check), the firmware build
+(summary, learner placement) and `tinyol info --model`.
+
+What the firmware reserves, per region of an STM32L4 board:
+
+SRAM1 (``RAM``)   .data/.bss of the firmware (drivers, protocol state, ...: ``FIXED_RAM1``,
+                  measured), the protocol buffers (``tol_app_t``, sized by the model's input),
+                  the backbone's input and latent buffers, the backbone's activation arena,
+                  the 8 KB stack reservation, and the learner's memory when it is placed here.
+SRAM2 (``RAM2``)  the learner's memory when it fits there (all boards).
+SRAM3 (``RAM3``)  the learner's memory when it fits there (NUCLEO-L4R5ZI only: 384 KB).
+
+The learner's memory is one block (``tol_learner_mem`` in mcu/app/model.c):
+``TOL_LEARNER_BYTES_EX(dim, outputs, capacity, bits, n_new, max_old, no_momentum)``:
+the head (W, b; momentum buffers only when momentum > 0; one gradient row per sample of the
+largest batch: n_new fresh + n_old replayed, and only n_old of them when there is a buffer),
+the replay buffer (only when capacity > 0), scratch and per-class counters.
+The block goes to the first region in ``placement_order`` where everything fits; the build
+passes the choice to model.c as ``TOL_LEARNER_REGION`` (1, 2 or 3).
+
+This module uses the standard library only: the PlatformIO build script loads it by path.
+Sizes are exact (the learner block alone in SRAM2/SRAM3 to the byte); in SRAM1 the linker may
+pad between objects by a few bytes, so the fit check keeps ``SLACK_BYTES`` free there (tests/test_memory.py links the
+firmware with the real arm-none-eabi linker to hold "fits" equal to "links").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KB = 1024
+STACK_BYTES = 8 * KB            # TOL_STACK_BYTES in mcu/boards/stm32l4/ld/stm32l4_common.ld
+SLACK_BYTES = 16                # SRAM1: alignment padding between objects, on the safe side
+FLASH_BASE_BYTES = 40 * KB      # code besides the model (estimate; the build reports the real size)
+MAX_CAPACITY = 0xFFFF           # replay capacity is a uint16 on the device
+DEFAULT_CAPACITY = 200          # replay capacity without a board to size it for (docs/study.md)
+DEFAULT_MAX_OLD = 16            # TOL_LEARNER_DEFAULT_MAX_OLD
+
+# SRAM1 bytes of everything that does not depend on the model (.data, .bss of the HAL, protocol
+# cache, learner/store structs, ...), per board and build kind (release, test build), without
+# the stack. Measured from the linked firmware by scripts/measure_memory.py; tests/test_memory.py
+# re-measures and fails when the firmware changes without this table.
+# --- measured (scripts/measure_memory.py) ---
+FIXED_RAM1 = {
+    ('nucleo_l476rg', False): 3680,
+    ('nucleo_l476rg', True): 3680,
+    ('nucleo_l432kc', False): 3680,
+    ('nucleo_l432kc', True): 3680,
+    ('disco_l475vg_iot01a', False): 3680,
+    ('disco_l475vg_iot01a', True): 3680,
+    ('nucleo_l4r5zi', False): 3680,
+    ('nucleo_l4r5zi', True): 3680,
+}
+# --- end measured ---
+
+REGION_TITLES = {"RAM": "SRAM1", "RAM2": "SRAM2", "RAM3": "SRAM3"}
+REGION_IDS = {"RAM": 1, "RAM2": 2, "RAM3": 3}
+
+
+def _a4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes of the model-dependent objects (ports of the C macros; tests compare them with C)
+
+def replay_row_bytes(dim: int, bits: int) -> int:
+    """TOL_REPLAY_ROW_BYTES."""
+    return 4 * dim if bits == 32 else dim if bits == 8 else 7 * ((dim + 7) // 8)
+
+
+def replay_bytes(capacity: int, dim: int, bits: int, n_classes: int) -> int:
+    """TOL_REPLAY_BYTES: rows, per-class seen counters, labels, per-class fill counters."""
+    return (_a4(capacity * replay_row_bytes(dim, bits)) + 4 * n_classes + _a4(2 * capacity)
+            + _a4(2 * n_classes))
+
+
+def max_old(capacity: int, n_old: int) -> int:
+    """The replayed samples per update the firmware makes room for (cfg.max_old in model.c):
+    n_old with a buffer (at least 1), none without."""
+    return max(n_old, 1) if capacity > 0 else 0
+
+
+def head_bytes(dim: int, rows: int, batch: int, momentum: bool) -> int:
+    """TOL_HEAD_BYTES: W, b, [momentum of both], scores, batch errors and inputs, active flags."""
+    return 4 * ((2 if momentum else 1) * (rows * dim + rows) + rows + batch * (rows + dim)) + _a4(rows)
+
+
+def learner_bytes(dim: int, outputs: int, capacity: int, bits: int, n_new: int, n_old: int,
+                  momentum: bool) -> int:
+    """TOL_LEARNER_BYTES_EX with the max_old and no_momentum model.c passes."""
+    mo = max_old(capacity, n_old)
+    return (head_bytes(dim, outputs, n_new + mo, momentum)
+            + (replay_bytes(capacity, dim, bits, outputs) if capacity else 0)
+            + 4 * (dim + 2 * outputs) + _a4(2 * n_new))
+
+
+def _wire_max(payload: int) -> int:
+    n = payload + 10  # TOL_PROTO_OVERHEAD
+    return n + n // 254 + 1 + 1  # TOL_COBS_ENCODED_MAX + delimiter
+
+
+def app_bytes(input_size: int, latent_dim: int, stats_classes: int) -> int:
+    """sizeof(tol_app_t) (mcu/include/tol_app.h): receive/reply buffers sized by the model."""
+    float_input = 4 * input_size + 3 <= 8192
+    max_request = max(256, 3 + (4 if float_input else 1) * input_size)
+    max_reply = max(512, 64 + 4 * stats_classes, latent_dim + 16)
+    off = _wire_max(max_request)                  # rx
+    off = _a4(off) + 4 + 1                        # rx_len, rx_overflow
+    off += (max_reply + 10) + _wire_max(max_reply)  # scratch, tx
+    off = _a4(off) + 4                            # tx_len
+    off += 8 * 60                                 # reply cache (8 x {seq, crc, len, wire[48]})
+    off += 1                                      # cache_next
+    off = _a4(off) + 16 + 4                       # link stats, boot_cycles
+    off += 4                                      # model: the application's tol_model_if_t *
+    return _a4(off)
+
+
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Model:
+    """What the memory depends on: the exported model and the learner's configuration."""
+    input_size: int
+    latent_dim: int
+    outputs: int                 # classifier: max classes; autoencoder: output size
+    autoencoder: bool
+    arena_bytes: int
+    replay_capacity: int
+    replay_bits: int = 8
+    n_new: int = 1
+    n_old: int = 16
+    momentum: bool = False       # momentum > 0: the firmware keeps momentum buffers
+    flash_model_bytes: int = 0   # weights + head init (flash estimate)
+
+    @classmethod
+    def from_manifest(cls, m: dict, **override) -> "Model":
+        L, mem, head = m["learner"], m["memory"], m["head"]
+        ae = head["mode"] == "autoencoder"
+        kw = dict(input_size=int(m["input"]["size"]), latent_dim=int(m["latent"]["dim"]),
+                  outputs=int(head["out_dim"] if ae else head["max_classes"]), autoencoder=ae,
+                  arena_bytes=int(mem["arena_bytes"]), replay_capacity=int(L["replay_capacity"]),
+                  replay_bits=int(L["replay_bits"]), n_new=int(L["replay_n_new"]),
+                  n_old=int(L["replay_n_old"]), momentum=float(L["momentum"]) != 0.0,
+                  flash_model_bytes=int(mem.get("weights_bytes", 0)) + int(mem.get("head_init_bytes", 0)))
+        kw.update(override)
+        return cls(**kw)
+
+    def learner(self) -> int:
+        return learner_bytes(self.latent_dim, self.outputs, self.replay_capacity, self.replay_bits,
+                             self.n_new, self.n_old, self.momentum)
+
+    def parts(self) -> dict[str, int]:
+        """The learner block's parts (they add up to learner())."""
+        mo = max_old(self.replay_capacity, self.n_old)
+        d, c = self.latent_dim, self.outputs
+        out = {"head weights": 4 * (c * d + c),
+               "momentum": 4 * (c * d + c) if self.momentum else 0,
+               "gradient rows": 4 * (self.n_new + mo) * (c + d),
+               "replay buffer": (replay_bytes(self.replay_capacity, d, self.replay_bits, c)
+                                 if self.replay_capacity else 0)}
+        out["learner scratch"] = self.learner() - sum(out.values())
+        return out
+
+
+@dataclass
+class Region:
+    name: str                    # linker region: RAM, RAM2, RAM3
+    size: int
+    items: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return REGION_TITLES.get(self.name, self.name)
+
+    @property
+    def used(self) -> int:
+        return sum(self.items.values())
+
+    @property
+    def over(self) -> int:
+        """Bytes over the region's size (SRAM1: with the padding slack); <= 0 when it fits."""
+        return self.used + (SLACK_BYTES if self.name == "RAM" else 0) - self.size
+
+
+@dataclass
+class Plan:
+    board: str
+    model: Model
+    regions: list[Region]
+    learner_region: str
+    flash_needed: int            # estimate
+    flash_room: int              # flash minus the persistence store
+
+    @property
+    def fits(self) -> bool:
+        return all(r.over <= 0 for r in self.regions)
+
+    @property
+    def over(self) -> tuple[str, int]:
+        r = max(self.regions, key=lambda r: r.over)
+        return r.title, r.over
+
+    @property
+    def learner_region_id(self) -> int:
+        return REGION_IDS[self.learner_region]
+
+    def lines(self) -> list[str]:
+        out = []
+        for r in self.regions:
+            parts = ", ".join(f"{k} {v}" for k, v in r.items.items() if v)
+            state = (f"over by {r.over} bytes" if r.over > 0 else f"{r.size - r.used} free")
+            out.append(f"{r.title:<6} {r.used:>7} / {r.size:>7} bytes ({state}): {parts or 'empty'}")
+        learner = ", ".join(f"{k} {v}" for k, v in self.model.parts().items() if v)
+        out.append(f"learner {self.model.learner()} bytes in {REGION_TITLES[self.learner_region]}: {learner}")
+        out.append(f"flash  ~{self.flash_needed} / {self.flash_room} bytes (estimate; the last 1/8 of "
+                   f"flash holds the saved state)")
+        return out
+
+    def advice(self) -> str:
+        """Which knobs to turn, the biggest contributor first."""
+        m = self.model
+        p = m.parts()
+        tips = []
+        if p["replay buffer"]:
+            tips.append((p["replay buffer"], f"lower --replay-capacity (now {m.replay_capacity}, "
+                                             f"{replay_row_bytes(m.latent_dim, m.replay_bits) + 2} B "
+                                             f"each) or use --replay-bits 7"))
+        if p["momentum"]:
+            tips.append((p["momentum"], f"export with --momentum 0 (saves {p['momentum']} B)"))
+        if m.n_old > 1 and m.replay_capacity:
+            tips.append((p["gradient rows"], f"lower --replay-n-old (now {m.n_old}: "
+                                             f"{4 * (m.outputs + m.latent_dim)} B per row)"))
+        if m.autoencoder:
+            tips.append((p["head weights"], f"use a smaller latent (the head is {m.latent_dim} x "
+                                            f"{m.outputs} floats: {p['head weights']} B)"))
+        else:
+            tips.append((p["head weights"], f"lower --max-classes (now {m.outputs}: "
+                                            f"{4 * (m.latent_dim + 1)} B per class)"))
+        arena = f"arena {m.arena_bytes} B, " if m.arena_bytes else ""
+        tips.append((m.arena_bytes + 2 * m.input_size, f"use a smaller backbone or input ({arena}"
+                                                      f"input {m.input_size} B)"))
+        tips.sort(key=lambda t: -t[0])
+        return "; or ".join(t[1] for t in tips)
+
+
+def board_regions(board) -> dict[str, int]:
+    """Region sizes of a tinyol.boards.Board."""
+    r = {"RAM": board.ram_bytes, "RAM2": board.ram2_bytes}
+    if getattr(board, "ram3_bytes", 0):
+        r["RAM3"] = board.ram3_bytes
+    return r
+
+
+def plan(model: Model, board: str, regions: dict[str, int], *, flash_bytes: int = 0,
+         test_build: bool = False, learner_region: str | None = None) -> Plan:
+    """Where everything goes on `board` (regions: name -> bytes). The learner goes to the largest
+    extra region (SRAM3, SRAM2) where it fits, else to SRAM1; the plan of the first placement that
+    fits is returned, or the one that misses by the fewest bytes."""
+    fixed = FIXED_RAM1.get((board, test_build), max(FIXED_RAM1.values()))
+    stats_classes = 0 if model.autoencoder else model.outputs
+    base = {"firmware": fixed, "stack": STACK_BYTES,
+            "protocol buffers": app_bytes(model.input_size, model.latent_dim, stats_classes),
+            "input + latent": model.input_size + model.latent_dim, "arena": model.arena_bytes}
+    order = [learner_region] if learner_region else (
+        sorted((n for n in regions if n != "RAM"), key=lambda n: -regions[n]) + ["RAM"])
+    flash_room = flash_bytes - flash_bytes // 8
+    flash_needed = model.flash_model_bytes + FLASH_BASE_BYTES
+    best = None
+    for where in order:
+        regs = [Region(n, regions[n], dict(base) if n == "RAM" else {}) for n in regions]
+        next(r for r in regs if r.name == where).items["learner"] = model.learner()
+        p = Plan(board, model, regs, where, flash_needed, flash_room)
+        if p.fits:
+            return p
+        if best is None or p.over[1] < best.over[1]:
+            best = p
+    return best
+
+
+def largest_capacity(model: Model, board: str, regions: dict[str, int], *,
+                     test_build: bool = False, limit: int = MAX_CAPACITY) -> int:
+    """The largest replay capacity (<= limit) with which `model` fits; -1 if none does, not even 0."""
+    def fits(c):
+        model.replay_capacity = c
+        return plan(model, board, regions, test_build=test_build).fits
+
+    saved = model.replay_capacity
+    try:
+        if not fits(0):
+            return -1
+        lo, hi = 0, limit
+        if fits(hi):
+            return hi
+        while hi - lo > 1:  # fits(lo), not fits(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+    finally:
+        model.replay_capacity = saved

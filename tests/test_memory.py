@@ -1,0 +1,198 @@
+"""One memory truth (host/tinyol/memory.py): "export says it fits" == "the real linker links it".
+
+The oracle is arm-none-eabi-ld, through the real firmware build (PlatformIO, our platform): every
+configuration of the sweep is linked for every board, with the learner where the plan puts it, and,
+for the ones the plan refuses, in every region the board has (none may link). The linked ELF's
+object sizes (tol_learner_mem, tol_app) must equal the model's to the byte.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tinyol import learner as ref
+from tinyol import memory
+from tinyol.boards import BOARDS
+from tinyol.errors import TinyolError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_learner_bytes_matches_reference_port():
+    """memory.learner_bytes (stdlib, used by the build) == tinyol.learner.learner_bytes (the port of
+    TOL_LEARNER_BYTES_EX that tests/test_learner_* hold against the C macro)."""
+    rng = random.Random(3)
+    for _ in range(300):
+        d, c, cap = rng.randint(1, 700), rng.randint(1, 800), rng.choice([0, 0, 1, 7, 200, 3000])
+        bits, nn, no = rng.choice([32, 8, 7]), rng.randint(1, 32), rng.choice([0, 1, 2, 16, 40])
+        mom = rng.random() < 0.5
+        want = ref.learner_bytes(d, c, cap, bits, nn, memory.max_old(cap, no), no_momentum=not mom)
+        assert memory.learner_bytes(d, c, cap, bits, nn, no, mom) == want
+
+
+def test_momentum_and_replay_rows_only_when_used():
+    m = memory.Model(input_size=768, latent_dim=16, outputs=768, autoencoder=True, arena_bytes=1000,
+                     replay_capacity=0)
+    p = m.parts()
+    assert p["momentum"] == 0 and p["replay buffer"] == 0
+    assert p["gradient rows"] == 4 * 1 * (768 + 16)      # one fresh sample, no replayed rows
+    m.momentum = True
+    assert m.parts()["momentum"] == 4 * (768 * 16 + 768)
+
+
+def test_largest_capacity_is_the_edge():
+    m = memory.Model(input_size=64, latent_dim=32, outputs=10, autoencoder=False, arena_bytes=1056,
+                     replay_capacity=0)
+    b = BOARDS["nucleo_l432kc"]
+    regions = memory.board_regions(b)
+    cap = memory.largest_capacity(m, b.name, regions)
+    assert cap > 0
+    m.replay_capacity = cap
+    assert memory.plan(m, b.name, regions).fits
+    m.replay_capacity = cap + 1
+    assert not memory.plan(m, b.name, regions).fits
+
+
+def test_export_refuses_with_bytes_and_knob():
+    from tinyol.export import check_fit, memory_model
+
+    # the MLPerf Tiny AD autoencoder's head (128 -> 640) is 328 KB of float weights
+    mm = memory_model(input_size=640, dim=128, rows=640, autoencoder=True, arena_bytes=600,
+                      replay_capacity=0, replay_bits=8, replay_n_new=1, replay_n_old=16, momentum=0.0)
+    with pytest.raises(TinyolError) as e:
+        check_fit(mm, "nucleo_l476rg", name="ad")
+    assert re.search(r"ad does not fit nucleo_l476rg: SRAM1 over by \d+ bytes", str(e.value))
+    assert "--board nucleo_l4r5zi" in e.value.hint       # where it does fit
+    check_fit(mm, "nucleo_l4r5zi")                          # learner in SRAM3
+
+
+# ---------------------------------------------------------------------------------------------
+# the sweep against the real linker
+
+def _keras_ae(tmp: Path, name: str, n_in: int, hidden: list[int]) -> Path:
+    from tinyol.export import _keras
+
+    keras = _keras()
+    inp = keras.Input((n_in,))
+    x = inp
+    for i, h in enumerate(hidden):
+        x = keras.layers.Dense(h, activation="relu", name=f"d{i}")(x)
+    out = keras.layers.Dense(n_in, name="head")(x)
+    path = tmp / f"{name}.keras"
+    keras.Model(inp, out, name=name).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """Exported model directories: shipped ones copied, autoencoders exported here."""
+    from tinyol.export import export_model
+
+    tmp = tmp_path_factory.mktemp("mem")
+    dirs = {}
+    for name in ("digits", "mobilenet_v1_vww"):
+        dirs[name] = tmp / name
+        shutil.copytree(ROOT / "models" / name, dirs[name])
+    for name, n_in, hidden in (("ae768_16", 768, [64, 16]), ("ae768_8", 768, [64, 8]),
+                               ("ad_ae", 640, [128] * 4 + [8] + [128] * 4)):
+        src = _keras_ae(tmp, name, n_in, hidden)
+        export_model(str(src), str(tmp / name), name=name)
+        dirs[name] = tmp / name
+    return dirs
+
+
+def _link(model_dir: Path, board: str, region: int | None) -> tuple[bool, str, Path | None]:
+    """Build the release firmware; True when it linked. region: force the learner there."""
+    from tinyol.firmware import build_env, BuildConfig
+    from tinyol.paths import pio_command
+
+    cfg = BuildConfig(board, str(model_dir))
+    env = build_env(cfg)
+    if region is not None:
+        env["TINYOL_LEARNER_REGION"] = str(region)
+    else:
+        env.pop("TINYOL_LEARNER_REGION", None)
+    r = subprocess.run([*pio_command(), "run", "-d", str(ROOT), "-e", board], env=env,
+                       capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    elf = Path(env["PLATFORMIO_BUILD_DIR"]) / board / "firmware.elf"
+    if r.returncode != 0:
+        assert re.search(r"overflowed|will not fit in region|does not fit", out), out[-3000:]  # memory only
+    return r.returncode == 0, out, elf if r.returncode == 0 else None
+
+
+def _sizes(elf: Path) -> dict[str, int]:
+    nm = subprocess.check_output(["arm-none-eabi-nm", "-S", str(elf)], text=True)
+    return {f[3]: int(f[1], 16) for f in (l.split() for l in nm.splitlines()) if len(f) == 4}
+
+
+def _configs():
+    """(board, model, learner changes, link in every region when refused)."""
+    out = []
+    for b in BOARDS:
+        out += [(b, "digits", {}, False)]
+        if b != "disco_l475vg_iot01a":  # the L475's memory map is the L476's
+            out += [(b, "ae768_16", {}, False), (b, "ad_ae", {}, False),
+                    (b, "mobilenet_v1_vww", {}, False)]
+    out += [("nucleo_l476rg", "ae768_8", {}, False), ("nucleo_l432kc", "ae768_8", {}, False),
+            ("nucleo_l476rg", "ae768_16", {"momentum": 0.9}, True),
+            ("nucleo_l432kc", "digits", {"momentum": 0.9}, False),
+            ("nucleo_l476rg", "ad_ae", {"replay_capacity": 200}, False)]
+    for b in ("nucleo_l432kc", "nucleo_l4r5zi"):  # the edge, both ways
+        out += [(b, "digits", {"replay_capacity": "largest"}, False),
+                (b, "digits", {"replay_capacity": "largest+1"}, True)]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_fits_equals_links(model_dirs):
+    from tinyol.export import board_plan, refresh_config
+
+    report = []
+    for board, name, changes, every_region in _configs():
+        d = model_dirs[name]
+        changes = dict(changes)
+        if isinstance(changes.get("replay_capacity"), str):
+            m = memory.Model.from_manifest(json.loads((d / "manifest.json").read_text()))
+            b = BOARDS[board]
+            cap = memory.largest_capacity(m, board, memory.board_regions(b))
+            changes["replay_capacity"] = cap + (1 if changes["replay_capacity"].endswith("+1") else 0)
+        man = refresh_config(str(d), check=False, board=board, **changes)
+        mm = memory.Model.from_manifest(man)
+        plan = board_plan(mm, board)
+        linked, out, elf = _link(d, board, None)
+        report.append((board, name, changes, plan.fits, linked))
+        if plan.fits:
+            assert linked, f"{board} {name} {changes}: export says it fits, the link failed\n{out[-2000:]}"
+            sizes = _sizes(elf)
+            assert sizes["tol_learner_mem"] == mm.learner()
+            assert sizes["tol_app"] == memory.app_bytes(mm.input_size, mm.latent_dim,
+                                                        0 if mm.autoencoder else mm.outputs)
+            assert "tinyol: memory plan" in out
+        else:
+            where, over = plan.over
+            assert not linked or (where == "SRAM1" and over <= memory.SLACK_BYTES), (board, name, changes)
+            # the build refuses with the summary, not ld's "region overflowed"
+            assert re.search(r"tinyol: error: .* does not fit %s: \w+ over by \d+ bytes" % board, out)
+            assert "tinyol: hint:" in out and "overflowed" not in out
+            # the linker must refuse it too: with the learner where the plan comes closest, and
+            # for the edge cases in every region the board has
+            regions = (range(1, len(memory.board_regions(BOARDS[board])) + 1) if every_region
+                       else [plan.learner_region_id])
+            for region in regions:
+                ok, out2, _ = _link(d, board, region)
+                assert not ok or (region == 1 and plan.regions[0].over <= memory.SLACK_BYTES), \
+                    f"{board} {name} {changes}: refused, but links with the learner in region {region}"
+        print(f"memory sweep: {board} {name} {changes}: fits {plan.fits}, linked {linked}", flush=True)
+    # the cases the issue names
+    res = {(b, n, json.dumps(c, sort_keys=True)): (f, l) for b, n, c, f, l in report}
+    assert res[("nucleo_l4r5zi", "mobilenet_v1_vww", "{}")] == (True, True)
+    assert res[("nucleo_l476rg", "ae768_16", "{}")] == (True, True)
+    assert res[("nucleo_l476rg", "ae768_8", "{}")] == (True, True)
