@@ -28,7 +28,7 @@ from tinyol.datasets import load_source
 from tinyol.device import Device
 from tinyol.errors import TinyolError
 from tinyol.protocol import Frame, Link, LinkTimeout, PortBusy
-from tinyol.stream import stream
+from tinyol.stream import Stream, stream
 
 MODEL = "models/digits"
 TINYOL = str(__import__("pathlib").Path(sys.executable).parent / "tinyol")
@@ -325,12 +325,17 @@ def test_aborted_stream_reports_the_devices_own_count(native_fw, digits, tmp_pat
     counter of the device's last reply; the CLI prints it."""
     X, y = digits
     t = emulator.start_native(native_fw.program, timeout=60)
+    Xl, yl = np.concatenate([X] * 20), np.concatenate([y] * 20)
+
+    def rows():  # the device goes away once 50 rows were handed over (>= 46 answered)
+        for i in range(len(yl)):
+            if i == 50:
+                t.stop()
+            yield i, Xl[i], int(yl[i])
+
     with Device.open(t.url) as dev:
-        import threading
-        threading.Timer(0.3, t.stop).start()
-        Xl, yl = np.concatenate([X] * 20), np.concatenate([y] * 20)
         with pytest.raises(TinyolError) as e:
-            stream(dev, Xl, yl, MANIFEST, window=4)
+            Stream(dev, MANIFEST, mode="train", window=4).run(rows())
     s = e.value.summary
     assert s.stopped_by == "gone" and s.samples > 0
     assert s.device_samples_seen == max(s.device_samples_seen, s.samples) >= s.samples
