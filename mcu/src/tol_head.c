@@ -1,8 +1,11 @@
-/* tol_head.c - trainable Dense head; see tol_head.h. Reference C, float32. */
+/* tol_head.c - trainable Dense head; see tol_head.h. Plain C, float32; every
+ * multiply-add goes through tol_fmac.h (VMLA/VMLS on the M4F, same floats). */
 #include "tol_head.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "tol_fmac.h"
 
 static int tol_head_finite_(float v)
 {
@@ -40,6 +43,14 @@ tol_status_t tol_head_init(tol_head_t *h, uint8_t *mem, size_t mem_bytes, uint16
     f += (size_t)max_batch * rows;
     h->x = f;
     f += (size_t)max_batch * dim;
+    h->gw = NULL;
+    h->gb = NULL;
+    if (max_batch > 1u) {
+        h->gw = f;
+        f += n;
+        h->gb = f;
+        f += rows;
+    }
     h->active = (uint8_t *)(void *)f;
     h->init_w = init_w;
     h->init_b = init_b;
@@ -81,19 +92,71 @@ void tol_head_activate(tol_head_t *h, uint16_t r)
     h->n_active++;
 }
 
+/* b + sum_j w[j] x[j], j ascending (4 columns per iteration). */
+static float tol_head_dot_(const float *w, const float *x, uint16_t d, float acc)
+{
+    uint16_t n = (uint16_t)(d >> 2);
+    while (n-- > 0u) {
+        acc = tol_fmac_mla(acc, w[0], x[0]);
+        acc = tol_fmac_mla(acc, w[1], x[1]);
+        acc = tol_fmac_mla(acc, w[2], x[2]);
+        acc = tol_fmac_mla(acc, w[3], x[3]);
+        w += 4;
+        x += 4;
+    }
+    for (n = (uint16_t)(d & 3u); n > 0u; n--) {
+        acc = tol_fmac_mla(acc, *w++, *x++);
+    }
+    return acc;
+}
+
+/* Two rows at once (each x[j] loaded once for both); each row's sum keeps its order. */
+static void tol_head_dot2_(const float *w0, const float *w1, const float *x, uint16_t d,
+                           float *z0, float *z1)
+{
+    float a0 = *z0;
+    float a1 = *z1;
+    uint16_t n = (uint16_t)(d >> 1);
+    while (n-- > 0u) {
+        const float x0 = x[0];
+        const float x1 = x[1];
+        a0 = tol_fmac_mla(a0, w0[0], x0);
+        a1 = tol_fmac_mla(a1, w1[0], x0);
+        a0 = tol_fmac_mla(a0, w0[1], x1);
+        a1 = tol_fmac_mla(a1, w1[1], x1);
+        w0 += 2;
+        w1 += 2;
+        x += 2;
+    }
+    if ((d & 1u) != 0u) {
+        a0 = tol_fmac_mla(a0, *w0, *x);
+        a1 = tol_fmac_mla(a1, *w1, *x);
+    }
+    *z0 = a0;
+    *z1 = a1;
+}
+
 void tol_head_forward(tol_head_t *h, const float *x)
 {
-    for (uint16_t r = 0; r < h->rows; r++) {
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    uint16_t r = 0;
+    while (r < rows) {
         if (!h->active[r]) {
             h->z[r] = 0.0f;
+            r++;
             continue;
         }
-        const float *wr = &h->w[(size_t)r * h->dim];
-        float acc = h->b[r];
-        for (uint16_t j = 0; j < h->dim; j++) {
-            acc += wr[j] * x[j];
+        const float *wr = &h->w[(size_t)r * d];
+        if (r + 1u < rows && h->active[r + 1u]) {
+            h->z[r] = h->b[r];
+            h->z[r + 1u] = h->b[r + 1u];
+            tol_head_dot2_(wr, wr + d, x, d, &h->z[r], &h->z[r + 1u]);
+            r = (uint16_t)(r + 2u);
+        } else {
+            h->z[r] = tol_head_dot_(wr, x, d, h->b[r]);
+            r++;
         }
-        h->z[r] = acc;
     }
 }
 
@@ -102,16 +165,20 @@ float tol_head_expf(float x)
     if (!(x >= -87.0f)) return 0.0f; /* also NaN */
     if (x > 0.0f) x = 0.0f;
     /* x = k ln2 + r, |r| <= ln2/2; ln2 split in two (Cody-Waite) */
-    const float kf = floorf(x * 1.44269504f + 0.5f);
-    const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-    float p = 1.98412698e-4f; /* 1/5040 */
-    p = p * r + 1.38888889e-3f; /* 1/720 */
-    p = p * r + 8.33333333e-3f; /* 1/120 */
-    p = p * r + 4.16666667e-2f; /* 1/24 */
-    p = p * r + 1.66666667e-1f; /* 1/6 */
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    /* floor(y) for y in [-125.5, 0.5]: truncate, then step down if that rounded up
+     * (the same float as floorf, without a libm call) */
+    const float y = tol_fmac_mla(0.5f, x, 1.44269504f);
+    float kf = (float)(int32_t)y;
+    if (kf > y) kf -= 1.0f;
+    const float r = tol_fmac_mls(tol_fmac_mls(x, kf, 0.693359375f), kf, -2.12194440e-4f);
+    float p = 1.98412698e-4f; /* 1/5040; then Horner: p = p * r + c */
+    p = tol_fmac_mla(1.38888889e-3f, p, r); /* 1/720 */
+    p = tol_fmac_mla(8.33333333e-3f, p, r); /* 1/120 */
+    p = tol_fmac_mla(4.16666667e-2f, p, r); /* 1/24 */
+    p = tol_fmac_mla(1.66666667e-1f, p, r); /* 1/6 */
+    p = tol_fmac_mla(0.5f, p, r);
+    p = tol_fmac_mla(1.0f, p, r);
+    p = tol_fmac_mla(1.0f, p, r);
     const uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^k, k in [-126, 0] */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
@@ -221,40 +288,236 @@ tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *t
     return TOL_OK;
 }
 
-/* Weight gradient element from the factors: sum_b e_b[r] x_b[j]. */
-static float tol_head_gw_(const tol_head_t *h, uint16_t r, uint16_t j)
+/* The gradient of the active rows into gW/gb (max_batch > 1):
+ * gW[r][j] = sum_b e_b[r] x_b[j], gb[r] = sum_b e_b[r], b ascending from 0.0f.
+ * Two rows x four columns per block keep eight sums in registers. */
+static void tol_head_grad_form_(tol_head_t *h)
 {
-    float acc = 0.0f;
-    for (uint16_t b = 0; b < h->n_batch; b++) {
-        acc += h->e[(size_t)b * h->rows + r] * h->x[(size_t)b * h->dim + j];
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint16_t nb = h->n_batch;
+    for (uint16_t r = 0; r < rows; r++) {
+        if (!h->active[r]) continue;
+        float *g0 = &h->gw[(size_t)r * d];
+        const float *e0 = &h->e[r];
+        float sb = 0.0f;
+        for (uint16_t b = 0; b < nb; b++) sb += e0[(size_t)b * rows];
+        h->gb[r] = sb;
+        uint16_t j = 0;
+        for (; j + 4u <= d; j = (uint16_t)(j + 4u)) {
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            const float *xb = &h->x[j];
+            const float *eb = e0;
+            for (uint16_t b = 0; b < nb; b++) {
+                const float e = *eb;
+                a0 = tol_fmac_mla(a0, e, xb[0]);
+                a1 = tol_fmac_mla(a1, e, xb[1]);
+                a2 = tol_fmac_mla(a2, e, xb[2]);
+                a3 = tol_fmac_mla(a3, e, xb[3]);
+                eb += rows;
+                xb += d;
+            }
+            g0[j] = a0;
+            g0[j + 1u] = a1;
+            g0[j + 2u] = a2;
+            g0[j + 3u] = a3;
+        }
+        for (; j < d; j++) {
+            float a = 0.0f;
+            for (uint16_t b = 0; b < nb; b++) {
+                a = tol_fmac_mla(a, e0[(size_t)b * rows], h->x[(size_t)b * d + j]);
+            }
+            g0[j] = a;
+        }
     }
-    return acc;
 }
 
 static float tol_head_gb_(const tol_head_t *h, uint16_t r)
 {
-    float acc = 0.0f;
-    for (uint16_t b = 0; b < h->n_batch; b++) acc += h->e[(size_t)b * h->rows + r];
-    return acc;
+    if (h->gb != NULL && h->n_batch > 1u) return h->gb[r];
+    return h->n_batch > 0u ? 0.0f + h->e[r] : 0.0f;
+}
+
+/* Row r's gradient source: gW's row (batch > 1), or the single sample's factors
+ * e and x with g[j] = 0.0f + e x[j] (an empty batch: e = 0 and x = the row's own
+ * finite weights, so g[j] = 0.0f as a sum of no terms). */
+typedef struct {
+    const float *g; /* gW row or NULL */
+    float e;
+    const float *x;
+} tol_head_grow_t;
+
+static tol_head_grow_t tol_head_grad_row_(const tol_head_t *h, uint16_t r)
+{
+    tol_head_grow_t gr = {NULL, 0.0f, &h->w[(size_t)r * h->dim]};
+    if (h->gw != NULL && h->n_batch > 1u) {
+        gr.g = &h->gw[(size_t)r * h->dim];
+    } else if (h->n_batch > 0u) {
+        gr.e = h->e[r];
+        gr.x = h->x;
+    }
+    return gr;
+}
+
+/* sum_j g[j]^2 of row r, j ascending, continuing s */
+static float tol_head_sq_row_(const tol_head_t *h, uint16_t r, float s)
+{
+    const tol_head_grow_t gr = tol_head_grad_row_(h, r);
+    for (uint16_t j = 0; j < h->dim; j++) {
+        const float g = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+        s = tol_fmac_mla(s, g, g);
+    }
+    return s;
+}
+
+/* One element of a pass: the new momentum v and weight wn from the gradient gj
+ * (order of tol_head_step's contract); chk accumulates 0 * wn (NaN iff wn is not
+ * finite). `commit`, `has_vw` are constants at every call site. */
+static inline __attribute__((always_inline)) float tol_head_elem_(float gj, float *w, float *vw,
+                                                                   float lr, float mu, float wd,
+                                                                   float chk, const int commit,
+                                                                   const int has_vw)
+{
+    const float wj = *w;
+    gj = tol_fmac_mla(gj, wd, wj);
+    const float v = has_vw ? tol_fmac_mla(gj, mu, *vw) : gj;
+    const float wn = tol_fmac_mls(wj, lr, v);
+    if (commit) {
+        if (has_vw) *vw = v;
+        *w = wn;
+    }
+    return tol_fmac_mla(chk, wn, 0.0f);
+}
+
+/* One pass over n weights of a row; the gradient is g[j] (from_g) or 0.0f + e x[j]. */
+static inline __attribute__((always_inline)) float tol_head_run_(
+    float *w, float *vw, const float *g, float e, const float *x, uint16_t n, float lr, float mu,
+    float wd, const int commit, const int has_vw, const int from_g)
+{
+    float chk = 0.0f;
+    for (uint16_t k = (uint16_t)(n >> 2); k > 0u; k--) {
+        for (int i = 0; i < 4; i++) {
+            const float gj = from_g ? g[i] : tol_fmac_mla(0.0f, e, x[i]);
+            chk = tol_head_elem_(gj, &w[i], has_vw ? &vw[i] : NULL, lr, mu, wd, chk, commit,
+                                 has_vw);
+        }
+        w += 4;
+        if (has_vw) vw += 4;
+        if (from_g) {
+            g += 4;
+        } else {
+            x += 4;
+        }
+    }
+    for (uint16_t k = (uint16_t)(n & 3u); k > 0u; k--) {
+        const float gj = from_g ? *g++ : tol_fmac_mla(0.0f, e, *x++);
+        chk = tol_head_elem_(gj, w++, has_vw ? vw++ : NULL, lr, mu, wd, chk, commit, has_vw);
+    }
+    return chk;
+}
+
+static float tol_head_run_check_vw_g_(float *w, float *vw, const float *g, uint16_t n, float lr,
+                                      float mu, float wd)
+{
+    return tol_head_run_(w, vw, g, 0.0f, NULL, n, lr, mu, wd, 0, 1, 1);
+}
+static float tol_head_run_commit_vw_g_(float *w, float *vw, const float *g, uint16_t n, float lr,
+                                       float mu, float wd)
+{
+    return tol_head_run_(w, vw, g, 0.0f, NULL, n, lr, mu, wd, 1, 1, 1);
+}
+static float tol_head_run_check_g_(float *w, const float *g, uint16_t n, float lr, float wd)
+{
+    return tol_head_run_(w, NULL, g, 0.0f, NULL, n, lr, 0.0f, wd, 0, 0, 1);
+}
+static float tol_head_run_commit_g_(float *w, const float *g, uint16_t n, float lr, float wd)
+{
+    return tol_head_run_(w, NULL, g, 0.0f, NULL, n, lr, 0.0f, wd, 1, 0, 1);
+}
+static float tol_head_run_check_vw_ex_(float *w, float *vw, float e, const float *x, uint16_t n,
+                                       float lr, float mu, float wd)
+{
+    return tol_head_run_(w, vw, NULL, e, x, n, lr, mu, wd, 0, 1, 0);
+}
+static float tol_head_run_commit_vw_ex_(float *w, float *vw, float e, const float *x, uint16_t n,
+                                        float lr, float mu, float wd)
+{
+    return tol_head_run_(w, vw, NULL, e, x, n, lr, mu, wd, 1, 1, 0);
+}
+static float tol_head_run_check_ex_(float *w, float e, const float *x, uint16_t n, float lr,
+                                    float wd)
+{
+    return tol_head_run_(w, NULL, NULL, e, x, n, lr, 0.0f, wd, 0, 0, 0);
+}
+static float tol_head_run_commit_ex_(float *w, float e, const float *x, uint16_t n, float lr,
+                                     float wd)
+{
+    return tol_head_run_(w, NULL, NULL, e, x, n, lr, 0.0f, wd, 1, 0, 0);
+}
+
+/* One pass over row r: the new momentum and weights, written if `commit`;
+ * returns the sum of 0 * (each new value): NaN iff one of them is not finite. */
+static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu, float wd,
+                                  float sc, int scale, int commit)
+{
+    const tol_head_grow_t gr = tol_head_grad_row_(h, r);
+    const uint16_t d = h->dim;
+    const size_t o = (size_t)r * d;
+    float *w = &h->w[o];
+    float *vw = h->vw != NULL ? &h->vw[o] : NULL;
+    float chk = 0.0f;
+    if (scale) {
+        /* clipped (rare): element by element */
+        for (uint16_t j = 0; j < d; j++) {
+            float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+            gj = gj * sc;
+            gj = tol_fmac_mla(gj, wd, w[j]);
+            const float v = vw != NULL ? tol_fmac_mla(gj, mu, vw[j]) : gj;
+            const float wn = tol_fmac_mls(w[j], lr, v);
+            chk = tol_fmac_mla(chk, wn, 0.0f);
+            if (commit) {
+                if (vw != NULL) vw[j] = v;
+                w[j] = wn;
+            }
+        }
+    } else if (gr.g != NULL) {
+        chk = vw != NULL ? (commit ? tol_head_run_commit_vw_g_(w, vw, gr.g, d, lr, mu, wd)
+                                   : tol_head_run_check_vw_g_(w, vw, gr.g, d, lr, mu, wd))
+                         : (commit ? tol_head_run_commit_g_(w, gr.g, d, lr, wd)
+                                   : tol_head_run_check_g_(w, gr.g, d, lr, wd));
+    } else {
+        chk = vw != NULL
+                  ? (commit ? tol_head_run_commit_vw_ex_(w, vw, gr.e, gr.x, d, lr, mu, wd)
+                            : tol_head_run_check_vw_ex_(w, vw, gr.e, gr.x, d, lr, mu, wd))
+                  : (commit ? tol_head_run_commit_ex_(w, gr.e, gr.x, d, lr, wd)
+                            : tol_head_run_check_ex_(w, gr.e, gr.x, d, lr, wd));
+    }
+    float gb = tol_head_gb_(h, r);
+    if (scale) gb = gb * sc;
+    const float vb = (h->vb != NULL) ? tol_fmac_mla(gb, mu, h->vb[r]) : gb;
+    const float bn = tol_fmac_mls(h->b[r], lr, vb);
+    chk = tol_fmac_mla(chk, bn, 0.0f);
+    if (commit) {
+        if (h->vb != NULL) h->vb[r] = vb;
+        h->b[r] = bn;
+    }
+    return chk;
 }
 
 tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight_decay,
                            float clip_norm)
 {
     TOL_CHECK(momentum == 0.0f || h->vw != NULL, TOL_ERR_ARG);
-    const uint16_t d = h->dim;
+    if (h->gw != NULL && h->n_batch > 1u) tol_head_grad_form_(h); /* the only time it is formed */
     int scale = 0;
     float sc = 1.0f;
     if (clip_norm > 0.0f) {
         float s = 0.0f;
         for (uint16_t r = 0; r < h->rows; r++) {
             if (!h->active[r]) continue;
-            for (uint16_t j = 0; j < d; j++) {
-                const float g = tol_head_gw_(h, r, j);
-                s += g * g;
-            }
+            s = tol_head_sq_row_(h, r, s);
             const float gb = tol_head_gb_(h, r);
-            s += gb * gb;
+            s = tol_fmac_mla(s, gb, gb);
         }
         const float norm = sqrtf(s);
         if (!tol_head_finite_(norm)) return TOL_ERR_DIVERGED;
@@ -263,35 +526,16 @@ tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight
             sc = clip_norm / norm;
         }
     }
-    /* pass 0 checks every new value, pass 1 commits the same values */
+    /* pass 0 checks every new value, pass 1 commits the same values. W and b are
+     * finite before the step, so a non-finite v (or vb) always makes its new weight
+     * (or bias) non-finite too: checking the new weights checks both. */
     for (int pass = 0; pass < 2; pass++) {
+        float chk = 0.0f;
         for (uint16_t r = 0; r < h->rows; r++) {
             if (!h->active[r]) continue;
-            const size_t o = (size_t)r * d;
-            for (uint16_t j = 0; j < d; j++) {
-                float g = tol_head_gw_(h, r, j);
-                if (scale) g = g * sc;
-                g = g + weight_decay * h->w[o + j];
-                const float v = (h->vw != NULL) ? momentum * h->vw[o + j] + g : g;
-                const float wn = h->w[o + j] - lr * v;
-                if (pass == 0) {
-                    if (!tol_head_finite_(v) || !tol_head_finite_(wn)) return TOL_ERR_DIVERGED;
-                } else {
-                    if (h->vw != NULL) h->vw[o + j] = v;
-                    h->w[o + j] = wn;
-                }
-            }
-            float gb = tol_head_gb_(h, r);
-            if (scale) gb = gb * sc;
-            const float vb = (h->vb != NULL) ? momentum * h->vb[r] + gb : gb;
-            const float bn = h->b[r] - lr * vb;
-            if (pass == 0) {
-                if (!tol_head_finite_(vb) || !tol_head_finite_(bn)) return TOL_ERR_DIVERGED;
-            } else {
-                if (h->vb != NULL) h->vb[r] = vb;
-                h->b[r] = bn;
-            }
+            chk += tol_head_update_row_(h, r, lr, momentum, weight_decay, sc, scale, pass);
         }
+        if (pass == 0 && !(chk == chk)) return TOL_ERR_DIVERGED;
     }
     return TOL_OK;
 }
