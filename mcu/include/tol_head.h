@@ -132,6 +132,12 @@ tol_status_t tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label,
 tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
                                    float weight, float *mse);
 
+/* tol_head_grad_add_mse without its forward pass: the scores in h->z must be
+ * the forward of this same x (e.g. right after tol_head_mse(h, x, target)),
+ * which gives the same errors. TOL_ERR_FULL if the batch is full. */
+tol_status_t tol_head_grad_add_mse_z(tol_head_t *h, const float *x, const float *target,
+                                     float weight);
+
 /* Reconstruction MSE of x against target (no batch change). */
 float tol_head_mse(tol_head_t *h, const float *x, const float *target);
 

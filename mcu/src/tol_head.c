@@ -92,67 +92,41 @@ void tol_head_activate(tol_head_t *h, uint16_t r)
     h->n_active++;
 }
 
-/* b + sum_j w[j] x[j], j ascending (4 columns per iteration). */
+/* acc + sum_j w[j] x[j], j ascending: blocks of 8 (tol_fmac.h), then the rest. */
 static float tol_head_dot_(const float *w, const float *x, uint16_t d, float acc)
 {
-    uint16_t n = (uint16_t)(d >> 2);
-    while (n-- > 0u) {
-        acc = tol_fmac_mla(acc, w[0], x[0]);
-        acc = tol_fmac_mla(acc, w[1], x[1]);
-        acc = tol_fmac_mla(acc, w[2], x[2]);
-        acc = tol_fmac_mla(acc, w[3], x[3]);
-        w += 4;
-        x += 4;
-    }
-    for (n = (uint16_t)(d & 3u); n > 0u; n--) {
+    if (d >= 8u) acc = tol_fmac_dot8_(acc, &w, &x, (uint32_t)d >> 3);
+    for (uint16_t n = (uint16_t)(d & 7u); n > 0u; n--) {
         acc = tol_fmac_mla(acc, *w++, *x++);
     }
     return acc;
-}
-
-/* Two rows at once (each x[j] loaded once for both); each row's sum keeps its order. */
-static void tol_head_dot2_(const float *w0, const float *w1, const float *x, uint16_t d,
-                           float *z0, float *z1)
-{
-    float a0 = *z0;
-    float a1 = *z1;
-    uint16_t n = (uint16_t)(d >> 1);
-    while (n-- > 0u) {
-        const float x0 = x[0];
-        const float x1 = x[1];
-        a0 = tol_fmac_mla(a0, w0[0], x0);
-        a1 = tol_fmac_mla(a1, w1[0], x0);
-        a0 = tol_fmac_mla(a0, w0[1], x1);
-        a1 = tol_fmac_mla(a1, w1[1], x1);
-        w0 += 2;
-        w1 += 2;
-        x += 2;
-    }
-    if ((d & 1u) != 0u) {
-        a0 = tol_fmac_mla(a0, *w0, *x);
-        a1 = tol_fmac_mla(a1, *w1, *x);
-    }
-    *z0 = a0;
-    *z1 = a1;
 }
 
 void tol_head_forward(tol_head_t *h, const float *x)
 {
     const uint16_t d = h->dim;
     const uint16_t rows = h->rows;
+    const uint8_t *act = h->active;
     uint16_t r = 0;
     while (r < rows) {
-        if (!h->active[r]) {
+        if (!act[r]) {
             h->z[r] = 0.0f;
             r++;
             continue;
         }
         const float *wr = &h->w[(size_t)r * d];
-        if (r + 1u < rows && h->active[r + 1u]) {
-            h->z[r] = h->b[r];
-            h->z[r + 1u] = h->b[r + 1u];
-            tol_head_dot2_(wr, wr + d, x, d, &h->z[r], &h->z[r + 1u]);
-            r = (uint16_t)(r + 2u);
+        if (d >= 8u && r + 4u <= rows && act[r + 1u] && act[r + 2u] && act[r + 3u]) {
+            /* four rows share each block of x; every row's sum keeps its order */
+            float *z = &h->z[r];
+            for (uint16_t i = 0; i < 4u; i++) z[i] = h->b[r + i];
+            tol_fmac_dot4x8_(z, wr, d, x, (uint32_t)d >> 3);
+            const uint16_t j0 = (uint16_t)(d & ~7u);
+            for (uint16_t i = 0; i < 4u; i++) {
+                float acc = z[i];
+                for (uint16_t j = j0; j < d; j++) acc = tol_fmac_mla(acc, wr[(size_t)i * d + j], x[j]);
+                z[i] = acc;
+            }
+            r = (uint16_t)(r + 4u);
         } else {
             h->z[r] = tol_head_dot_(wr, x, d, h->b[r]);
             r++;
@@ -272,19 +246,34 @@ float tol_head_mse(tol_head_t *h, const float *x, const float *target)
     return s / (float)h->rows;
 }
 
-tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
-                                   float weight, float *mse)
+/* e_r = (z_r - t_r) * coef from the scores in h->z (the forward of xs). */
+static void tol_head_mse_errors_(tol_head_t *h, const float *target, float weight)
 {
-    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
-    const float *xs = tol_head_take_(h, x);
     float *e = &h->e[(size_t)h->n_batch * h->rows];
-    const float m = tol_head_mse(h, xs, target);
-    if (mse != NULL) *mse = m;
     const float coef = 2.0f / (float)h->rows * weight;
     for (uint16_t r = 0; r < h->rows; r++) {
         e[r] = h->active[r] ? (h->z[r] - target[r]) * coef : 0.0f;
     }
     h->n_batch++;
+}
+
+tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
+                                   float weight, float *mse)
+{
+    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
+    const float *xs = tol_head_take_(h, x);
+    const float m = tol_head_mse(h, xs, target);
+    if (mse != NULL) *mse = m;
+    tol_head_mse_errors_(h, target, weight);
+    return TOL_OK;
+}
+
+tol_status_t tol_head_grad_add_mse_z(tol_head_t *h, const float *x, const float *target,
+                                     float weight)
+{
+    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
+    (void)tol_head_take_(h, x);
+    tol_head_mse_errors_(h, target, weight);
     return TOL_OK;
 }
 
@@ -304,23 +293,8 @@ static void tol_head_grad_form_(tol_head_t *h)
         for (uint16_t b = 0; b < nb; b++) sb += e0[(size_t)b * rows];
         h->gb[r] = sb;
         uint16_t j = 0;
-        for (; j + 4u <= d; j = (uint16_t)(j + 4u)) {
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-            const float *xb = &h->x[j];
-            const float *eb = e0;
-            for (uint16_t b = 0; b < nb; b++) {
-                const float e = *eb;
-                a0 = tol_fmac_mla(a0, e, xb[0]);
-                a1 = tol_fmac_mla(a1, e, xb[1]);
-                a2 = tol_fmac_mla(a2, e, xb[2]);
-                a3 = tol_fmac_mla(a3, e, xb[3]);
-                eb += rows;
-                xb += d;
-            }
-            g0[j] = a0;
-            g0[j + 1u] = a1;
-            g0[j + 2u] = a2;
-            g0[j + 3u] = a3;
+        for (; j + 8u <= d; j = (uint16_t)(j + 8u)) {
+            tol_fmac_outer8_(&g0[j], e0, rows, &h->x[j], d, nb);
         }
         for (; j < d; j++) {
             float a = 0.0f;
@@ -370,91 +344,6 @@ static float tol_head_sq_row_(const tol_head_t *h, uint16_t r, float s)
     return s;
 }
 
-/* One element of a pass: the new momentum v and weight wn from the gradient gj
- * (order of tol_head_step's contract); chk accumulates 0 * wn (NaN iff wn is not
- * finite). `commit`, `has_vw` are constants at every call site. */
-static inline __attribute__((always_inline)) float tol_head_elem_(float gj, float *w, float *vw,
-                                                                   float lr, float mu, float wd,
-                                                                   float chk, const int commit,
-                                                                   const int has_vw)
-{
-    const float wj = *w;
-    gj = tol_fmac_mla(gj, wd, wj);
-    const float v = has_vw ? tol_fmac_mla(gj, mu, *vw) : gj;
-    const float wn = tol_fmac_mls(wj, lr, v);
-    if (commit) {
-        if (has_vw) *vw = v;
-        *w = wn;
-    }
-    return tol_fmac_mla(chk, wn, 0.0f);
-}
-
-/* One pass over n weights of a row; the gradient is g[j] (from_g) or 0.0f + e x[j]. */
-static inline __attribute__((always_inline)) float tol_head_run_(
-    float *w, float *vw, const float *g, float e, const float *x, uint16_t n, float lr, float mu,
-    float wd, const int commit, const int has_vw, const int from_g)
-{
-    float chk = 0.0f;
-    for (uint16_t k = (uint16_t)(n >> 2); k > 0u; k--) {
-        for (int i = 0; i < 4; i++) {
-            const float gj = from_g ? g[i] : tol_fmac_mla(0.0f, e, x[i]);
-            chk = tol_head_elem_(gj, &w[i], has_vw ? &vw[i] : NULL, lr, mu, wd, chk, commit,
-                                 has_vw);
-        }
-        w += 4;
-        if (has_vw) vw += 4;
-        if (from_g) {
-            g += 4;
-        } else {
-            x += 4;
-        }
-    }
-    for (uint16_t k = (uint16_t)(n & 3u); k > 0u; k--) {
-        const float gj = from_g ? *g++ : tol_fmac_mla(0.0f, e, *x++);
-        chk = tol_head_elem_(gj, w++, has_vw ? vw++ : NULL, lr, mu, wd, chk, commit, has_vw);
-    }
-    return chk;
-}
-
-static float tol_head_run_check_vw_g_(float *w, float *vw, const float *g, uint16_t n, float lr,
-                                      float mu, float wd)
-{
-    return tol_head_run_(w, vw, g, 0.0f, NULL, n, lr, mu, wd, 0, 1, 1);
-}
-static float tol_head_run_commit_vw_g_(float *w, float *vw, const float *g, uint16_t n, float lr,
-                                       float mu, float wd)
-{
-    return tol_head_run_(w, vw, g, 0.0f, NULL, n, lr, mu, wd, 1, 1, 1);
-}
-static float tol_head_run_check_g_(float *w, const float *g, uint16_t n, float lr, float wd)
-{
-    return tol_head_run_(w, NULL, g, 0.0f, NULL, n, lr, 0.0f, wd, 0, 0, 1);
-}
-static float tol_head_run_commit_g_(float *w, const float *g, uint16_t n, float lr, float wd)
-{
-    return tol_head_run_(w, NULL, g, 0.0f, NULL, n, lr, 0.0f, wd, 1, 0, 1);
-}
-static float tol_head_run_check_vw_ex_(float *w, float *vw, float e, const float *x, uint16_t n,
-                                       float lr, float mu, float wd)
-{
-    return tol_head_run_(w, vw, NULL, e, x, n, lr, mu, wd, 0, 1, 0);
-}
-static float tol_head_run_commit_vw_ex_(float *w, float *vw, float e, const float *x, uint16_t n,
-                                        float lr, float mu, float wd)
-{
-    return tol_head_run_(w, vw, NULL, e, x, n, lr, mu, wd, 1, 1, 0);
-}
-static float tol_head_run_check_ex_(float *w, float e, const float *x, uint16_t n, float lr,
-                                    float wd)
-{
-    return tol_head_run_(w, NULL, NULL, e, x, n, lr, 0.0f, wd, 0, 0, 0);
-}
-static float tol_head_run_commit_ex_(float *w, float e, const float *x, uint16_t n, float lr,
-                                     float wd)
-{
-    return tol_head_run_(w, NULL, NULL, e, x, n, lr, 0.0f, wd, 1, 0, 0);
-}
-
 /* One pass over row r: the new momentum and weights, written if `commit`;
  * returns the sum of 0 * (each new value): NaN iff one of them is not finite. */
 static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu, float wd,
@@ -480,17 +369,30 @@ static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu,
                 w[j] = wn;
             }
         }
-    } else if (gr.g != NULL) {
-        chk = vw != NULL ? (commit ? tol_head_run_commit_vw_g_(w, vw, gr.g, d, lr, mu, wd)
-                                   : tol_head_run_check_vw_g_(w, vw, gr.g, d, lr, mu, wd))
-                         : (commit ? tol_head_run_commit_g_(w, gr.g, d, lr, wd)
-                                   : tol_head_run_check_g_(w, gr.g, d, lr, wd));
     } else {
-        chk = vw != NULL
-                  ? (commit ? tol_head_run_commit_vw_ex_(w, vw, gr.e, gr.x, d, lr, mu, wd)
-                            : tol_head_run_check_vw_ex_(w, vw, gr.e, gr.x, d, lr, mu, wd))
-                  : (commit ? tol_head_run_commit_ex_(w, gr.e, gr.x, d, lr, wd)
-                            : tol_head_run_check_ex_(w, gr.e, gr.x, d, lr, wd));
+        /* no momentum buffers: blocks of 8 (tol_fmac.h), then the rest element by element */
+        uint16_t j = 0;
+        if (vw == NULL && gr.g != NULL && d >= 8u) {
+            chk = tol_fmac_sgd8_(w, gr.g, (uint32_t)d >> 3, lr, wd, chk, commit);
+            j = (uint16_t)(d & ~7u);
+        } else if (vw == NULL) {
+            float gbuf[8];
+            for (; j + 8u <= d; j = (uint16_t)(j + 8u)) {
+                for (uint16_t k = 0; k < 8u; k++) gbuf[k] = tol_fmac_mla(0.0f, gr.e, gr.x[j + k]);
+                chk = tol_fmac_sgd8_(&w[j], gbuf, 1u, lr, wd, chk, commit);
+            }
+        }
+        for (; j < d; j++) {
+            float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+            gj = tol_fmac_mla(gj, wd, w[j]);
+            const float v = vw != NULL ? tol_fmac_mla(gj, mu, vw[j]) : gj;
+            const float wn = tol_fmac_mls(w[j], lr, v);
+            chk = tol_fmac_mla(chk, wn, 0.0f);
+            if (commit) {
+                if (vw != NULL) vw[j] = v;
+                w[j] = wn;
+            }
+        }
     }
     float gb = tol_head_gb_(h, r);
     if (scale) gb = gb * sc;
@@ -500,6 +402,45 @@ static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu,
     if (commit) {
         if (h->vb != NULL) h->vb[r] = vb;
         h->b[r] = bn;
+    }
+    return chk;
+}
+
+/* A whole pass without momentum buffers or clipping, row loop kept tight: the
+ * gradient from gW (batch > 1) or from the single sample's factors. */
+static float tol_head_pass_plain_(tol_head_t *h, float lr, float wd, int commit)
+{
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint32_t n8 = (uint32_t)d >> 3;
+    const uint16_t j0 = (uint16_t)(d & ~7u);
+    const int from_g = h->gw != NULL && h->n_batch > 1u;
+    const int empty = h->n_batch == 0u;
+    float chk = 0.0f;
+    float *w = h->w;
+    for (uint16_t r = 0; r < rows; r++, w += d) {
+        if (!h->active[r]) continue;
+        const float e = empty ? 0.0f : h->e[r];
+        const float *x = empty ? w : h->x;
+        const float *g = from_g ? &h->gw[(size_t)r * d] : NULL;
+        if (from_g) {
+            if (n8 > 0u) chk = tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+        } else {
+            for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
+                chk = tol_fmac_sgd8_ex_(&w[j], e, &x[j], lr, wd, chk, commit);
+            }
+        }
+        for (uint16_t j = j0; j < d; j++) {
+            float gj = from_g ? g[j] : tol_fmac_mla(0.0f, e, x[j]);
+            gj = tol_fmac_mla(gj, wd, w[j]);
+            const float wn = tol_fmac_mls(w[j], lr, gj);
+            chk = tol_fmac_mla(chk, wn, 0.0f);
+            if (commit) w[j] = wn;
+        }
+        const float gb = from_g ? h->gb[r] : (empty ? 0.0f : 0.0f + e);
+        const float bn = tol_fmac_mls(h->b[r], lr, gb);
+        chk = tol_fmac_mla(chk, bn, 0.0f);
+        if (commit) h->b[r] = bn;
     }
     return chk;
 }
@@ -529,8 +470,14 @@ tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight
     /* pass 0 checks every new value, pass 1 commits the same values. W and b are
      * finite before the step, so a non-finite v (or vb) always makes its new weight
      * (or bias) non-finite too: checking the new weights checks both. */
+    const int plain = !scale && h->vw == NULL && h->vb == NULL;
     for (int pass = 0; pass < 2; pass++) {
         float chk = 0.0f;
+        if (plain) {
+            chk = tol_head_pass_plain_(h, lr, weight_decay, pass);
+            if (pass == 0 && !(chk == chk)) return TOL_ERR_DIVERGED;
+            continue;
+        }
         for (uint16_t r = 0; r < h->rows; r++) {
             if (!h->active[r]) continue;
             chk += tol_head_update_row_(h, r, lr, momentum, weight_decay, sc, scale, pass);
