@@ -477,3 +477,74 @@ def run_learner_stream(work: Path, header: str, *, timeout: float = 300) -> dict
     if r.returncode != 0 or set(out) != {"w", "b"}:
         raise TinyolError(f"learner stream on the M4 failed (exit {r.returncode}): {(r.stdout + r.stderr)[-300:]}")
     return out
+
+
+# ---------------------------------------------------------------------------- one model, side by side
+
+@dataclass
+class Comparison:
+    model: str
+    sha16: str
+    input_bytes: int
+    ours: RunResult | None = None
+    ours_ref: RunResult | None = None
+    tflm: dict[str, RunResult] = field(default_factory=dict)   # variant -> result
+    outputs_equal: bool | None = None
+    note: str | None = None
+
+
+def sha16(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], work: Path, *,
+                  seed: int = 0, echo=print, ours_kernels=("simd",), timeout: float = 900) -> Comparison:
+    """Run `model_dir`'s backbone through TFLM (each built variant) and through tinyol on one input."""
+    import json
+
+    model_dir = Path(model_dir).resolve()
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    tfl = (model_dir / "backbone.tflite").read_bytes()
+    n_in = int(manifest["input"]["size"])
+    x = np.random.default_rng(seed).integers(-128, 128, n_in, dtype=np.int8).tobytes()
+    cmp = Comparison(manifest["name"], sha16(model_dir / "backbone.tflite"), n_in)
+    arena = tflm_arena_guess(model_dir)
+    persist = 0
+    # one SRAM block (96 KB, minus stack and harness) cannot hold a large arena: split it,
+    # TFLM's persistent allocations going to SRAM2 (32 KB)
+    if arena > 80 * 1024:
+        persist = 30 * 1024
+        arena = 84 * 1024
+    for k in ours_kernels:
+        w = work / f"ours_{k}"
+        _case_files(w, tfl, x, arena, persist)
+        try:
+            r = run_ours(model_dir, k, w, timeout=timeout, echo=echo)
+        except TinyolError as e:
+            cmp.note = f"ours ({k}): {e}"
+            echo(f"  {cmp.model}: ours ({k}) not measured: {e}")
+            continue
+        if k == "simd":
+            cmp.ours = r
+        else:
+            cmp.ours_ref = r
+        echo(f"  {cmp.model}: tinyol {k}: {r.instructions:,} instructions, stack {r.stack:,} B")
+    for variant, lib in libs.items():
+        w = work / f"tflm_{variant}"
+        _case_files(w, tfl, x, arena, persist)
+        try:
+            r = run_tflm(tree, variant, lib, w, timeout=timeout, echo=echo)
+        except TinyolError as e:
+            cmp.note = f"TFLM ({variant}): {e}"
+            echo(f"  {cmp.model}: TFLM {variant} not measured: {e}")
+            continue
+        cmp.tflm[variant] = r
+        echo(f"  {cmp.model}: TFLM {variant}: {r.instructions:,} instructions, arena {r.arena:,} B, "
+             f"stack {r.stack:,} B")
+    outs = [r.output for r in [cmp.ours, cmp.ours_ref, *cmp.tflm.values()] if r is not None]
+    if len(outs) >= 2:
+        cmp.outputs_equal = all(o == outs[0] for o in outs)
+        if not cmp.outputs_equal:
+            raise TinyolError(f"{cmp.model}: tinyol's output differs from TFLM's on the same input",
+                              hint="the kernels are no longer bit-exact with TFLM: run tests/test_kernels.py")
+    return cmp
