@@ -25,7 +25,7 @@ def _f(v) -> str:
 
 
 def _case(kind, d, c, n, *, cap=0, bits=8, n_old=0, momentum=0.0, wd=0.0, lr=0.05, init=None,
-          seed=0):
+          buffers=None, seed=0):
     rng = np.random.default_rng(seed)
     w = rng.normal(0, 0.3, (c, d)).astype(np.float32)
     b = rng.normal(0, 0.1, c).astype(np.float32)
@@ -33,17 +33,18 @@ def _case(kind, d, c, n, *, cap=0, bits=8, n_old=0, momentum=0.0, wd=0.0, lr=0.0
     y = rng.integers(0, c, n)
     t = rng.integers(-128, 128, (n, c), dtype=np.int8)
     init = c if init is None else init
+    buffers = momentum != 0.0 if buffers is None else buffers
     settings = Settings(lr=lr, momentum=momentum, weight_decay=wd, n_old=n_old,
                         mode=MODE_REPLAY if cap else MODE_SGD)
     cfg = Config(latent_dim=d, n_outputs=c, head_kind=kind, init_classes=init, init_weight=w,
                  init_bias=b, latent_scale=0.05, latent_zero_point=-3, target_scale=0.02,
                  target_zero_point=1, replay_capacity=cap, replay_bits=bits, max_old=n_old,
-                 no_momentum=momentum == 0.0, seed=7, settings=settings)
+                 no_momentum=not buffers, seed=7, settings=settings)
     arr = lambda name, ty, a: f"static const {ty} {name}[] = {{{','.join(a)}}};\n"
     hdr = "\n".join([
         f"#define LC_KIND {kind}u", f"#define LC_D {d}u", f"#define LC_C {c}u", f"#define LC_N {n}u",
         f"#define LC_CAP {cap}u", f"#define LC_BITS {bits}u", f"#define LC_MAX_OLD {n_old}u",
-        f"#define LC_N_OLD {n_old}u", f"#define LC_NO_MOMENTUM {1 if momentum == 0.0 else 0}u",
+        f"#define LC_N_OLD {n_old}u", f"#define LC_NO_MOMENTUM {0 if buffers else 1}u",
         f"#define LC_INIT {init}u", f"#define LC_SCALE {_f(0.05)}", "#define LC_ZP (-3)",
         f"#define LC_TSCALE {_f(0.02)}", "#define LC_TZP 1", f"#define LC_LR {_f(lr)}",
         f"#define LC_MOMENTUM {_f(momentum)}", f"#define LC_WD {_f(wd)}", "#define LC_CLIP 0.0f",
@@ -72,7 +73,11 @@ CASES = {
     # D = 27: 8-blocks plus a remainder of 3, 7-bit replay through tol_replay_get
     "replay_d27_c7_bits7": dict(kind=HEAD_CLASSIFIER, d=27, c=7, n=50, cap=30, bits=7, n_old=5,
                                 wd=1e-3, init=3),
-    # momentum buffers: the element-by-element update
+    # the firmware's configuration: momentum buffers allocated, momentum 0
+    "buffers_mu0_d32_c10": dict(kind=HEAD_CLASSIFIER, d=32, c=10, n=60, cap=40, n_old=16, init=5,
+                                buffers=True),
+    "autoencoder_buffers_d8_out64": dict(kind=HEAD_AUTOENCODER, d=8, c=64, n=40, lr=0.01, buffers=True),
+    # momentum 0.9
     "momentum_d16_c5": dict(kind=HEAD_CLASSIFIER, d=16, c=5, n=40, cap=20, n_old=3, momentum=0.9),
     # autoencoder: one sample per step, the e x gradient blocks
     "autoencoder_d8_out64": dict(kind=HEAD_AUTOENCODER, d=8, c=64, n=40, lr=0.01, wd=1e-4),

@@ -205,7 +205,7 @@ def latent256_model(out: Path, dim: int = 256, classes: int = 10, capacity: int 
 # ---- report ---------------------------------------------------------------------------
 
 def _fmt(n) -> str:
-    return "–" if n is None else f"{n:,}"
+    return "–" if n is None else (n if isinstance(n, str) else f"{n:,}")
 
 
 def _ratio(a, b) -> str:
@@ -265,7 +265,10 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         if c is not None and c.tflm:
             t_ref = c.tflm.get("reference")
             t_cm = c.tflm.get("cmsis_nn")
+            a = TFLM_ANCHORS.get(sha or "", {})
             tref, tcm = (t_ref.instructions if t_ref else None), (t_cm.instructions if t_cm else None)
+            if tref is None and a.get("ref"):
+                tref = f"{a['ref']:,} (anchor)"
             outs = "byte-equal" if c.outputs_equal else ("–" if c.outputs_equal is None else "DIFFER")
         else:
             a = TFLM_ANCHORS.get(sha or "", {})
@@ -409,5 +412,15 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
     lines.append(_target_line("prediction (digits)", dig.predict_instr if dig else None, TARGET_PREDICT,
                               " (was 2,374)", "dequantization, finite check and softmax around the 320-MAC forward.",
                               le=False))
-    lines.append("")
+    lines += ["", "## Reproducing", "",
+              "`make bench` (= `tinyol bench --tflm ../shared/tflm` when that folder exists). `--tflm DIR` takes a",
+              "folder holding a `SOURCES.txt` (source lists, include dirs, defines and flags per build, the format",
+              "of ../shared/tflm's tarball; point it at your own tflite-micro checkout by writing one) or the",
+              "tarball itself. Only TFLM's core, the kernels of the nine operators the harness registers and",
+              "CMSIS-NN are compiled (the linker would drop the rest); the libraries are cached under",
+              "`build/tflm/`. Debian's arm-none-eabi toolchain has no C++ library: the harness borrows the",
+              "host's header-only libstdc++ parts with four bare-metal configuration headers of ours",
+              "(mcu/bench/cxx_shim/) and links without libstdc++ (TFLM is built -fno-exceptions -fno-rtti).",
+              "`tinyol bench --rerender` rewrites this file from the last run's saved results.",
+              ""]
     return "\n".join(lines)

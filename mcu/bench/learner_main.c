@@ -1,7 +1,7 @@
 /*
  * learner_main.c - where a training step's instructions go (`tinyol bench`,
  * docs/benchmarks.md): the learner of a digits-like classifier (D = 32,
- * C = 10, 8-bit replay of 200, 1 new + 16 replayed, no momentum buffers) and
+ * C = 10, 8-bit replay of 200, 1 new + 16 replayed, momentum buffers, momentum 0) and
  * a 640-output autoencoder head (D = 8), timed whole and by part under the
  * counter of bench_rt.c. Inputs come from the learner's own PRNG, so the run is
  * the same every time. Bench builds only.
@@ -18,9 +18,10 @@
 #define A_D 8u
 #define A_OUT 640u
 
-static _Alignas(4) uint8_t tol_bench_mem_c[TOL_LEARNER_BYTES_EX(C_D, C_C, C_CAP, 8u, 1u, 16u, 1u)];
-static _Alignas(4) uint8_t tol_bench_mem_a[TOL_LEARNER_BYTES_EX(A_D, A_OUT, 0u, 8u, 1u, 0u, 1u)];
-static float tol_bench_w_c[C_C * C_D];
+/* momentum buffers allocated, momentum 0: the firmware's configuration (mcu/app/model.c) */
+__attribute__((section(".ram2"))) static _Alignas(4) uint8_t tol_bench_mem_c[TOL_LEARNER_BYTES_EX(C_D, C_C, C_CAP, 8u, 1u, 16u, 0u)];
+static _Alignas(4) uint8_t tol_bench_mem_a[TOL_LEARNER_BYTES_EX(A_D, A_OUT, 0u, 8u, 1u, 0u, 0u)];
+__attribute__((section(".ram2"))) static float tol_bench_w_c[C_C * C_D];
 static float tol_bench_b_c[C_C];
 static float tol_bench_w_a[A_OUT * A_D];
 static float tol_bench_b_a[A_OUT];
@@ -72,7 +73,7 @@ int tol_bench_main(void)
     c.head_kind = (uint8_t)TOL_HEAD_CLASSIFIER;
     c.replay_bits = 8u;
     c.replay_policy = 0u;
-    c.no_momentum = 1u;
+    c.no_momentum = 0u;
     c.latent_dim = C_D;
     c.n_outputs = C_C;
     c.init_classes = 5u;
@@ -135,7 +136,7 @@ int tol_bench_main(void)
     memset(&a, 0, sizeof a);
     a.head_kind = (uint8_t)TOL_HEAD_AUTOENCODER;
     a.replay_bits = 8u;
-    a.no_momentum = 1u;
+    a.no_momentum = 0u;
     a.latent_dim = A_D;
     a.n_outputs = A_OUT;
     a.max_new = 1u;

@@ -268,6 +268,66 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
     return chk;
 }
 
+
+/* SGD with momentum buffers over n8 blocks of 8: g' = g + wd w; v = g' + mu vw;
+ * wn = w - lr v; chk += 0 * wn; v and wn stored if commit. */
+static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint32_t n8, float lr,
+                                      float mu, float wd, float chk, int commit)
+{
+    const float zero = 0.0f;
+    const uint32_t skip = commit ? 0u : 1u;
+    __asm__ volatile(
+        "1:\n"
+        "vldmia %[g]!, {s16-s23}\n"
+        "vldmia %[w], {s24-s31}\n"
+        "vldmia %[vw], {s8-s15}\n"
+        "vmla.f32 s16, %[wd], s24\n"
+        "vmla.f32 s17, %[wd], s25\n"
+        "vmla.f32 s18, %[wd], s26\n"
+        "vmla.f32 s19, %[wd], s27\n"
+        "vmla.f32 s20, %[wd], s28\n"
+        "vmla.f32 s21, %[wd], s29\n"
+        "vmla.f32 s22, %[wd], s30\n"
+        "vmla.f32 s23, %[wd], s31\n"
+        "vmla.f32 s16, %[mu], s8\n"
+        "vmla.f32 s17, %[mu], s9\n"
+        "vmla.f32 s18, %[mu], s10\n"
+        "vmla.f32 s19, %[mu], s11\n"
+        "vmla.f32 s20, %[mu], s12\n"
+        "vmla.f32 s21, %[mu], s13\n"
+        "vmla.f32 s22, %[mu], s14\n"
+        "vmla.f32 s23, %[mu], s15\n"
+        "vmls.f32 s24, %[lr], s16\n"
+        "vmls.f32 s25, %[lr], s17\n"
+        "vmls.f32 s26, %[lr], s18\n"
+        "vmls.f32 s27, %[lr], s19\n"
+        "vmls.f32 s28, %[lr], s20\n"
+        "vmls.f32 s29, %[lr], s21\n"
+        "vmls.f32 s30, %[lr], s22\n"
+        "vmls.f32 s31, %[lr], s23\n"
+        "vmla.f32 %[chk], s24, %[zero]\n"
+        "vmla.f32 %[chk], s25, %[zero]\n"
+        "vmla.f32 %[chk], s26, %[zero]\n"
+        "vmla.f32 %[chk], s27, %[zero]\n"
+        "vmla.f32 %[chk], s28, %[zero]\n"
+        "vmla.f32 %[chk], s29, %[zero]\n"
+        "vmla.f32 %[chk], s30, %[zero]\n"
+        "vmla.f32 %[chk], s31, %[zero]\n"
+        "cbnz %[skip], 2f\n"
+        "vstmia %[vw], {s16-s23}\n"
+        "vstmia %[w], {s24-s31}\n"
+        "2:\n"
+        "adds %[w], %[w], #32\n"
+        "adds %[vw], %[vw], #32\n"
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        : [chk] "+t"(chk), [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
+        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu), [skip] "l"(skip)
+        : "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19",
+          "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31", "cc", "memory");
+    return chk;
+}
+
 #else
 
 #include <stdint.h>
@@ -322,6 +382,22 @@ static inline float tol_fmac_sgd8_(float *w, const float *g, uint32_t n8, float 
         const float wn = tol_fmac_mls(w[k], lr, gk);
         chk = tol_fmac_mla(chk, wn, 0.0f);
         if (commit) w[k] = wn;
+    }
+    return chk;
+}
+
+static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint32_t n8, float lr,
+                                      float mu, float wd, float chk, int commit)
+{
+    for (uint32_t k = 0; k < 8u * n8; k++) {
+        const float gk = tol_fmac_mla(g[k], wd, w[k]);
+        const float v = tol_fmac_mla(gk, mu, vw[k]);
+        const float wn = tol_fmac_mls(w[k], lr, v);
+        chk = tol_fmac_mla(chk, wn, 0.0f);
+        if (commit) {
+            vw[k] = v;
+            w[k] = wn;
+        }
     }
     return chk;
 }

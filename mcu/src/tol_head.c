@@ -406,9 +406,9 @@ static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu,
     return chk;
 }
 
-/* A whole pass without momentum buffers or clipping, row loop kept tight: the
- * gradient from gW (batch > 1) or from the single sample's factors. */
-static float tol_head_pass_plain_(tol_head_t *h, float lr, float wd, int commit)
+/* A whole pass without clipping, row loop kept tight: the gradient from gW
+ * (batch > 1) or from the single sample's factors, with or without momentum buffers. */
+static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, int commit)
 {
     const uint16_t d = h->dim;
     const uint16_t rows = h->rows;
@@ -416,31 +416,50 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float wd, int commit)
     const uint16_t j0 = (uint16_t)(d & ~7u);
     const int from_g = h->gw != NULL && h->n_batch > 1u;
     const int empty = h->n_batch == 0u;
+    const int has_v = h->vw != NULL;
     float chk = 0.0f;
-    float *w = h->w;
-    for (uint16_t r = 0; r < rows; r++, w += d) {
+    for (uint16_t r = 0; r < rows; r++) {
         if (!h->active[r]) continue;
+        float *w = &h->w[(size_t)r * d];
+        float *vw = has_v ? &h->vw[(size_t)r * d] : NULL;
         const float e = empty ? 0.0f : h->e[r];
         const float *x = empty ? w : h->x;
         const float *g = from_g ? &h->gw[(size_t)r * d] : NULL;
         if (from_g) {
-            if (n8 > 0u) chk = tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+            if (n8 > 0u) {
+                chk = has_v ? tol_fmac_sgd8_vw_(w, vw, g, n8, lr, mu, wd, chk, commit)
+                            : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+            }
         } else {
             for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
-                chk = tol_fmac_sgd8_ex_(&w[j], e, &x[j], lr, wd, chk, commit);
+                if (has_v) {
+                    float gbuf[8];
+                    for (uint16_t k = 0; k < 8u; k++) gbuf[k] = tol_fmac_mla(0.0f, e, x[j + k]);
+                    chk = tol_fmac_sgd8_vw_(&w[j], &vw[j], gbuf, 1u, lr, mu, wd, chk, commit);
+                } else {
+                    chk = tol_fmac_sgd8_ex_(&w[j], e, &x[j], lr, wd, chk, commit);
+                }
             }
         }
         for (uint16_t j = j0; j < d; j++) {
             float gj = from_g ? g[j] : tol_fmac_mla(0.0f, e, x[j]);
             gj = tol_fmac_mla(gj, wd, w[j]);
-            const float wn = tol_fmac_mls(w[j], lr, gj);
+            const float v = has_v ? tol_fmac_mla(gj, mu, vw[j]) : gj;
+            const float wn = tol_fmac_mls(w[j], lr, v);
             chk = tol_fmac_mla(chk, wn, 0.0f);
-            if (commit) w[j] = wn;
+            if (commit) {
+                if (has_v) vw[j] = v;
+                w[j] = wn;
+            }
         }
         const float gb = from_g ? h->gb[r] : (empty ? 0.0f : 0.0f + e);
-        const float bn = tol_fmac_mls(h->b[r], lr, gb);
+        const float vb = has_v ? tol_fmac_mla(gb, mu, h->vb[r]) : gb;
+        const float bn = tol_fmac_mls(h->b[r], lr, vb);
         chk = tol_fmac_mla(chk, bn, 0.0f);
-        if (commit) h->b[r] = bn;
+        if (commit) {
+            if (has_v) h->vb[r] = vb;
+            h->b[r] = bn;
+        }
     }
     return chk;
 }
@@ -470,11 +489,11 @@ tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight
     /* pass 0 checks every new value, pass 1 commits the same values. W and b are
      * finite before the step, so a non-finite v (or vb) always makes its new weight
      * (or bias) non-finite too: checking the new weights checks both. */
-    const int plain = !scale && h->vw == NULL && h->vb == NULL;
+    const int plain = !scale;
     for (int pass = 0; pass < 2; pass++) {
         float chk = 0.0f;
         if (plain) {
-            chk = tol_head_pass_plain_(h, lr, weight_decay, pass);
+            chk = tol_head_pass_plain_(h, lr, momentum, weight_decay, pass);
             if (pass == 0 && !(chk == chk)) return TOL_ERR_DIVERGED;
             continue;
         }

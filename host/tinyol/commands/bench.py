@@ -28,7 +28,9 @@ DEFAULT_MODELS = ("digits", "anomaly", "ds_cnn", "resnet8", "mobilenet_v1_vww")
 @click.option("--out", type=click.Path(dir_okay=False), default="docs/benchmarks.md", show_default=True,
               help="Markdown report to write.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw results as JSON.")
-def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_json):
+@click.option("--rerender", is_flag=True,
+              help="Write the report again from the last run's saved results (build/bench/last_run.pkl).")
+def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_json, rerender):
     """Measure every example model's backbone and the learner, deterministically.
 
     \b
@@ -40,8 +42,21 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
     (total and per operator), arena, peak stack, flash, output bytes compared.
     Writes docs/benchmarks.md.
     """
+    import pickle
+
     from .. import bench, tflm_bench
 
+    saved = project_root() / "build" / "bench" / "last_run.pkl"
+    if rerender:
+        from ..errors import TinyolError
+
+        if not saved.is_file():
+            raise TinyolError("no saved results to render", hint="run `tinyol bench` first")
+        state = pickle.loads(saved.read_bytes())
+        Path(out).write_text(bench.render(state["results"], state["stream"], compare=state["compare"],
+                                          tflm_source=state["src"], learner=state["learner"]))
+        click.echo(f"wrote {out}")
+        return
     names = [m for m in models.split(",") if m]
     results = []
     for name in names:
@@ -80,10 +95,24 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
     src = None
     if tflm_dir:
         src = os.path.relpath(Path(tflm_dir).resolve(), project_root())
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
+                                    "src": src, "learner": learner}))
     report = bench.render(results, stream_rows, compare=compare, tflm_source=src, learner=learner)
     Path(out).write_text(report)
     click.echo(f"wrote {out}")
     if as_json:
         emit_json({"models": [dataclasses.asdict(r) for r in results], "stream": stream_rows,
                    "learner": learner,
-                   "tflm": {m: dataclasses.asdict(c) if c else None for m, c in compare.items()}})
+                   "tflm": {m: _plain(dataclasses.asdict(c)) if c else None for m, c in compare.items()}})
+
+
+def _plain(v):
+    """JSON-ready: bytes (harness outputs) as hex."""
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
