@@ -513,8 +513,8 @@ def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], wor
     # one SRAM block (96 KB, minus stack and harness) cannot hold a large arena: split it,
     # TFLM's persistent allocations going to SRAM2 (32 KB)
     if arena > 80 * 1024:
-        persist = 30 * 1024
-        arena = 84 * 1024
+        persist = 31 * 1024
+        arena = 74 * 1024
     for k in ours_kernels:
         w = work / f"ours_{k}"
         _case_files(w, tfl, x, arena, persist)

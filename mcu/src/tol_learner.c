@@ -136,12 +136,26 @@ tol_status_t tol_learner_predict_f(tol_learner_t *L, const float *latent, int32_
     return TOL_OK;
 }
 
+/* Every dequantized int8 value is finite when the largest one is: |q - zp| <= 128 + |zp|
+ * and rounding is monotonic, so one product stands for all D finite checks. */
+static int tol_learner_int8_finite_(float scale, int32_t zp)
+{
+    if (zp < -65536 || zp > 65536) return 0;
+    const int32_t m = 128 + (zp < 0 ? -zp : zp);
+    return isfinite(scale * (float)m) ? 1 : 0;
+}
+
 tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t *label,
                                  float *confidence)
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
                             L->cfg.latent_zero_point, L->x);
+    if (L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER &&
+        tol_learner_int8_finite_(L->cfg.latent_scale, L->cfg.latent_zero_point)) {
+        tol_head_predict(&L->head, L->x, label, confidence);
+        return TOL_OK;
+    }
     return tol_learner_predict_f(L, L->x, label, confidence);
 }
 
