@@ -328,6 +328,52 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
     return chk;
 }
 
+
+/* As tol_fmac_sgd8_vw_ for one block of 4, the gradient being g[k] = 0.0f + e x[k]. */
+static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const float *x, float lr,
+                                         float mu, float wd, float chk, int commit)
+{
+    const float zero = 0.0f;
+    const uint32_t skip = commit ? 0u : 1u;
+    __asm__ volatile(
+        "vldmia %[x], {s28-s31}\n"
+        "vldmia %[w], {s20-s23}\n"
+        "vldmia %[vw], {s24-s27}\n"
+        "vmov.f32 s16, %[zero]\n"
+        "vmov.f32 s17, %[zero]\n"
+        "vmov.f32 s18, %[zero]\n"
+        "vmov.f32 s19, %[zero]\n"
+        "vmla.f32 s16, %[e], s28\n"
+        "vmla.f32 s17, %[e], s29\n"
+        "vmla.f32 s18, %[e], s30\n"
+        "vmla.f32 s19, %[e], s31\n"
+        "vmla.f32 s16, %[wd], s20\n"
+        "vmla.f32 s17, %[wd], s21\n"
+        "vmla.f32 s18, %[wd], s22\n"
+        "vmla.f32 s19, %[wd], s23\n"
+        "vmla.f32 s16, %[mu], s24\n"
+        "vmla.f32 s17, %[mu], s25\n"
+        "vmla.f32 s18, %[mu], s26\n"
+        "vmla.f32 s19, %[mu], s27\n"
+        "vmls.f32 s20, %[lr], s16\n"
+        "vmls.f32 s21, %[lr], s17\n"
+        "vmls.f32 s22, %[lr], s18\n"
+        "vmls.f32 s23, %[lr], s19\n"
+        "vmla.f32 %[chk], s20, %[zero]\n"
+        "vmla.f32 %[chk], s21, %[zero]\n"
+        "vmla.f32 %[chk], s22, %[zero]\n"
+        "vmla.f32 %[chk], s23, %[zero]\n"
+        "cbnz %[skip], 2f\n"
+        "vstmia %[vw], {s16-s19}\n"
+        "vstmia %[w], {s20-s23}\n"
+        "2:\n"
+        : [chk] "+t"(chk)
+        : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
+          [wd] "t"(wd), [mu] "t"(mu), [skip] "l"(skip)
+        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31", "memory");
+    return chk;
+}
+
 #else
 
 #include <stdint.h>
@@ -390,6 +436,24 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
                                       float mu, float wd, float chk, int commit)
 {
     for (uint32_t k = 0; k < 8u * n8; k++) {
+        const float gk = tol_fmac_mla(g[k], wd, w[k]);
+        const float v = tol_fmac_mla(gk, mu, vw[k]);
+        const float wn = tol_fmac_mls(w[k], lr, v);
+        chk = tol_fmac_mla(chk, wn, 0.0f);
+        if (commit) {
+            vw[k] = v;
+            w[k] = wn;
+        }
+    }
+    return chk;
+}
+
+static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const float *x, float lr,
+                                         float mu, float wd, float chk, int commit)
+{
+    float g[4];
+    for (uint32_t k = 0; k < 4u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
+    for (uint32_t k = 0; k < 4u; k++) {
         const float gk = tol_fmac_mla(g[k], wd, w[k]);
         const float v = tol_fmac_mla(gk, mu, vw[k]);
         const float wn = tol_fmac_mls(w[k], lr, v);

@@ -433,9 +433,9 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
         } else {
             for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
                 if (has_v) {
-                    float gbuf[8];
-                    for (uint16_t k = 0; k < 8u; k++) gbuf[k] = tol_fmac_mla(0.0f, e, x[j + k]);
-                    chk = tol_fmac_sgd8_vw_(&w[j], &vw[j], gbuf, 1u, lr, mu, wd, chk, commit);
+                    chk = tol_fmac_sgd4_vw_ex_(&w[j], &vw[j], e, &x[j], lr, mu, wd, chk, commit);
+                    chk = tol_fmac_sgd4_vw_ex_(&w[j + 4u], &vw[j + 4u], e, &x[j + 4u], lr, mu, wd,
+                                               chk, commit);
                 } else {
                     chk = tol_fmac_sgd8_ex_(&w[j], e, &x[j], lr, wd, chk, commit);
                 }
