@@ -279,9 +279,20 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         err = next((r.error for r in (ref, simd) if r and r.error and not r.backbone_instr), None)
         ours_ref = ref.backbone_instr if ref and ref.backbone_instr else None
         per_mac = f"{simd_i / macs:.2f}" if simd_i and macs else "–"
-        note = f" (firmware: {err})" if err and not simd_i else ""
+        note = f" (harness; the firmware: {err.replace('`', chr(39))})" if err else ""
         lines.append(f"| {m} | `{sha or '–'}` | {_fmt(macs)} | {_fmt(ours_ref)} | {_fmt(simd_i)}{note} | {per_mac} "
                      f"| {_fmt(tref)} | {_fmt(tcm)} | {_ratio(simd_i, tcm)} | {outs} |")
+    diffs = []
+    for m, c in compare.items():
+        a = TFLM_ANCHORS.get(c.sha16 if c else "", {})
+        if c is None or not a:
+            continue
+        for v, key in (("cmsis_nn", "cmsis"), ("reference", "ref")):
+            if v in c.tflm:
+                diffs.append(f"{m} {v} {c.tflm[v].instructions - a[key]:+,}")
+    if diffs:
+        lines += ["", "Live TFLM counts minus design.md's anchors for the same model files (instructions): "
+                  + ", ".join(diffs) + "."]
     if any(c is not None and c.ours and c.tflm.get("cmsis_nn") for c in compare.values()):
         lines += ["", "## Per operator: tinyol SIMD vs TFLM + CMSIS-NN (live)", "",
                   "Each operator timed inside the harnesses (TFLM: every registration's invoke wrapped in a",
@@ -363,7 +374,9 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
                   "every board: the frames depend on the model, not the board); the last column is the measured",
                   "rate as a fraction of that limit (> 1: the emulator link is faster than a real UART, i.e. neither",
                   "the host nor the device is the bottleneck at 115200 baud). Wall-clock rates depend on this",
-                  "machine (2 shared cores); see docs/streaming.md.",
+                  "machine (2 shared cores); see docs/streaming.md. A QEMU rate below 1.0x is the emulator's",
+                  "instruction-by-instruction CPU on a shared machine, not the host client: the same client",
+                  "drives the native build several times faster than a 115200-baud link could carry.",
                   "",
                   "| target | window | samples/s | bytes/s (both ways) | bytes/sample out / in | 115200-baud limit, samples/s | measured / limit |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
@@ -402,13 +415,17 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
     ae = by.get(("anomaly", "simd"))
     lines.append(_target_line("train step (1 + 16, D = 32, C = 10), digits firmware", dig.train_instr if dig else None,
                               TARGET_TRAIN, " (was 186,134)",
-                              "17 forward passes + softmaxes (~1,400 each) are most of it; next: one batched forward "
-                              "(4 rows x 2 samples per block) for all 17 samples."))
+                              "Where it goes (table above): 17 forward passes + softmaxes + errors (~1,440 each, "
+                              "~24.5 k), the gradient over 17 samples formed once (5,440 MACs) with the check and "
+                              "commit passes (~16 k), 16 replay rows dequantized (~5 k). Next: one batched forward "
+                              "for all 17 samples (4 rows x 2 samples per register block) and a cheaper softmax."))
     lines.append(_target_line("autoencoder step (640 outputs)", ae.train_instr if ae else None, TARGET_AE,
                               " (was 595,120)",
-                              "two passes over 5,120 weights (check, then commit) at ~5.5 instructions each plus "
-                              "~50 per row of set-up; next: a row loop in assembly and a bound that skips the "
-                              "check pass when no update can overflow.", le=False))
+                              "The score's forward (5,120 MACs, ~40 k) and the update (~180 k): two passes (check, "
+                              "then commit) over 5,120 weights and their momentum buffers (the firmware allocates "
+                              "them), ~7 instructions per weight per pass, plus ~50 of set-up per row and pass for "
+                              "only 8 weights per row. Next: the whole row loop in assembly, and a bound on |W|, "
+                              "|v|, |e| |x| that skips the check pass when no new value can overflow.", le=False))
     lines.append(_target_line("prediction (digits)", dig.predict_instr if dig else None, TARGET_PREDICT,
                               " (was 2,374)", "dequantization, finite check and softmax around the 320-MAC forward.",
                               le=False))
