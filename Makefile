@@ -35,7 +35,7 @@ firmware: setup
 		$(VENV)/bin/tinyol build --board $$e || exit 1; done
 
 bench: setup
-	$(VENV)/bin/tinyol bench
+	$(VENV)/bin/tinyol bench $(if $(wildcard ../shared/tflm),--tflm ../shared/tflm)
 
 study: setup
 	$(PY) -m tinyol.study

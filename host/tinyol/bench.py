@@ -22,14 +22,39 @@ from .icount import Session
 from .paths import project_root
 
 BOARD = "nucleo_l476rg"
+# models that need a larger part than the L476RG (their manifest names the board)
+MODEL_BOARDS = {"mobilenet_v1_vww": "nucleo_l4r5zi"}
 
-# design.md: TensorFlow Lite Micro anchors (instructions under QEMU -icount, gcc 12.2 -O2)
+# TensorFlow Lite Micro measured side by side on the same machine and counter (design.md,
+# "Performance anchors"): TFLM 90b983c2 + CMSIS-NN 4ab83cc3, QEMU b-l475e-iot01a, -icount shift=7.
+# Keyed by sha256(backbone.tflite)[:16]: an anchor belongs to one model file and to no other.
 TFLM_ANCHORS = {
-    "digits": {"ref": 899_611, "cmsis": 241_903, "arena": 4_420},
-    "anomaly": {"ref": 1_686_800, "cmsis": 595_798, "arena": 15_828},
-    "ds_cnn": {"ref": 42_996_423, "cmsis": 7_701_047, "arena": 22_804},
-    "resnet8": {"ref": 107_348_554, "cmsis": 29_857_544, "arena": 54_980},
+    "e45a0e45b14ffd7c": {"model": "digits", "macs": 31_232, "ref": 498_565, "cmsis": 136_585,
+                         "arena": 2_356, "flash": 58_388},
+    "fcaff228cc9f3cf1": {"model": "anomaly encoder", "macs": 166_912, "ref": 1_061_704, "cmsis": 369_392,
+                         "arena": 9_716, "flash": 32_248},
+    "1ae9a989f717b787": {"model": "ds_cnn", "macs": 2_656_000, "ref": 43_069_006, "cmsis": 7_692_372,
+                         "arena": 22_548, "flash": 63_616},
+    "f9f30a3ac55ef941": {"model": "resnet8", "macs": 12_500_992, "ref": 107_358_375, "cmsis": 29_842_731,
+                         "arena": 54_724, "flash": 58_476},
+    "ac9791f7b00d3328": {"model": "mobilenet_v1_vww", "macs": 7_489_152, "ref": 100_526_039,
+                         "cmsis": 24_099_214, "arena": 100_452, "flash": 63_560},
 }
+
+# issue 14's targets
+TARGET_CONV = 0.55          # conv models vs TFLM + CMSIS-NN
+TARGET_FC = 0.60            # FULLY_CONNECTED-bound models
+TARGET_TRAIN = 40_000       # train step, 1 new + 16 replayed, D = 32, C = 10
+TARGET_AE = 150_000         # 640-output autoencoder step
+TARGET_PREDICT = 1_500
+FC_BOUND = {"anomaly"}      # models whose MACs are (almost) all FULLY_CONNECTED
+
+
+def backbone_sha16(model_dir: Path) -> str | None:
+    import hashlib
+
+    p = Path(model_dir) / "backbone.tflite"
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else None
 
 
 @dataclass
@@ -50,6 +75,8 @@ class ModelBench:
     outputs: int | None = None
     trained_layers: int = 1          # > 1: an adaptive stage (docs/adaptive.md)
     error: str | None = None
+    sha16: str | None = None
+    board: str = BOARD
 
     @property
     def instr_per_mac(self) -> float | None:
@@ -68,20 +95,31 @@ def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> M
     path = Path(model_dir) if Path(model_dir).is_absolute() else root / model_dir
     manifest = json.loads((path / "manifest.json").read_text())
     mem = manifest.get("memory", {})
+    board = MODEL_BOARDS.get(manifest["name"], BOARD)
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),
                    arena_bytes=mem.get("arena_bytes"), tflm_arena_bytes=mem.get("tflm_arena_bytes"),
                    latent_dim=manifest["latent"]["dim"],
                    outputs=manifest["head"].get("out_dim") or manifest["head"].get("max_classes"),
-                   trained_layers=len(manifest.get("stage", {}).get("layers", [None])))
+                   trained_layers=len(manifest.get("stage", {}).get("layers", [None])),
+                   sha16=backbone_sha16(path), board=board)
     try:
-        res = build(BuildConfig(BOARD, str(model_dir), kernels, test_build=True))
+        res = build(BuildConfig(board, str(model_dir), kernels, test_build=True))
     except TinyolError as e:
         lines = str(e).splitlines()
         r.error = next((l.split("ld: ")[-1] for l in lines if "overflowed by" in l), lines[-1])[:200]
-        echo(f"  {r.model}/{kernels}: does not build for {BOARD}: {r.error}")
+        echo(f"  {r.model}/{kernels}: does not build for {board}: {r.error}")
         return r
     rng = np.random.default_rng(seed)
-    with Session(BOARD, res.elf) as s:
+    try:
+        return _measure(r, board, res.elf, manifest, rng, echo)
+    except TinyolError as e:
+        r.error = f"does not run in QEMU's STM32L475 machine (96 + 32 KB SRAM): {str(e).splitlines()[0][:160]}"
+        echo(f"  {r.model}/{kernels}: {r.error}")
+        return r
+
+
+def _measure(r: ModelBench, board: str, elf, manifest: dict, rng, echo) -> ModelBench:
+    with Session(board, elf) as s:
         dev = Device(s.link)
         info = dev.info
         r.flash_used, r.ram_used, r.ram2_used = info.flash_used, info.ram_used, info.ram2_used
@@ -95,7 +133,7 @@ def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> M
             _fill_replay(dev, rng, max(2 * r.n_old, 8))
             dev.embed(x)
         r.train_instr = s.instructions(4)
-    echo(f"  {r.model}/{kernels}: backbone {r.backbone_instr} instr"
+    echo(f"  {r.model}/{r.kernels}: backbone {r.backbone_instr} instr"
          + (f" ({r.instr_per_mac:.2f}/MAC)" if r.instr_per_mac else "")
          + f", predict {r.predict_instr}, train step {r.train_instr}")
     return r
@@ -169,56 +207,146 @@ def latent256_model(out: Path, dim: int = 256, classes: int = 10, capacity: int 
 # ---- report ---------------------------------------------------------------------------
 
 def _fmt(n) -> str:
-    return "–" if n is None else f"{n:,}"
+    return "–" if n is None else (n if isinstance(n, str) else f"{n:,}")
 
 
-def render(results: list[ModelBench], stream: list[dict] | None = None) -> str:
+def _ratio(a, b) -> str:
+    return f"{a / b:.3f}x" if a and b else "–"
+
+
+def _target_line(name: str, value, target, ok_text: str, why: str, fmt=_fmt, le=True) -> str:
+    if value is None:
+        return f"- {name}: not measured ({why})"
+    met = value <= target if le else value < target
+    if met:
+        return f"- {name}: **met** — {fmt(value)} (target {'≤' if le else '<'} {fmt(target)}){ok_text}"
+    return f"- {name}: **missed** — {fmt(value)} vs {fmt(target)}, gap {fmt(value - target) if fmt is _fmt else f'{value - target:+.3f}'}. {why}"
+
+
+def render(results: list[ModelBench], stream: list[dict] | None = None, *, compare: dict | None = None,
+           tflm_source: str | None = None, learner: dict | None = None) -> str:
+    """docs/benchmarks.md. `compare`: model -> tflm_bench.Comparison (live TFLM), else anchors."""
+    compare = compare or {}
+    live = any(c is not None and c.tflm for c in compare.values())
     lines = [
         "# Benchmarks",
         "",
-        f"Generated by `tinyol bench` (tinyol {__version__}). Instruction counts are measured by running",
-        f"the firmware for `{BOARD}` (Cortex-M4F, arm-none-eabi-gcc 12, -O2) in QEMU with",
-        "`-icount shift=7` (docs/boards.md: exact and repeatable); the measurement overhead is subtracted.",
-        "Memory is what the linked firmware reports in INFO (SRAM1 includes the 8 KB reserved stack).",
-        "TFLM figures are the anchors in design.md (same method, TFLM 2026-08).",
+        f"Generated by `tinyol bench` (tinyol {__version__}); do not edit by hand. Instruction counts come",
+        f"from firmware and harness runs in QEMU 10 (`b-l475e-iot01a`, Cortex-M4F) with `-icount shift=7`",
+        "(SysTick advances with executed instructions: exact and repeatable); the measurement overhead",
+        "is subtracted. Firmware: arm-none-eabi-gcc 12, -O2, for the board named per row.",
+        "",
+        "TFLM comparisons are " + (
+            f"**measured live** by `tinyol bench --tflm {tflm_source}`: TensorFlow Lite Micro built from that "
+            "tree with CMSIS-NN kernels (and with its reference kernels), linked into our bare-metal harness "
+            "(mcu/bench/) on the same QEMU machine and counter, fed the same input as tinyol's backbone; every "
+            "output byte was compared (see \"outputs\")." if live else
+            "the **anchors** of design.md (TFLM 90b983c2 + CMSIS-NN 4ab83cc3, same machine and counter), "
+            "matched to a model by the sha256 of its `backbone.tflite`: a model whose file changed has "
+            "**no anchor** until it is measured again (`tinyol bench --tflm DIR`)."),
         "",
         "## Backbone: instructions per inference",
         "",
-        "| model | MACs | ours, ref kernels | ours, SIMD kernels | SIMD instr/MAC | TFLM ref | TFLM + CMSIS-NN | SIMD vs CMSIS-NN |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | backbone.tflite sha256[:16] | MACs | tinyol ref kernels | tinyol SIMD | SIMD instr/MAC "
+        "| TFLM ref | TFLM + CMSIS-NN | SIMD vs CMSIS-NN | outputs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     by = {(r.model, r.kernels): r for r in results}
     models = list(dict.fromkeys(r.model for r in results if r.macs))
+    for m in compare:
+        if m not in models:
+            models.append(m)
+    ratios = {}
     for m in models:
         ref, simd = by.get((m, "ref")), by.get((m, "simd"))
-        a = TFLM_ANCHORS.get(m, {})
-        ratio = (f"{simd.backbone_instr / a['cmsis']:.2f}x" if simd and simd.backbone_instr and a.get("cmsis") else "–")
-        err = next((r.error for r in (ref, simd) if r and r.error), None)
-        if err:
-            lines.append(f"| {m} | {_fmt((simd or ref).macs)} | not measured: {err} | | | | | |")
+        base = simd or ref
+        c = compare.get(m)
+        sha = (base.sha16 if base else None) or (c.sha16 if c else None)
+        simd_i = simd.backbone_instr if simd and simd.backbone_instr else (c.ours.instructions if c and c.ours else None)
+        macs = (base.macs if base else None) or (TFLM_ANCHORS.get(sha, {}).get("macs"))
+        if c is not None and c.tflm:
+            t_ref = c.tflm.get("reference")
+            t_cm = c.tflm.get("cmsis_nn")
+            a = TFLM_ANCHORS.get(sha or "", {})
+            tref, tcm = (t_ref.instructions if t_ref else None), (t_cm.instructions if t_cm else None)
+            if tref is None and a.get("ref"):
+                tref = f"{a['ref']:,} (anchor)"
+            outs = "byte-equal" if c.outputs_equal else ("–" if c.outputs_equal is None else "DIFFER")
+        else:
+            a = TFLM_ANCHORS.get(sha or "", {})
+            tref, tcm = a.get("ref"), a.get("cmsis")
+            outs = "anchor" if a else "no anchor"
+        if tcm and simd_i:
+            ratios[m] = simd_i / tcm
+        err = next((r.error for r in (ref, simd) if r and r.error and not r.backbone_instr), None)
+        ours_ref = ref.backbone_instr if ref and ref.backbone_instr else None
+        per_mac = f"{simd_i / macs:.2f}" if simd_i and macs else "–"
+        note = f" (harness; the firmware: {err.replace('`', chr(39))})" if err else ""
+        lines.append(f"| {m} | `{sha or '–'}` | {_fmt(macs)} | {_fmt(ours_ref)} | {_fmt(simd_i)}{note} | {per_mac} "
+                     f"| {_fmt(tref)} | {_fmt(tcm)} | {_ratio(simd_i, tcm)} | {outs} |")
+    diffs = []
+    for m, c in compare.items():
+        a = TFLM_ANCHORS.get(c.sha16 if c else "", {})
+        if c is None or not a:
             continue
-        lines.append(
-            f"| {m} | {_fmt((simd or ref).macs)} | {_fmt(ref and ref.backbone_instr)} | {_fmt(simd and simd.backbone_instr)} "
-            f"| {f'{simd.instr_per_mac:.2f}' if simd and simd.instr_per_mac else '–'} "
-            f"| {_fmt(a.get('ref'))} | {_fmt(a.get('cmsis'))} | {ratio} |")
-    lines += ["", "## Memory", "",
-              "| model | activation arena (ours) | TFLM arena (runtime, measured) | TFLM arena (design.md) | firmware flash | SRAM1 used | SRAM2 used |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+        for v, key in (("cmsis_nn", "cmsis"), ("reference", "ref")):
+            if v in c.tflm:
+                diffs.append(f"{m} {v} {c.tflm[v].instructions - a[key]:+,}")
+    if diffs:
+        lines += ["", "Live TFLM counts minus design.md's anchors for the same model files (instructions): "
+                  + ", ".join(diffs) + "."]
+    if any(c is not None and c.ours and c.tflm.get("cmsis_nn") for c in compare.values()):
+        lines += ["", "## Per operator: tinyol SIMD vs TFLM + CMSIS-NN (live)", "",
+                  "Each operator timed inside the harnesses (TFLM: every registration's invoke wrapped in a",
+                  "timer; tinyol: every kernel call of a copy of backbone.c). RESHAPE is free in tinyol (it aliases).",
+                  "",
+                  "| model | # | operator | tinyol SIMD | TFLM + CMSIS-NN | ratio |",
+                  "|---|--:|---|--:|--:|--:|"]
+        for m, c in compare.items():
+            if c is None or not c.ours or "cmsis_nn" not in c.tflm:
+                continue
+            ours_ops = list(c.ours.ops)
+            k = 0
+            for i, (name, t) in enumerate(c.tflm["cmsis_nn"].ops):
+                o = None
+                if name != "RESHAPE" and k < len(ours_ops) and ours_ops[k][0] == name:
+                    o = ours_ops[k][1]
+                    k += 1
+                lines.append(f"| {m} | {i} | {name} | {_fmt(o) if name != 'RESHAPE' else '0 (alias)'} | {_fmt(t)} "
+                             f"| {_ratio(o, t) if o else '–'} |")
+    lines += ["", "## Memory (like with like)", "",
+              "TFLM's `arena_used_bytes` includes its input/output tensors and metadata; tinyol's arena",
+              "excludes the caller's input and latent buffers, so both are shown, plus the peak stack of one",
+              "inference (measured: the harness paints the stack, runs the model, and finds the deepest",
+              "overwritten word; it includes one SysTick interrupt frame, ≤ 104 B). Flash is the whole harness",
+              "image (runtime, kernels, model constants) — the firmware's own figures follow.",
+              "",
+              "| model | tinyol arena | + input + latent | tinyol peak stack | TFLM arena used | TFLM peak stack "
+              "| harness flash tinyol / TFLM+CMSIS-NN | firmware flash | firmware SRAM1 / SRAM2 |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in models:
         r = by.get((m, "simd")) or by.get((m, "ref"))
-        if r.error:
-            continue
-        lines.append(f"| {m} | {_fmt(r.arena_bytes)} | {_fmt(r.tflm_arena_bytes)} | {_fmt(TFLM_ANCHORS.get(m, {}).get('arena'))} "
-                     f"| {_fmt(r.flash_used)} | {_fmt(r.ram_used)} | {_fmt(r.ram2_used)} |")
+        c = compare.get(m)
+        sha = (r.sha16 if r else None) or (c.sha16 if c else None)
+        a = TFLM_ANCHORS.get(sha or "", {})
+        arena = r.arena_bytes if r else None
+        io = (arena + (c.input_bytes if c else 0) + (r.latent_dim or 0)) if (r and arena is not None and c) else None
+        t = c.tflm.get("cmsis_nn") if c else None
+        lines.append(
+            f"| {m} | {_fmt(arena)} | {_fmt(io)} | {_fmt(c.ours.stack if c and c.ours else None)} "
+            f"| {_fmt(t.arena if t else a.get('arena'))}{'' if t else (' (anchor)' if a else '')} "
+            f"| {_fmt(t.stack if t else None)} "
+            f"| {_fmt(c.ours.flash if c and c.ours else None)} / {_fmt(t.flash if t else None)} "
+            f"| {_fmt(r.flash_used if r else None)} | {_fmt(r.ram_used if r else None)} / {_fmt(r.ram2_used if r else None)} |")
     lines += ["", "## Learner: instructions per prediction and per training step", "",
               "A training step is one SGD update on 1 fresh + `n_old` replayed latents (8-bit replay storage),",
               "including the replay buffer update; a prediction is the head's forward pass and softmax.",
               "The autoencoder's step is one MSE update of its 640-output reconstruction layer, no replay.",
-              "The step computes each weight's gradient from per-sample factors (error x input) twice",
-              "(check, then commit, so a diverging update changes nothing): memory O(batch x (D + C))",
-              "instead of O(C x D), paid for in instructions. `latent256` is a learner-only model",
-              "(identity backbone) for the D = 256 case. `trained layers` > 1: an adaptive stage",
-              "(docs/adaptive.md; float32 forward + backprop through every layer after the cut).",
+              "The gradient is formed once per step (a batch of one: e_r x_j inline; larger batches: into a",
+              "rows x D scratch), every multiply-add is the M4F's VMLA/VMLS (rounds like the separate",
+              "multiply and add, so the numpy twin is unchanged and bit-identical) with VLDM block loads;",
+              "a step still checks every new weight before committing any (two passes over the weights).",
+              "`latent256` is a learner-only model (identity backbone) for the D = 256 case.",
               "",
               "| model | trained layers | latent D | outputs (classes or reconstruction) | prediction | training step | n_old |",
               "|---|---:|---:|---:|---:|---:|---:|"]
@@ -226,19 +354,92 @@ def render(results: list[ModelBench], stream: list[dict] | None = None) -> str:
         if r.kernels != "simd" or r.error or r.predict_instr is None:
             continue
         lines.append(f"| {r.model} | {r.trained_layers} | {r.latent_dim} | {_fmt(r.outputs)} | {_fmt(r.predict_instr)} | {_fmt(r.train_instr)} | {_fmt(r.n_old)} |")
+    if learner:
+        lines += ["", "Where a training step goes (mcu/bench/learner_main.c: a digits-shaped learner, D = 32, C = 10,",
+                  "all 10 classes active, 1 + 16; and a D = 8, 640-output autoencoder head):", "",
+                  "| part | instructions |", "|---|---:|"]
+        names = {"train_step": "train step (whole)", "part_forward": "forward, one sample (320 MACs)",
+                 "part_softmax": "softmax, one sample", "part_grad_add_ce": "forward + softmax + errors, one sample",
+                 "part_grad_add_x16": "the same for 16 replayed samples", "part_replay_get_x16": "16 replay rows dequantized",
+                 "part_step": "gradient (5,440 MACs, once) + check pass + commit pass", "part_replay_add": "replay buffer update",
+                 "predict": "prediction (10 active classes)", "ae_step": "autoencoder step (whole)",
+                 "ae_score": "autoencoder score (forward 5,120 MACs + MSE)", "ae_part_step": "autoencoder update (check + commit, 5,120 weights)"}
+        for k, v in learner.items():
+            if k in names:
+                lines.append(f"| {names[k]} | {_fmt(v)} |")
     if stream:
         lines += ["", "## Streaming throughput (end to end)", "",
                   "`tinyol stream` in train mode (SAMPLE: predict, then learn; int8 inputs) over the emulators'",
-                  "sockets, `window` requests in flight. Emulator sockets have no baud limit; the last column is",
-                  "what a board's 115200-baud ST-Link VCP would allow for the same bytes per sample (8N1,",
-                  "full duplex: the busier direction bounds it). Wall-clock rates depend on this machine",
-                  "(2 cores); see docs/streaming.md.",
+                  "sockets, `window` requests in flight. Emulator sockets have no baud limit. A board's ST-Link VCP",
+                  "at 115200 baud (8N1: 11,520 bytes/s each way, full duplex: the busier direction bounds it)",
+                  "allows the rate in the \"115200-baud limit\" column for the same frames (it is the same for",
+                  "every board: the frames depend on the model, not the board); the last column is the measured",
+                  "rate as a fraction of that limit (> 1: the emulator link is faster than a real UART, i.e. neither",
+                  "the host nor the device is the bottleneck at 115200 baud). Wall-clock rates depend on this",
+                  "machine (2 shared cores); see docs/streaming.md. A QEMU rate below 1.0x is the emulator's",
+                  "instruction-by-instruction CPU on a shared machine, not the host client: the same client",
+                  "drives the native build several times faster than a 115200-baud link could carry.",
                   "",
-                  "| target | window | samples/s | bytes/s (both ways) | bytes/sample out / in | 115200-baud limit, samples/s |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for s in stream:
-            lines.append(f"| {s['target']} | {s['window']} | {s['samples_per_s']:.0f} | {s['bytes_per_s']:.0f} "
-                         f"| {s['bytes_out_per_sample']:.0f} / {s['bytes_in_per_sample']:.0f} "
-                         f"| {s['uart_samples_per_s']:.0f} |")
-    lines.append("")
+                  "| target | window | samples/s | bytes/s (both ways) | bytes/sample out / in | 115200-baud limit, samples/s | measured / limit |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for st in stream:
+            frac = st['samples_per_s'] / st['uart_samples_per_s'] if st.get('uart_samples_per_s') else None
+            lines.append(f"| {st['target']} | {st['window']} | {st['samples_per_s']:.0f} | {st['bytes_per_s']:.0f} "
+                         f"| {st['bytes_out_per_sample']:.0f} / {st['bytes_in_per_sample']:.0f} "
+                         f"| {st['uart_samples_per_s']:.0f} | {f'{frac:.1f}x' if frac else '–'} |")
+    # ---- targets (issue 14)
+    lines += ["", "## Targets", ""]
+    for m in models:
+        if m not in ratios:
+            continue
+        tgt = TARGET_FC if m in FC_BOUND else TARGET_CONV
+        lines.append(_target_line(f"{m} backbone vs TFLM + CMSIS-NN", ratios[m], tgt, "",
+                                  "See docs/kernels.md: the remaining instructions and the SMLAD floor.",
+                                  fmt=lambda v: f"{v:.3f}x"))
+    slower = []
+    for m, c in compare.items():
+        if c is None or not c.ours or "cmsis_nn" not in c.tflm:
+            continue
+        ours_ops = [o for o in c.ours.ops]
+        k = 0
+        for name, t in c.tflm["cmsis_nn"].ops:
+            if name == "RESHAPE":
+                continue
+            if k < len(ours_ops) and ours_ops[k][0] == name:
+                if ours_ops[k][1] > t:
+                    slower.append(f"{m} #{k} {name} {ours_ops[k][1] / t:.2f}x")
+                k += 1
+    if live:
+        lines.append("- never slower than CMSIS-NN on a single operator: " + (
+            "**met** (every operator measured above is below 1.0x)" if not slower else
+            "**missed** — " + ", ".join(slower) + " (see docs/kernels.md)"))
+    dig = by.get(("digits", "simd"))
+    ae = by.get(("anomaly", "simd"))
+    lines.append(_target_line("train step (1 + 16, D = 32, C = 10), digits firmware", dig.train_instr if dig else None,
+                              TARGET_TRAIN, " (was 186,134)",
+                              "Where it goes (table above): 17 forward passes + softmaxes + errors (~1,440 each, "
+                              "~24.5 k), the gradient over 17 samples formed once (5,440 MACs) with the check and "
+                              "commit passes (~16 k), 16 replay rows dequantized (~5 k). Next: one batched forward "
+                              "for all 17 samples (4 rows x 2 samples per register block) and a cheaper softmax."))
+    lines.append(_target_line("autoencoder step (640 outputs)", ae.train_instr if ae else None, TARGET_AE,
+                              " (was 595,120)",
+                              "The score's forward (5,120 MACs, ~40 k) and the update (~180 k): two passes (check, "
+                              "then commit) over 5,120 weights and their momentum buffers (the firmware allocates "
+                              "them), ~7 instructions per weight per pass, plus ~50 of set-up per row and pass for "
+                              "only 8 weights per row. Next: the whole row loop in assembly, and a bound on |W|, "
+                              "|v|, |e| |x| that skips the check pass when no new value can overflow.", le=False))
+    lines.append(_target_line("prediction (digits)", dig.predict_instr if dig else None, TARGET_PREDICT,
+                              " (was 2,374)", "dequantization, finite check and softmax around the 320-MAC forward.",
+                              le=False))
+    lines += ["", "## Reproducing", "",
+              "`make bench` (= `tinyol bench --tflm ../shared/tflm` when that folder exists). `--tflm DIR` takes a",
+              "folder holding a `SOURCES.txt` (source lists, include dirs, defines and flags per build, the format",
+              "of ../shared/tflm's tarball; point it at your own tflite-micro checkout by writing one) or the",
+              "tarball itself. Only TFLM's core, the kernels of the nine operators the harness registers and",
+              "CMSIS-NN are compiled (the linker would drop the rest); the libraries are cached under",
+              "`build/tflm/`. Debian's arm-none-eabi toolchain has no C++ library: the harness borrows the",
+              "host's header-only libstdc++ parts with four bare-metal configuration headers of ours",
+              "(mcu/bench/cxx_shim/) and links without libstdc++ (TFLM is built -fno-exceptions -fno-rtti).",
+              "`tinyol bench --rerender` rewrites this file from the last run's saved results.",
+              ""]
     return "\n".join(lines)

@@ -152,8 +152,9 @@ def _align4(n: int) -> int:
 
 
 def head_bytes(dim: int, rows: int, max_batch: int = 1, momentum: bool = True) -> int:
-    """TOL_HEAD_BYTES: W, b, [vW, vb], z, batch errors and inputs, active flags."""
-    return (4 * ((2 if momentum else 1) * (rows * dim + rows) + rows
+    """TOL_HEAD_BYTES: W, b, [vW, vb], [gradient scratch gW, gb if max_batch > 1], z,
+    batch errors and inputs, active flags."""
+    return (4 * (((2 if momentum else 1) + (1 if max_batch > 1 else 0)) * (rows * dim + rows) + rows
                  + max_batch * (rows + dim)) + _align4(rows))
 
 

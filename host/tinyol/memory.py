@@ -41,14 +41,14 @@ DEFAULT_MAX_OLD = 16            # TOL_LEARNER_DEFAULT_MAX_OLD
 # re-measures and fails when the firmware changes without this table.
 # --- measured (scripts/measure_memory.py) ---
 FIXED_RAM1 = {
-    ('nucleo_l476rg', False): 3680,
-    ('nucleo_l476rg', True): 3680,
-    ('nucleo_l432kc', False): 3680,
-    ('nucleo_l432kc', True): 3680,
-    ('disco_l475vg_iot01a', False): 3680,
-    ('disco_l475vg_iot01a', True): 3680,
-    ('nucleo_l4r5zi', False): 3680,
-    ('nucleo_l4r5zi', True): 3680,
+    ('nucleo_l476rg', False): 3692,
+    ('nucleo_l476rg', True): 3692,
+    ('nucleo_l432kc', False): 3692,
+    ('nucleo_l432kc', True): 3692,
+    ('disco_l475vg_iot01a', False): 3692,
+    ('disco_l475vg_iot01a', True): 3692,
+    ('nucleo_l4r5zi', False): 3692,
+    ('nucleo_l4r5zi', True): 3692,
 }
 # --- end measured ---
 
@@ -81,8 +81,10 @@ def max_old(capacity: int, n_old: int) -> int:
 
 
 def head_bytes(dim: int, rows: int, batch: int, momentum: bool) -> int:
-    """TOL_HEAD_BYTES: W, b, [momentum of both], scores, batch errors and inputs, active flags."""
-    return 4 * ((2 if momentum else 1) * (rows * dim + rows) + rows + batch * (rows + dim)) + _a4(rows)
+    """TOL_HEAD_BYTES: W, b, [momentum of both], [the gradient scratch of both when batch > 1],
+    scores, batch errors and inputs, active flags."""
+    copies = (2 if momentum else 1) + (1 if batch > 1 else 0)
+    return 4 * (copies * (rows * dim + rows) + rows + batch * (rows + dim)) + _a4(rows)
 
 
 def learner_bytes(dim: int, outputs: int, capacity: int, bits: int, n_new: int, n_old: int,
@@ -156,6 +158,7 @@ class Model:
         out = {"head weights": 4 * (c * d + c),
                "momentum": 4 * (c * d + c) if self.momentum else 0,
                "gradient rows": 4 * (self.n_new + mo) * (c + d),
+               "gradient scratch": 4 * (c * d + c) if self.n_new + mo > 1 else 0,
                "replay buffer": (replay_bytes(self.replay_capacity, d, self.replay_bits, c)
                                  if self.replay_capacity else 0)}
         out["learner scratch"] = self.learner() - sum(out.values())

@@ -13,10 +13,14 @@
  * The gradient is kept factored: for each batch sample its input x_b
  * (float[dim]) and its output error e_b (float[rows]); the weight gradient
  *   gW[r][j] = sum_b e_b[r] * x_b[j]   (b ascending, starting from 0.0f)
- * is formed inside tol_head_step(), so no rows x dim scratch is needed (a
- * 640 x 16 autoencoder head needs 41 KB, not 123 KB). tol_head_step() checks
- * every new value before it writes any: an update that would produce NaN/Inf
- * leaves weights and momentum unchanged.
+ * is formed inside tol_head_step(), once per step: with a batch of one sample
+ * it is the single product e_0[r] * x_0[j] (so a 640 x 16 autoencoder head
+ * needs 41 KB, not 123 KB); with max_batch > 1 the sums go into a gradient
+ * scratch gW [rows][dim] + gb [rows] (formed once, read by the check and the
+ * commit pass). tol_head_step() checks every new value before it writes any:
+ * an update that would produce NaN/Inf leaves weights and momentum unchanged.
+ * Multiply-adds use the FPU's VMLA/VMLS on Cortex-M4F (tol_fmac.h): not fused,
+ * so each is the same float as the separate multiply and add.
  *
  * Memory (caller owns it, 4-byte aligned,
  * TOL_HEAD_BYTES(dim, rows, max_batch, momentum) bytes):
@@ -26,6 +30,7 @@
  *   z            float[rows]              scores / probabilities (last forward)
  *   e            float[max_batch][rows]   per-sample output errors
  *   x            float[max_batch][dim]    per-sample inputs
+ *   gW, gb       float[rows][dim], float[rows]  only if max_batch > 1
  *   active       uint8_t[rows]
  * All loops run in a fixed order that host/tinyol/learner.py reproduces.
  */
@@ -43,8 +48,8 @@
  * accumulates up to max_batch samples per step; momentum: 1 to allocate the
  * momentum buffers (needed for momentum > 0), 0 not to. */
 #define TOL_HEAD_BYTES(dim, rows, max_batch, momentum)                           \
-    ((size_t)4u * (((momentum) ? 2u : 1u) * ((size_t)(rows) * (size_t)(dim) +    \
-                                             (size_t)(rows)) +                   \
+    ((size_t)4u * ((((momentum) ? 2u : 1u) + ((max_batch) > 1 ? 1u : 0u)) *      \
+                       ((size_t)(rows) * (size_t)(dim) + (size_t)(rows)) +       \
                    (size_t)(rows) +                                             \
                    (size_t)(max_batch) * ((size_t)(rows) + (size_t)(dim))) +     \
      TOL_ALIGN4(rows))
@@ -60,6 +65,7 @@ typedef struct {
     float *z;           /* [rows] scores (after tol_head_forward) / probabilities */
     float *e;           /* [max_batch][rows] output errors (weighted) */
     float *x;           /* [max_batch][dim] inputs */
+    float *gw, *gb;     /* gradient scratch [rows][dim], [rows] (NULL if max_batch == 1) */
     uint8_t *active;    /* [rows] 1 = row in use */
     const float *init_w;  /* [rows][dim] exported initial weights (not owned) */
     const float *init_b;  /* [rows] exported initial bias (not owned) */
@@ -125,6 +131,12 @@ tol_status_t tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label,
  * NULL) gets the sample's MSE (sum ascending, then / rows). */
 tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
                                    float weight, float *mse);
+
+/* tol_head_grad_add_mse without its forward pass: the scores in h->z must be
+ * the forward of this same x (e.g. right after tol_head_mse(h, x, target)),
+ * which gives the same errors. TOL_ERR_FULL if the batch is full. */
+tol_status_t tol_head_grad_add_mse_z(tol_head_t *h, const float *x, const float *target,
+                                     float weight);
 
 /* Reconstruction MSE of x against target (no batch change). */
 float tol_head_mse(tol_head_t *h, const float *x, const float *target);

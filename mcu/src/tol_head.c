@@ -1,8 +1,11 @@
-/* tol_head.c - trainable Dense head; see tol_head.h. Reference C, float32. */
+/* tol_head.c - trainable Dense head; see tol_head.h. Plain C, float32; every
+ * multiply-add goes through tol_fmac.h (VMLA/VMLS on the M4F, same floats). */
 #include "tol_head.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "tol_fmac.h"
 
 static int tol_head_finite_(float v)
 {
@@ -40,6 +43,14 @@ tol_status_t tol_head_init(tol_head_t *h, uint8_t *mem, size_t mem_bytes, uint16
     f += (size_t)max_batch * rows;
     h->x = f;
     f += (size_t)max_batch * dim;
+    h->gw = NULL;
+    h->gb = NULL;
+    if (max_batch > 1u) {
+        h->gw = f;
+        f += n;
+        h->gb = f;
+        f += rows;
+    }
     h->active = (uint8_t *)(void *)f;
     h->init_w = init_w;
     h->init_b = init_b;
@@ -81,19 +92,45 @@ void tol_head_activate(tol_head_t *h, uint16_t r)
     h->n_active++;
 }
 
+/* acc + sum_j w[j] x[j], j ascending: blocks of 8 (tol_fmac.h), then the rest. */
+static float tol_head_dot_(const float *w, const float *x, uint16_t d, float acc)
+{
+    if (d >= 8u) acc = tol_fmac_dot8_(acc, &w, &x, (uint32_t)d >> 3);
+    for (uint16_t n = (uint16_t)(d & 7u); n > 0u; n--) {
+        acc = tol_fmac_mla(acc, *w++, *x++);
+    }
+    return acc;
+}
+
 void tol_head_forward(tol_head_t *h, const float *x)
 {
-    for (uint16_t r = 0; r < h->rows; r++) {
-        if (!h->active[r]) {
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint8_t *act = h->active;
+    uint16_t r = 0;
+    while (r < rows) {
+        if (!act[r]) {
             h->z[r] = 0.0f;
+            r++;
             continue;
         }
-        const float *wr = &h->w[(size_t)r * h->dim];
-        float acc = h->b[r];
-        for (uint16_t j = 0; j < h->dim; j++) {
-            acc += wr[j] * x[j];
+        const float *wr = &h->w[(size_t)r * d];
+        if (d >= 8u && r + 4u <= rows && act[r + 1u] && act[r + 2u] && act[r + 3u]) {
+            /* four rows share each block of x; every row's sum keeps its order */
+            float *z = &h->z[r];
+            for (uint16_t i = 0; i < 4u; i++) z[i] = h->b[r + i];
+            tol_fmac_dot4x8_(z, wr, d, x, (uint32_t)d >> 3);
+            const uint16_t j0 = (uint16_t)(d & ~7u);
+            for (uint16_t i = 0; i < 4u; i++) {
+                float acc = z[i];
+                for (uint16_t j = j0; j < d; j++) acc = tol_fmac_mla(acc, wr[(size_t)i * d + j], x[j]);
+                z[i] = acc;
+            }
+            r = (uint16_t)(r + 4u);
+        } else {
+            h->z[r] = tol_head_dot_(wr, x, d, h->b[r]);
+            r++;
         }
-        h->z[r] = acc;
     }
 }
 
@@ -102,16 +139,20 @@ float tol_head_expf(float x)
     if (!(x >= -87.0f)) return 0.0f; /* also NaN */
     if (x > 0.0f) x = 0.0f;
     /* x = k ln2 + r, |r| <= ln2/2; ln2 split in two (Cody-Waite) */
-    const float kf = floorf(x * 1.44269504f + 0.5f);
-    const float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-    float p = 1.98412698e-4f; /* 1/5040 */
-    p = p * r + 1.38888889e-3f; /* 1/720 */
-    p = p * r + 8.33333333e-3f; /* 1/120 */
-    p = p * r + 4.16666667e-2f; /* 1/24 */
-    p = p * r + 1.66666667e-1f; /* 1/6 */
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    /* floor(y) for y in [-125.5, 0.5]: truncate, then step down if that rounded up
+     * (the same float as floorf, without a libm call) */
+    const float y = tol_fmac_mla(0.5f, x, 1.44269504f);
+    float kf = (float)(int32_t)y;
+    if (kf > y) kf -= 1.0f;
+    const float r = tol_fmac_mls(tol_fmac_mls(x, kf, 0.693359375f), kf, -2.12194440e-4f);
+    float p = 1.98412698e-4f; /* 1/5040; then Horner: p = p * r + c */
+    p = tol_fmac_mla(1.38888889e-3f, p, r); /* 1/720 */
+    p = tol_fmac_mla(8.33333333e-3f, p, r); /* 1/120 */
+    p = tol_fmac_mla(4.16666667e-2f, p, r); /* 1/24 */
+    p = tol_fmac_mla(1.66666667e-1f, p, r); /* 1/6 */
+    p = tol_fmac_mla(0.5f, p, r);
+    p = tol_fmac_mla(1.0f, p, r);
+    p = tol_fmac_mla(1.0f, p, r);
     const uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23; /* 2^k, k in [-126, 0] */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
@@ -205,56 +246,238 @@ float tol_head_mse(tol_head_t *h, const float *x, const float *target)
     return s / (float)h->rows;
 }
 
-tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
-                                   float weight, float *mse)
+/* e_r = (z_r - t_r) * coef from the scores in h->z (the forward of xs). */
+static void tol_head_mse_errors_(tol_head_t *h, const float *target, float weight)
 {
-    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
-    const float *xs = tol_head_take_(h, x);
     float *e = &h->e[(size_t)h->n_batch * h->rows];
-    const float m = tol_head_mse(h, xs, target);
-    if (mse != NULL) *mse = m;
     const float coef = 2.0f / (float)h->rows * weight;
     for (uint16_t r = 0; r < h->rows; r++) {
         e[r] = h->active[r] ? (h->z[r] - target[r]) * coef : 0.0f;
     }
     h->n_batch++;
+}
+
+tol_status_t tol_head_grad_add_mse(tol_head_t *h, const float *x, const float *target,
+                                   float weight, float *mse)
+{
+    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
+    const float *xs = tol_head_take_(h, x);
+    const float m = tol_head_mse(h, xs, target);
+    if (mse != NULL) *mse = m;
+    tol_head_mse_errors_(h, target, weight);
     return TOL_OK;
 }
 
-/* Weight gradient element from the factors: sum_b e_b[r] x_b[j]. */
-static float tol_head_gw_(const tol_head_t *h, uint16_t r, uint16_t j)
+tol_status_t tol_head_grad_add_mse_z(tol_head_t *h, const float *x, const float *target,
+                                     float weight)
 {
-    float acc = 0.0f;
-    for (uint16_t b = 0; b < h->n_batch; b++) {
-        acc += h->e[(size_t)b * h->rows + r] * h->x[(size_t)b * h->dim + j];
+    TOL_CHECK(h->n_batch < h->max_batch, TOL_ERR_FULL);
+    (void)tol_head_take_(h, x);
+    tol_head_mse_errors_(h, target, weight);
+    return TOL_OK;
+}
+
+/* The gradient of the active rows into gW/gb (max_batch > 1):
+ * gW[r][j] = sum_b e_b[r] x_b[j], gb[r] = sum_b e_b[r], b ascending from 0.0f.
+ * Two rows x four columns per block keep eight sums in registers. */
+static void tol_head_grad_form_(tol_head_t *h)
+{
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint16_t nb = h->n_batch;
+    for (uint16_t r = 0; r < rows; r++) {
+        if (!h->active[r]) continue;
+        float *g0 = &h->gw[(size_t)r * d];
+        const float *e0 = &h->e[r];
+        float sb = 0.0f;
+        for (uint16_t b = 0; b < nb; b++) sb += e0[(size_t)b * rows];
+        h->gb[r] = sb;
+        uint16_t j = 0;
+        for (; j + 8u <= d; j = (uint16_t)(j + 8u)) {
+            tol_fmac_outer8_(&g0[j], e0, rows, &h->x[j], d, nb);
+        }
+        for (; j < d; j++) {
+            float a = 0.0f;
+            for (uint16_t b = 0; b < nb; b++) {
+                a = tol_fmac_mla(a, e0[(size_t)b * rows], h->x[(size_t)b * d + j]);
+            }
+            g0[j] = a;
+        }
     }
-    return acc;
 }
 
 static float tol_head_gb_(const tol_head_t *h, uint16_t r)
 {
-    float acc = 0.0f;
-    for (uint16_t b = 0; b < h->n_batch; b++) acc += h->e[(size_t)b * h->rows + r];
-    return acc;
+    if (h->gb != NULL && h->n_batch > 1u) return h->gb[r];
+    return h->n_batch > 0u ? 0.0f + h->e[r] : 0.0f;
+}
+
+/* Row r's gradient source: gW's row (batch > 1), or the single sample's factors
+ * e and x with g[j] = 0.0f + e x[j] (an empty batch: e = 0 and x = the row's own
+ * finite weights, so g[j] = 0.0f as a sum of no terms). */
+typedef struct {
+    const float *g; /* gW row or NULL */
+    float e;
+    const float *x;
+} tol_head_grow_t;
+
+static tol_head_grow_t tol_head_grad_row_(const tol_head_t *h, uint16_t r)
+{
+    tol_head_grow_t gr = {NULL, 0.0f, &h->w[(size_t)r * h->dim]};
+    if (h->gw != NULL && h->n_batch > 1u) {
+        gr.g = &h->gw[(size_t)r * h->dim];
+    } else if (h->n_batch > 0u) {
+        gr.e = h->e[r];
+        gr.x = h->x;
+    }
+    return gr;
+}
+
+/* sum_j g[j]^2 of row r, j ascending, continuing s */
+static float tol_head_sq_row_(const tol_head_t *h, uint16_t r, float s)
+{
+    const tol_head_grow_t gr = tol_head_grad_row_(h, r);
+    for (uint16_t j = 0; j < h->dim; j++) {
+        const float g = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+        s = tol_fmac_mla(s, g, g);
+    }
+    return s;
+}
+
+/* One pass over row r: the new momentum and weights, written if `commit`;
+ * returns the sum of 0 * (each new value): NaN iff one of them is not finite. */
+static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu, float wd,
+                                  float sc, int scale, int commit)
+{
+    const tol_head_grow_t gr = tol_head_grad_row_(h, r);
+    const uint16_t d = h->dim;
+    const size_t o = (size_t)r * d;
+    float *w = &h->w[o];
+    float *vw = h->vw != NULL ? &h->vw[o] : NULL;
+    float chk = 0.0f;
+    if (scale) {
+        /* clipped (rare): element by element */
+        for (uint16_t j = 0; j < d; j++) {
+            float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+            gj = gj * sc;
+            gj = tol_fmac_mla(gj, wd, w[j]);
+            const float v = vw != NULL ? tol_fmac_mla(gj, mu, vw[j]) : gj;
+            const float wn = tol_fmac_mls(w[j], lr, v);
+            chk = tol_fmac_mla(chk, wn, 0.0f);
+            if (commit) {
+                if (vw != NULL) vw[j] = v;
+                w[j] = wn;
+            }
+        }
+    } else {
+        /* no momentum buffers: blocks of 8 (tol_fmac.h), then the rest element by element */
+        uint16_t j = 0;
+        if (vw == NULL && gr.g != NULL && d >= 8u) {
+            chk = tol_fmac_sgd8_(w, gr.g, (uint32_t)d >> 3, lr, wd, chk, commit);
+            j = (uint16_t)(d & ~7u);
+        } else if (vw == NULL) {
+            float gbuf[8];
+            for (; j + 8u <= d; j = (uint16_t)(j + 8u)) {
+                for (uint16_t k = 0; k < 8u; k++) gbuf[k] = tol_fmac_mla(0.0f, gr.e, gr.x[j + k]);
+                chk = tol_fmac_sgd8_(&w[j], gbuf, 1u, lr, wd, chk, commit);
+            }
+        }
+        for (; j < d; j++) {
+            float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+            gj = tol_fmac_mla(gj, wd, w[j]);
+            const float v = vw != NULL ? tol_fmac_mla(gj, mu, vw[j]) : gj;
+            const float wn = tol_fmac_mls(w[j], lr, v);
+            chk = tol_fmac_mla(chk, wn, 0.0f);
+            if (commit) {
+                if (vw != NULL) vw[j] = v;
+                w[j] = wn;
+            }
+        }
+    }
+    float gb = tol_head_gb_(h, r);
+    if (scale) gb = gb * sc;
+    const float vb = (h->vb != NULL) ? tol_fmac_mla(gb, mu, h->vb[r]) : gb;
+    const float bn = tol_fmac_mls(h->b[r], lr, vb);
+    chk = tol_fmac_mla(chk, bn, 0.0f);
+    if (commit) {
+        if (h->vb != NULL) h->vb[r] = vb;
+        h->b[r] = bn;
+    }
+    return chk;
+}
+
+/* A whole pass without clipping, row loop kept tight: the gradient from gW
+ * (batch > 1) or from the single sample's factors, with or without momentum buffers. */
+static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, int commit)
+{
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint32_t n8 = (uint32_t)d >> 3;
+    const uint16_t j0 = (uint16_t)(d & ~7u);
+    const int from_g = h->gw != NULL && h->n_batch > 1u;
+    const int empty = h->n_batch == 0u;
+    const int has_v = h->vw != NULL;
+    float chk = 0.0f;
+    for (uint16_t r = 0; r < rows; r++) {
+        if (!h->active[r]) continue;
+        float *w = &h->w[(size_t)r * d];
+        float *vw = has_v ? &h->vw[(size_t)r * d] : NULL;
+        const float e = empty ? 0.0f : h->e[r];
+        const float *x = empty ? w : h->x;
+        const float *g = from_g ? &h->gw[(size_t)r * d] : NULL;
+        if (from_g) {
+            if (n8 > 0u) {
+                chk = has_v ? tol_fmac_sgd8_vw_(w, vw, g, n8, lr, mu, wd, chk, commit)
+                            : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+            }
+        } else {
+            for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
+                if (has_v) {
+                    chk = tol_fmac_sgd4_vw_ex_(&w[j], &vw[j], e, &x[j], lr, mu, wd, chk, commit);
+                    chk = tol_fmac_sgd4_vw_ex_(&w[j + 4u], &vw[j + 4u], e, &x[j + 4u], lr, mu, wd,
+                                               chk, commit);
+                } else {
+                    chk = tol_fmac_sgd8_ex_(&w[j], e, &x[j], lr, wd, chk, commit);
+                }
+            }
+        }
+        for (uint16_t j = j0; j < d; j++) {
+            float gj = from_g ? g[j] : tol_fmac_mla(0.0f, e, x[j]);
+            gj = tol_fmac_mla(gj, wd, w[j]);
+            const float v = has_v ? tol_fmac_mla(gj, mu, vw[j]) : gj;
+            const float wn = tol_fmac_mls(w[j], lr, v);
+            chk = tol_fmac_mla(chk, wn, 0.0f);
+            if (commit) {
+                if (has_v) vw[j] = v;
+                w[j] = wn;
+            }
+        }
+        const float gb = from_g ? h->gb[r] : (empty ? 0.0f : 0.0f + e);
+        const float vb = has_v ? tol_fmac_mla(gb, mu, h->vb[r]) : gb;
+        const float bn = tol_fmac_mls(h->b[r], lr, vb);
+        chk = tol_fmac_mla(chk, bn, 0.0f);
+        if (commit) {
+            if (has_v) h->vb[r] = vb;
+            h->b[r] = bn;
+        }
+    }
+    return chk;
 }
 
 tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight_decay,
                            float clip_norm)
 {
     TOL_CHECK(momentum == 0.0f || h->vw != NULL, TOL_ERR_ARG);
-    const uint16_t d = h->dim;
+    if (h->gw != NULL && h->n_batch > 1u) tol_head_grad_form_(h); /* the only time it is formed */
     int scale = 0;
     float sc = 1.0f;
     if (clip_norm > 0.0f) {
         float s = 0.0f;
         for (uint16_t r = 0; r < h->rows; r++) {
             if (!h->active[r]) continue;
-            for (uint16_t j = 0; j < d; j++) {
-                const float g = tol_head_gw_(h, r, j);
-                s += g * g;
-            }
+            s = tol_head_sq_row_(h, r, s);
             const float gb = tol_head_gb_(h, r);
-            s += gb * gb;
+            s = tol_fmac_mla(s, gb, gb);
         }
         const float norm = sqrtf(s);
         if (!tol_head_finite_(norm)) return TOL_ERR_DIVERGED;
@@ -263,35 +486,22 @@ tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight
             sc = clip_norm / norm;
         }
     }
-    /* pass 0 checks every new value, pass 1 commits the same values */
+    /* pass 0 checks every new value, pass 1 commits the same values. W and b are
+     * finite before the step, so a non-finite v (or vb) always makes its new weight
+     * (or bias) non-finite too: checking the new weights checks both. */
+    const int plain = !scale;
     for (int pass = 0; pass < 2; pass++) {
+        float chk = 0.0f;
+        if (plain) {
+            chk = tol_head_pass_plain_(h, lr, momentum, weight_decay, pass);
+            if (pass == 0 && !(chk == chk)) return TOL_ERR_DIVERGED;
+            continue;
+        }
         for (uint16_t r = 0; r < h->rows; r++) {
             if (!h->active[r]) continue;
-            const size_t o = (size_t)r * d;
-            for (uint16_t j = 0; j < d; j++) {
-                float g = tol_head_gw_(h, r, j);
-                if (scale) g = g * sc;
-                g = g + weight_decay * h->w[o + j];
-                const float v = (h->vw != NULL) ? momentum * h->vw[o + j] + g : g;
-                const float wn = h->w[o + j] - lr * v;
-                if (pass == 0) {
-                    if (!tol_head_finite_(v) || !tol_head_finite_(wn)) return TOL_ERR_DIVERGED;
-                } else {
-                    if (h->vw != NULL) h->vw[o + j] = v;
-                    h->w[o + j] = wn;
-                }
-            }
-            float gb = tol_head_gb_(h, r);
-            if (scale) gb = gb * sc;
-            const float vb = (h->vb != NULL) ? momentum * h->vb[r] + gb : gb;
-            const float bn = h->b[r] - lr * vb;
-            if (pass == 0) {
-                if (!tol_head_finite_(vb) || !tol_head_finite_(bn)) return TOL_ERR_DIVERGED;
-            } else {
-                if (h->vb != NULL) h->vb[r] = vb;
-                h->b[r] = bn;
-            }
+            chk += tol_head_update_row_(h, r, lr, momentum, weight_decay, sc, scale, pass);
         }
+        if (pass == 0 && !(chk == chk)) return TOL_ERR_DIVERGED;
     }
     return TOL_OK;
 }

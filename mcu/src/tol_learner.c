@@ -102,7 +102,20 @@ void tol_learner_reset(tol_learner_t *L)
 static void tol_learner_dequantize_(const int8_t *q, uint16_t n, float scale, int32_t zp,
                                     float *x)
 {
-    for (uint16_t j = 0; j < n; j++) x[j] = scale * (float)((int32_t)q[j] - zp);
+    uint16_t k = (uint16_t)(n >> 2);
+    while (k-- > 0u) {
+        const int32_t a = (int32_t)q[0] - zp;
+        const int32_t b = (int32_t)q[1] - zp;
+        const int32_t c = (int32_t)q[2] - zp;
+        const int32_t d = (int32_t)q[3] - zp;
+        x[0] = scale * (float)a;
+        x[1] = scale * (float)b;
+        x[2] = scale * (float)c;
+        x[3] = scale * (float)d;
+        q += 4;
+        x += 4;
+    }
+    for (k = (uint16_t)(n & 3u); k > 0u; k--) *x++ = scale * (float)((int32_t)*q++ - zp);
 }
 
 static int tol_learner_all_finite_(const float *x, uint16_t n)
@@ -123,12 +136,26 @@ tol_status_t tol_learner_predict_f(tol_learner_t *L, const float *latent, int32_
     return TOL_OK;
 }
 
+/* Every dequantized int8 value is finite when the largest one is: |q - zp| <= 128 + |zp|
+ * and rounding is monotonic, so one product stands for all D finite checks. */
+static int tol_learner_int8_finite_(float scale, int32_t zp)
+{
+    if (zp < -65536 || zp > 65536) return 0;
+    const int32_t m = 128 + (zp < 0 ? -zp : zp);
+    return isfinite(scale * (float)m) ? 1 : 0;
+}
+
 tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t *label,
                                  float *confidence)
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
                             L->cfg.latent_zero_point, L->x);
+    if (L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER &&
+        tol_learner_int8_finite_(L->cfg.latent_scale, L->cfg.latent_zero_point)) {
+        tol_head_predict(&L->head, L->x, label, confidence);
+        return TOL_OK;
+    }
     return tol_learner_predict_f(L, L->x, label, confidence);
 }
 
@@ -149,7 +176,16 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
     for (uint16_t r = 0; r < n_old; r++) {
         uint16_t y;
         float *slot = tol_head_batch_slot(h);
-        tol_replay_get(&L->replay, tol_replay_draw(&L->replay), slot, &y);
+        const uint16_t idx = tol_replay_draw(&L->replay);
+        if (L->replay.bits == 8u) {
+            /* int8 rows: dequantized here (tol_replay_get's formula, unrolled) */
+            const tol_replay_t *rb = &L->replay;
+            tol_learner_dequantize_((const int8_t *)(const void *)&rb->rows[(size_t)idx * rb->row_bytes],
+                                    d, rb->scale, rb->zero_point, slot);
+            y = rb->labels[idx];
+        } else {
+            tol_replay_get(&L->replay, idx, slot, &y);
+        }
         tol_head_activate(h, y);
         TOL_TRY(tol_head_grad_add_ce(h, slot, y, weight, NULL));
     }
@@ -285,7 +321,8 @@ tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const 
         return TOL_OK;
     }
     tol_head_grad_zero(h);
-    TOL_TRY(tol_head_grad_add_mse(h, latent, target, 1.0f, NULL));
+    /* h->z still holds the forward of `latent` from the score above */
+    TOL_TRY(tol_head_grad_add_mse_z(h, latent, target, 1.0f));
     const tol_status_t st =
         tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
     if (st != TOL_OK) {

@@ -2,38 +2,64 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 from pathlib import Path
 
 import click
 
 from ..options import emit_json
-from ..paths import project_dir
+from ..paths import models_dir, project_dir
 
-DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8")
+DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "mobilenet_v1_vww")
 
 
 @click.command("bench")
 @click.option("--models", default=",".join(DEFAULT_MODELS), show_default=True,
               help="Comma-separated model names under models/.")
 @click.option("--kernels", default="ref,simd", show_default=True, help="Kernel sets to compare.")
+@click.option("--tflm", "tflm_dir", type=click.Path(exists=True), default=None, envvar="TINYOL_TFLM",
+              help="TFLM + CMSIS-NN source tree (a folder with SOURCES.txt, or its .tar.xz, e.g. "
+                   "../shared/tflm): build it and measure every model side by side. Without it, the "
+                   "TFLM columns are the anchors of design.md matched by backbone.tflite hash.")
+@click.option("--tflm-variants", default="cmsis_nn,reference", show_default=True,
+              help="TFLM builds to measure with --tflm.")
 @click.option("--no-latent256", is_flag=True, help="Skip the learner benchmark at latent size 256.")
 @click.option("--stream/--no-stream", default=True, help="Also measure streaming throughput.")
 @click.option("--out", type=click.Path(dir_okay=False), default="docs/benchmarks.md", show_default=True,
               help="Markdown report to write.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw results as JSON.")
-def cmd(models, kernels, no_latent256, stream, out, as_json):
+@click.option("--rerender", is_flag=True,
+              help="Write the report again from the last run's saved results (build/bench/last_run.pkl).")
+def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_json, rerender):
     """Measure every example model's backbone and the learner, deterministically.
 
     \b
-    Builds each model's firmware for nucleo_l476rg with the reference and SIMD
-    kernels, runs it in QEMU with -icount and counts instructions per
-    inference, per prediction and per training step; writes docs/benchmarks.md.
+    Builds each model's firmware (nucleo_l476rg; mobilenet_v1_vww: nucleo_l4r5zi)
+    with the reference and SIMD kernels, runs it in QEMU with -icount and counts
+    instructions per inference, per prediction and per training step. With
+    --tflm DIR, also builds TensorFlow Lite Micro and runs each model through it
+    and through tinyol in a bare-metal harness on the same machine: instructions
+    (total and per operator), arena, peak stack, flash, output bytes compared.
+    Writes docs/benchmarks.md.
     """
-    from .. import bench
+    import pickle
 
+    from .. import bench, tflm_bench
+
+    saved = project_dir() / "build" / "bench" / "last_run.pkl"
+    if rerender:
+        from ..errors import TinyolError
+
+        if not saved.is_file():
+            raise TinyolError("no saved results to render", hint="run `tinyol bench` first")
+        state = pickle.loads(saved.read_bytes())
+        Path(out).write_text(bench.render(state["results"], state["stream"], compare=state["compare"],
+                                          tflm_source=state["src"], learner=state["learner"]))
+        click.echo(f"wrote {out}")
+        return
+    names = [m for m in models.split(",") if m]
     results = []
-    for name in [m for m in models.split(",") if m]:
+    for name in names:
         for k in [k for k in kernels.split(",") if k]:
             click.echo(f"measuring {name} ({k} kernels) ...")
             results.append(bench.bench_model(f"models/{name}", k, echo=click.echo))
@@ -41,6 +67,22 @@ def cmd(models, kernels, no_latent256, stream, out, as_json):
         click.echo("measuring the learner at latent size 256 ...")
         d = bench.latent256_model(project_dir() / "build" / "bench" / "latent256")  # the user's folder
         results.append(bench.bench_model(str(d), "simd", echo=click.echo))
+    work = project_dir() / "build" / "bench"  # the user's folder
+    click.echo("measuring the learner by part (harness) ...")
+    learner = tflm_bench.run_learner_profile(work / "learner")
+    compare = {}
+    if tflm_dir:
+        tree = tflm_bench.open_tree(tflm_dir)
+        libs = {}
+        for v in [v for v in tflm_variants.split(",") if v]:
+            if v not in tflm_bench.VARIANTS:
+                from ..errors import TinyolError
+                raise TinyolError(f"unknown TFLM variant {v!r}", hint=f"use {', '.join(tflm_bench.VARIANTS)}")
+            libs[v] = tflm_bench.build_library(tree, v, echo=click.echo)
+        for name in names:
+            click.echo(f"side by side with TFLM: {name} ...")
+            compare[name] = tflm_bench.compare_model(models_dir() / name, tree, libs,
+                                                     work / "tflm" / name, echo=click.echo)
     stream_rows = None
     if stream:
         from ..stream import bench_emulators
@@ -50,8 +92,27 @@ def cmd(models, kernels, no_latent256, stream, out, as_json):
         for r in stream_rows:
             click.echo(f"  {r['target']} window {r['window']}: {r['samples_per_s']:.0f} samples/s, "
                        f"{r['bytes_per_s']:.0f} bytes/s")
-    report = bench.render(results, stream_rows)
+    src = None
+    if tflm_dir:
+        src = os.path.relpath(Path(tflm_dir).resolve(), project_dir())
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
+                                    "src": src, "learner": learner}))
+    report = bench.render(results, stream_rows, compare=compare, tflm_source=src, learner=learner)
     Path(out).write_text(report)
     click.echo(f"wrote {out}")
     if as_json:
-        emit_json({"models": [dataclasses.asdict(r) for r in results], "stream": stream_rows})
+        emit_json({"models": [dataclasses.asdict(r) for r in results], "stream": stream_rows,
+                   "learner": learner,
+                   "tflm": {m: _plain(dataclasses.asdict(c)) if c else None for m, c in compare.items()}})
+
+
+def _plain(v):
+    """JSON-ready: bytes (harness outputs) as hex."""
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v

@@ -1,3 +1,156 @@
-/* tol_pool.c (SIMD build) - pooling and MEAN are memory-bound and gain nothing
- * from SMLAD: the SIMD build compiles the reference implementation. */
-#include "../ref/tol_pool.c"
+/* tol_pool.c (SIMD build) - AVERAGE_POOL_2D and MAX_POOL_2D four channels per
+ * word: the window sum in two SXTAB16 accumulators (16-bit lanes: exact while
+ * the window holds at most 255 values), the window maximum with SSUB8 + SEL.
+ * Channels beyond a multiple of 4 take the reference loop. MEAN is the
+ * reference code. Bit-exact with the reference kernels (and TFLM). */
+#include "tol_kernels.h"
+
+#include "../tol_kernels_util.h"
+#include "tol_acle.h"
+
+#if defined(__ARM_FEATURE_SIMD32) && __ARM_FEATURE_SIMD32
+/* Per signed byte lane: max(a, b). */
+static inline uint32_t tol_pool_max8_(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    uint32_t r;
+    /* one statement: SEL reads the GE flags that SSUB8 sets */
+    __asm__("ssub8 %0, %2, %3\n\tsel %1, %2, %3" : "=&r"(d), "=r"(r) : "r"(a), "r"(b) : "cc");
+    (void)d;
+    return r;
+}
+#else
+static inline uint32_t tol_pool_max8_(uint32_t a, uint32_t b)
+{
+    uint32_t r = 0;
+    for (int k = 0; k < 4; k++) {
+        const int8_t x = (int8_t)(uint8_t)(a >> (8 * k));
+        const int8_t y = (int8_t)(uint8_t)(b >> (8 * k));
+        r |= (uint32_t)(uint8_t)(x >= y ? x : y) << (8 * k);
+    }
+    return r;
+}
+#endif
+
+static inline int32_t tol_pool_lane16_(uint32_t x, int lane)
+{
+    return (int32_t)(int16_t)(uint16_t)(x >> (16 * lane));
+}
+
+static inline int32_t tol_pool_byte8_(uint32_t x, int byte)
+{
+    return (int32_t)(int8_t)(uint8_t)(x >> (8 * byte));
+}
+
+static inline int32_t tol_pool_avg_(int32_t acc, int32_t count)
+{
+    if (count > 0) {
+        acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+    }
+    return acc;
+}
+
+TOL_SIMD_FN void tol_avgpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t c = p->c;
+    const int32_t c4 = c & ~3;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        const int32_t ky0 = tol_max_(0, -iy0);
+        const int32_t ky1 = tol_min_(p->k_h, p->in_h - iy0);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            const int32_t kx0 = tol_max_(0, -ix0);
+            const int32_t kx1 = tol_min_(p->k_w, p->in_w - ix0);
+            const int32_t count = (ky1 - ky0) * (kx1 - kx0);
+            int32_t ch = 0;
+            if (count <= 255) {
+                for (; ch < c4; ch += 4) {
+                    uint32_t lo = 0; /* lanes: ch, ch + 2 */
+                    uint32_t hi = 0; /* lanes: ch + 1, ch + 3 */
+                    for (int32_t ky = ky0; ky < ky1; ++ky) {
+                        const int8_t *px = input + ((iy0 + ky) * p->in_w + ix0 + kx0) * c + ch;
+                        for (int32_t kx = kx0; kx < kx1; ++kx) {
+                            const uint32_t v = tol_read_s8x4(px);
+                            lo = tol_sxtab16(lo, v);
+                            hi = tol_sxtab16_ror8(hi, v);
+                            px += c;
+                        }
+                    }
+                    output[0] = (int8_t)tol_clamp_(tol_pool_avg_(tol_pool_lane16_(lo, 0), count), p->act_min, p->act_max);
+                    output[1] = (int8_t)tol_clamp_(tol_pool_avg_(tol_pool_lane16_(hi, 0), count), p->act_min, p->act_max);
+                    output[2] = (int8_t)tol_clamp_(tol_pool_avg_(tol_pool_lane16_(lo, 1), count), p->act_min, p->act_max);
+                    output[3] = (int8_t)tol_clamp_(tol_pool_avg_(tol_pool_lane16_(hi, 1), count), p->act_min, p->act_max);
+                    output += 4;
+                }
+            }
+            for (; ch < c; ++ch) {
+                int32_t acc = 0;
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *row = input + ((iy0 + ky) * p->in_w + ix0) * c + ch;
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        acc += row[kx * c];
+                    }
+                }
+                *output++ = (int8_t)tol_clamp_(tol_pool_avg_(acc, count), p->act_min, p->act_max);
+            }
+        }
+    }
+}
+
+TOL_SIMD_FN void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t c = p->c;
+    const int32_t c4 = c & ~3;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        const int32_t ky0 = tol_max_(0, -iy0);
+        const int32_t ky1 = tol_min_(p->k_h, p->in_h - iy0);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            const int32_t kx0 = tol_max_(0, -ix0);
+            const int32_t kx1 = tol_min_(p->k_w, p->in_w - ix0);
+            int32_t ch = 0;
+            for (; ch < c4; ch += 4) {
+                uint32_t m = 0x80808080u; /* -128 in every lane */
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *px = input + ((iy0 + ky) * p->in_w + ix0 + kx0) * c + ch;
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        m = tol_pool_max8_(m, tol_read_s8x4(px));
+                        px += c;
+                    }
+                }
+                for (int k = 0; k < 4; k++) {
+                    *output++ = (int8_t)tol_clamp_(tol_pool_byte8_(m, k), p->act_min, p->act_max);
+                }
+            }
+            for (; ch < c; ++ch) {
+                int32_t m = -128;
+                for (int32_t ky = ky0; ky < ky1; ++ky) {
+                    const int8_t *row = input + ((iy0 + ky) * p->in_w + ix0) * c + ch;
+                    for (int32_t kx = kx0; kx < kx1; ++kx) {
+                        m = tol_max_(m, row[kx * c]);
+                    }
+                }
+                *output++ = (int8_t)tol_clamp_(m, p->act_min, p->act_max);
+            }
+        }
+    }
+}
+
+void tol_mean_hw_s8(const tol_mean_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t n = p->h * p->w;
+    for (int32_t ch = 0; ch < p->c; ++ch) {
+        int32_t sum = 0;
+        for (int32_t i = 0; i < n; ++i) {
+            sum += input[i * p->c + ch];
+        }
+        if (p->requant == 0) {
+            output[ch] = (int8_t)(sum / n);
+        } else {
+            const int32_t r = tol_mbqm_(sum - p->input_zp * n, p->mult, p->shift) + p->output_zp;
+            output[ch] = (int8_t)tol_clamp_(r, -128, 127);
+        }
+    }
+}

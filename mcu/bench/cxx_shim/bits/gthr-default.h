@@ -1,0 +1,2 @@
+/* Bench-only configuration shim (tinyol): single-threaded bare metal. */
+#include <bits/gthr-single.h>
