@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from tinyol.commands.simulate import latents, learner_settings, load_model, make_learner
+from tinyol.simulation import latents, learner_settings, load_model, make_learner
 from tinyol.device import quantize
 
 

@@ -197,7 +197,7 @@ def test_qemu_exit_mid_stream_is_reported(firmware, digits_stream):
 def test_native_anomaly_stream_equals_reference(firmware):
     """The autoencoder head (models/anomaly): the device's scores and flags equal the
     reference learner's on the same stream (sensor windows with faults)."""
-    from tinyol.commands.simulate import latents, learner_settings, load_model, make_learner
+    from tinyol.simulation import latents, learner_settings, load_model, make_learner
     from tinyol.device import quantize
     X, y, _ = load_source("sensor:anomalies")
     X, y = X[:300], y[:300]

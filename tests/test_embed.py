@@ -45,7 +45,7 @@ def _lib():
 
 def _stream():
     """A fixed, shuffled stream of digits (all ten classes; 5-9 never seen in pretraining)."""
-    from tinyol.commands.simulate import load_model, quantize_input
+    from tinyol.simulation import load_model, quantize_input
     from tinyol.datasets import load_source
 
     X, y, _ = load_source("digits:0-9@train")
@@ -56,7 +56,7 @@ def _stream():
 
 def _reference(model, Xq, y):
     """Predictions and confidences of the numpy reference learner (predict, then learn)."""
-    from tinyol.commands.simulate import latents, learner_settings, make_learner
+    from tinyol.simulation import latents, learner_settings, make_learner
 
     lrn = make_learner(model, *learner_settings(model))
     preds, confs = [], []
@@ -103,7 +103,7 @@ def test_library_api_learns_like_the_reference_learner():
 def test_library_quantize_and_persistence_round_trip():
     lib = _lib()
     model, Xq, y = _stream()
-    from tinyol.commands.simulate import quantize_input
+    from tinyol.simulation import quantize_input
     from tinyol.datasets import load_source
 
     X, _, _ = load_source("digits:0-9@train")

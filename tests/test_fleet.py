@@ -18,7 +18,7 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install 
 from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol.cli import main  # noqa: E402
-from tinyol.commands.simulate import learner_settings, load_model, make_learner  # noqa: E402
+from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 

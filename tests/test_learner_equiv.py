@@ -195,7 +195,7 @@ def test_real_digits_stream_c_matches_numpy(lib):
     if not (root / "manifest.json").exists():
         pytest.skip("models/digits not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol.commands import simulate as S
+    from tinyol import simulation as S
     from tinyol.datasets import load_source
     model = S.load_model(root)
     X, y, _ = load_source("digits@test")
@@ -284,7 +284,7 @@ def test_real_anomaly_model_c_matches_numpy(lib):
     if not (root / "manifest.json").exists():
         pytest.skip("models/anomaly not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol.commands import simulate as S
+    from tinyol import simulation as S
     from tinyol.datasets import load_source
     model = S.load_model(root)
     X, y, _ = load_source("sensor:anomalies@test")

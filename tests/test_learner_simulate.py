@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tinyol import learner as L
-from tinyol.commands import simulate as S
+from tinyol import simulation as S
+from tinyol.commands import simulate as simulate_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"
@@ -32,7 +33,7 @@ def test_roc_auc_matches_sklearn():
 
 
 def _simulate(*args) -> dict:
-    res = CliRunner().invoke(S.cmd, [*args, "--json"], catch_exceptions=False)
+    res = CliRunner().invoke(simulate_cli.cmd, [*args, "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 

@@ -8,7 +8,7 @@ from conftest import ROOT
 
 from tinyol import emulator
 from tinyol._defs import Status
-from tinyol.commands.simulate import latents, learner_settings, load_model, make_learner
+from tinyol.simulation import latents, learner_settings, load_model, make_learner
 from tinyol.datasets import load_source
 from tinyol.device import Device, quantize
 from tinyol.protocol import DeviceError

@@ -141,7 +141,7 @@ def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) ->
 
 def latents_fn(model_dir: str):
     """X -> the board's int8 latents (TFLM's runtime on the backbone; inputs quantized as the host does)."""
-    from .commands.simulate import latents, load_model
+    from .simulation import latents, load_model
     from .device import quantize
     model = load_model(model_dir)
 
@@ -304,13 +304,13 @@ class TwinBoard(Board):
             self.lrn.replay_add(q, int(label))
 
     def evaluate(self, shard: Shard) -> float:
-        from .commands.simulate import evaluate
+        from .simulation import evaluate
         return float(np.mean(evaluate(self.lrn, shard.Q) == shard.y))
 
 
 def make_twin(model, name: str, *, learn_mode: str | None = None):
     """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings)."""
-    from .commands.simulate import learner_settings, make_learner
+    from .simulation import learner_settings, make_learner
     settings, replay = learner_settings(model, mode=learn_mode)
     return TwinBoard(name, make_learner(model, settings, replay))
 
@@ -829,7 +829,7 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.simulation import run_simulation
 
-    from .commands.simulate import load_model
+    from .simulation import load_model
     model = load_model(model_dir)
     latent_q = model.latent_q
     initial = Head(model.W, model.b, np.arange(len(model.b)) < model.n_init)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from . import fleet as F
-from .commands.simulate import load_model
+from .simulation import load_model
 
 OLD, NEW = list(range(5)), list(range(5, 10))
 METHODS = [  # name, learning mode, strategy, k (None: local only)

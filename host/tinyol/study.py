@@ -28,7 +28,7 @@ import numpy as np
 
 from . import __version__
 from . import learner as L
-from .commands import simulate as S
+from . import simulation as S
 
 SIZES = (20, 50, 100, 200)
 BITS = (32, 8, 7)

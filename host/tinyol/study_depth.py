@@ -31,7 +31,7 @@ import numpy as np
 
 from . import __version__
 from . import learner as L
-from .commands import simulate as S
+from . import simulation as S
 from .paths import project_root
 
 SEEDS = 3
