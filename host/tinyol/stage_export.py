@@ -263,6 +263,8 @@ def stage_budget(bud: dict, mem: dict, arena: int) -> dict:
 
     b = dict(bud)
     b["stage_bytes"] = mem["total"]
+    b["learner_bytes"] = mem["total"]          # the stage is the learner (config.h's budget line)
+    b["learner_parts"] = {"adaptive stage": mem["total"] - mem["replay"], "replay buffer": mem["replay"]}
     b["stage_replay_bytes"] = mem["replay"]
     b["arena_bytes"] = arena
     b["ram_bytes"] = arena + mem["total"] + FIRMWARE_RAM_BASE_BYTES
