@@ -106,11 +106,31 @@ def _validate(X: np.ndarray, y: np.ndarray, where: str) -> tuple[np.ndarray, np.
         if nonint.any():
             i = int(np.argmax(nonint))
             raise TinyolError(f"{where}: label of sample {i} is not an integer: {y[i]!r}")
+        _check_label_range(yf, where)
         yi = yf.astype(np.int64)
-    if (yi < 0).any():
-        i = int(np.argmax(yi < 0))
-        raise TinyolError(f"{where}: label of sample {i} is negative: {int(yi[i])}")
+    _check_label_range(yi, where)
     return Xf, yi
+
+
+# The protocol carries a label as u16 and 0xFFFF means "no label": the largest class a device
+# can ever learn is 0xFFFE. Checked before anything is sized by a label (class-name lists,
+# counters), so one absurd label cannot make the host allocate gigabytes.
+MAX_LABEL = 0xFFFE
+
+
+def _check_label_range(y: np.ndarray, where: str) -> None:
+    if len(y) == 0:
+        return
+    neg = y < 0
+    if neg.any():
+        i = int(np.argmax(neg))
+        raise TinyolError(f"{where}: label of sample {i} is negative: {y[i]:g}")
+    big = y > MAX_LABEL
+    if big.any():
+        i = int(np.argmax(big))
+        raise TinyolError(f"{where}: label of sample {i} is {y[i]:g}, above the largest class tinyol "
+                          f"can carry ({MAX_LABEL})",
+                          hint="labels are class numbers 0, 1, 2, ... (map your label values to them)")
 
 
 def _split(X: np.ndarray, y: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:
@@ -256,8 +276,15 @@ def _is_number(tok: str) -> bool:
 def _csv(path: str, label_column) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
     import csv
 
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError as e:
+        raise TinyolError(f"{path}: not a text CSV file (byte {e.start} is not UTF-8 text)",
+                          hint="give a CSV of numbers (features..., label) or an .npz with X and y") from None
+    except csv.Error as e:
+        raise TinyolError(f"{path}: unreadable CSV ({e})",
+                          hint="one sample a line: comma-separated numbers, the label last") from None
     if not rows:
         raise TinyolError(f"{path}: empty CSV file")
     header = None
@@ -366,8 +393,8 @@ def parse_line(line: str, where: str = "stdin") -> tuple[np.ndarray, int] | None
     if not np.isfinite(vals).all():
         raise TinyolError(f"{where}: NaN or Inf in {line!r}")
     lab = vals[-1]
-    if lab != round(lab) or lab < 0:
-        raise TinyolError(f"{where}: label must be a non-negative integer, got {toks[-1]!r}")
+    if lab != round(lab) or lab < 0 or lab > MAX_LABEL:
+        raise TinyolError(f"{where}: label must be an integer 0..{MAX_LABEL}, got {toks[-1]!r}")
     return vals[:-1].astype(np.float32), int(lab)
 
 

@@ -255,7 +255,11 @@ def load_keras(path: str):
         return keras.models.load_model(path, compile=False)
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise TinyolError(f"cannot load Keras model {path!r}: {msg}") from None
+        if "not found" in msg.lower() or "zip" in msg.lower() or "signature" in msg.lower():
+            # Keras says "File not found" for a file that exists but is no .keras zip / HDF5
+            msg = "not a readable Keras model file (corrupt, truncated, or not .keras/.h5)"
+        raise TinyolError(f"cannot load Keras model {path!r}: {msg}",
+                          hint="save it with model.save('name.keras'); or export an int8 .tflite") from None
 
 
 _PASS_AFTER_HEAD = {"Softmax", "Dropout"}
@@ -703,24 +707,33 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
     source = src_path.name
     name = name or src_path.stem
     final = Path(out_dir)
+    created = [d for d in [final, *final.parents] if not d.exists()]
     final.mkdir(parents=True, exist_ok=True)
-    # Everything is written to a staging directory next to out_dir and moved in at the end:
-    # a failed export (unsupported op, budget) leaves out_dir as it was.
-    with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
-        manifest = _export(src_path, Path(stage), source=source, name=name, split=split,
-                           calib=calib, classes=classes, max_classes=max_classes, board=board,
-                           board_obj=board_obj, class_names=class_names, mode=mode,
-                           label_column=label_column, replay_capacity=replay_capacity,
-                           replay_bits=replay_bits, lr=lr, momentum=momentum,
-                           weight_decay=weight_decay, replay_n_new=replay_n_new,
-                           replay_n_old=replay_n_old, seed=seed, echo=echo)
-        for a in ARTIFACTS + ("manifest.json",):
-            if (Path(stage) / a).exists():
-                os.replace(Path(stage) / a, final / a)
-            elif (final / a).exists():
-                (final / a).unlink()  # stale output of an earlier export
-    echo(f"wrote {final}/ (model hash 0x{manifest['model_hash']:08x})")
-    return manifest
+    try:
+        # Everything is written to a staging directory next to out_dir and moved in at the end:
+        # a failed export (unsupported op, budget) leaves out_dir as it was.
+        with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
+            manifest = _export(src_path, Path(stage), source=source, name=name, split=split,
+                               calib=calib, classes=classes, max_classes=max_classes, board=board,
+                               board_obj=board_obj, class_names=class_names, mode=mode,
+                               label_column=label_column, replay_capacity=replay_capacity,
+                               replay_bits=replay_bits, lr=lr, momentum=momentum,
+                               weight_decay=weight_decay, replay_n_new=replay_n_new,
+                               replay_n_old=replay_n_old, seed=seed, echo=echo)
+            for a in ARTIFACTS + ("manifest.json",):
+                if (Path(stage) / a).exists():
+                    os.replace(Path(stage) / a, final / a)
+                elif (final / a).exists():
+                    (final / a).unlink()  # stale output of an earlier export
+        echo(f"wrote {final}/ (model hash 0x{manifest['model_hash']:08x})")
+        return manifest
+    except BaseException:
+        for d in created:  # a failed export leaves no folder it made (they are still empty)
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _tflite_source(src_path: Path, split, classes, echo: Echo):

@@ -64,6 +64,10 @@ def load_model(model_dir: str | os.PathLike) -> Model:
                           hint="create one with `tinyol export`") from None
     except (json.JSONDecodeError, ValueError) as e:
         raise TinyolError(f"{p}: unreadable model files ({e})") from None
+    from .stream import check_manifest
+
+    check_manifest(manifest, f"{p}/manifest.json")
+    check_learner(manifest, f"{p}/manifest.json")
     W = np.asarray(npz["W"], np.float32)
     b = np.asarray(npz["b"], np.float32)
     n_init = int(npz["n_classes"]) if "n_classes" in npz.files else W.shape[0]
@@ -71,6 +75,28 @@ def load_model(model_dir: str | os.PathLike) -> Model:
         raise TinyolError(f"{p}: head_init.npz shapes {W.shape}/{b.shape} do not match the "
                           f"manifest's latent dim {manifest['latent']['dim']}")
     return Model(p, manifest, tflite, W, b, n_init)
+
+
+# Bounds of the learner section: what the firmware's u16 fields and the device's RAM allow,
+# checked before the twin sizes a replay buffer or a head from them.
+_LEARNER_BOUNDS = {"replay_capacity": (0, 0xFFFF), "replay_bits": (7, 32), "replay_n_new": (1, 0xFFFF),
+                   "replay_n_old": (0, 0xFFFF)}
+
+
+def check_learner(manifest: dict, where: str) -> None:
+    """The manifest's learner settings and head sizes are numbers a board could hold."""
+    L_ = manifest.get("learner", {})
+    if not isinstance(L_, dict):
+        raise TinyolError(f"{where}: learner is not a JSON object", hint="re-export the model")
+    for k, (lo, hi) in _LEARNER_BOUNDS.items():
+        v = L_.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
+            raise TinyolError(f"{where}: learner.{k} = {v!r} is not an integer {lo}..{hi}",
+                              hint="re-export the model (`tinyol export`); manifest.json is written by it")
+    dim = manifest.get("latent", {}).get("dim")
+    if not isinstance(dim, int) or not 1 <= dim <= 0xFFFF:
+        raise TinyolError(f"{where}: latent.dim = {dim!r} is not an integer 1..65535",
+                          hint="re-export the model (`tinyol export`)")
 
 
 def _load_stage_model(p: Path) -> Model:
