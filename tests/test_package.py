@@ -105,10 +105,15 @@ def _wheel_venv(wheel: Path, where: Path) -> Path:
     venv = where / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], where, dict(os.environ))
     py = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", wheel], where,
-         dict(os.environ))
+    # pip must install into the fresh venv whatever it believes is installed elsewhere
+    # (--ignore-installed): in a full `make test` run a plain install once reported success
+    # and installed nothing
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = _run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps",
+                "--ignore-installed", "--force-reinstall", wheel], where, env)
     site = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], where,
-                     dict(os.environ)).strip())
+                     env).strip())
+    assert (site / "tinyol" / "__init__.py").is_file(), f"pip installed no tinyol into {site}:\n{out[-3000:]}"
     (site / "zz_reuse_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
