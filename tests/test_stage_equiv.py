@@ -45,6 +45,12 @@ STAGES = {
                                   Layer(GAP, 2, 2, 2, 1, 1, 2), dense(2, CMAX)],
     "conv_stride2_same_even": [conv(4, 6, 2, 3, 3, s=2, act=ACT_RELU),
                                dense(2 * 3 * 3, CMAX)],
+    # channel counts that take the 8-wide blocks (and a remainder) of the optimized loops:
+    # 4-row conv blocks over 8 and 12 input channels, a 2-row leftover, a 72-input Dense
+    "conv_c8_c12_blocks": [conv(3, 4, 8, 12, 3, act=ACT_RELU),
+                           conv(3, 4, 12, 6, 1, act=ACT_RELU6), dense(3 * 4 * 6, CMAX)],
+    "dw_mult2_c8_gap": [conv(3, 3, 8, 16, 3, dw=True, act=ACT_RELU), Layer(GAP, 3, 3, 16, 1, 1, 16),
+                        dense(16, 13, ACT_RELU), dense(13, CMAX)],
 }
 
 SETTINGS = {

@@ -446,17 +446,23 @@ def run_learner_profile(work: Path, *, timeout: float = 300) -> dict[str, int]:
     return {k: _instr(v) for k, v in res.items() if k != "ops" and isinstance(v, int)}
 
 
-def run_learner_stream(work: Path, header: str, *, timeout: float = 300) -> dict[str, bytes]:
-    """Build mcu/bench/learner_stream.c with `header` (learner_case.h) for the M4, run it in QEMU
-    and return the printed arrays ({"w": bytes, "b": bytes}): the test of the M4-only code paths."""
+STAGE_SOURCES = (*LEARNER_SOURCES, "tol_stage.c")
+
+
+def run_learner_stream(work: Path, header: str, *, timeout: float = 300, main: str = "learner_stream.c",
+                       case: str = "learner_case.h", sources=LEARNER_SOURCES,
+                       keys=("w", "b")) -> dict[str, bytes]:
+    """Build mcu/bench/`main` (learner_stream.c; stage_stream.c for the adaptive stage) with `header`
+    (written as `case`) for the M4, run it in QEMU and return the printed arrays ({key: bytes}):
+    the test of the M4-only code paths."""
     root = project_root()
     b = _bench_dir()
     work.mkdir(parents=True, exist_ok=True)
-    (work / "learner_case.h").write_text(header)
+    (work / case).write_text(header)
     (work / "bench_case.c").write_text("/* no model */\nconst unsigned char tol_bench_unused;\n")
     objs = _rt_objs(work, False)
     inc = [f"-I{root / 'mcu' / 'include'}", f"-I{root / 'mcu' / 'src'}", f"-I{b}", f"-I{work}"]
-    for s in [b / "learner_stream.c", *(root / "mcu" / "src" / n for n in LEARNER_SOURCES)]:
+    for s in [b / main, *(root / "mcu" / "src" / n for n in sources)]:
         o = work / f"ls_{s.stem}.o"
         r = subprocess.run([_tool("arm-none-eabi-gcc"), *OURS_CFLAGS, "-Wall", "-Wextra", "-Werror", *inc,
                             "-c", str(s), "-o", str(o)], capture_output=True, text=True)
@@ -472,9 +478,9 @@ def run_learner_stream(work: Path, header: str, *, timeout: float = 300) -> dict
     out = {}
     for line in (r.stdout + r.stderr).splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0] in ("w", "b"):
+        if len(parts) == 2 and parts[0] in keys:
             out[parts[0]] = bytes.fromhex(parts[1])
-    if r.returncode != 0 or set(out) != {"w", "b"}:
+    if r.returncode != 0 or set(out) != set(keys):
         raise TinyolError(f"learner stream on the M4 failed (exit {r.returncode}): {(r.stdout + r.stderr)[-300:]}")
     return out
 

@@ -119,6 +119,30 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     z[3] = a3;
 }
 
+/* y[k] = y[k] + a x[k] over n8 blocks of 8: VLDM x, VLDM y, 8 VMLA, VSTM y. */
+static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
+{
+    __asm__ volatile(
+        "1:\n"
+        "vldmia %[px]!, {s24-s31}\n"
+        "vldmia %[py], {s16-s23}\n"
+        "vmla.f32 s16, %[a], s24\n"
+        "vmla.f32 s17, %[a], s25\n"
+        "vmla.f32 s18, %[a], s26\n"
+        "vmla.f32 s19, %[a], s27\n"
+        "vmla.f32 s20, %[a], s28\n"
+        "vmla.f32 s21, %[a], s29\n"
+        "vmla.f32 s22, %[a], s30\n"
+        "vmla.f32 s23, %[a], s31\n"
+        "vstmia %[py]!, {s16-s23}\n"
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        : [py] "+r"(y), [px] "+r"(x), [n] "+r"(n8)
+        : [a] "t"(a)
+        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27",
+          "s28", "s29", "s30", "s31", "cc", "memory");
+}
+
 /* out[k] = 0.0f + e[0] x[k] + e[es] x[xs + k] + ... (nb terms, left to right), k = 0..7:
  * eight sums in registers, one VLDM per batch sample. es, xs: strides in floats. */
 static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, const float *x,
@@ -408,6 +432,11 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
         const float *px = x;
         z[i] = tol_fmac_dot8_(z[i], &pw, &px, n8);
     }
+}
+
+static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
+{
+    for (uint32_t k = 0; k < 8u * n8; k++) y[k] = tol_fmac_mla(y[k], a, x[k]);
 }
 
 static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, const float *x,

@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tol_fmac.h"
+
 /* ---- shapes and memory ------------------------------------------------------------ */
 
 static uint32_t tol_stage_in_size_(const tol_stage_layer_t *l)
@@ -261,6 +263,53 @@ static float tol_stage_act_(uint8_t act, float v)
     return v;
 }
 
+/* The float loops below use tol_fmac.h's multiply-adds (VMLA on the M4F: the product rounded,
+ * then the sum, exactly the separate `acc += a * b`), with VLDM blocks of 8 where the data
+ * is contiguous; every sum keeps the order of tol_stage.h. */
+
+/* acc + w[0] x[0] + ... + w[n-1] x[n-1], left to right. */
+static float tol_stage_dot_(float acc, const float *w, const float *x, uint32_t n)
+{
+    if (n >= 8u) acc = tol_fmac_dot8_(acc, &w, &x, n >> 3);
+    for (uint32_t i = 0; i < (n & 7u); i++) acc = tol_fmac_mla(acc, w[i], x[i]);
+    return acc;
+}
+
+/* z[r] += sum_i w[r stride + i] x[i] (i ascending) for the four rows r = 0..3. */
+static void tol_stage_dot4_(float *z, const float *w, uint32_t stride, const float *x, uint32_t n)
+{
+    const uint32_t n8 = n >> 3;
+    if (n8 > 0u) tol_fmac_dot4x8_(z, w, stride, x, n8);
+    for (uint32_t r = 0; r < 4u; r++) {
+        const float *wr = w + (size_t)r * stride;
+        for (uint32_t i = 8u * n8; i < n; i++) z[r] = tol_fmac_mla(z[r], wr[i], x[i]);
+    }
+}
+
+/* y[i] = y[i] + a x[i], i < n. */
+static void tol_stage_axpy_(float *y, float a, const float *x, uint32_t n)
+{
+    const uint32_t n8 = n >> 3;
+    if (n8 > 0u) {
+        tol_fmac_axpy8_(y, a, x, n8);
+        y += 8u * n8;
+        x += 8u * n8;
+    }
+    for (uint32_t i = 0; i < (n & 7u); i++) y[i] = tol_fmac_mla(y[i], a, x[i]);
+}
+
+/* The kernel taps [*k0, *k1) whose input index o*s - p + k lies in [0, n): the taps the
+ * reference loop would not skip as padding. */
+static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_t n, uint32_t *k0,
+                            uint32_t *k1)
+{
+    const int32_t start = (int32_t)o * s - p;
+    const int32_t lo = start < 0 ? -start : 0;
+    const int32_t hi = (int32_t)n - start < (int32_t)k ? (int32_t)n - start : (int32_t)k;
+    *k0 = (uint32_t)lo;
+    *k1 = (uint32_t)(hi > lo ? hi : lo);
+}
+
 static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                      float *y)
 {
@@ -268,40 +317,70 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
     switch (l->kind) {
     case TOL_STAGE_DENSE: {
         const uint32_t n = tol_stage_in_size_(l);
-        for (uint16_t o = 0; o < l->out_c; o++) {
-            const float *wo = &w[(size_t)o * n];
-            float acc = b[o];
-            for (uint32_t i = 0; i < n; i++) acc += wo[i] * x[i];
-            y[o] = tol_stage_act_(l->act, acc);
+        uint32_t o = 0;
+        for (; o + 4u <= l->out_c; o += 4u) {
+            float z[4] = {b[o], b[o + 1u], b[o + 2u], b[o + 3u]};
+            tol_stage_dot4_(z, &w[(size_t)o * n], n, x, n);
+            for (uint32_t r = 0; r < 4u; r++) y[o + r] = tol_stage_act_(l->act, z[r]);
         }
+        for (; o < l->out_c; o++) y[o] = tol_stage_act_(l->act, tol_stage_dot_(b[o], &w[(size_t)o * n], x, n));
         break;
     }
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV: {
         const int dw = l->kind == TOL_STAGE_DWCONV;
-        const uint16_t mult = (uint16_t)(dw ? (unsigned)l->out_c / l->in_c : 1u);
-        for (uint16_t oy = 0; oy < l->out_h; oy++) {
-            for (uint16_t ox = 0; ox < l->out_w; ox++) {
-                float *yo = &y[((size_t)oy * l->out_w + ox) * l->out_c];
-                for (uint16_t co = 0; co < l->out_c; co++) {
-                    float acc = b[co];
-                    for (uint8_t ky = 0; ky < l->kh; ky++) {
-                        const int32_t iy = (int32_t)oy * l->sh - l->pt + ky;
-                        if (iy < 0 || iy >= (int32_t)l->in_h) continue;
-                        for (uint8_t kx = 0; kx < l->kw; kx++) {
-                            const int32_t ix = (int32_t)ox * l->sw - l->pl + kx;
-                            if (ix < 0 || ix >= (int32_t)l->in_w) continue;
-                            const float *xi = &x[((size_t)iy * l->in_w + (size_t)ix) * l->in_c];
-                            if (dw) {
-                                acc += w[((size_t)ky * l->kw + kx) * l->out_c + co] * xi[co / mult];
+        const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
+        const uint32_t cin = l->in_c, cout = l->out_c;
+        const uint32_t wrow = (uint32_t)l->kh * l->kw * cin; /* CONV: floats per output channel */
+        for (uint32_t oy = 0; oy < l->out_h; oy++) {
+            uint32_t ky0, ky1;
+            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
+            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+            for (uint32_t ox = 0; ox < l->out_w; ox++) {
+                uint32_t kx0, kx1;
+                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
+                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+                float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
+                if (dw) {
+                    /* every channel's sum in its own slot of yo, taps in (ky, kx) order */
+                    for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
+                    for (uint32_t ky = ky0; ky < ky1; ky++) {
+                        for (uint32_t kx = kx0; kx < kx1; kx++) {
+                            const float *xi = &x[((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * cin];
+                            const float *wk = &w[((size_t)ky * l->kw + kx) * cout];
+                            if (mult == 1u) {
+                                for (uint32_t co = 0; co < cout; co++) yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co]);
                             } else {
-                                const float *wk =
-                                    &w[(((size_t)co * l->kh + ky) * l->kw + kx) * l->in_c];
-                                for (uint16_t ci = 0; ci < l->in_c; ci++) acc += wk[ci] * xi[ci];
+                                for (uint32_t co = 0; co < cout; co++) {
+                                    yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co / mult]);
+                                }
                             }
                         }
                     }
-                    yo[co] = tol_stage_act_(l->act, acc);
+                    for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
+                    continue;
+                }
+                uint32_t co = 0;
+                for (; co < cout; co += 4u) {
+                    const uint32_t nr = cout - co < 4u ? cout - co : 4u;
+                    float z[4];
+                    for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
+                    for (uint32_t ky = ky0; ky < ky1; ky++) {
+                        const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
+                        const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
+                        for (uint32_t kx = kx0; kx < kx1; kx++) {
+                            if (nr == 4u) {
+                                tol_stage_dot4_(z, wr, wrow, xr, cin);
+                            } else {
+                                for (uint32_t r = 0; r < nr; r++) {
+                                    z[r] = tol_stage_dot_(z[r], wr + (size_t)r * wrow, xr, cin);
+                                }
+                            }
+                            xr += cin;
+                            wr += cin;
+                        }
+                    }
+                    for (uint32_t r = 0; r < nr; r++) yo[co + r] = tol_stage_act_(l->act, z[r]);
                 }
             }
         }
@@ -333,7 +412,9 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
 }
 
 /* Add this sample's gradient to g (layer's slice), and, if dx != NULL, write
- * the input delta dx from the output delta d. x: the layer's input. */
+ * the input delta dx from the output delta d. x: the layer's input. Output
+ * elements whose delta is zero (ReLU-masked, inactive rows) are skipped: their
+ * terms are +-0, which leave sums that start at +0.0f unchanged. */
 static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                       const float *d, float *g, float *dx)
 {
@@ -343,48 +424,51 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
     switch (l->kind) {
     case TOL_STAGE_DENSE: {
         const uint32_t n = tol_stage_in_size_(l);
-        for (uint16_t o = 0; o < l->out_c; o++) {
+        for (uint32_t o = 0; o < l->out_c; o++) {
             const float dv = d[o];
             if (dv == 0.0f) continue;
-            float *go = &g[(size_t)o * n];
-            const float *wo = &w[(size_t)o * n];
-            for (uint32_t i = 0; i < n; i++) go[i] += dv * x[i];
+            tol_stage_axpy_(&g[(size_t)o * n], dv, x, n);
             gb[o] += dv;
-            if (dx != NULL) {
-                for (uint32_t i = 0; i < n; i++) dx[i] += dv * wo[i];
-            }
+            if (dx != NULL) tol_stage_axpy_(dx, dv, &w[(size_t)o * n], n);
         }
         break;
     }
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV: {
         const int dw = l->kind == TOL_STAGE_DWCONV;
-        const uint16_t mult = (uint16_t)(dw ? (unsigned)l->out_c / l->in_c : 1u);
-        for (uint16_t oy = 0; oy < l->out_h; oy++) {
-            for (uint16_t ox = 0; ox < l->out_w; ox++) {
-                const float *dp = &d[((size_t)oy * l->out_w + ox) * l->out_c];
-                for (uint16_t co = 0; co < l->out_c; co++) {
+        const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
+        const uint32_t cin = l->in_c, cout = l->out_c;
+        const uint32_t wrow = (uint32_t)l->kh * l->kw * cin;
+        for (uint32_t oy = 0; oy < l->out_h; oy++) {
+            uint32_t ky0, ky1;
+            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
+            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+            for (uint32_t ox = 0; ox < l->out_w; ox++) {
+                uint32_t kx0, kx1;
+                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
+                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+                const float *dp = &d[((size_t)oy * l->out_w + ox) * cout];
+                for (uint32_t co = 0; co < cout; co++) {
                     const float dv = dp[co];
                     if (dv == 0.0f) continue;
                     gb[co] += dv;
-                    for (uint8_t ky = 0; ky < l->kh; ky++) {
-                        const int32_t iy = (int32_t)oy * l->sh - l->pt + ky;
-                        if (iy < 0 || iy >= (int32_t)l->in_h) continue;
-                        for (uint8_t kx = 0; kx < l->kw; kx++) {
-                            const int32_t ix = (int32_t)ox * l->sw - l->pl + kx;
-                            if (ix < 0 || ix >= (int32_t)l->in_w) continue;
-                            const size_t xo = ((size_t)iy * l->in_w + (size_t)ix) * l->in_c;
-                            if (dw) {
-                                const size_t k = ((size_t)ky * l->kw + kx) * l->out_c + co;
-                                const uint16_t ci = (uint16_t)(co / mult);
-                                g[k] += dv * x[xo + ci];
-                                if (dx != NULL) dx[xo + ci] += dv * w[k];
-                            } else {
-                                const size_t k = (((size_t)co * l->kh + ky) * l->kw + kx) * l->in_c;
-                                for (uint16_t ci = 0; ci < l->in_c; ci++) g[k + ci] += dv * x[xo + ci];
-                                if (dx != NULL) {
-                                    for (uint16_t ci = 0; ci < l->in_c; ci++) dx[xo + ci] += dv * w[k + ci];
-                                }
+                    for (uint32_t ky = ky0; ky < ky1; ky++) {
+                        const size_t xrow = ((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin;
+                        if (dw) {
+                            const uint32_t ci = co / mult;
+                            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                                const size_t k = ((size_t)ky * l->kw + kx) * cout + co;
+                                const size_t xo = xrow + (size_t)(kx - kx0) * cin + ci;
+                                g[k] = tol_fmac_mla(g[k], dv, x[xo]);
+                                if (dx != NULL) dx[xo] = tol_fmac_mla(dx[xo], dv, w[k]);
+                            }
+                        } else {
+                            const size_t k0 = (size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin;
+                            for (uint32_t kx = kx0; kx < kx1; kx++) {
+                                const size_t k = k0 + (size_t)(kx - kx0) * cin;
+                                const size_t xo = xrow + (size_t)(kx - kx0) * cin;
+                                tol_stage_axpy_(&g[k], dv, &x[xo], cin);
+                                if (dx != NULL) tol_stage_axpy_(&dx[xo], dv, &w[k], cin);
                             }
                         }
                     }
@@ -474,66 +558,63 @@ static void tol_stage_grad_add_(tol_stage_t *S, const float *x, uint16_t label, 
     }
 }
 
-/* Weights (decayed) vs biases of the layer owning params[k]: 1 for a weight. */
-static void tol_stage_weight_mask_(const tol_stage_t *S, uint32_t k, uint32_t *end, int *is_w)
+/* The SGD update of params [0, n): g (+ wd W if decay) -> v (+ mu v_old with momentum
+ * buffers) -> W - lr v, in the order of tol_stage.h (the tol_fmac.h blocks compute exactly
+ * that). Returns chk + 0 * every new value: NaN if any is not finite. A non-finite v always
+ * makes the new weight non-finite (W - lr v with W finite), so checking the new weights is
+ * the reference's check of v and W. commit: store v and W. */
+static float tol_stage_sgd_(float *w, float *v, const float *g, uint32_t n, float lr, float mu,
+                            float wd, int decay, float chk, int commit)
 {
-    uint32_t off = 0;
-    for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
-        const tol_stage_layer_t *l = &S->cfg.layers[i];
-        const uint32_t nw = tol_stage_n_weights_(l);
-        const uint32_t np = tol_stage_layer_params(l);
-        if (k < off + nw) {
-            *end = off + nw;
-            *is_w = 1;
-            return;
-        }
-        if (k < off + np) {
-            *end = off + np;
-            *is_w = 0;
-            return;
-        }
-        off += np;
+    uint32_t k = 0;
+    if (decay && n >= 8u) {
+        const uint32_t n8 = n >> 3;
+        chk = v != NULL ? tol_fmac_sgd8_vw_(w, v, g, n8, lr, mu, wd, chk, commit)
+                        : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+        k = 8u * n8;
     }
-    *end = S->n_params;
-    *is_w = 0;
+    for (; k < n; k++) {
+        float gk = g[k];
+        if (decay) gk = tol_fmac_mla(gk, wd, w[k]);
+        const float vk = v != NULL ? tol_fmac_mla(gk, mu, v[k]) : gk;
+        const float wn = tol_fmac_mls(w[k], lr, vk);
+        chk = tol_fmac_mla(chk, wn, 0.0f);
+        if (commit) {
+            if (v != NULL) v[k] = vk;
+            w[k] = wn;
+        }
+    }
+    return chk;
 }
 
 static tol_status_t tol_stage_step_(tol_stage_t *S)
 {
     const float lr = S->set.lr, mu = S->set.momentum, wd = S->set.weight_decay;
     const float clip = S->set.clip_norm;
-    float sc = 1.0f;
-    int scale = 0;
     if (clip > 0.0f) {
-        float s = 0.0f;
-        for (uint32_t k = 0; k < S->n_params; k++) s += S->grads[k] * S->grads[k];
-        const float norm = sqrtf(s);
+        const float norm = sqrtf(tol_stage_dot_(0.0f, S->grads, S->grads, S->n_params));
         if (!isfinite(norm)) return TOL_ERR_DIVERGED;
         if (norm > clip) {
-            scale = 1;
-            sc = clip / norm;
+            /* scale once in place (the gradient buffer is scratch until the next update) */
+            const float sc = clip / norm;
+            for (uint32_t k = 0; k < S->n_params; k++) S->grads[k] = S->grads[k] * sc;
         }
     }
-    for (int pass = 0; pass < 2; pass++) {
-        uint32_t k = 0;
-        while (k < S->n_params) {
-            uint32_t end;
-            int is_w;
-            tol_stage_weight_mask_(S, k, &end, &is_w);
-            for (; k < end; k++) {
-                float g = S->grads[k];
-                if (scale) g = g * sc;
-                if (is_w) g = g + wd * S->params[k];
-                const float v = S->mom != NULL ? mu * S->mom[k] + g : g;
-                const float wn = S->params[k] - lr * v;
-                if (pass == 0) {
-                    if (!isfinite(v) || !isfinite(wn)) return TOL_ERR_DIVERGED;
-                } else {
-                    if (S->mom != NULL) S->mom[k] = v;
-                    S->params[k] = wn;
-                }
-            }
+    /* pass 0 checks every new value, pass 1 commits them all */
+    for (int commit = 0; commit < 2; commit++) {
+        float chk = 0.0f;
+        uint32_t off = 0;
+        for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
+            const tol_stage_layer_t *l = &S->cfg.layers[i];
+            const uint32_t nw = tol_stage_n_weights_(l);
+            const uint32_t np = tol_stage_layer_params(l);
+            float *mom = S->mom != NULL ? &S->mom[off] : NULL;
+            chk = tol_stage_sgd_(&S->params[off], mom, &S->grads[off], nw, lr, mu, wd, 1, chk, commit);
+            chk = tol_stage_sgd_(&S->params[off + nw], mom != NULL ? mom + nw : NULL, &S->grads[off + nw],
+                                 np - nw, lr, mu, wd, 0, chk, commit);
+            off += np;
         }
+        if (!commit && !isfinite(chk)) return TOL_ERR_DIVERGED;
     }
     return TOL_OK;
 }
