@@ -360,24 +360,22 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                     for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
                     continue;
                 }
-                uint32_t co = 0;
-                for (; co < cout; co += 4u) {
+                /* taps kx0..kx1-1 of one kernel row are contiguous in x and in W, in the
+                 * (kx, ci) order of the sum: one run of `run` floats per kernel row */
+                const uint32_t run = (kx1 - kx0) * cin;
+                for (uint32_t co = 0; co < cout; co += 4u) {
                     const uint32_t nr = cout - co < 4u ? cout - co : 4u;
                     float z[4];
                     for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
                         const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
                         const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
-                        for (uint32_t kx = kx0; kx < kx1; kx++) {
-                            if (nr == 4u) {
-                                tol_stage_dot4_(z, wr, wrow, xr, cin);
-                            } else {
-                                for (uint32_t r = 0; r < nr; r++) {
-                                    z[r] = tol_stage_dot_(z[r], wr + (size_t)r * wrow, xr, cin);
-                                }
+                        if (nr == 4u) {
+                            tol_stage_dot4_(z, wr, wrow, xr, run);
+                        } else {
+                            for (uint32_t r = 0; r < nr; r++) {
+                                z[r] = tol_stage_dot_(z[r], wr + (size_t)r * wrow, xr, run);
                             }
-                            xr += cin;
-                            wr += cin;
                         }
                     }
                     for (uint32_t r = 0; r < nr; r++) yo[co + r] = tol_stage_act_(l->act, z[r]);
@@ -448,6 +446,7 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
                 tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
                 const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
                 const float *dp = &d[((size_t)oy * l->out_w + ox) * cout];
+                const uint32_t run = (kx1 - kx0) * cin;
                 for (uint32_t co = 0; co < cout; co++) {
                     const float dv = dp[co];
                     if (dv == 0.0f) continue;
@@ -463,13 +462,11 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
                                 if (dx != NULL) dx[xo] = tol_fmac_mla(dx[xo], dv, w[k]);
                             }
                         } else {
-                            const size_t k0 = (size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin;
-                            for (uint32_t kx = kx0; kx < kx1; kx++) {
-                                const size_t k = k0 + (size_t)(kx - kx0) * cin;
-                                const size_t xo = xrow + (size_t)(kx - kx0) * cin;
-                                tol_stage_axpy_(&g[k], dv, &x[xo], cin);
-                                if (dx != NULL) tol_stage_axpy_(&dx[xo], dv, &w[k], cin);
-                            }
+                            /* one contiguous run per kernel row (each gW and dx element
+                             * takes one term from this output element: order-free) */
+                            const size_t k = (size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin;
+                            tol_stage_axpy_(&g[k], dv, &x[xrow], run);
+                            if (dx != NULL) tol_stage_axpy_(&dx[xrow], dv, &w[k], run);
                         }
                     }
                 }
