@@ -18,7 +18,7 @@ from tinyol.learner import Config, LearnerError, Settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MCU = ROOT / "mcu"
-SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c",
+SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c", "tol_segs.c",
            "tol_learner.c"]
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wconversion", "-Wdouble-promotion",
           "-Wshadow"]

@@ -12,7 +12,7 @@ from _learner_util import MCU, STRICT, CSettings, CStats, settings_to_c
 from tinyol.learner import LearnerError
 from tinyol.stage import Layer, StageConfig
 
-SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c",
+SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c", "tol_segs.c",
            "tol_learner.c", "tol_stage.c"]
 
 SHIM = r"""

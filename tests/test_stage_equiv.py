@@ -198,6 +198,42 @@ def test_stage_state_roundtrip(lib):
     np.testing.assert_array_equal(fresh.params[:4], cfg.init_params[:4])
 
 
+def test_stage_state_stream_layout_and_chunking(lib):
+    """The state stream (tol_segs under tol_stage_state_*): its segments hold the twin's
+    parameters, flags, class counts and momentum at the documented offsets, and any chunking
+    of a read (across the header and every segment boundary) or of a restore gives the same
+    bytes."""
+    import ctypes as C
+
+    cfg = make_cfg(STAGES["dense_dense"], replay_capacity=20, replay_bits=8, max_new=2,
+                   settings=Settings(lr=0.05, momentum=0.5, n_new=2, n_old=3))
+    py, cl, _, _ = run_pair(lib, cfg, n=41)
+    data = cl.state_bytes(0x03)
+    p, rows, d = py.n_params, py.rows, py.latent
+    at = 72
+    assert data[at:at + 4 * p] == py.params.tobytes()
+    at += 4 * p
+    assert data[at:at + rows] == py.active.astype(np.uint8).tobytes()
+    at += rows
+    assert data[at:at + 4 * rows] == py.class_count.astype(np.uint32).tobytes()
+    at += 4 * rows
+    queue = b"".join(x.astype(np.float32).tobytes() for x, _ in py.pending)
+    assert len(py.pending) == 1 and data[at:at + len(queue)] == queue
+    at += len(queue) + 2 * len(py.pending)
+    assert data[at:at + 4 * p] == py.mom.tobytes()
+    for chunk in (1, 7, 71, 72, 73, 4 * p + 1):
+        got = b""
+        for off in range(0, len(data), chunk):
+            n = min(chunk, len(data) - off)
+            buf = C.create_string_buffer(n)
+            lib.tol_stage_state_read(cl.state, 0x03, off, buf, n)
+            got += buf.raw
+        assert got == data, chunk
+        fresh = CStage(lib, cfg)
+        fresh.restore(data, chunk=chunk)
+        assert fresh.state_bytes(0x03) == data, chunk
+
+
 def _loss(stage: Stage, x, label):
     z = stage.forward(x)[-1].astype(np.float64)
     a = stage.active

@@ -423,7 +423,8 @@ def tflm_arena_guess(model_dir: Path) -> int:
 
 # ---------------------------------------------------------------------------- the learner by part
 
-LEARNER_SOURCES = ("tol_learner.c", "tol_head.c", "tol_replay.c", "tol_prng.c", "tol_anomaly.c", "tol_status.c")
+LEARNER_SOURCES = ("tol_learner.c", "tol_head.c", "tol_replay.c", "tol_prng.c", "tol_anomaly.c", "tol_status.c",
+                   "tol_segs.c")
 
 
 def run_learner_profile(work: Path, *, timeout: float = 300) -> dict[str, int]:

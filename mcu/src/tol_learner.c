@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tol_segs.h"
+
 void tol_learner_settings_default(tol_learner_settings_t *s)
 {
     s->lr = 0.03f; /* docs/study.md: best validation accuracy with replay */
@@ -393,11 +395,6 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
 #define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
 #define TOL_LEARNER_MAX_SEGS 12u
 
-typedef struct {
-    uint8_t *p;
-    uint32_t n;
-} tol_learner_seg_t;
-
 static void tol_learner_put32_(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)v;
@@ -445,29 +442,29 @@ static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
 }
 
 /* The arrays after the header, in stream order. */
-static uint32_t tol_learner_segs_(const tol_learner_t *L, uint8_t parts, tol_learner_seg_t *seg)
+static uint32_t tol_learner_segs_(const tol_learner_t *L, uint8_t parts, tol_seg_t *seg)
 {
     const tol_head_t *h = &L->head;
     const uint32_t rows = h->rows;
     const uint32_t wn = rows * h->dim;
     const uint32_t d = L->cfg.latent_dim;
     uint32_t k = 0;
-    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->w, 4u * wn};
-    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->b, 4u * rows};
-    seg[k++] = (tol_learner_seg_t){h->active, rows};
-    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->class_count, 4u * L->cfg.n_outputs};
-    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->x, 4u * d * L->n_pending}; /* the queue */
-    seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)L->pending_labels, 2u * L->n_pending};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->w, 4u * wn};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->b, 4u * rows};
+    seg[k++] = (tol_seg_t){h->active, rows};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)L->class_count, 4u * L->cfg.n_outputs};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->x, 4u * d * L->n_pending}; /* the queue */
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)L->pending_labels, 2u * L->n_pending};
     if (parts & TOL_LEARNER_STATE_MOMENTUM) {
-        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vw, 4u * wn};
-        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)h->vb, 4u * rows};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->vw, 4u * wn};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->vb, 4u * rows};
     }
     if (parts & TOL_LEARNER_STATE_REPLAY) {
         const tol_replay_t *rb = &L->replay;
-        seg[k++] = (tol_learner_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
-        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
-        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
-        seg[k++] = (tol_learner_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
+        seg[k++] = (tol_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
     }
     return k;
 }
@@ -517,52 +514,20 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
 
 uint32_t tol_learner_state_bytes(const tol_learner_t *L, uint8_t parts)
 {
-    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    tol_seg_t seg[TOL_LEARNER_MAX_SEGS];
     const uint32_t k = tol_learner_segs_(L, tol_learner_parts_(L, parts), seg);
-    uint32_t n = TOL_LEARNER_STATE_HEADER;
-    for (uint32_t i = 0; i < k; i++) n += seg[i].n;
-    return n;
-}
-
-/* Copy between the stream range [offset, offset + n) and the segments. */
-static void tol_learner_state_copy_(const tol_learner_seg_t *seg, uint32_t k, uint32_t offset, uint8_t *buf,
-                                    uint32_t n, int to_state)
-{
-    uint32_t at = TOL_LEARNER_STATE_HEADER;
-    for (uint32_t i = 0; i < k && n > 0u; i++) {
-        const uint32_t end = at + seg[i].n;
-        if (offset < end) {
-            const uint32_t from = offset - at;
-            const uint32_t m = (end - offset) < n ? (end - offset) : n;
-            if (to_state) {
-                memcpy(seg[i].p + from, buf, m);
-            } else {
-                memcpy(buf, seg[i].p + from, m);
-            }
-            buf += m;
-            offset += m;
-            n -= m;
-        }
-        at = end;
-    }
+    return TOL_LEARNER_STATE_HEADER + tol_segs_bytes(seg, k);
 }
 
 void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offset, uint8_t *dst,
                             uint32_t n)
 {
     parts = tol_learner_parts_(L, parts);
-    if (offset < TOL_LEARNER_STATE_HEADER) {
-        uint8_t hdr[TOL_LEARNER_STATE_HEADER];
-        tol_learner_state_header_(L, parts, hdr);
-        const uint32_t m = (TOL_LEARNER_STATE_HEADER - offset) < n ? (TOL_LEARNER_STATE_HEADER - offset) : n;
-        memcpy(dst, hdr + offset, m);
-        dst += m;
-        offset += m;
-        n -= m;
-    }
-    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    uint8_t hdr[TOL_LEARNER_STATE_HEADER];
+    if (offset < TOL_LEARNER_STATE_HEADER) tol_learner_state_header_(L, parts, hdr);
+    tol_seg_t seg[TOL_LEARNER_MAX_SEGS];
     const uint32_t k = tol_learner_segs_(L, parts, seg);
-    tol_learner_state_copy_(seg, k, offset, dst, n, 0);
+    tol_segs_read(hdr, TOL_LEARNER_STATE_HEADER, seg, k, offset, dst, n);
 }
 
 tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
@@ -633,9 +598,9 @@ tol_status_t tol_learner_state_write(tol_learner_t *L, uint8_t parts, uint32_t o
     parts = tol_learner_parts_(L, parts);
     const uint32_t total = tol_learner_state_bytes(L, parts);
     TOL_CHECK(offset >= TOL_LEARNER_STATE_HEADER && offset <= total && n <= total - offset, TOL_ERR_RANGE);
-    tol_learner_seg_t seg[TOL_LEARNER_MAX_SEGS];
+    tol_seg_t seg[TOL_LEARNER_MAX_SEGS];
     const uint32_t k = tol_learner_segs_(L, parts, seg);
-    tol_learner_state_copy_(seg, k, offset, (uint8_t *)(uintptr_t)src, n, 1);
+    tol_segs_write(seg, k, TOL_LEARNER_STATE_HEADER, offset, src, n);
     return TOL_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tol_fmac.h"
+#include "tol_segs.h"
 
 /* ---- shapes and memory ------------------------------------------------------------ */
 
@@ -759,11 +760,6 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
 #define TOL_STAGE_STATE_MAGIC 0x31475453u /* "STG1" */
 #define TOL_STAGE_MAX_SEGS 10u
 
-typedef struct {
-    uint8_t *p;
-    uint32_t n;
-} tol_stage_seg_t;
-
 static void tol_stage_put32_(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -813,23 +809,23 @@ static uint8_t tol_stage_parts_(const tol_stage_t *S, uint8_t parts)
     return (uint8_t)(parts & (TOL_STAGE_STATE_REPLAY | TOL_STAGE_STATE_MOMENTUM));
 }
 
-static uint32_t tol_stage_segs_(const tol_stage_t *S, uint8_t parts, tol_stage_seg_t *seg)
+static uint32_t tol_stage_segs_(const tol_stage_t *S, uint8_t parts, tol_seg_t *seg)
 {
     uint32_t k = 0;
-    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->params, 4u * S->n_params};
-    seg[k++] = (tol_stage_seg_t){S->active, S->rows};
-    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->class_count, 4u * S->rows};
-    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->queue, 4u * S->latent * S->n_pending};
-    seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->pending_labels, 2u * S->n_pending};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->params, 4u * S->n_params};
+    seg[k++] = (tol_seg_t){S->active, S->rows};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->class_count, 4u * S->rows};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->queue, 4u * S->latent * S->n_pending};
+    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->pending_labels, 2u * S->n_pending};
     if (parts & TOL_STAGE_STATE_MOMENTUM) {
-        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)S->mom, 4u * S->n_params};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->mom, 4u * S->n_params};
     }
     if (parts & TOL_STAGE_STATE_REPLAY) {
         const tol_replay_t *rb = &S->replay;
-        seg[k++] = (tol_stage_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
-        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
-        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
-        seg[k++] = (tol_stage_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
+        seg[k++] = (tol_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
+        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
     }
     return k;
 }
@@ -880,53 +876,20 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
 
 uint32_t tol_stage_state_bytes(const tol_stage_t *S, uint8_t parts)
 {
-    tol_stage_seg_t seg[TOL_STAGE_MAX_SEGS];
+    tol_seg_t seg[TOL_STAGE_MAX_SEGS];
     const uint32_t k = tol_stage_segs_(S, tol_stage_parts_(S, parts), seg);
-    uint32_t n = TOL_STAGE_STATE_HEADER;
-    for (uint32_t i = 0; i < k; i++) n += seg[i].n;
-    return n;
-}
-
-/* Copy [offset, offset+n) of the segments (not the header) to/from buf. */
-static void tol_stage_copy_(const tol_stage_seg_t *seg, uint32_t k, uint32_t offset, uint8_t *buf,
-                            uint32_t n, int write)
-{
-    uint32_t at = TOL_STAGE_STATE_HEADER;
-    for (uint32_t i = 0; i < k && n > 0u; i++) {
-        const uint32_t end = at + seg[i].n;
-        if (offset < end) {
-            const uint32_t o = offset - at;
-            const uint32_t m = seg[i].n - o < n ? seg[i].n - o : n;
-            if (write) {
-                memcpy(seg[i].p + o, buf, m);
-            } else {
-                memcpy(buf, seg[i].p + o, m);
-            }
-            buf += m;
-            offset += m;
-            n -= m;
-        }
-        at = end;
-    }
+    return TOL_STAGE_STATE_HEADER + tol_segs_bytes(seg, k);
 }
 
 void tol_stage_state_read(const tol_stage_t *S, uint8_t parts, uint32_t offset, uint8_t *dst,
                           uint32_t n)
 {
     parts = tol_stage_parts_(S, parts);
-    if (offset < TOL_STAGE_STATE_HEADER) {
-        uint8_t h[TOL_STAGE_STATE_HEADER];
-        tol_stage_header_(S, parts, h);
-        const uint32_t m = TOL_STAGE_STATE_HEADER - offset < n ? TOL_STAGE_STATE_HEADER - offset : n;
-        memcpy(dst, h + offset, m);
-        dst += m;
-        offset += m;
-        n -= m;
-    }
-    if (n == 0u) return;
-    tol_stage_seg_t seg[TOL_STAGE_MAX_SEGS];
+    uint8_t h[TOL_STAGE_STATE_HEADER];
+    if (offset < TOL_STAGE_STATE_HEADER) tol_stage_header_(S, parts, h);
+    tol_seg_t seg[TOL_STAGE_MAX_SEGS];
     const uint32_t k = tol_stage_segs_(S, parts, seg);
-    tol_stage_copy_(seg, k, offset, dst, n, 0);
+    tol_segs_read(h, TOL_STAGE_STATE_HEADER, seg, k, offset, dst, n);
 }
 
 static uint16_t tol_stage_get16_(const uint8_t *p)
@@ -994,9 +957,9 @@ tol_status_t tol_stage_state_write(tol_stage_t *S, uint8_t parts, uint32_t offse
     const uint32_t total = tol_stage_state_bytes(S, parts);
     TOL_CHECK(offset >= TOL_STAGE_STATE_HEADER && offset <= total && n <= total - offset,
               TOL_ERR_RANGE);
-    tol_stage_seg_t seg[TOL_STAGE_MAX_SEGS];
+    tol_seg_t seg[TOL_STAGE_MAX_SEGS];
     const uint32_t k = tol_stage_segs_(S, parts, seg);
-    tol_stage_copy_(seg, k, offset, (uint8_t *)(uintptr_t)src, n, 1);
+    tol_segs_write(seg, k, TOL_STAGE_STATE_HEADER, offset, src, n);
     return TOL_OK;
 }
 
@@ -1038,30 +1001,11 @@ uint32_t tol_stage_image_bytes(const tol_stage_t *S)
     return 4u * S->n_params + S->rows;
 }
 
-/* Copy image bytes [offset, offset+n) (in range) between buf and params/flags. */
-static void tol_stage_image_copy_(float *params, uint8_t *flags, uint32_t n_params, uint32_t offset,
-                                  uint8_t *buf, uint32_t n, int write)
+/* The image as two segments: parameters (float32) then the active flags. */
+static void tol_stage_image_segs_(const tol_stage_t *S, float *params, uint8_t *flags, tol_seg_t *seg)
 {
-    const uint32_t pb = 4u * n_params;
-    if (offset < pb && n > 0u) {
-        const uint32_t m = pb - offset < n ? pb - offset : n;
-        uint8_t *p = (uint8_t *)(void *)params + offset;
-        if (write) {
-            memcpy(p, buf, m);
-        } else {
-            memcpy(buf, p, m);
-        }
-        buf += m;
-        offset += m;
-        n -= m;
-    }
-    if (n > 0u) {
-        if (write) {
-            memcpy(flags + (offset - pb), buf, n);
-        } else {
-            memcpy(buf, flags + (offset - pb), n);
-        }
-    }
+    seg[0] = (tol_seg_t){(uint8_t *)(void *)params, 4u * S->n_params};
+    seg[1] = (tol_seg_t){flags, S->rows};
 }
 
 tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n)
@@ -1069,7 +1013,9 @@ tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t
     const uint32_t total = tol_stage_image_bytes(S);
     TOL_CHECK(offset <= total && n <= total - offset, TOL_ERR_RANGE);
     TOL_CHECK(n == 0u || dst != NULL, TOL_ERR_ARG);
-    tol_stage_image_copy_(S->params, S->active, S->n_params, offset, dst, n, 0);
+    tol_seg_t seg[2];
+    tol_stage_image_segs_(S, S->params, S->active, seg);
+    tol_segs_read(NULL, 0u, seg, 2u, offset, dst, n);
     return TOL_OK;
 }
 
@@ -1079,8 +1025,9 @@ tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t
     TOL_CHECK(n == 0u || src != NULL, TOL_ERR_ARG);
     TOL_CHECK(offset == 0u || offset == S->push_fill, TOL_ERR_RANGE);
     TOL_CHECK(n <= total - offset, TOL_ERR_RANGE);
-    tol_stage_image_copy_(S->grads, (uint8_t *)(void *)S->delta[0], S->n_params, offset,
-                          (uint8_t *)(uintptr_t)src, n, 1);
+    tol_seg_t seg[2];
+    tol_stage_image_segs_(S, S->grads, (uint8_t *)(void *)S->delta[0], seg);
+    tol_segs_write(seg, 2u, 0u, offset, src, n);
     S->push_fill = offset + n;
     return TOL_OK;
 }
