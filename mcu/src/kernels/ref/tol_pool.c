@@ -1,7 +1,7 @@
-/* tol_pool.c - AVERAGE_POOL_2D, MAX_POOL_2D and MEAN (H, W) in plain C,
- * following TFLM reference_integer_ops::AveragePool / MaxPool and
- * reference_ops::Mean / QuantizedMeanOrSum. Shared by both implementations
- * (the SIMD build includes this file). */
+/* tol_pool.c - AVERAGE_POOL_2D and MAX_POOL_2D in plain C, following TFLM
+ * reference_integer_ops::AveragePool / MaxPool. MEAN over H and W
+ * (reference_ops::Mean / QuantizedMeanOrSum) is in tol_reduce.c, which both
+ * builds compile. */
 #include "tol_kernels.h"
 
 #include "../tol_kernels_util.h"
@@ -56,23 +56,6 @@ void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *o
                 }
                 *output++ = (int8_t)tol_clamp_(m, p->act_min, p->act_max);
             }
-        }
-    }
-}
-
-void tol_mean_hw_s8(const tol_mean_params_t *p, const int8_t *input, int8_t *output)
-{
-    const int32_t n = p->h * p->w;
-    for (int32_t ch = 0; ch < p->c; ++ch) {
-        int32_t sum = 0;
-        for (int32_t i = 0; i < n; ++i) {
-            sum += input[i * p->c + ch];
-        }
-        if (p->requant == 0) {
-            output[ch] = (int8_t)(sum / n);
-        } else {
-            const int32_t r = tol_mbqm_(sum - p->input_zp * n, p->mult, p->shift) + p->output_zp;
-            output[ch] = (int8_t)tol_clamp_(r, -128, 127);
         }
     }
 }

@@ -1,6 +1,6 @@
 /* tol_reduce.c (reference) - MEAN and REDUCE_MAX over one run of contiguous
- * axes ([outer][n][inner] -> [outer][inner]), following TFLM's reduce kernels.
- * The SIMD build compiles this file. */
+ * axes ([outer][n][inner] -> [outer][inner]), following TFLM's reduce kernels,
+ * and MEAN over H and W (its [1][h w][c] case). The SIMD build compiles this file. */
 #include "tol_kernels.h"
 
 #include "../tol_kernels_util.h"
@@ -24,6 +24,14 @@ void tol_mean_s8(const tol_reduce_params_t *p, const int8_t *input, int8_t *outp
         }
         output += inner;
     }
+}
+
+/* MEAN over H and W of [h][w][c]: tol_mean_s8 over [1][h w][c]. */
+void tol_mean_hw_s8(const tol_mean_params_t *p, const int8_t *input, int8_t *output)
+{
+    const tol_reduce_params_t r = {1, p->h * p->w, p->c, p->requant,
+                                   p->input_zp, p->output_zp, p->mult, p->shift};
+    tol_mean_s8(&r, input, output);
 }
 
 void tol_reduce_max_s8(const tol_reduce_params_t *p, const int8_t *input, int8_t *output)

@@ -2,7 +2,8 @@
  * word: the window sum in two SXTAB16 accumulators (16-bit lanes: exact while
  * the window holds at most 255 values), the window maximum with SSUB8 + SEL.
  * Channels beyond a multiple of 4 take the reference loop. MEAN is the
- * reference code. Bit-exact with the reference kernels (and TFLM). */
+ * reference code (ref/tol_reduce.c, compiled by the SIMD build too).
+ * Bit-exact with the reference kernels (and TFLM). */
 #include "tol_kernels.h"
 
 #include "../tol_kernels_util.h"
@@ -134,23 +135,6 @@ TOL_SIMD_FN void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *inpu
                 }
                 *output++ = (int8_t)tol_clamp_(m, p->act_min, p->act_max);
             }
-        }
-    }
-}
-
-void tol_mean_hw_s8(const tol_mean_params_t *p, const int8_t *input, int8_t *output)
-{
-    const int32_t n = p->h * p->w;
-    for (int32_t ch = 0; ch < p->c; ++ch) {
-        int32_t sum = 0;
-        for (int32_t i = 0; i < n; ++i) {
-            sum += input[i * p->c + ch];
-        }
-        if (p->requant == 0) {
-            output[ch] = (int8_t)(sum / n);
-        } else {
-            const int32_t r = tol_mbqm_(sum - p->input_zp * n, p->mult, p->shift) + p->output_zp;
-            output[ch] = (int8_t)tol_clamp_(r, -128, 127);
         }
     }
 }
