@@ -29,6 +29,59 @@ static inline float tol_fmac_mls(float acc, float a, float b)
     return acc;
 }
 
+/* ---- assembler text, one instruction over the lanes of a register block ----------------
+ * A block is a list of operands, one per lane: a bank of consecutive S registers
+ * (TOL_FMAC_S8_, _S16_, _S24_: 8 lanes; _S16Q_ ... _S28Q_: 4 lanes) or one named asm
+ * operand repeated (TOL_FMAC_ALL8_("%[lr]")). TOL_FMAC_OP8_(ins, A, B, C) is the 8 lines
+ * "ins A_k, B_k, C_k"; TOL_FMAC_MOV8_(A, B) the 8 lines "vmov.f32 A_k, B_k"; 4-lane forms
+ * likewise. Every asm block below is written from these. */
+#define TOL_FMAC_S8_ "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"
+#define TOL_FMAC_S16_ "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"
+#define TOL_FMAC_S24_ "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31"
+#define TOL_FMAC_S16Q_ "s16", "s17", "s18", "s19"
+#define TOL_FMAC_S20Q_ "s20", "s21", "s22", "s23"
+#define TOL_FMAC_S24Q_ "s24", "s25", "s26", "s27"
+#define TOL_FMAC_S28Q_ "s28", "s29", "s30", "s31"
+#define TOL_FMAC_ALL8_(x) x, x, x, x, x, x, x, x
+#define TOL_FMAC_ALL4_(x) x, x, x, x
+#define TOL_FMAC_CALL_(m, ...) m(__VA_ARGS__)
+#define TOL_FMAC_L3_(ins, a, b, c) ins " " a ", " b ", " c "\n"
+#define TOL_FMAC_L2_(ins, a, b) ins " " a ", " b "\n"
+#define TOL_FMAC_OP4X_(ins, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3)                        \
+    TOL_FMAC_L3_(ins, a0, b0, c0) TOL_FMAC_L3_(ins, a1, b1, c1) TOL_FMAC_L3_(ins, a2, b2, c2)      \
+    TOL_FMAC_L3_(ins, a3, b3, c3)
+#define TOL_FMAC_OP8X_(ins, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, \
+                       c2, c3, c4, c5, c6, c7)                                                     \
+    TOL_FMAC_OP4X_(ins, a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3)                            \
+    TOL_FMAC_OP4X_(ins, a4, a5, a6, a7, b4, b5, b6, b7, c4, c5, c6, c7)
+#define TOL_FMAC_MOV4X_(a0, a1, a2, a3, b0, b1, b2, b3)                                            \
+    TOL_FMAC_L2_("vmov.f32", a0, b0) TOL_FMAC_L2_("vmov.f32", a1, b1)                             \
+    TOL_FMAC_L2_("vmov.f32", a2, b2) TOL_FMAC_L2_("vmov.f32", a3, b3)
+#define TOL_FMAC_MOV8X_(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7)            \
+    TOL_FMAC_MOV4X_(a0, a1, a2, a3, b0, b1, b2, b3) TOL_FMAC_MOV4X_(a4, a5, a6, a7, b4, b5, b6, b7)
+#define TOL_FMAC_OP8_(ins, A, B, C) TOL_FMAC_CALL_(TOL_FMAC_OP8X_, ins, A, B, C)
+#define TOL_FMAC_OP4_(ins, A, B, C) TOL_FMAC_CALL_(TOL_FMAC_OP4X_, ins, A, B, C)
+#define TOL_FMAC_MOV8_(A, B) TOL_FMAC_CALL_(TOL_FMAC_MOV8X_, A, B)
+#define TOL_FMAC_MOV4_(A, B) TOL_FMAC_CALL_(TOL_FMAC_MOV4X_, A, B)
+
+/* acc += row . x over one block of 8 (row in s16-s23, x in s24-s31), left to right. */
+#define TOL_FMAC_DOT8_(acc) TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_ALL8_(acc), TOL_FMAC_S16_, TOL_FMAC_S24_)
+
+/* The SGD block, the gradient g in s16-s23 and the weights w in s24-s31 (8 lanes):
+ * g' = g + wd w (DECAY), [v = g' + mu vw, vw in s8-s15 (MOMENTUM)], wn = w - lr v in
+ * s24-s31 and chk += 0 * wn (STEP). One text for the variants with and without momentum
+ * and with a stored or an e x gradient. */
+#define TOL_FMAC_SGD8_DECAY_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[wd]"), TOL_FMAC_S24_)
+#define TOL_FMAC_SGD8_MOMENTUM_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[mu]"), TOL_FMAC_S8_)
+#define TOL_FMAC_SGD8_STEP_                                                                        \
+    TOL_FMAC_OP8_("vmls.f32", TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[lr]"), TOL_FMAC_S16_)                          \
+    TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_ALL8_("%[chk]"), TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[zero]"))
+#define TOL_FMAC_CLOBBER16_                                                                        \
+    "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28",    \
+        "s29", "s30", "s31"
+#define TOL_FMAC_CLOBBER24_                                                                        \
+    "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", TOL_FMAC_CLOBBER16_
+
 /* acc + w[0] x[0] + w[1] x[1] + ... (left to right), n8 blocks of 8: VLDM + 8 VMLA. */
 static inline float tol_fmac_dot8_(float acc, const float **w, const float **x, uint32_t n8)
 {
@@ -38,20 +91,12 @@ static inline float tol_fmac_dot8_(float acc, const float **w, const float **x, 
         "1:\n"
         "vldmia %[pw]!, {s16-s23}\n"
         "vldmia %[px]!, {s24-s31}\n"
-        "vmla.f32 %[acc], s16, s24\n"
-        "vmla.f32 %[acc], s17, s25\n"
-        "vmla.f32 %[acc], s18, s26\n"
-        "vmla.f32 %[acc], s19, s27\n"
-        "vmla.f32 %[acc], s20, s28\n"
-        "vmla.f32 %[acc], s21, s29\n"
-        "vmla.f32 %[acc], s22, s30\n"
-        "vmla.f32 %[acc], s23, s31\n"
+        TOL_FMAC_DOT8_("%[acc]")
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [acc] "+t"(acc), [pw] "+r"(pw), [px] "+r"(px), [n] "+r"(n8)
         :
-        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27",
-          "s28", "s29", "s30", "s31", "cc", "memory");
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
     *w = pw;
     *x = px;
     return acc;
@@ -71,48 +116,19 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
         "1:\n"
         "vldmia %[px]!, {s24-s31}\n"
         "vldmia %[w0]!, {s16-s23}\n"
-        "vmla.f32 %[a0], s16, s24\n"
-        "vmla.f32 %[a0], s17, s25\n"
-        "vmla.f32 %[a0], s18, s26\n"
-        "vmla.f32 %[a0], s19, s27\n"
-        "vmla.f32 %[a0], s20, s28\n"
-        "vmla.f32 %[a0], s21, s29\n"
-        "vmla.f32 %[a0], s22, s30\n"
-        "vmla.f32 %[a0], s23, s31\n"
+        TOL_FMAC_DOT8_("%[a0]")
         "vldmia %[w1]!, {s16-s23}\n"
-        "vmla.f32 %[a1], s16, s24\n"
-        "vmla.f32 %[a1], s17, s25\n"
-        "vmla.f32 %[a1], s18, s26\n"
-        "vmla.f32 %[a1], s19, s27\n"
-        "vmla.f32 %[a1], s20, s28\n"
-        "vmla.f32 %[a1], s21, s29\n"
-        "vmla.f32 %[a1], s22, s30\n"
-        "vmla.f32 %[a1], s23, s31\n"
+        TOL_FMAC_DOT8_("%[a1]")
         "vldmia %[w2]!, {s16-s23}\n"
-        "vmla.f32 %[a2], s16, s24\n"
-        "vmla.f32 %[a2], s17, s25\n"
-        "vmla.f32 %[a2], s18, s26\n"
-        "vmla.f32 %[a2], s19, s27\n"
-        "vmla.f32 %[a2], s20, s28\n"
-        "vmla.f32 %[a2], s21, s29\n"
-        "vmla.f32 %[a2], s22, s30\n"
-        "vmla.f32 %[a2], s23, s31\n"
+        TOL_FMAC_DOT8_("%[a2]")
         "vldmia %[w3]!, {s16-s23}\n"
-        "vmla.f32 %[a3], s16, s24\n"
-        "vmla.f32 %[a3], s17, s25\n"
-        "vmla.f32 %[a3], s18, s26\n"
-        "vmla.f32 %[a3], s19, s27\n"
-        "vmla.f32 %[a3], s20, s28\n"
-        "vmla.f32 %[a3], s21, s29\n"
-        "vmla.f32 %[a3], s22, s30\n"
-        "vmla.f32 %[a3], s23, s31\n"
+        TOL_FMAC_DOT8_("%[a3]")
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [a0] "+t"(a0), [a1] "+t"(a1), [a2] "+t"(a2), [a3] "+t"(a3), [w0] "+r"(w0),
           [w1] "+r"(w1), [w2] "+r"(w2), [w3] "+r"(w3), [px] "+r"(x), [n] "+r"(n8)
         :
-        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27",
-          "s28", "s29", "s30", "s31", "cc", "memory");
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
     z[0] = a0;
     z[1] = a1;
     z[2] = a2;
@@ -126,21 +142,13 @@ static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n
         "1:\n"
         "vldmia %[px]!, {s24-s31}\n"
         "vldmia %[py], {s16-s23}\n"
-        "vmla.f32 s16, %[a], s24\n"
-        "vmla.f32 s17, %[a], s25\n"
-        "vmla.f32 s18, %[a], s26\n"
-        "vmla.f32 s19, %[a], s27\n"
-        "vmla.f32 s20, %[a], s28\n"
-        "vmla.f32 s21, %[a], s29\n"
-        "vmla.f32 s22, %[a], s30\n"
-        "vmla.f32 s23, %[a], s31\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[a]"), TOL_FMAC_S24_)
         "vstmia %[py]!, {s16-s23}\n"
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [py] "+r"(y), [px] "+r"(x), [n] "+r"(n8)
         : [a] "t"(a)
-        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27",
-          "s28", "s29", "s30", "s31", "cc", "memory");
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
 }
 
 /* out[k] = 0.0f + e[0] x[k] + e[es] x[xs + k] + ... (nb terms, left to right), k = 0..7:
@@ -153,34 +161,19 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
     const uint32_t es_b = 4u * es;
     const uint32_t xs_b = 4u * xs;
     __asm__ volatile(
-        "vmov.f32 s16, %[zero]\n"
-        "vmov.f32 s17, %[zero]\n"
-        "vmov.f32 s18, %[zero]\n"
-        "vmov.f32 s19, %[zero]\n"
-        "vmov.f32 s20, %[zero]\n"
-        "vmov.f32 s21, %[zero]\n"
-        "vmov.f32 s22, %[zero]\n"
-        "vmov.f32 s23, %[zero]\n"
+        TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
         "1:\n"
         "vldr %[t], [%[pe]]\n"
         "vldmia %[px], {s24-s31}\n"
         "add %[pe], %[pe], %[es]\n"
         "add %[px], %[px], %[xs]\n"
-        "vmla.f32 s16, %[t], s24\n"
-        "vmla.f32 s17, %[t], s25\n"
-        "vmla.f32 s18, %[t], s26\n"
-        "vmla.f32 s19, %[t], s27\n"
-        "vmla.f32 s20, %[t], s28\n"
-        "vmla.f32 s21, %[t], s29\n"
-        "vmla.f32 s22, %[t], s30\n"
-        "vmla.f32 s23, %[t], s31\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[t]"), TOL_FMAC_S24_)
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         "vstmia %[out], {s16-s23}\n"
         : [t] "=&t"(t), [pe] "+r"(e), [px] "+r"(x), [n] "+r"(nb)
         : [zero] "t"(zero), [es] "r"(es_b), [xs] "r"(xs_b), [out] "r"(out)
-        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27",
-          "s28", "s29", "s30", "s31", "cc", "memory");
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
 }
 
 /* SGD without momentum buffers over n8 blocks of 8 weights, gradient g:
@@ -189,45 +182,22 @@ static inline float tol_fmac_sgd8_(float *w, const float *g, uint32_t n8, float 
                                    float chk, int commit)
 {
     const float zero = 0.0f;
-    const uint32_t step = commit ? 0u : 32u;
+    const uint32_t skip = commit ? 0u : 1u;
     __asm__ volatile(
         "1:\n"
         "vldmia %[g]!, {s16-s23}\n"
         "vldmia %[w], {s24-s31}\n"
-        "vmla.f32 s16, %[wd], s24\n"
-        "vmla.f32 s17, %[wd], s25\n"
-        "vmla.f32 s18, %[wd], s26\n"
-        "vmla.f32 s19, %[wd], s27\n"
-        "vmla.f32 s20, %[wd], s28\n"
-        "vmla.f32 s21, %[wd], s29\n"
-        "vmla.f32 s22, %[wd], s30\n"
-        "vmla.f32 s23, %[wd], s31\n"
-        "vmls.f32 s24, %[lr], s16\n"
-        "vmls.f32 s25, %[lr], s17\n"
-        "vmls.f32 s26, %[lr], s18\n"
-        "vmls.f32 s27, %[lr], s19\n"
-        "vmls.f32 s28, %[lr], s20\n"
-        "vmls.f32 s29, %[lr], s21\n"
-        "vmls.f32 s30, %[lr], s22\n"
-        "vmls.f32 s31, %[lr], s23\n"
-        "vmla.f32 %[chk], s24, %[zero]\n"
-        "vmla.f32 %[chk], s25, %[zero]\n"
-        "vmla.f32 %[chk], s26, %[zero]\n"
-        "vmla.f32 %[chk], s27, %[zero]\n"
-        "vmla.f32 %[chk], s28, %[zero]\n"
-        "vmla.f32 %[chk], s29, %[zero]\n"
-        "vmla.f32 %[chk], s30, %[zero]\n"
-        "vmla.f32 %[chk], s31, %[zero]\n"
-        "cbnz %[step], 2f\n"
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_STEP_
+        "cbnz %[skip], 2f\n"
         "vstmia %[w], {s24-s31}\n"
         "2:\n"
         "adds %[w], %[w], #32\n"
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [chk] "+t"(chk), [w] "+l"(w), [g] "+r"(g), [n] "+r"(n8)
-        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [step] "l"(step)
-        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27",
-          "s28", "s29", "s30", "s31", "cc", "memory");
+        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [skip] "l"(skip)
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
     return chk;
 }
 
@@ -238,60 +208,21 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
     const float zero = 0.0f;
     const uint32_t skip = commit ? 0u : 1u;
     __asm__ volatile(
-        "vldmia %[x], {s24-s31}\n"
-        "vldmia %[w], {s16-s23}\n"
-        "vmov.f32 s8, %[zero]\n"
-        "vmov.f32 s9, %[zero]\n"
-        "vmov.f32 s10, %[zero]\n"
-        "vmov.f32 s11, %[zero]\n"
-        "vmov.f32 s12, %[zero]\n"
-        "vmov.f32 s13, %[zero]\n"
-        "vmov.f32 s14, %[zero]\n"
-        "vmov.f32 s15, %[zero]\n"
-        "vmla.f32 s8, %[e], s24\n"
-        "vmla.f32 s9, %[e], s25\n"
-        "vmla.f32 s10, %[e], s26\n"
-        "vmla.f32 s11, %[e], s27\n"
-        "vmla.f32 s12, %[e], s28\n"
-        "vmla.f32 s13, %[e], s29\n"
-        "vmla.f32 s14, %[e], s30\n"
-        "vmla.f32 s15, %[e], s31\n"
-        "vmla.f32 s8, %[wd], s16\n"
-        "vmla.f32 s9, %[wd], s17\n"
-        "vmla.f32 s10, %[wd], s18\n"
-        "vmla.f32 s11, %[wd], s19\n"
-        "vmla.f32 s12, %[wd], s20\n"
-        "vmla.f32 s13, %[wd], s21\n"
-        "vmla.f32 s14, %[wd], s22\n"
-        "vmla.f32 s15, %[wd], s23\n"
-        "vmls.f32 s16, %[lr], s8\n"
-        "vmls.f32 s17, %[lr], s9\n"
-        "vmls.f32 s18, %[lr], s10\n"
-        "vmls.f32 s19, %[lr], s11\n"
-        "vmls.f32 s20, %[lr], s12\n"
-        "vmls.f32 s21, %[lr], s13\n"
-        "vmls.f32 s22, %[lr], s14\n"
-        "vmls.f32 s23, %[lr], s15\n"
-        "vmla.f32 %[chk], s16, %[zero]\n"
-        "vmla.f32 %[chk], s17, %[zero]\n"
-        "vmla.f32 %[chk], s18, %[zero]\n"
-        "vmla.f32 %[chk], s19, %[zero]\n"
-        "vmla.f32 %[chk], s20, %[zero]\n"
-        "vmla.f32 %[chk], s21, %[zero]\n"
-        "vmla.f32 %[chk], s22, %[zero]\n"
-        "vmla.f32 %[chk], s23, %[zero]\n"
+        "vldmia %[x], {s8-s15}\n"
+        "vldmia %[w], {s24-s31}\n"
+        TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_STEP_
         "cbnz %[skip], 2f\n"
-        "vstmia %[w], {s16-s23}\n"
+        "vstmia %[w], {s24-s31}\n"
         "2:\n"
         : [chk] "+t"(chk)
         : [w] "r"(w), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd),
           [skip] "l"(skip)
-        : "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19",
-          "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31",
-          "memory");
+        : TOL_FMAC_CLOBBER24_, "memory");
     return chk;
 }
-
 
 /* SGD with momentum buffers over n8 blocks of 8: g' = g + wd w; v = g' + mu vw;
  * wn = w - lr v; chk += 0 * wn; v and wn stored if commit. */
@@ -305,38 +236,9 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
         "vldmia %[g]!, {s16-s23}\n"
         "vldmia %[w], {s24-s31}\n"
         "vldmia %[vw], {s8-s15}\n"
-        "vmla.f32 s16, %[wd], s24\n"
-        "vmla.f32 s17, %[wd], s25\n"
-        "vmla.f32 s18, %[wd], s26\n"
-        "vmla.f32 s19, %[wd], s27\n"
-        "vmla.f32 s20, %[wd], s28\n"
-        "vmla.f32 s21, %[wd], s29\n"
-        "vmla.f32 s22, %[wd], s30\n"
-        "vmla.f32 s23, %[wd], s31\n"
-        "vmla.f32 s16, %[mu], s8\n"
-        "vmla.f32 s17, %[mu], s9\n"
-        "vmla.f32 s18, %[mu], s10\n"
-        "vmla.f32 s19, %[mu], s11\n"
-        "vmla.f32 s20, %[mu], s12\n"
-        "vmla.f32 s21, %[mu], s13\n"
-        "vmla.f32 s22, %[mu], s14\n"
-        "vmla.f32 s23, %[mu], s15\n"
-        "vmls.f32 s24, %[lr], s16\n"
-        "vmls.f32 s25, %[lr], s17\n"
-        "vmls.f32 s26, %[lr], s18\n"
-        "vmls.f32 s27, %[lr], s19\n"
-        "vmls.f32 s28, %[lr], s20\n"
-        "vmls.f32 s29, %[lr], s21\n"
-        "vmls.f32 s30, %[lr], s22\n"
-        "vmls.f32 s31, %[lr], s23\n"
-        "vmla.f32 %[chk], s24, %[zero]\n"
-        "vmla.f32 %[chk], s25, %[zero]\n"
-        "vmla.f32 %[chk], s26, %[zero]\n"
-        "vmla.f32 %[chk], s27, %[zero]\n"
-        "vmla.f32 %[chk], s28, %[zero]\n"
-        "vmla.f32 %[chk], s29, %[zero]\n"
-        "vmla.f32 %[chk], s30, %[zero]\n"
-        "vmla.f32 %[chk], s31, %[zero]\n"
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_MOMENTUM_
+        TOL_FMAC_SGD8_STEP_
         "cbnz %[skip], 2f\n"
         "vstmia %[vw], {s16-s23}\n"
         "vstmia %[w], {s24-s31}\n"
@@ -347,13 +249,12 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
         "bne 1b\n"
         : [chk] "+t"(chk), [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
         : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu), [skip] "l"(skip)
-        : "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19",
-          "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31", "cc", "memory");
+        : TOL_FMAC_CLOBBER24_, "cc", "memory");
     return chk;
 }
 
-
-/* As tol_fmac_sgd8_vw_ for one block of 4, the gradient being g[k] = 0.0f + e x[k]. */
+/* As tol_fmac_sgd8_vw_ for one block of 4, the gradient being g[k] = 0.0f + e x[k]
+ * (g in s16-s19, w in s20-s23, vw in s24-s27, x in s28-s31). */
 static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const float *x, float lr,
                                          float mu, float wd, float chk, int commit)
 {
@@ -363,30 +264,12 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
         "vldmia %[x], {s28-s31}\n"
         "vldmia %[w], {s20-s23}\n"
         "vldmia %[vw], {s24-s27}\n"
-        "vmov.f32 s16, %[zero]\n"
-        "vmov.f32 s17, %[zero]\n"
-        "vmov.f32 s18, %[zero]\n"
-        "vmov.f32 s19, %[zero]\n"
-        "vmla.f32 s16, %[e], s28\n"
-        "vmla.f32 s17, %[e], s29\n"
-        "vmla.f32 s18, %[e], s30\n"
-        "vmla.f32 s19, %[e], s31\n"
-        "vmla.f32 s16, %[wd], s20\n"
-        "vmla.f32 s17, %[wd], s21\n"
-        "vmla.f32 s18, %[wd], s22\n"
-        "vmla.f32 s19, %[wd], s23\n"
-        "vmla.f32 s16, %[mu], s24\n"
-        "vmla.f32 s17, %[mu], s25\n"
-        "vmla.f32 s18, %[mu], s26\n"
-        "vmla.f32 s19, %[mu], s27\n"
-        "vmls.f32 s20, %[lr], s16\n"
-        "vmls.f32 s21, %[lr], s17\n"
-        "vmls.f32 s22, %[lr], s18\n"
-        "vmls.f32 s23, %[lr], s19\n"
-        "vmla.f32 %[chk], s20, %[zero]\n"
-        "vmla.f32 %[chk], s21, %[zero]\n"
-        "vmla.f32 %[chk], s22, %[zero]\n"
-        "vmla.f32 %[chk], s23, %[zero]\n"
+        TOL_FMAC_MOV4_(TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[zero]"))
+        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[e]"), TOL_FMAC_S28Q_)
+        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[wd]"), TOL_FMAC_S20Q_)
+        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[mu]"), TOL_FMAC_S24Q_)
+        TOL_FMAC_OP4_("vmls.f32", TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[lr]"), TOL_FMAC_S16Q_)
+        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_ALL4_("%[chk]"), TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[zero]"))
         "cbnz %[skip], 2f\n"
         "vstmia %[vw], {s16-s19}\n"
         "vstmia %[w], {s20-s23}\n"
@@ -394,14 +277,14 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
         : [chk] "+t"(chk)
         : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
           [wd] "t"(wd), [mu] "t"(mu), [skip] "l"(skip)
-        : "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31", "memory");
+        : TOL_FMAC_CLOBBER16_, "memory");
     return chk;
 }
 
 #else
 
+#include <stddef.h>
 #include <stdint.h>
-
 
 static inline float tol_fmac_mla(float acc, float a, float b)
 {
@@ -449,32 +332,33 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
     }
 }
 
+/* The SGD block of every variant: n weights, gradient g, momentum buffers vw (or NULL). */
+static inline float tol_fmac_sgd_(float *w, float *vw, const float *g, uint32_t n, float lr,
+                                  float mu, float wd, float chk, int commit)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        const float gk = tol_fmac_mla(g[k], wd, w[k]);
+        const float v = vw != NULL ? tol_fmac_mla(gk, mu, vw[k]) : gk;
+        const float wn = tol_fmac_mls(w[k], lr, v);
+        chk = tol_fmac_mla(chk, wn, 0.0f);
+        if (commit) {
+            if (vw != NULL) vw[k] = v;
+            w[k] = wn;
+        }
+    }
+    return chk;
+}
+
 static inline float tol_fmac_sgd8_(float *w, const float *g, uint32_t n8, float lr, float wd,
                                    float chk, int commit)
 {
-    for (uint32_t k = 0; k < 8u * n8; k++) {
-        const float gk = tol_fmac_mla(g[k], wd, w[k]);
-        const float wn = tol_fmac_mls(w[k], lr, gk);
-        chk = tol_fmac_mla(chk, wn, 0.0f);
-        if (commit) w[k] = wn;
-    }
-    return chk;
+    return tol_fmac_sgd_(w, NULL, g, 8u * n8, lr, 0.0f, wd, chk, commit);
 }
 
 static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint32_t n8, float lr,
                                       float mu, float wd, float chk, int commit)
 {
-    for (uint32_t k = 0; k < 8u * n8; k++) {
-        const float gk = tol_fmac_mla(g[k], wd, w[k]);
-        const float v = tol_fmac_mla(gk, mu, vw[k]);
-        const float wn = tol_fmac_mls(w[k], lr, v);
-        chk = tol_fmac_mla(chk, wn, 0.0f);
-        if (commit) {
-            vw[k] = v;
-            w[k] = wn;
-        }
-    }
-    return chk;
+    return tol_fmac_sgd_(w, vw, g, 8u * n8, lr, mu, wd, chk, commit);
 }
 
 static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const float *x, float lr,
@@ -482,17 +366,7 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
 {
     float g[4];
     for (uint32_t k = 0; k < 4u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
-    for (uint32_t k = 0; k < 4u; k++) {
-        const float gk = tol_fmac_mla(g[k], wd, w[k]);
-        const float v = tol_fmac_mla(gk, mu, vw[k]);
-        const float wn = tol_fmac_mls(w[k], lr, v);
-        chk = tol_fmac_mla(chk, wn, 0.0f);
-        if (commit) {
-            vw[k] = v;
-            w[k] = wn;
-        }
-    }
-    return chk;
+    return tol_fmac_sgd_(w, vw, g, 4u, lr, mu, wd, chk, commit);
 }
 
 static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float lr, float wd,
@@ -500,7 +374,7 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
 {
     float g[8];
     for (uint32_t k = 0; k < 8u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
-    return tol_fmac_sgd8_(w, g, 1u, lr, wd, chk, commit);
+    return tol_fmac_sgd_(w, NULL, g, 8u, lr, 0.0f, wd, chk, commit);
 }
 
 #endif
