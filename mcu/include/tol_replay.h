@@ -111,6 +111,10 @@ uint16_t tol_replay_draw(tol_replay_t *rb);
 /* Read slot idx (< fill) back as float: x float[dim] (out), label (may be NULL). */
 void tol_replay_get(const tol_replay_t *rb, uint16_t idx, float *x, uint16_t *label);
 
+/* Check restored contents (a loaded state): every stored label < n_classes and the
+ * per-class counts sum to fill. TOL_OK, or TOL_ERR_RANGE. */
+tol_status_t tol_replay_check(const tol_replay_t *rb);
+
 /* q[i] = clip(round_half_away(x[i] / scale) + zero_point, -128, 127). */
 void tol_replay_quantize(const float *x, uint16_t n, float scale, int32_t zero_point,
                          int8_t *q);

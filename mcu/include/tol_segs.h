@@ -4,6 +4,8 @@
  * learner (tol_learner_state_*) and of the adaptive stage (tol_stage_state_*),
  * and the stage image (tol_stage_image_read / tol_stage_push_write).
  *
+ * Header fields are little-endian (tol_segs_put32 / tol_segs_get32 ...).
+ *
  * The stream is `hdr_n` header bytes followed by seg[0].n bytes of seg[0].p,
  * seg[1].n bytes of seg[1].p, ... The caller builds the segment list (its own
  * arrays, not copied) and checks that a range lies inside the stream.
@@ -30,5 +32,13 @@ void tol_segs_read(const uint8_t *hdr, uint32_t hdr_n, const tol_seg_t *seg, uin
  * (the header is the caller's to parse). */
 void tol_segs_write(const tol_seg_t *seg, uint32_t k, uint32_t hdr_n, uint32_t offset,
                     const uint8_t *src, uint32_t n);
+
+/* Little-endian header fields: p points at 2 or 4 bytes. */
+void tol_segs_put16(uint8_t *p, uint16_t v);
+void tol_segs_put32(uint8_t *p, uint32_t v);
+void tol_segs_putf(uint8_t *p, float v);
+uint16_t tol_segs_get16(const uint8_t *p);
+uint32_t tol_segs_get32(const uint8_t *p);
+float tol_segs_getf(const uint8_t *p);
 
 #endif /* TOL_SEGS_H */

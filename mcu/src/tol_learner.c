@@ -395,45 +395,6 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
 #define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
 #define TOL_LEARNER_MAX_SEGS 12u
 
-static void tol_learner_put32_(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static void tol_learner_put16_(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void tol_learner_putf_(uint8_t *p, float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof(u));
-    tol_learner_put32_(p, u);
-}
-
-static uint32_t tol_learner_get32_(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static uint16_t tol_learner_get16_(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (uint16_t)(p[1] << 8));
-}
-
-static float tol_learner_getf_(const uint8_t *p)
-{
-    uint32_t u = tol_learner_get32_(p);
-    float v;
-    memcpy(&v, &u, sizeof(v));
-    return v;
-}
-
 static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
 {
     if (L->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_REPLAY);
@@ -474,41 +435,41 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
     const tol_learner_config_t *c = &L->cfg;
     const tol_learner_settings_t *s = &L->set;
     memset(p, 0, TOL_LEARNER_STATE_HEADER);
-    tol_learner_put32_(p + 0, TOL_LEARNER_STATE_MAGIC);
+    tol_segs_put32(p + 0, TOL_LEARNER_STATE_MAGIC);
     p[4] = parts;
     p[5] = c->head_kind;
     p[6] = c->replay_bits;
     p[7] = c->replay_policy;
-    tol_learner_put16_(p + 8, c->latent_dim);
-    tol_learner_put16_(p + 10, c->n_outputs);
-    tol_learner_put16_(p + 12, c->replay_capacity);
-    tol_learner_put16_(p + 14, c->max_new);
-    tol_learner_putf_(p + 16, s->lr);
-    tol_learner_putf_(p + 20, s->momentum);
-    tol_learner_putf_(p + 24, s->weight_decay);
-    tol_learner_putf_(p + 28, s->clip_norm);
-    tol_learner_put16_(p + 32, s->n_new);
-    tol_learner_put16_(p + 34, s->n_old);
+    tol_segs_put16(p + 8, c->latent_dim);
+    tol_segs_put16(p + 10, c->n_outputs);
+    tol_segs_put16(p + 12, c->replay_capacity);
+    tol_segs_put16(p + 14, c->max_new);
+    tol_segs_putf(p + 16, s->lr);
+    tol_segs_putf(p + 20, s->momentum);
+    tol_segs_putf(p + 24, s->weight_decay);
+    tol_segs_putf(p + 28, s->clip_norm);
+    tol_segs_put16(p + 32, s->n_new);
+    tol_segs_put16(p + 34, s->n_old);
     p[36] = s->mode;
     p[37] = s->train_anomalies;
-    tol_learner_putf_(p + 40, s->threshold_k);
-    tol_learner_putf_(p + 44, s->ema_alpha);
-    tol_learner_put32_(p + 48, s->warmup);
-    tol_learner_put32_(p + 52, L->prng.state);
-    tol_learner_put32_(p + 56, L->samples_seen);
-    tol_learner_put32_(p + 60, L->updates);
-    tol_learner_put32_(p + 64, L->rejected);
-    tol_learner_put32_(p + 68, L->anomalies);
-    tol_learner_put16_(p + 72, L->n_pending);
-    tol_learner_put16_(p + 74, L->head.n_active);
-    tol_learner_put32_(p + 76, L->anomaly.n);
-    tol_learner_putf_(p + 80, L->anomaly.mean);
-    tol_learner_putf_(p + 84, L->anomaly.m2);
-    tol_learner_putf_(p + 88, L->anomaly.var);
+    tol_segs_putf(p + 40, s->threshold_k);
+    tol_segs_putf(p + 44, s->ema_alpha);
+    tol_segs_put32(p + 48, s->warmup);
+    tol_segs_put32(p + 52, L->prng.state);
+    tol_segs_put32(p + 56, L->samples_seen);
+    tol_segs_put32(p + 60, L->updates);
+    tol_segs_put32(p + 64, L->rejected);
+    tol_segs_put32(p + 68, L->anomalies);
+    tol_segs_put16(p + 72, L->n_pending);
+    tol_segs_put16(p + 74, L->head.n_active);
+    tol_segs_put32(p + 76, L->anomaly.n);
+    tol_segs_putf(p + 80, L->anomaly.mean);
+    tol_segs_putf(p + 84, L->anomaly.m2);
+    tol_segs_putf(p + 88, L->anomaly.var);
     if (c->replay_capacity > 0u) {
-        tol_learner_put16_(p + 92, L->replay.fill);
-        tol_learner_put32_(p + 96, L->replay.seen);
-        tol_learner_put32_(p + 100, L->replay.batches);
+        tol_segs_put16(p + 92, L->replay.fill);
+        tol_segs_put32(p + 96, L->replay.seen);
+        tol_segs_put32(p + 100, L->replay.batches);
     }
 }
 
@@ -535,51 +496,51 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
 {
     const tol_learner_config_t *c = &L->cfg;
     const uint8_t *p = header;
-    TOL_CHECK(n >= TOL_LEARNER_STATE_HEADER && tol_learner_get32_(p) == TOL_LEARNER_STATE_MAGIC, TOL_ERR_ARG);
+    TOL_CHECK(n >= TOL_LEARNER_STATE_HEADER && tol_segs_get32(p) == TOL_LEARNER_STATE_MAGIC, TOL_ERR_ARG);
     TOL_CHECK(p[5] == c->head_kind && p[6] == c->replay_bits && p[7] == c->replay_policy &&
-                  tol_learner_get16_(p + 8) == c->latent_dim && tol_learner_get16_(p + 10) == c->n_outputs &&
-                  tol_learner_get16_(p + 12) == c->replay_capacity && tol_learner_get16_(p + 14) == c->max_new,
+                  tol_segs_get16(p + 8) == c->latent_dim && tol_segs_get16(p + 10) == c->n_outputs &&
+                  tol_segs_get16(p + 12) == c->replay_capacity && tol_segs_get16(p + 14) == c->max_new,
               TOL_ERR_MODEL);
     const uint8_t pt = p[4];
     TOL_CHECK(pt == tol_learner_parts_(L, pt), TOL_ERR_ARG);
     tol_learner_settings_t s;
-    s.lr = tol_learner_getf_(p + 16);
-    s.momentum = tol_learner_getf_(p + 20);
-    s.weight_decay = tol_learner_getf_(p + 24);
-    s.clip_norm = tol_learner_getf_(p + 28);
-    s.n_new = tol_learner_get16_(p + 32);
-    s.n_old = tol_learner_get16_(p + 34);
+    s.lr = tol_segs_getf(p + 16);
+    s.momentum = tol_segs_getf(p + 20);
+    s.weight_decay = tol_segs_getf(p + 24);
+    s.clip_norm = tol_segs_getf(p + 28);
+    s.n_new = tol_segs_get16(p + 32);
+    s.n_old = tol_segs_get16(p + 34);
     s.mode = p[36];
     s.train_anomalies = p[37];
-    s.threshold_k = tol_learner_getf_(p + 40);
-    s.ema_alpha = tol_learner_getf_(p + 44);
-    s.warmup = tol_learner_get32_(p + 48);
+    s.threshold_k = tol_segs_getf(p + 40);
+    s.ema_alpha = tol_segs_getf(p + 44);
+    s.warmup = tol_segs_get32(p + 48);
     TOL_TRY(tol_learner_check_settings_(c, &s));
-    const uint16_t n_pending = tol_learner_get16_(p + 72);
+    const uint16_t n_pending = tol_segs_get16(p + 72);
     TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
-    const uint16_t fill = tol_learner_get16_(p + 92);
+    const uint16_t fill = tol_segs_get16(p + 92);
     TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
-    const uint32_t prng = tol_learner_get32_(p + 52);
+    const uint32_t prng = tol_segs_get32(p + 52);
     TOL_CHECK(prng != 0u, TOL_ERR_ARG);
     /* checked: apply */
     L->set = s;
     L->prng.state = prng;
-    L->samples_seen = tol_learner_get32_(p + 56);
-    L->updates = tol_learner_get32_(p + 60);
-    L->rejected = tol_learner_get32_(p + 64);
-    L->anomalies = tol_learner_get32_(p + 68);
+    L->samples_seen = tol_segs_get32(p + 56);
+    L->updates = tol_segs_get32(p + 60);
+    L->rejected = tol_segs_get32(p + 64);
+    L->anomalies = tol_segs_get32(p + 68);
     L->n_pending = n_pending;
     tol_anomaly_init(&L->anomaly, s.threshold_k, s.ema_alpha, s.warmup);
-    L->anomaly.n = tol_learner_get32_(p + 76);
-    L->anomaly.mean = tol_learner_getf_(p + 80);
-    L->anomaly.m2 = tol_learner_getf_(p + 84);
-    L->anomaly.var = tol_learner_getf_(p + 88);
+    L->anomaly.n = tol_segs_get32(p + 76);
+    L->anomaly.mean = tol_segs_getf(p + 80);
+    L->anomaly.m2 = tol_segs_getf(p + 84);
+    L->anomaly.var = tol_segs_getf(p + 88);
     if (c->replay_capacity > 0u) {
         tol_replay_clear(&L->replay);
         if (pt & TOL_LEARNER_STATE_REPLAY) {
             L->replay.fill = fill;
-            L->replay.seen = tol_learner_get32_(p + 96);
-            L->replay.batches = tol_learner_get32_(p + 100);
+            L->replay.seen = tol_segs_get32(p + 96);
+            L->replay.batches = tol_segs_get32(p + 100);
         }
     }
     if (!(pt & TOL_LEARNER_STATE_MOMENTUM) && L->head.vw != NULL) {
@@ -623,13 +584,7 @@ static tol_status_t tol_learner_state_check_(tol_learner_t *L, uint8_t parts)
         TOL_CHECK(tol_learner_all_finite_(&h->x[(size_t)i * L->cfg.latent_dim], L->cfg.latent_dim),
                   TOL_ERR_RANGE);
     }
-    if (parts & TOL_LEARNER_STATE_REPLAY) {
-        const tol_replay_t *rb = &L->replay;
-        uint32_t slots = 0;
-        for (uint16_t i = 0; i < rb->fill; i++) TOL_CHECK(rb->labels[i] < rb->n_classes, TOL_ERR_RANGE);
-        for (uint16_t c = 0; c < rb->n_classes; c++) slots += rb->count[c];
-        TOL_CHECK(slots == rb->fill, TOL_ERR_RANGE);
-    }
+    if (parts & TOL_LEARNER_STATE_REPLAY) TOL_TRY(tol_replay_check(&L->replay));
     return TOL_OK;
 }
 

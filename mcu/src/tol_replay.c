@@ -246,3 +246,12 @@ tol_status_t tol_replay_add_batch(tol_replay_t *rb, const float *x, const uint16
     rb->batches++;
     return TOL_OK;
 }
+
+tol_status_t tol_replay_check(const tol_replay_t *rb)
+{
+    uint32_t slots = 0;
+    for (uint16_t i = 0; i < rb->fill; i++) TOL_CHECK(rb->labels[i] < rb->n_classes, TOL_ERR_RANGE);
+    for (uint16_t c = 0; c < rb->n_classes; c++) slots += rb->count[c];
+    TOL_CHECK(slots == rb->fill, TOL_ERR_RANGE);
+    return TOL_OK;
+}

@@ -51,3 +51,42 @@ void tol_segs_write(const tol_seg_t *seg, uint32_t k, uint32_t hdr_n, uint32_t o
 {
     tol_segs_copy_(seg, k, hdr_n, offset, (uint8_t *)(uintptr_t)src, n, 1);
 }
+
+void tol_segs_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+void tol_segs_put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+void tol_segs_putf(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof(u));
+    tol_segs_put32(p, u);
+}
+
+uint16_t tol_segs_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)(p[1] << 8));
+}
+
+uint32_t tol_segs_get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+float tol_segs_getf(const uint8_t *p)
+{
+    const uint32_t u = tol_segs_get32(p);
+    float v;
+    memcpy(&v, &u, sizeof(v));
+    return v;
+}

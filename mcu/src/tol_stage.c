@@ -311,6 +311,22 @@ static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_
     *k1 = (uint32_t)(hi > lo ? hi : lo);
 }
 
+/* One output position (oy, ox) of a CONV/DWCONV layer: its valid kernel taps
+ * [ky0, ky1) x [kx0, kx1), and x0, the offset in x of tap (ky0, kx0). */
+typedef struct {
+    uint32_t ky0, ky1, kx0, kx1;
+    size_t x0;
+} tol_stage_win_t;
+
+static void tol_stage_window_(const tol_stage_layer_t *l, uint32_t oy, uint32_t ox, tol_stage_win_t *t)
+{
+    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &t->ky0, &t->ky1);
+    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &t->kx0, &t->kx1);
+    const uint32_t iy0 = oy * l->sh + t->ky0 - l->pt;
+    const uint32_t ix0 = ox * l->sw + t->kx0 - l->pl;
+    t->x0 = ((size_t)iy0 * l->in_w + ix0) * l->in_c;
+}
+
 static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                      float *y)
 {
@@ -333,21 +349,19 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
         const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
         const uint32_t cin = l->in_c, cout = l->out_c;
         const uint32_t wrow = (uint32_t)l->kh * l->kw * cin; /* CONV: floats per output channel */
+        const size_t xrow = (size_t)l->in_w * cin;            /* floats per input row */
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
-            uint32_t ky0, ky1;
-            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
-            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                uint32_t kx0, kx1;
-                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
-                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+                tol_stage_win_t t;
+                tol_stage_window_(l, oy, ox, &t);
+                const uint32_t ky0 = t.ky0, ky1 = t.ky1, kx0 = t.kx0, kx1 = t.kx1;
                 float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
                 if (dw) {
                     /* every channel's sum in its own slot of yo, taps in (ky, kx) order */
                     for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
                         for (uint32_t kx = kx0; kx < kx1; kx++) {
-                            const float *xi = &x[((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * cin];
+                            const float *xi = &x[t.x0 + (ky - ky0) * xrow + (size_t)(kx - kx0) * cin];
                             const float *wk = &w[((size_t)ky * l->kw + kx) * cout];
                             if (mult == 1u) {
                                 for (uint32_t co = 0; co < cout; co++) yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co]);
@@ -369,7 +383,7 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                     float z[4];
                     for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
+                        const float *xr = &x[t.x0 + (ky - ky0) * xrow];
                         const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
                         if (nr == 4u) {
                             tol_stage_dot4_(z, wr, wrow, xr, run);
@@ -438,14 +452,12 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
         const uint32_t cin = l->in_c, cout = l->out_c;
         const uint32_t wrow = (uint32_t)l->kh * l->kw * cin;
+        const size_t xstep = (size_t)l->in_w * cin;
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
-            uint32_t ky0, ky1;
-            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
-            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                uint32_t kx0, kx1;
-                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
-                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+                tol_stage_win_t t;
+                tol_stage_window_(l, oy, ox, &t);
+                const uint32_t ky0 = t.ky0, ky1 = t.ky1, kx0 = t.kx0, kx1 = t.kx1;
                 const float *dp = &d[((size_t)oy * l->out_w + ox) * cout];
                 const uint32_t run = (kx1 - kx0) * cin;
                 for (uint32_t co = 0; co < cout; co++) {
@@ -453,7 +465,7 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
                     if (dv == 0.0f) continue;
                     gb[co] += dv;
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        const size_t xrow = ((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin;
+                        const size_t xrow = t.x0 + (ky - ky0) * xstep;
                         if (dw) {
                             const uint32_t ci = co / mult;
                             for (uint32_t kx = kx0; kx < kx1; kx++) {
@@ -760,31 +772,6 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
 #define TOL_STAGE_STATE_MAGIC 0x31475453u /* "STG1" */
 #define TOL_STAGE_MAX_SEGS 10u
 
-static void tol_stage_put32_(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t tol_stage_get32_(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static void tol_stage_putf_(uint8_t *p, float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, sizeof(u));
-    tol_stage_put32_(p, u);
-}
-
-static float tol_stage_getf_(const uint8_t *p)
-{
-    uint32_t u = tol_stage_get32_(p);
-    float v;
-    memcpy(&v, &u, sizeof(v));
-    return v;
-}
-
 uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
 {
     uint32_t h = 2166136261u;
@@ -839,39 +826,32 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
 {
     const tol_stage_config_t *c = &S->cfg;
     memset(p, 0, TOL_STAGE_STATE_HEADER);
-    tol_stage_put32_(p, TOL_STAGE_STATE_MAGIC);
+    tol_segs_put32(p, TOL_STAGE_STATE_MAGIC);
     p[4] = parts;
     p[5] = c->replay_bits;
     p[6] = c->replay_policy;
     p[7] = c->n_layers;
-    tol_stage_put32_(p + 8, tol_stage_hash(c->layers, c->n_layers));
-    tol_stage_put32_(p + 12, S->n_params);
-    tol_stage_putf_(p + 16, S->set.lr);
-    tol_stage_putf_(p + 20, S->set.momentum);
-    tol_stage_putf_(p + 24, S->set.weight_decay);
-    tol_stage_putf_(p + 28, S->set.clip_norm);
-    p[32] = (uint8_t)S->set.n_new;
-    p[33] = (uint8_t)(S->set.n_new >> 8);
-    p[34] = (uint8_t)S->set.n_old;
-    p[35] = (uint8_t)(S->set.n_old >> 8);
+    tol_segs_put32(p + 8, tol_stage_hash(c->layers, c->n_layers));
+    tol_segs_put32(p + 12, S->n_params);
+    tol_segs_putf(p + 16, S->set.lr);
+    tol_segs_putf(p + 20, S->set.momentum);
+    tol_segs_putf(p + 24, S->set.weight_decay);
+    tol_segs_putf(p + 28, S->set.clip_norm);
+    tol_segs_put16(p + 32, S->set.n_new);
+    tol_segs_put16(p + 34, S->set.n_old);
     p[36] = S->set.mode;
-    p[38] = (uint8_t)S->n_pending;
-    p[39] = (uint8_t)(S->n_pending >> 8);
-    tol_stage_put32_(p + 40, S->prng.state);
-    tol_stage_put32_(p + 44, S->samples_seen);
-    tol_stage_put32_(p + 48, S->updates);
-    tol_stage_put32_(p + 52, S->rejected);
+    tol_segs_put16(p + 38, S->n_pending);
+    tol_segs_put32(p + 40, S->prng.state);
+    tol_segs_put32(p + 44, S->samples_seen);
+    tol_segs_put32(p + 48, S->updates);
+    tol_segs_put32(p + 52, S->rejected);
     const uint16_t fill = (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.fill : 0u;
-    p[56] = (uint8_t)fill;
-    p[57] = (uint8_t)(fill >> 8);
-    p[58] = (uint8_t)c->replay_capacity;
-    p[59] = (uint8_t)(c->replay_capacity >> 8);
-    tol_stage_put32_(p + 60, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.seen : 0u);
-    tol_stage_put32_(p + 64, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.batches : 0u);
-    p[68] = (uint8_t)c->max_new;
-    p[69] = (uint8_t)(c->max_new >> 8);
-    p[70] = (uint8_t)S->rows;
-    p[71] = (uint8_t)(S->rows >> 8);
+    tol_segs_put16(p + 56, fill);
+    tol_segs_put16(p + 58, c->replay_capacity);
+    tol_segs_put32(p + 60, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.seen : 0u);
+    tol_segs_put32(p + 64, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.batches : 0u);
+    tol_segs_put16(p + 68, c->max_new);
+    tol_segs_put16(p + 70, S->rows);
 }
 
 uint32_t tol_stage_state_bytes(const tol_stage_t *S, uint8_t parts)
@@ -892,54 +872,49 @@ void tol_stage_state_read(const tol_stage_t *S, uint8_t parts, uint32_t offset, 
     tol_segs_read(h, TOL_STAGE_STATE_HEADER, seg, k, offset, dst, n);
 }
 
-static uint16_t tol_stage_get16_(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (uint16_t)(p[1] << 8));
-}
-
 tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32_t n,
                                    uint8_t *parts, uint32_t *total)
 {
     TOL_CHECK(header != NULL && n >= TOL_STAGE_STATE_HEADER, TOL_ERR_ARG);
     const uint8_t *p = header;
     const tol_stage_config_t *c = &S->cfg;
-    TOL_CHECK(tol_stage_get32_(p) == TOL_STAGE_STATE_MAGIC, TOL_ERR_MODEL);
+    TOL_CHECK(tol_segs_get32(p) == TOL_STAGE_STATE_MAGIC, TOL_ERR_MODEL);
     TOL_CHECK(p[5] == c->replay_bits && p[6] == c->replay_policy && p[7] == c->n_layers &&
-                  tol_stage_get32_(p + 8) == tol_stage_hash(c->layers, c->n_layers) &&
-                  tol_stage_get32_(p + 12) == S->n_params &&
-                  tol_stage_get16_(p + 58) == c->replay_capacity &&
-                  tol_stage_get16_(p + 68) == c->max_new && tol_stage_get16_(p + 70) == S->rows,
+                  tol_segs_get32(p + 8) == tol_stage_hash(c->layers, c->n_layers) &&
+                  tol_segs_get32(p + 12) == S->n_params &&
+                  tol_segs_get16(p + 58) == c->replay_capacity &&
+                  tol_segs_get16(p + 68) == c->max_new && tol_segs_get16(p + 70) == S->rows,
               TOL_ERR_MODEL);
     const uint8_t pt = p[4];
     TOL_CHECK(pt == tol_stage_parts_(S, pt), TOL_ERR_MODEL);
     tol_learner_settings_t s = S->set;
-    s.lr = tol_stage_getf_(p + 16);
-    s.momentum = tol_stage_getf_(p + 20);
-    s.weight_decay = tol_stage_getf_(p + 24);
-    s.clip_norm = tol_stage_getf_(p + 28);
-    s.n_new = tol_stage_get16_(p + 32);
-    s.n_old = tol_stage_get16_(p + 34);
+    s.lr = tol_segs_getf(p + 16);
+    s.momentum = tol_segs_getf(p + 20);
+    s.weight_decay = tol_segs_getf(p + 24);
+    s.clip_norm = tol_segs_getf(p + 28);
+    s.n_new = tol_segs_get16(p + 32);
+    s.n_old = tol_segs_get16(p + 34);
     s.mode = p[36];
     TOL_TRY(tol_stage_check_settings_(c, &s));
-    const uint16_t n_pending = tol_stage_get16_(p + 38);
+    const uint16_t n_pending = tol_segs_get16(p + 38);
     TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
-    const uint16_t fill = tol_stage_get16_(p + 56);
+    const uint16_t fill = tol_segs_get16(p + 56);
     TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
-    const uint32_t prng = tol_stage_get32_(p + 40);
+    const uint32_t prng = tol_segs_get32(p + 40);
     TOL_CHECK(prng != 0u, TOL_ERR_ARG);
     /* checked: apply */
     S->set = s;
     S->prng.state = prng;
-    S->samples_seen = tol_stage_get32_(p + 44);
-    S->updates = tol_stage_get32_(p + 48);
-    S->rejected = tol_stage_get32_(p + 52);
+    S->samples_seen = tol_segs_get32(p + 44);
+    S->updates = tol_segs_get32(p + 48);
+    S->rejected = tol_segs_get32(p + 52);
     S->n_pending = n_pending;
     if (c->replay_capacity > 0u) {
         tol_replay_clear(&S->replay);
         if (pt & TOL_STAGE_STATE_REPLAY) {
             S->replay.fill = fill;
-            S->replay.seen = tol_stage_get32_(p + 60);
-            S->replay.batches = tol_stage_get32_(p + 64);
+            S->replay.seen = tol_segs_get32(p + 60);
+            S->replay.batches = tol_segs_get32(p + 64);
         }
     }
     if (!(pt & TOL_STAGE_STATE_MOMENTUM) && S->mom != NULL) {
@@ -977,13 +952,7 @@ static tol_status_t tol_stage_state_check_(tol_stage_t *S, uint8_t parts)
         TOL_CHECK(S->pending_labels[i] < S->rows, TOL_ERR_RANGE);
         TOL_CHECK(tol_stage_finite_(&S->queue[(size_t)i * S->latent], S->latent), TOL_ERR_RANGE);
     }
-    if (parts & TOL_STAGE_STATE_REPLAY) {
-        const tol_replay_t *rb = &S->replay;
-        uint32_t slots = 0;
-        for (uint16_t i = 0; i < rb->fill; i++) TOL_CHECK(rb->labels[i] < rb->n_classes, TOL_ERR_RANGE);
-        for (uint16_t c = 0; c < rb->n_classes; c++) slots += rb->count[c];
-        TOL_CHECK(slots == rb->fill, TOL_ERR_RANGE);
-    }
+    if (parts & TOL_STAGE_STATE_REPLAY) TOL_TRY(tol_replay_check(&S->replay));
     return TOL_OK;
 }
 
