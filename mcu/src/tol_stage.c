@@ -311,22 +311,6 @@ static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_
     *k1 = (uint32_t)(hi > lo ? hi : lo);
 }
 
-/* One output position (oy, ox) of a CONV/DWCONV layer: its valid kernel taps
- * [ky0, ky1) x [kx0, kx1), and x0, the offset in x of tap (ky0, kx0). */
-typedef struct {
-    uint32_t ky0, ky1, kx0, kx1;
-    size_t x0;
-} tol_stage_win_t;
-
-static void tol_stage_window_(const tol_stage_layer_t *l, uint32_t oy, uint32_t ox, tol_stage_win_t *t)
-{
-    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &t->ky0, &t->ky1);
-    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &t->kx0, &t->kx1);
-    const uint32_t iy0 = oy * l->sh + t->ky0 - l->pt;
-    const uint32_t ix0 = ox * l->sw + t->kx0 - l->pl;
-    t->x0 = ((size_t)iy0 * l->in_w + ix0) * l->in_c;
-}
-
 static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                      float *y)
 {
@@ -349,19 +333,21 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
         const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
         const uint32_t cin = l->in_c, cout = l->out_c;
         const uint32_t wrow = (uint32_t)l->kh * l->kw * cin; /* CONV: floats per output channel */
-        const size_t xrow = (size_t)l->in_w * cin;            /* floats per input row */
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
+            uint32_t ky0, ky1;
+            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
+            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                tol_stage_win_t t;
-                tol_stage_window_(l, oy, ox, &t);
-                const uint32_t ky0 = t.ky0, ky1 = t.ky1, kx0 = t.kx0, kx1 = t.kx1;
+                uint32_t kx0, kx1;
+                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
+                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
                 float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
                 if (dw) {
                     /* every channel's sum in its own slot of yo, taps in (ky, kx) order */
                     for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
                         for (uint32_t kx = kx0; kx < kx1; kx++) {
-                            const float *xi = &x[t.x0 + (ky - ky0) * xrow + (size_t)(kx - kx0) * cin];
+                            const float *xi = &x[((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * cin];
                             const float *wk = &w[((size_t)ky * l->kw + kx) * cout];
                             if (mult == 1u) {
                                 for (uint32_t co = 0; co < cout; co++) yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co]);
@@ -383,7 +369,7 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                     float z[4];
                     for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        const float *xr = &x[t.x0 + (ky - ky0) * xrow];
+                        const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
                         const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
                         if (nr == 4u) {
                             tol_stage_dot4_(z, wr, wrow, xr, run);
@@ -452,12 +438,14 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
         const uint32_t cin = l->in_c, cout = l->out_c;
         const uint32_t wrow = (uint32_t)l->kh * l->kw * cin;
-        const size_t xstep = (size_t)l->in_w * cin;
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
+            uint32_t ky0, ky1;
+            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
+            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                tol_stage_win_t t;
-                tol_stage_window_(l, oy, ox, &t);
-                const uint32_t ky0 = t.ky0, ky1 = t.ky1, kx0 = t.kx0, kx1 = t.kx1;
+                uint32_t kx0, kx1;
+                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
+                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
                 const float *dp = &d[((size_t)oy * l->out_w + ox) * cout];
                 const uint32_t run = (kx1 - kx0) * cin;
                 for (uint32_t co = 0; co < cout; co++) {
@@ -465,7 +453,7 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
                     if (dv == 0.0f) continue;
                     gb[co] += dv;
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        const size_t xrow = t.x0 + (ky - ky0) * xstep;
+                        const size_t xrow = ((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin;
                         if (dw) {
                             const uint32_t ci = co / mult;
                             for (uint32_t kx = kx0; kx < kx1; kx++) {
