@@ -148,6 +148,13 @@ typedef struct {
 /* Settings used when nothing else is given (the study's choice, docs/study.md). */
 void tol_learner_settings_default(tol_learner_settings_t *s);
 
+/* The classifier settings in a state header (the learner's and the stage's): 21 bytes at p,
+ * lr, momentum, weight_decay, clip_norm (float32 LE), n_new, n_old (uint16 LE), mode.
+ * unpack sets only those fields of *s. */
+#define TOL_LEARNER_SETTINGS_PACKED 21u
+void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p);
+void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s);
+
 /* Set up a learner in caller memory (mem_bytes >= TOL_LEARNER_BYTES_EX(...)),
  * then reset it. TOL_ERR_ARG on an invalid config or settings,
  * TOL_ERR_OVERFLOW if mem is too small. */

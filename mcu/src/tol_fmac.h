@@ -332,19 +332,15 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
     }
 }
 
+static inline float tol_fmac_sgd1_(float *w, float *vw, float g, float lr, float mu, float wd,
+                                   int decay, float chk, int commit);
+
 /* The SGD block of every variant: n weights, gradient g, momentum buffers vw (or NULL). */
 static inline float tol_fmac_sgd_(float *w, float *vw, const float *g, uint32_t n, float lr,
                                   float mu, float wd, float chk, int commit)
 {
     for (uint32_t k = 0; k < n; k++) {
-        const float gk = tol_fmac_mla(g[k], wd, w[k]);
-        const float v = vw != NULL ? tol_fmac_mla(gk, mu, vw[k]) : gk;
-        const float wn = tol_fmac_mls(w[k], lr, v);
-        chk = tol_fmac_mla(chk, wn, 0.0f);
-        if (commit) {
-            if (vw != NULL) vw[k] = v;
-            w[k] = wn;
-        }
+        chk = tol_fmac_sgd1_(&w[k], vw != NULL ? &vw[k] : NULL, g[k], lr, mu, wd, 1, chk, commit);
     }
     return chk;
 }
@@ -378,5 +374,21 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
 }
 
 #endif
+
+/* One SGD element (both builds): g' = g + wd w if decay (weights, not biases);
+ * v = g' + mu vw with momentum buffers (vw != NULL), else v = g'; wn = w - lr v;
+ * returns chk + 0 * wn (NaN iff wn is not finite); v and wn stored if commit. */
+static inline float tol_fmac_sgd1_(float *w, float *vw, float g, float lr, float mu, float wd,
+                                   int decay, float chk, int commit)
+{
+    if (decay) g = tol_fmac_mla(g, wd, *w);
+    const float v = vw != NULL ? tol_fmac_mla(g, mu, *vw) : g;
+    const float wn = tol_fmac_mls(*w, lr, v);
+    if (commit) {
+        if (vw != NULL) *vw = v;
+        *w = wn;
+    }
+    return tol_fmac_mla(chk, wn, 0.0f);
+}
 
 #endif /* TOL_FMAC_H */

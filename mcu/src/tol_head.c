@@ -358,16 +358,8 @@ static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu,
     if (scale) {
         /* clipped (rare): element by element */
         for (uint16_t j = 0; j < d; j++) {
-            float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
-            gj = gj * sc;
-            gj = tol_fmac_mla(gj, wd, w[j]);
-            const float v = vw != NULL ? tol_fmac_mla(gj, mu, vw[j]) : gj;
-            const float wn = tol_fmac_mls(w[j], lr, v);
-            chk = tol_fmac_mla(chk, wn, 0.0f);
-            if (commit) {
-                if (vw != NULL) vw[j] = v;
-                w[j] = wn;
-            }
+            const float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+            chk = tol_fmac_sgd1_(&w[j], vw != NULL ? &vw[j] : NULL, gj * sc, lr, mu, wd, 1, chk, commit);
         }
     } else {
         /* no momentum buffers: blocks of 8 (tol_fmac.h), then the rest element by element */
@@ -383,27 +375,13 @@ static float tol_head_update_row_(tol_head_t *h, uint16_t r, float lr, float mu,
             }
         }
         for (; j < d; j++) {
-            float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
-            gj = tol_fmac_mla(gj, wd, w[j]);
-            const float v = vw != NULL ? tol_fmac_mla(gj, mu, vw[j]) : gj;
-            const float wn = tol_fmac_mls(w[j], lr, v);
-            chk = tol_fmac_mla(chk, wn, 0.0f);
-            if (commit) {
-                if (vw != NULL) vw[j] = v;
-                w[j] = wn;
-            }
+            const float gj = gr.g != NULL ? gr.g[j] : tol_fmac_mla(0.0f, gr.e, gr.x[j]);
+            chk = tol_fmac_sgd1_(&w[j], vw != NULL ? &vw[j] : NULL, gj, lr, mu, wd, 1, chk, commit);
         }
     }
     float gb = tol_head_gb_(h, r);
     if (scale) gb = gb * sc;
-    const float vb = (h->vb != NULL) ? tol_fmac_mla(gb, mu, h->vb[r]) : gb;
-    const float bn = tol_fmac_mls(h->b[r], lr, vb);
-    chk = tol_fmac_mla(chk, bn, 0.0f);
-    if (commit) {
-        if (h->vb != NULL) h->vb[r] = vb;
-        h->b[r] = bn;
-    }
-    return chk;
+    return tol_fmac_sgd1_(&h->b[r], h->vb != NULL ? &h->vb[r] : NULL, gb, lr, mu, wd, 0, chk, commit);
 }
 
 /* A whole pass without clipping, row loop kept tight: the gradient from gW
@@ -442,24 +420,11 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
             }
         }
         for (uint16_t j = j0; j < d; j++) {
-            float gj = from_g ? g[j] : tol_fmac_mla(0.0f, e, x[j]);
-            gj = tol_fmac_mla(gj, wd, w[j]);
-            const float v = has_v ? tol_fmac_mla(gj, mu, vw[j]) : gj;
-            const float wn = tol_fmac_mls(w[j], lr, v);
-            chk = tol_fmac_mla(chk, wn, 0.0f);
-            if (commit) {
-                if (has_v) vw[j] = v;
-                w[j] = wn;
-            }
+            const float gj = from_g ? g[j] : tol_fmac_mla(0.0f, e, x[j]);
+            chk = tol_fmac_sgd1_(&w[j], has_v ? &vw[j] : NULL, gj, lr, mu, wd, 1, chk, commit);
         }
         const float gb = from_g ? h->gb[r] : (empty ? 0.0f : 0.0f + e);
-        const float vb = has_v ? tol_fmac_mla(gb, mu, h->vb[r]) : gb;
-        const float bn = tol_fmac_mls(h->b[r], lr, vb);
-        chk = tol_fmac_mla(chk, bn, 0.0f);
-        if (commit) {
-            if (has_v) h->vb[r] = vb;
-            h->b[r] = bn;
-        }
+        chk = tol_fmac_sgd1_(&h->b[r], has_v ? &h->vb[r] : NULL, gb, lr, mu, wd, 0, chk, commit);
     }
     return chk;
 }

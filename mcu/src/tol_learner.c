@@ -395,6 +395,28 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
 #define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
 #define TOL_LEARNER_MAX_SEGS 12u
 
+void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p)
+{
+    tol_segs_putf(p, s->lr);
+    tol_segs_putf(p + 4, s->momentum);
+    tol_segs_putf(p + 8, s->weight_decay);
+    tol_segs_putf(p + 12, s->clip_norm);
+    tol_segs_put16(p + 16, s->n_new);
+    tol_segs_put16(p + 18, s->n_old);
+    p[20] = s->mode;
+}
+
+void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s)
+{
+    s->lr = tol_segs_getf(p);
+    s->momentum = tol_segs_getf(p + 4);
+    s->weight_decay = tol_segs_getf(p + 8);
+    s->clip_norm = tol_segs_getf(p + 12);
+    s->n_new = tol_segs_get16(p + 16);
+    s->n_old = tol_segs_get16(p + 18);
+    s->mode = p[20];
+}
+
 static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
 {
     if (L->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_REPLAY);
@@ -444,13 +466,7 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
     tol_segs_put16(p + 10, c->n_outputs);
     tol_segs_put16(p + 12, c->replay_capacity);
     tol_segs_put16(p + 14, c->max_new);
-    tol_segs_putf(p + 16, s->lr);
-    tol_segs_putf(p + 20, s->momentum);
-    tol_segs_putf(p + 24, s->weight_decay);
-    tol_segs_putf(p + 28, s->clip_norm);
-    tol_segs_put16(p + 32, s->n_new);
-    tol_segs_put16(p + 34, s->n_old);
-    p[36] = s->mode;
+    tol_learner_settings_pack(s, p + 16);
     p[37] = s->train_anomalies;
     tol_segs_putf(p + 40, s->threshold_k);
     tol_segs_putf(p + 44, s->ema_alpha);
@@ -504,13 +520,7 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     const uint8_t pt = p[4];
     TOL_CHECK(pt == tol_learner_parts_(L, pt), TOL_ERR_ARG);
     tol_learner_settings_t s;
-    s.lr = tol_segs_getf(p + 16);
-    s.momentum = tol_segs_getf(p + 20);
-    s.weight_decay = tol_segs_getf(p + 24);
-    s.clip_norm = tol_segs_getf(p + 28);
-    s.n_new = tol_segs_get16(p + 32);
-    s.n_old = tol_segs_get16(p + 34);
-    s.mode = p[36];
+    tol_learner_settings_unpack(p + 16, &s);
     s.train_anomalies = p[37];
     s.threshold_k = tol_segs_getf(p + 40);
     s.ema_alpha = tol_segs_getf(p + 44);

@@ -572,15 +572,7 @@ static float tol_stage_sgd_(float *w, float *v, const float *g, uint32_t n, floa
         k = 8u * n8;
     }
     for (; k < n; k++) {
-        float gk = g[k];
-        if (decay) gk = tol_fmac_mla(gk, wd, w[k]);
-        const float vk = v != NULL ? tol_fmac_mla(gk, mu, v[k]) : gk;
-        const float wn = tol_fmac_mls(w[k], lr, vk);
-        chk = tol_fmac_mla(chk, wn, 0.0f);
-        if (commit) {
-            if (v != NULL) v[k] = vk;
-            w[k] = wn;
-        }
+        chk = tol_fmac_sgd1_(&w[k], v != NULL ? &v[k] : NULL, g[k], lr, mu, wd, decay, chk, commit);
     }
     return chk;
 }
@@ -821,13 +813,7 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
     p[7] = c->n_layers;
     tol_segs_put32(p + 8, tol_stage_hash(c->layers, c->n_layers));
     tol_segs_put32(p + 12, S->n_params);
-    tol_segs_putf(p + 16, S->set.lr);
-    tol_segs_putf(p + 20, S->set.momentum);
-    tol_segs_putf(p + 24, S->set.weight_decay);
-    tol_segs_putf(p + 28, S->set.clip_norm);
-    tol_segs_put16(p + 32, S->set.n_new);
-    tol_segs_put16(p + 34, S->set.n_old);
-    p[36] = S->set.mode;
+    tol_learner_settings_pack(&S->set, p + 16);
     tol_segs_put16(p + 38, S->n_pending);
     tol_segs_put32(p + 40, S->prng.state);
     tol_segs_put32(p + 44, S->samples_seen);
@@ -876,13 +862,7 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     const uint8_t pt = p[4];
     TOL_CHECK(pt == tol_stage_parts_(S, pt), TOL_ERR_MODEL);
     tol_learner_settings_t s = S->set;
-    s.lr = tol_segs_getf(p + 16);
-    s.momentum = tol_segs_getf(p + 20);
-    s.weight_decay = tol_segs_getf(p + 24);
-    s.clip_norm = tol_segs_getf(p + 28);
-    s.n_new = tol_segs_get16(p + 32);
-    s.n_old = tol_segs_get16(p + 34);
-    s.mode = p[36];
+    tol_learner_settings_unpack(p + 16, &s);
     TOL_TRY(tol_stage_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 38);
     TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
