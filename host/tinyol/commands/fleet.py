@@ -1,4 +1,4 @@
-"""`tinyol fleet`: many boards learn together; Flower aggregates their heads.
+"""`tinyol fleet`: many boards learn together; Flower aggregates their heads (or adaptive stages).
 
 Boards: --port URL (repeat it: real boards or running emulators), --emulate N
 (N native targets, or QEMU with --emulator qemu, started and owned by this
@@ -209,7 +209,7 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         else:
             from .simulate import load_model
             m = load_model(model)
-            initial = F.Head(m.W, m.b, np.arange(len(m.b)) < m.n_init)
+            initial = F.initial_params(m)  # the exported head, or adaptive stage
             if twins:
                 boards = [F.make_twin(m, f"board{i}", learn_mode=learn_mode) for i in range(n)]
             else:
@@ -244,8 +244,9 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         echo(f"fleet        accuracy {summary['fleet_accuracy']:.4f} (the aggregate, on {eval_spec})")
     for name, acc in summary["board_accuracy"].items():
         echo(f"  {name:<8}  {acc:.4f} (its own head before the last push)")
+    what = "the stages" if (Path(model) / "stage_init.npz").is_file() else "the heads"
     echo(f"bytes        {summary['bytes_per_round']['pull']:.0f} pulled + {summary['bytes_per_round']['push']:.0f} "
-         f"pushed per round (the heads), {summary['bytes_per_round']['stream']:.0f} streamed")
+         f"pushed per round ({what}), {summary['bytes_per_round']['stream']:.0f} streamed")
     if plot:
         echo(f"plot         {plot}")
     if log:
