@@ -486,10 +486,11 @@ def _model_stage(model_dir) -> list | None:
     return load_model(model_dir).stage[0]
 
 
-def make_twin(model, name: str, *, learn_mode: str | None = None):
-    """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings)."""
+def make_twin(model, name: str, *, learn_mode: str | None = None, **over):
+    """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings;
+    `over`: learner_settings overrides, e.g. replay_capacity=200)."""
     from .simulation import learner_settings, make_learner
-    settings, replay = learner_settings(model, mode=learn_mode)
+    settings, replay = learner_settings(model, mode=learn_mode, **over)
     return TwinBoard(name, make_learner(model, settings, replay))
 
 
