@@ -353,3 +353,24 @@ def test_native_stage_fleet(firmware, tmp_path):
     for r, n, st in tpulls:
         assert st.image() == dev[(r, n)], (r, n)
     assert tf.global_head.image() == aggs[-1].image()
+
+
+def test_server_learning_rate(capsys):
+    """--server-lr sets FedAdam's eta: a first FedAdam step is eta x (a bias correction) x
+    sign(mean - start) per parameter, so eta 0.01 moves every parameter a tenth of eta 0.1."""
+    from tinyol.cli import main
+    model = load_model(MODEL)
+    x0 = F.initial_params(model)
+    rng = np.random.default_rng(4)
+    stages = [F.StageParams(x0.layers, x0.params + rng.normal(0, 0.05, x0.params.size), x0.active)
+              for _ in range(3)]
+    res = [(f"b{i}", st.to_ndarrays(), 5 + i, {}) for i, st in enumerate(stages)]
+    steps = {}
+    for lr in (None, 0.01):
+        strat = F.make_strategy("fedadam", x0, server_lr=lr)
+        assert strat.eta == (0.1 if lr is None else lr)
+        steps[lr] = F.aggregate(strat, 1, res, [], template=x0).params - x0.params
+    assert np.abs(steps[None]).max() > 0.05
+    np.testing.assert_allclose(steps[0.01] * 10, steps[None], rtol=1e-4, atol=1e-6)
+    assert main(["fleet", "--twins", "2", "--model", MODEL, "--strategy", "fedavg", "--server-lr", "0.1"]) == 1
+    assert "fedavg has no server learning rate" in capsys.readouterr().err

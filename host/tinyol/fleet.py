@@ -616,8 +616,26 @@ def _proxy_class():
     return _BoardProxy
 
 
-def make_strategy(name: str, initial: "Head | StageParams", *, min_boards: int = 1, accept_failures: bool = True):
-    """A Flower strategy by name, seeded with the initial head or stage (FedOpt needs it)."""
+SERVER_LR = {"fedadam": "eta", "fedyogi": "eta", "fedadagrad": "eta", "fedavgm": "server_learning_rate"}
+
+
+def check_server_lr(name: str, server_lr: float | None) -> None:
+    """A server learning rate only for strategies that have one, and only a positive one."""
+    if server_lr is None:
+        return
+    if name not in SERVER_LR:
+        raise TinyolError(f"strategy {name} has no server learning rate",
+                          hint="--server-lr goes with " + ", ".join(SERVER_LR))
+    if not (math.isfinite(server_lr) and server_lr > 0):
+        raise TinyolError(f"--server-lr {server_lr} must be a positive number")
+
+
+def make_strategy(name: str, initial: "Head | StageParams", *, min_boards: int = 1, accept_failures: bool = True,
+                  server_lr: float | None = None):
+    """A Flower strategy by name, seeded with the initial head or stage (FedOpt needs it).
+    `server_lr`: the server optimizer's learning rate (FedAdam/FedYogi/FedAdagrad ``eta``,
+    FedAvgM ``server_learning_rate``); None keeps Flower's default."""
+    check_server_lr(name, server_lr)
     if name == "none":
         return None
     require_flower()
@@ -636,6 +654,8 @@ def make_strategy(name: str, initial: "Head | StageParams", *, min_boards: int =
         kw["proximal_mu"] = 0.0  # the board's learner has no proximal term; aggregation is FedAvg's
     if name == "fedavgm":
         kw["server_momentum"] = 0.9  # Flower's default 0 would make it FedAvg
+    if server_lr is not None:
+        kw[SERVER_LR[name]] = float(server_lr)
     return classes[name](**kw)
 
 
@@ -693,6 +713,7 @@ class FleetConfig:
     eval_every: int = 1             # evaluate per-board and fleet accuracy every N rounds (0: at the end)
     use_latents: bool = False       # twins learn from latents
     max_absent: int = 3             # a board unreachable this many rounds in a row no longer holds the fleet up
+    server_lr: float | None = None  # the server optimizer's learning rate (make_strategy); None: Flower's
 
 
 class Fleet:
@@ -710,7 +731,7 @@ class Fleet:
         self.on_event = on_event or (lambda kind, d: None)
         self.revive = revive
         self.strategy = make_strategy(cfg.strategy, initial, min_boards=cfg.min_boards,
-                                      accept_failures=cfg.accept_failures)
+                                      accept_failures=cfg.accept_failures, server_lr=cfg.server_lr)
         for m in members:
             m.client = board_client(m.board, m.shard, base=m.base, use_latents=cfg.use_latents, hook=hook,
                                     template=initial)
@@ -1107,7 +1128,7 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
 
     def server_fn(context):
         name = "fedavg" if cfg.strategy == "none" else cfg.strategy
-        strat = make_strategy(name, initial, min_boards=n)
+        strat = make_strategy(name, initial, min_boards=n, server_lr=cfg.server_lr)
         kw = dict(min_fit_clients=n, min_evaluate_clients=n, min_available_clients=n, fraction_evaluate=0.0,
                   on_fit_config_fn=fit_config, fit_metrics_aggregation_fn=fit_metrics,
                   initial_parameters=ndarrays_to_parameters(initial.to_ndarrays()))

@@ -60,19 +60,17 @@ def data(model_dir: str):
 
 
 def run(model, Q, y, old_pool: F.Shard, ev: F.Shard, n: int, split: str, mode: str, strategy: str,
-        k: int | None, seed: int, strategy_kw: dict | None = None, **over) -> dict:
+        k: int | None, seed: int, fleet_kw: dict | None = None, **over) -> dict:
     parts = F.split_non_iid(y, n, split, seed)
     rng = np.random.default_rng(seed + 1)
     picks = [rng.choice(len(old_pool), PREFILL_N, replace=False) for _ in range(n)]
     shards = [F.Shard(None, y[p], Q[p], sorted(set(int(v) for v in y[p]))) for p in parts]
     longest = max(len(s) for s in shards)
-    cfg = F.FleetConfig(k=k or longest, strategy=strategy, eval_every=0, use_latents=True)
+    cfg = F.FleetConfig(k=k or longest, strategy=strategy, eval_every=0, use_latents=True, **(fleet_kw or {}))
     members = [F.Member(StudyTwin(f"board{i}", F.make_twin(model, "", learn_mode=mode, **over).lrn), s,
                         prefill=F.Shard(None, old_pool.y[p], old_pool.Q[p]) if mode == "replay" else None)
                for i, (s, p) in enumerate(zip(shards, picks))]
     fleet = F.Fleet(members, F.initial_params(model), cfg)
-    for key, v in (strategy_kw or {}).items():  # e.g. FedAdam's server learning rate eta
-        setattr(fleet.strategy, key, v)
     log = fleet.run()
     fleet.close()
     old, new = np.isin(ev.y, OLD), np.isin(ev.y, NEW)
@@ -136,7 +134,8 @@ def large(model_dir: str, n: int, per: int, k: int, strategies=("none", "fedavg"
 STAGE_METHODS = [("local replay (no fleet)", "replay", "none", None, {}),
                  ("fleet replay, FedAvg every 10", "replay", "fedavg", 10, {}),
                  ("fleet replay, FedAdam every 10", "replay", "fedadam", 10, {}),
-                 ("fleet replay, FedAdam (eta 0.01) every 10", "replay", "fedadam", 10, {"eta": 0.01})]
+                 ("fleet replay, FedAdam (--server-lr 0.01) every 10", "replay", "fedadam", 10,
+                  {"server_lr": 0.01})]
 
 
 def stage_vs_head(models=("models/digits", "models/digits_adaptive"), n: int = 4, seeds: int = 3,

@@ -104,6 +104,9 @@ class EmulatedPool:
                                                "fedadam", "fedyogi", "fedadagrad", "none"]),
               default="fedavg", show_default=True,
               help="Flower strategy that aggregates the heads (none: local learning only).")
+@click.option("--server-lr", type=float, default=None, metavar="ETA",
+              help="Server learning rate of fedadam/fedyogi/fedadagrad (eta, Flower's default 0.1) or "
+                   "fedavgm (default 1.0); an adaptive stage wants a smaller one (docs/fleet.md).")
 @click.option("--learn", "learn_mode", type=click.Choice(["sgd", "replay"]), default=None,
               help="The boards' learning mode (default: the firmware's, replay if it has a buffer).")
 @click.option("--min-boards", type=click.IntRange(1), default=1, show_default=True,
@@ -124,7 +127,7 @@ class EmulatedPool:
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
 def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
-        learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
+        server_lr, learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
         timeout, as_json):
     """Drive a fleet of boards: each learns from its own stream; every round the
     host PULLs every head, a Flower strategy aggregates them and the host PUSHes
@@ -156,7 +159,8 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
                           hint="an anomaly threshold is per board (docs/fleet.md)")
     cfg = F.FleetConfig(k=k, rounds=rounds, strategy=strategy, min_boards=min_boards,
                         accept_failures=not strict, save=save, eval_every=eval_every,
-                        use_latents=bool(twins or simulation))
+                        use_latents=bool(twins or simulation), server_lr=server_lr)
+    F.check_server_lr(strategy, server_lr)  # refused before any board starts
     n = len(ports) or emulate or twins or simulation
     latents_of = F.latents_fn(model) if (twins or simulation) else None
     shards = F.load_shards(data, n, split, seed, latents_of=latents_of)
