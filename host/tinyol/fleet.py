@@ -476,9 +476,8 @@ class TwinBoard(Board):
 
 def _model_stage(model_dir) -> list | None:
     """The adaptive stage's layer list of an export directory (None: a one-layer head)."""
-    from pathlib import Path as _P
     try:
-        if not (_P(model_dir) / "stage_init.npz").is_file():
+        if not (Path(model_dir) / "stage_init.npz").is_file():
             return None
     except (TypeError, OSError):
         return None
@@ -685,6 +684,8 @@ class ShapeMismatch(TinyolError):
     def __init__(self, message: str, hint: str | None = None, shape: Shape | None = None):
         super().__init__(message, hint)
         self.shape = shape
+
+
 @dataclass
 class Member:
     """A board in the fleet and what the host knows about it."""
