@@ -153,6 +153,7 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
     if resume and state_dir is None:
         raise TinyolError("--resume needs --state DIR (where the checkpoint is)")
     echo = (lambda *a, **kw: None) if as_json else click.echo
+    travels = "stage" if (Path(model) / "stage_init.npz").is_file() else "head"
     manifest = load_manifest(model)
     if manifest["head"]["mode"] not in ("classifier", 0):
         raise TinyolError(f"{model} has an {manifest['head']['mode']} head; fleets average classifier heads",
@@ -188,10 +189,10 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         if kind == "round":
             if logf:
                 logf.write(json.dumps(d, default=F._jsonable) + "\n")
-            echo(_round_line(d))
+            echo(_round_line(d, travels))
             if n <= 8:
                 for name, b in sorted(d["boards"].items()):
-                    echo("    " + _board_line(name, b))
+                    echo("    " + _board_line(name, b, travels))
         elif kind == "dropped":
             echo(f"  {d['board']} dropped ({d.get('phase', 'fit')}): {d['error'].splitlines()[0]}")
         elif kind == "absent":
@@ -247,17 +248,16 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
     if summary["fleet_accuracy"] is not None:
         echo(f"fleet        accuracy {summary['fleet_accuracy']:.4f} (the aggregate, on {eval_spec})")
     for name, acc in summary["board_accuracy"].items():
-        echo(f"  {name:<8}  {acc:.4f} (its own head before the last push)")
-    what = "the stages" if (Path(model) / "stage_init.npz").is_file() else "the heads"
+        echo(f"  {name:<8}  {acc:.4f} (its own {travels} before the last push)")
     echo(f"bytes        {summary['bytes_per_round']['pull']:.0f} pulled + {summary['bytes_per_round']['push']:.0f} "
-         f"pushed per round ({what}), {summary['bytes_per_round']['stream']:.0f} streamed")
+         f"pushed per round (the {travels}s), {summary['bytes_per_round']['stream']:.0f} streamed")
     if plot:
         echo(f"plot         {plot}")
     if log:
         echo(f"log          {log}")
 
 
-def _round_line(d: dict) -> str:
+def _round_line(d: dict, kind: str = "head") -> str:
     boards = d["boards"]
     ok = [b for b in boards.values() if b.get("status") == "ok"]
     accs = [b["accuracy"] for b in ok if b.get("accuracy") is not None]
@@ -271,21 +271,21 @@ def _round_line(d: dict) -> str:
         parts.append("not aggregated")
     b = d.get("bytes")
     if b:
-        parts.append(f"{b['pull'] + b['push']} head bytes")
+        parts.append(f"{b['pull'] + b['push']} {kind} bytes")
     dropped = [n for n, b in boards.items() if b.get("status") != "ok"]
     if dropped:
         parts.append("dropped " + ",".join(dropped))
     return ", ".join(parts)
 
 
-def _board_line(name: str, b: dict) -> str:
+def _board_line(name: str, b: dict, kind: str = "head") -> str:
     if b.get("status") != "ok":
         return f"{name}: dropped ({b.get('error', '')})"
     parts = [f"{name}: +{b.get('learned', 0)} samples -> position {b.get('position')}"]
     if b.get("learned"):
         parts.append(f"prequential {b['correct'] / b['learned']:.2f}")
     if b.get("accuracy") is not None:
-        parts.append(f"own head {b['accuracy']:.3f}")
+        parts.append(f"own {kind} {b['accuracy']:.3f}")
     parts.append(f"pull {b.get('bytes_pull', 0)} B")
     return ", ".join(parts)
 
