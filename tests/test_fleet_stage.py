@@ -374,3 +374,67 @@ def test_server_learning_rate(capsys):
     np.testing.assert_allclose(steps[0.01] * 10, steps[None], rtol=1e-4, atol=1e-6)
     assert main(["fleet", "--twins", "2", "--model", MODEL, "--strategy", "fedavg", "--server-lr", "0.1"]) == 1
     assert "fedavg has no server learning rate" in capsys.readouterr().err
+
+
+class HostDied(BaseException):
+    """The host process dies (not an error any board could cause)."""
+
+
+def _stage_device_fleet(urls, shards, state, hook=None):
+    manifest = json.loads((ROOT / "models/digits_adaptive/manifest.json").read_text())
+    boards = [F.DeviceBoard(f"board{i}", u, manifest, model_dir=MODEL) for i, u in enumerate(urls)]
+    return F.Fleet([F.Member(b, s) for b, s in zip(boards, shards)], F.initial_params(load_model(MODEL)),
+                   F.FleetConfig(k=10, save=True, eval_every=0), state_dir=state, hook=hook)
+
+
+@pytest.mark.slow
+def test_native_stage_fleet_survives_host_and_board_restarts(firmware, tmp_path):
+    """The host dies in round 2 while board0 is learning, both boards die with it and boot
+    from their SAVE (the STG1 record: stage, replay buffer, PRNG, counters); a new host
+    resumes from --state: every board ends holding the stage a fleet that never stopped
+    ends with, bit for bit, each sample learned once."""
+    program = firmware("native", "models/digits_adaptive").program
+    shards = F.load_shards("digits:5-9@train", 2, "classes:2", 1)
+    shards = [F.Shard(s.X[:30], s.y[:30], None, s.classes) for s in shards]
+
+    def run(root, die):
+        ports = [emulator.free_port() for _ in range(2)]
+        dirs = [root / f"b{i}" for i in range(2)]
+        for d in dirs:
+            d.mkdir(parents=True)
+        start = lambda i: emulator.start_native(program, port=ports[i], state_dir=dirs[i], timeout=300)  # noqa: E731
+        targets = [start(i) for i in range(2)]
+        urls = [f"socket://127.0.0.1:{p}" for p in ports]
+        ref = [None]
+
+        def hook(board, rows):
+            for i, row in enumerate(rows):
+                if die and board.name == "board0" and ref[0].round + 1 == 2 and i == 7:
+                    raise HostDied()
+                yield row
+        try:
+            fleet = ref[0] = _stage_device_fleet(urls, shards, root / "host", hook)
+            if die:
+                with pytest.raises(HostDied):
+                    fleet.run()
+                fleet.close()
+                for i in range(2):  # the boards go with the host: back from their SAVE
+                    targets[i].stop()
+                    targets[i] = start(i)
+                fleet = _stage_device_fleet(urls, shards, root / "host")
+                log = fleet.run(resume=True)
+            else:
+                log = fleet.run()
+            out = (fleet.global_head.image(), [m.board.dev.get_stage() for m in fleet.members],
+                   [m.board.dev.stats().samples_seen for m in fleet.members], log)
+            fleet.close()
+        finally:
+            for t in targets:
+                t.stop()
+        return out
+
+    glob, held, seen, log = run(tmp_path / "ref", False)
+    glob2, held2, seen2, log2 = run(tmp_path / "run", True)
+    assert len(log) == len(log2) == 3 and all(r["aggregated"] for r in log2)
+    assert held == [glob] * 2 and seen == [30, 30]
+    assert glob2 == glob and held2 == held and seen2 == seen
