@@ -438,3 +438,75 @@ def test_native_stage_fleet_survives_host_and_board_restarts(firmware, tmp_path)
     assert len(log) == len(log2) == 3 and all(r["aggregated"] for r in log2)
     assert held == [glob] * 2 and seen == [30, 30]
     assert glob2 == glob and held2 == held and seen2 == seen
+
+
+class CutPush(F.DeviceBoard):
+    """A DeviceBoard whose first PUSH is cut after `cut` SET_STAGE slices (the link dies)."""
+
+    def __init__(self, *a, cut, **kw):
+        super().__init__(*a, **kw)
+        self.cut, self.pulled = cut, []
+
+    def pull(self):
+        st, n = super().pull()
+        self.pulled.append(st)
+        return st, n
+
+    def push(self, params):
+        if self.cut is None:
+            return super().push(params)
+        import struct
+
+        from tinyol._defs import Msg
+        dev, image, self.cut = self._d(), params.image(), None
+        per = dev.info.max_payload - 4
+        for off in range(0, 40 * per, per):  # 40 of 135 slices, then the link is gone
+            dev.link.request(Msg.SET_STAGE, struct.pack("<I", off) + image[off:off + per])
+        self.close()
+        raise F.TinyolError(f"{self.name}: the link died mid-push")
+
+
+@pytest.mark.slow
+def test_native_stage_push_cut_half_way(firmware, tmp_path):
+    """SET_STAGE is stage-then-commit: a push cut after 40 of 135 slices leaves the board's
+    own stage live and whole (GET_STAGE = what it last gave the host); the fleet drops it,
+    pushes again when it rejoins, and ends bit for bit where the twin fleet ends."""
+    program = firmware("native", "models/digits_adaptive").program
+    shards = F.load_shards("digits:5-9@train", 2, "classes:2", 2, latents_of=F.latents_fn(MODEL))
+    shards = [F.Shard(s.X[:20], s.y[:20], s.Q[:20], s.classes) for s in shards]
+    manifest = json.loads((ROOT / "models/digits_adaptive/manifest.json").read_text())
+    model = load_model(MODEL)
+    ports = [emulator.free_port() for _ in range(2)]
+    targets, events, after_cut = [], [], []
+    try:
+        for i, p in enumerate(ports):
+            (tmp_path / f"b{i}").mkdir()
+            targets.append(emulator.start_native(program, port=p, state_dir=tmp_path / f"b{i}", timeout=300))
+        urls = [f"socket://127.0.0.1:{p}" for p in ports]
+        boards = [CutPush(f"board{i}", u, manifest, model_dir=MODEL, cut=(40 if i == 1 else None))
+                  for i, u in enumerate(urls)]
+
+        def on_event(kind, d):
+            events.append((kind, d.get("board"), d.get("phase")))
+            if kind == "dropped":  # look at the board right after the cut, on a new link
+                from tinyol.device import Device
+                with Device.open(urls[1], timeout=2.0) as dev:
+                    after_cut.append(dev.get_stage())
+        fleet = F.Fleet([F.Member(b, s) for b, s in zip(boards, shards)], F.initial_params(model),
+                        F.FleetConfig(k=10, eval_every=0), on_event=on_event)
+        log = fleet.run()
+        held = [m.board.dev.get_stage() for m in fleet.members]
+        fleet.close()
+    finally:
+        for t in targets:
+            t.stop()
+    assert ("dropped", "board1", "push") in events
+    assert after_cut == [boards[1].pulled[0].image()]  # its own round-1 stage, untouched
+    assert log[1]["boards"]["board1"]["bytes_push"] > 4 * 8554  # pushed again when it rejoined
+    twins = [F.make_twin(model, f"board{i}") for i in range(2)]
+    tf = F.Fleet([F.Member(b, s) for b, s in zip(twins, shards)], F.initial_params(model),
+                 F.FleetConfig(k=10, eval_every=0, use_latents=True))
+    tf.run()
+    tf.close()
+    assert fleet.global_head.image() == tf.global_head.image()
+    assert held == [tf.global_head.image()] * 2
