@@ -5,11 +5,16 @@ One host process drives N boards concurrently. A round is:
 1. every board learns the next ``k`` samples of its own stream (`stream`'s
    exactly-once pipeline, :class:`tinyol.stream.Stream`, one per board; the replay
    buffer stays on the board);
-2. the host PULLs every head (GET_HEAD);
-3. a Flower strategy (``flwr.server.strategy.FedAvg`` and friends) aggregates the heads,
+2. the host PULLs every head (GET_HEAD), or every adaptive stage (GET_STAGE) when the
+   model was exported with an earlier ``--split`` (docs/adaptive.md);
+3. a Flower strategy (``flwr.server.strategy.FedAvg`` and friends) aggregates them,
    weighted by the samples each board learned in the round;
 4. the host writes a checkpoint (the aggregate, every board's stream position), asks the
-   boards to SAVE if told to, and PUSHes the aggregate back (SET_HEAD).
+   boards to SAVE if told to, and PUSHes the aggregate back (SET_HEAD / SET_STAGE).
+
+What travels is a :class:`Head` (W, b, active) or a :class:`StageParams` (every layer's W
+and b, active): both are Flower NDArrays; every board of a fleet must have the same shape
+(:class:`Shape`), checked when it connects.
 
 A board is wrapped in a Flower client (:class:`BoardClient`, a ``NumPyClient``); the
 host talks to it through a :class:`BoardProxy` (a Flower ``ClientProxy``), the server's
@@ -75,10 +80,129 @@ class Head:
         w, b, a = arrays
         return cls(np.asarray(w, np.float32), np.asarray(b, np.float32), np.asarray(a) > 0)
 
+    def like(self, arrays: list[np.ndarray]) -> "Head":
+        """Parameters of this kind from Flower NDArrays (what a client receives)."""
+        return Head.from_ndarrays(arrays)
+
     @property
     def nbytes(self) -> int:
         """The head's payload: float32 W and b, one byte per row for `active`."""
         return self.w.size * 4 + self.b.size * 4 + self.active.size
+
+    @property
+    def shape(self) -> "Shape":
+        rows, dim = self.w.shape
+        return Shape("head", rows=int(rows), dim=int(dim), params=int(self.w.size + self.b.size))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a board's learned parameters look like; every board of a fleet has the same."""
+    kind: str            # "head" or "stage"
+    rows: int            # classes of the last layer
+    dim: int             # latent size at the cut
+    params: int          # float32 parameters
+    layers: int = 1
+    stage_hash: int = 0  # tol_stage_hash of the layer list (stages)
+
+    def __str__(self) -> str:
+        if self.kind == "stage":
+            return (f"adaptive stage 0x{self.stage_hash:08x} ({self.layers} layers, {self.params} "
+                    f"parameters, latent {self.dim}, {self.rows} classes)")
+        return f"one-layer head W[{self.rows}, {self.dim}]"
+
+
+def _layer_shapes(layer) -> list[tuple[int, ...]]:
+    """Flower arrays of one stage layer: W in tol_stage.h's layout, then b (none for GAP)."""
+    from .stage import CONV, DENSE, DWCONV
+    if layer.kind == DENSE:
+        w = (layer.out_c, layer.in_size)
+    elif layer.kind == CONV:
+        w = (layer.out_c, layer.kh, layer.kw, layer.in_c)
+    elif layer.kind == DWCONV:
+        w = (layer.kh, layer.kw, layer.out_c)
+    else:
+        return []
+    return [w, (layer.out_c,)]
+
+
+@dataclass
+class StageParams:
+    """An adaptive stage's parameters (docs/adaptive.md): the flat float32 vector in the
+    device's order (layer after layer, W then b) and the last layer's active rows."""
+    layers: list
+    params: np.ndarray
+    active: np.ndarray
+
+    def __post_init__(self):
+        self.params = np.asarray(self.params, np.float32).reshape(-1)
+        self.active = np.asarray(self.active).astype(bool).reshape(-1)
+        n = sum(l.n_params for l in self.layers)
+        if self.params.size != n or self.active.size != self.layers[-1].out_c:
+            raise TinyolError(f"stage parameters do not fit the stage: {self.params.size} parameters and "
+                              f"{self.active.size} flags for {n} and {self.layers[-1].out_c}")
+
+    def to_ndarrays(self) -> list[np.ndarray]:
+        """Flower's parameters: W and b of every layer (tol_stage.h layouts), then the
+        active mask as 0/1 float32, as for a head."""
+        out, off = [], 0
+        for l in self.layers:
+            for shp in _layer_shapes(l):
+                n = int(np.prod(shp))
+                out.append(self.params[off:off + n].reshape(shp).copy())
+                off += n
+        out.append(self.active.astype(np.float32))
+        return out
+
+    def like(self, arrays: list[np.ndarray]) -> "StageParams":
+        """The inverse of to_ndarrays for this stage; an aggregated mask is active where > 0."""
+        want = [s for l in self.layers for s in _layer_shapes(l)] + [(len(self.active),)]
+        got = [tuple(np.shape(a)) for a in arrays]
+        if got != want:
+            raise TinyolError(f"stage parameters of shapes {got} do not fit {self.shape} ({want})")
+        flat = [np.asarray(a, np.float32).reshape(-1) for a in arrays[:-1]]
+        return StageParams(self.layers, np.concatenate(flat) if flat else np.zeros(0, np.float32),
+                           np.asarray(arrays[-1]) > 0)
+
+    def image(self) -> bytes:
+        """The GET_STAGE / SET_STAGE image: every parameter as float32 LE, then the flags."""
+        return self.params.astype("<f4").tobytes() + self.active.astype(np.uint8).tobytes()
+
+    @classmethod
+    def from_image(cls, layers: list, image: bytes) -> "StageParams":
+        n = sum(l.n_params for l in layers)
+        rows = layers[-1].out_c
+        if len(image) != 4 * n + rows:
+            raise TinyolError(f"a stage image of {len(image)} bytes does not fit a stage of {n} parameters "
+                              f"and {rows} classes ({4 * n + rows} bytes)")
+        return cls(layers, np.frombuffer(image, "<f4", n).astype(np.float32),
+                   np.frombuffer(image, np.uint8, rows, 4 * n) > 0)
+
+    @property
+    def nbytes(self) -> int:
+        """The stage image's bytes: 4 per parameter, one per class flag."""
+        return 4 * self.params.size + self.active.size
+
+    @property
+    def shape(self) -> Shape:
+        from .stage import stage_hash
+        return Shape("stage", rows=int(self.active.size), dim=int(self.layers[0].in_size),
+                     params=int(self.params.size), layers=len(self.layers),
+                     stage_hash=stage_hash(self.layers))
+
+
+def initial_params(model) -> "Head | StageParams":
+    """What a fleet of `model` (tinyol.simulation.Model) starts from: its exported head, or
+    its exported adaptive stage (first n_init classes active)."""
+    if model.stage is not None:
+        layers, params = model.stage
+        p = np.array(params, np.float32).reshape(-1)
+        last, k = layers[-1], model.n_init
+        off = p.size - last.n_params  # the firmware zeroes the rows not active at export (tol_stage_reset)
+        p[off + k * last.in_size:off + last.n_weights] = 0
+        p[off + last.n_weights + k:] = 0
+        return StageParams(layers, p, np.arange(last.out_c) < k)
+    return Head(model.W, model.b, np.arange(len(model.b)) < model.n_init)
 
 
 # --------------------------------------------------------------------------- data
@@ -169,8 +293,9 @@ class Board:
     def samples_seen(self) -> int: raise NotImplementedError
     def boot(self) -> int: return 0
     def learn(self, rows: Iterable[tuple[int, object, int]]) -> Learned: raise NotImplementedError
-    def pull(self) -> tuple[Head, int]: raise NotImplementedError
-    def push(self, head: Head) -> int: raise NotImplementedError
+    def shape(self) -> Shape: raise NotImplementedError
+    def pull(self) -> tuple["Head | StageParams", int]: raise NotImplementedError
+    def push(self, params: "Head | StageParams") -> int: raise NotImplementedError
     def save(self) -> None: ...
     def evaluate(self, shard: Shard) -> float: raise NotImplementedError
     def prefill(self, shard: Shard) -> None: raise NotImplementedError
@@ -181,9 +306,11 @@ class DeviceBoard(Board):
     kind = "device"
 
     def __init__(self, name: str, url: str, manifest: dict, *, window: int = 4, timeout: float = 1.0,
-                 learn_mode: str | None = None, model_dir: str = "the model"):
+                 learn_mode: str | None = None, model_dir: str = "the model", stage: list | None = None):
         self.name, self.url, self.manifest = name, url, manifest
         self.window, self.timeout, self.learn_mode, self.model_dir = window, timeout, learn_mode, model_dir
+        # the adaptive stage's layer list (decodes GET_STAGE images): given, or the model's
+        self.stage = stage if stage is not None else _model_stage(model_dir)
         self.dev = None
 
     def connect(self) -> None:
@@ -236,14 +363,32 @@ class DeviceBoard(Board):
         st = self._d().link.stats
         return st.bytes_out + st.bytes_in
 
-    def pull(self) -> tuple[Head, int]:
+    def shape(self) -> Shape:
+        """From INFO: the stage block, or the head's rows and latent size."""
+        i = self._d().info
+        if i.stage_layers:
+            return Shape("stage", rows=int(i.max_classes), dim=int(i.latent_dim), params=int(i.stage_params),
+                         layers=int(i.stage_layers), stage_hash=int(i.stage_hash))
+        return Shape("head", rows=int(i.max_classes), dim=int(i.latent_dim),
+                     params=int(i.max_classes) * (int(i.latent_dim) + 1))
+
+    def pull(self) -> tuple["Head | StageParams", int]:
         b0 = self._bytes()
-        w, b, active = self._d().get_head()
+        dev = self._d()
+        if dev.info.stage_layers:  # GET_STAGE: the whole stage image
+            if self.stage is None:
+                raise TinyolError(f"{self.name} trains an adaptive stage but {self.model_dir} has none",
+                                  hint="pass the model directory its firmware was built from")
+            return StageParams.from_image(self.stage, dev.get_stage()), self._bytes() - b0
+        w, b, active = dev.get_head()
         return Head(w, b, active), self._bytes() - b0
 
-    def push(self, head: Head) -> int:
+    def push(self, params: "Head | StageParams") -> int:
         b0 = self._bytes()
-        self._d().set_head(head.w, head.b, head.active)
+        if isinstance(params, StageParams):  # SET_STAGE: staged, committed by the last slice
+            self._d().set_stage(params.image())
+        else:
+            self._d().set_head(params.w, params.b, params.active)
         return self._bytes() - b0
 
     def save(self) -> None:
@@ -289,15 +434,36 @@ class TwinBoard(Board):
             out.correct += int(pred == label)
         return out
 
-    def pull(self) -> tuple[Head, int]:
+    @property
+    def is_stage(self) -> bool:
+        return not hasattr(self.lrn, "head")
+
+    def shape(self) -> Shape:
+        if self.is_stage:
+            return StageParams(self.lrn.layers, self.lrn.params, self.lrn.active).shape
+        return Head(self.lrn.head.w, self.lrn.head.b, self.lrn.head.active).shape
+
+    def pull(self) -> tuple["Head | StageParams", int]:
+        if self.is_stage:  # the twin's GET_STAGE image
+            st = StageParams.from_image(self.lrn.layers, self.lrn.image())
+            return st, st.nbytes
         h = self.lrn.head
         head = Head(h.w.copy(), h.b.copy(), h.active.copy())
         return head, head.nbytes
 
-    def push(self, head: Head) -> int:
-        self.lrn.head.load(head.w, head.b, head.active)
+    def push(self, params: "Head | StageParams") -> int:
+        if self.is_stage:  # SET_STAGE's commit on the twin
+            from .learner import LearnerError
+            if not isinstance(params, StageParams):
+                raise TinyolError(f"{self.name} trains an adaptive stage; it cannot take a one-layer head")
+            try:
+                self.lrn.load_image(params.image())
+            except LearnerError as e:
+                raise TinyolError(f"{self.name}: the stage image was refused ({e.status})") from None
+            return params.nbytes
+        self.lrn.head.load(params.w, params.b, params.active)
         self.lrn.pending = []
-        return head.nbytes
+        return params.nbytes
 
     def prefill(self, shard: Shard) -> None:
         for q, label in zip(shard.Q, shard.y):
@@ -308,10 +474,22 @@ class TwinBoard(Board):
         return float(np.mean(evaluate(self.lrn, shard.Q) == shard.y))
 
 
-def make_twin(model, name: str, *, learn_mode: str | None = None):
-    """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings)."""
+def _model_stage(model_dir) -> list | None:
+    """The adaptive stage's layer list of an export directory (None: a one-layer head)."""
+    try:
+        if not (Path(model_dir) / "stage_init.npz").is_file():
+            return None
+    except (TypeError, OSError):
+        return None
+    from .simulation import load_model
+    return load_model(model_dir).stage[0]
+
+
+def make_twin(model, name: str, *, learn_mode: str | None = None, **over):
+    """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings;
+    `over`: learner_settings overrides, e.g. replay_capacity=200)."""
     from .simulation import learner_settings, make_learner
-    settings, replay = learner_settings(model, mode=learn_mode)
+    settings, replay = learner_settings(model, mode=learn_mode, **over)
     return TwinBoard(name, make_learner(model, settings, replay))
 
 
@@ -335,13 +513,16 @@ def _make_client_class():
 
         ``fit(parameters, config)``: PUSH `parameters` unless config says the board already
         holds them (``push`` = 0), learn the stream up to ``config["target"]``, PULL the
-        head. ``num_examples`` = samples of this round the head holds (the FedAvg weight).
+        head (or stage). ``num_examples`` = samples of this round the head holds (the
+        FedAvg weight). ``template``: what the parameters are (a Head by default, or the
+        fleet's StageParams), to decode the NDArrays the strategy sends.
         """
 
         def __init__(self, board: Board, shard: Shard, *, base: int = 0, use_latents: bool = False,
                      hook: Callable | None = None, eval_shard: Shard | None = None,
-                     after_fit: Callable | None = None, cid: str | None = None):
+                     after_fit: Callable | None = None, cid: str | None = None, template=None):
             self.board, self.shard, self.base = board, shard, base
+            self.template = template
             self.after_fit, self.cid = after_fit, cid
             self.eval_shard = eval_shard
             self.use_latents = use_latents
@@ -351,6 +532,9 @@ def _make_client_class():
         def position(self) -> int:
             return self.board.samples_seen() - self.base
 
+        def _decode(self, arrays):
+            return Head.from_ndarrays(arrays) if self.template is None else self.template.like(arrays)
+
         def get_parameters(self, config):
             return self.board.pull()[0].to_ndarrays()
 
@@ -358,7 +542,7 @@ def _make_client_class():
             t0 = time.monotonic()
             bytes_push = 0
             if parameters and int(config.get("push", 1)):
-                bytes_push = self.board.push(Head.from_ndarrays(parameters))
+                bytes_push = self.board.push(self._decode(parameters))
             start = int(config.get("start", self.position()))
             pos = self.position()
             target = min(int(config["target"]), len(self.shard))
@@ -387,7 +571,7 @@ def _make_client_class():
 
         def evaluate(self, parameters, config):
             if parameters and int(config.get("push", 1)):
-                self.board.push(Head.from_ndarrays(parameters))
+                self.board.push(self._decode(parameters))
             if self.eval_shard is None:
                 return math.nan, 0, {}
             acc = float(self.board.evaluate(self.eval_shard))
@@ -431,8 +615,26 @@ def _proxy_class():
     return _BoardProxy
 
 
-def make_strategy(name: str, initial: Head, *, min_boards: int = 1, accept_failures: bool = True):
-    """A Flower strategy by name, seeded with the initial head (FedOpt needs it)."""
+SERVER_LR = {"fedadam": "eta", "fedyogi": "eta", "fedadagrad": "eta", "fedavgm": "server_learning_rate"}
+
+
+def check_server_lr(name: str, server_lr: float | None) -> None:
+    """A server learning rate only for strategies that have one, and only a positive one."""
+    if server_lr is None:
+        return
+    if name not in SERVER_LR:
+        raise TinyolError(f"strategy {name} has no server learning rate",
+                          hint="--server-lr goes with " + ", ".join(SERVER_LR))
+    if not (math.isfinite(server_lr) and server_lr > 0):
+        raise TinyolError(f"--server-lr {server_lr} must be a positive number")
+
+
+def make_strategy(name: str, initial: "Head | StageParams", *, min_boards: int = 1, accept_failures: bool = True,
+                  server_lr: float | None = None):
+    """A Flower strategy by name, seeded with the initial head or stage (FedOpt needs it).
+    `server_lr`: the server optimizer's learning rate (FedAdam/FedYogi/FedAdagrad ``eta``,
+    FedAvgM ``server_learning_rate``); None keeps Flower's default."""
+    check_server_lr(name, server_lr)
     if name == "none":
         return None
     require_flower()
@@ -451,13 +653,16 @@ def make_strategy(name: str, initial: Head, *, min_boards: int = 1, accept_failu
         kw["proximal_mu"] = 0.0  # the board's learner has no proximal term; aggregation is FedAvg's
     if name == "fedavgm":
         kw["server_momentum"] = 0.9  # Flower's default 0 would make it FedAvg
+    if server_lr is not None:
+        kw[SERVER_LR[name]] = float(server_lr)
     return classes[name](**kw)
 
 
 def aggregate(strategy, server_round: int, results: list[tuple[str, list[np.ndarray], int, dict]],
-              failures: list[BaseException]) -> Head | None:
+              failures: list[BaseException], template=None) -> "Head | StageParams | None":
     """Run the strategy's aggregate_fit over (cid, arrays, num_examples, metrics) results
-    (in cid order, so the sums run in a fixed order); None when it declines."""
+    (in cid order, so the sums run in a fixed order); None when it declines. `template`
+    (a Head by default, or a StageParams) says what the arrays are."""
     require_flower()
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
     Proxy = _proxy_class()
@@ -468,10 +673,19 @@ def aggregate(strategy, server_round: int, results: list[tuple[str, list[np.ndar
     params, _ = strategy.aggregate_fit(server_round, res, list(failures))
     if params is None:
         return None
-    return Head.from_ndarrays(parameters_to_ndarrays(params))
+    arrays = parameters_to_ndarrays(params)
+    return Head.from_ndarrays(arrays) if template is None else template.like(arrays)
 
 
 # --------------------------------------------------------------------------- the fleet loop
+class ShapeMismatch(TinyolError):
+    """A board whose head or stage is not the fleet's (another export, another stage)."""
+
+    def __init__(self, message: str, hint: str | None = None, shape: Shape | None = None):
+        super().__init__(message, hint)
+        self.shape = shape
+
+
 @dataclass
 class Member:
     """A board in the fleet and what the host knows about it."""
@@ -500,25 +714,28 @@ class FleetConfig:
     eval_every: int = 1             # evaluate per-board and fleet accuracy every N rounds (0: at the end)
     use_latents: bool = False       # twins learn from latents
     max_absent: int = 3             # a board unreachable this many rounds in a row no longer holds the fleet up
+    server_lr: float | None = None  # the server optimizer's learning rate (make_strategy); None: Flower's
 
 
 class Fleet:
     """Round-based federated streaming over boards (see the module docstring)."""
 
-    def __init__(self, members: list[Member], initial: Head, cfg: FleetConfig, *,
+    def __init__(self, members: list[Member], initial: "Head | StageParams", cfg: FleetConfig, *,
                  eval_shard: Shard | None = None, state_dir: Path | None = None,
                  on_event: Callable[[str, dict], None] | None = None,
                  revive: Callable[[Member], None] | None = None, hook: Callable | None = None):
         self.members, self.cfg = members, cfg
-        self.global_head, self.version = initial, 0
+        self.global_head, self.version = initial, 0   # the aggregate: a Head or a StageParams
+        self.template = initial
         self.eval_shard = eval_shard
         self.state_dir = Path(state_dir) if state_dir else None
         self.on_event = on_event or (lambda kind, d: None)
         self.revive = revive
         self.strategy = make_strategy(cfg.strategy, initial, min_boards=cfg.min_boards,
-                                      accept_failures=cfg.accept_failures)
+                                      accept_failures=cfg.accept_failures, server_lr=cfg.server_lr)
         for m in members:
-            m.client = board_client(m.board, m.shard, base=m.base, use_latents=cfg.use_latents, hook=hook)
+            m.client = board_client(m.board, m.shard, base=m.base, use_latents=cfg.use_latents, hook=hook,
+                                    template=initial)
         self.round = 0
         self.pending_push: list[str] = []   # boards still to receive the current aggregate
         self.log: list[dict] = []
@@ -539,7 +756,11 @@ class Fleet:
         head = self.state_dir / f"global_head_r{self.version}.npz"
         if not head.exists():
             tmp = self.state_dir / "global_head.tmp.npz"
-            np.savez(tmp, W=self.global_head.w, b=self.global_head.b, active=self.global_head.active)
+            g = self.global_head
+            if isinstance(g, StageParams):
+                np.savez(tmp, stage_params=g.params, active=g.active, stage_hash=np.int64(g.shape.stage_hash))
+            else:
+                np.savez(tmp, W=g.w, b=g.b, active=g.active)
             os.replace(tmp, head)
         strat = self.state_dir / f"strategy_r{self.version}.pkl"
         if self.strategy is not None and not strat.exists():
@@ -568,12 +789,25 @@ class Fleet:
         try:
             state = json.loads(p.read_text())
             z = np.load(self.state_dir / state["head_file"])
-            head = Head(z["W"], z["b"], z["active"].astype(bool))
+            if "stage_params" in z.files:
+                saved = f"an adaptive stage 0x{int(z['stage_hash']):08x}"
+                head = StageParams(self.template.layers, z["stage_params"], z["active"]) \
+                    if isinstance(self.template, StageParams) \
+                    and int(z["stage_hash"]) == self.template.shape.stage_hash else None
+            else:
+                saved = f"a one-layer head W{list(z['W'].shape)}"
+                head = Head(z["W"], z["b"], z["active"].astype(bool))
+                if not isinstance(self.template, Head) or head.w.shape != self.template.w.shape:
+                    head = None
             strat = pickle.loads((self.state_dir / state["strategy_file"]).read_bytes()) \
                 if state.get("strategy_file") else None
         except (OSError, ValueError, KeyError, pickle.UnpicklingError) as e:
             raise TinyolError(f"cannot resume from {self.state_dir}: {e}",
                               hint="start a new fleet (a new --state directory, or leave out --resume)") from None
+        if head is None:
+            raise TinyolError(f"the fleet in {self.state_dir} aggregated {saved}, this fleet's model has "
+                              f"{self.template.shape}", hint="resume with the model it ran, or start a new "
+                              "--state directory")
         if state.get("strategy") != self.cfg.strategy:
             raise TinyolError(f"the fleet in {self.state_dir} ran strategy {state.get('strategy')}, not "
                               f"{self.cfg.strategy}", hint=f"resume with --strategy {state.get('strategy')}")
@@ -598,6 +832,11 @@ class Fleet:
     def _attach(self, m: Member, first: bool) -> None:
         """(Re)connect a board and work out where it is (module docstring, Faults)."""
         m.board.connect()
+        shape = m.board.shape()
+        if shape != self.template.shape:
+            raise ShapeMismatch(f"{m.board.name} has {shape}, the fleet's model {self.template.shape}",
+                                hint="every board of a fleet runs firmware of the same export "
+                                     "(tinyol flash --model DIR)", shape=shape)
         seen, boot = m.board.samples_seen(), m.board.boot()
         if first:
             m.base, m.pos, m.seen, m.boot, m.holds = seen, 0, seen, boot, 0
@@ -634,11 +873,18 @@ class Fleet:
                 m.board.close()
                 return e
         todo = [m for m in self.members if not m.alive]
-        for m, err in zip(todo, self._pool.map(one, todo)):
-            if err is not None:
-                if first:
-                    raise TinyolError(f"{m.board.name}: {err}", hint=getattr(err, "hint", None))
-                self.on_event("absent", {"board": m.board.name, "error": str(err)})
+        errors = [(m, err) for m, err in zip(todo, self._pool.map(one, todo)) if err is not None]
+        if first and errors:
+            odd = [(m, e) for m, e in errors if isinstance(e, ShapeMismatch)]
+            if odd:  # name every board that does not fit, not just the first
+                raise TinyolError(f"{len(odd)} of {len(self.members)} boards do not fit the fleet's "
+                                  f"{self.template.shape}: " + "; ".join(
+                                      f"{m.board.name} has {e.shape}" for m, e in odd),
+                                  hint=odd[0][1].hint)
+            m, err = errors[0]
+            raise TinyolError(f"{m.board.name}: {err}", hint=getattr(err, "hint", None))
+        for m, err in errors:
+            self.on_event("absent", {"board": m.board.name, "error": str(err)})
 
     # -- one round
     def _fit(self, m: Member, target: int):
@@ -688,7 +934,7 @@ class Fleet:
                 m.holds = None  # it holds its own local head now
         new = None
         if self.strategy is not None and len(results) >= self.cfg.min_boards:
-            new = aggregate(self.strategy, r, results, failures)
+            new = aggregate(self.strategy, r, results, failures, template=self.template)
         # per-board accuracy of the local heads, before they are overwritten
         last = (self.cfg.rounds is not None and r >= self.cfg.rounds) or \
             all(m.pos >= len(m.shard) or m.absent >= self.cfg.max_absent for m in self.members)
@@ -811,6 +1057,17 @@ def head_accuracy(head: Head, Q: np.ndarray, y: np.ndarray, latent_q: tuple[floa
     return float(np.mean(np.argmax(z, axis=1) == y))
 
 
+def params_accuracy(model, params: "Head | StageParams", Q: np.ndarray, y: np.ndarray) -> float:
+    """Accuracy of an aggregate on int8 latents, as a board holding it predicts (a head:
+    vectorised; a stage: the numpy twin of the firmware's stage with the image loaded)."""
+    if isinstance(params, Head):
+        return head_accuracy(params, Q, y, model.latent_q)
+    from .simulation import evaluate
+    twin = make_twin(model, "eval")
+    twin.push(params)
+    return float(np.mean(evaluate(twin.lrn, Q) == np.asarray(y)))
+
+
 def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard, cfg: FleetConfig, *,
                           learn_mode: str | None = None, num_cpus: int = 2,
                           on_event: Callable[[str, dict], None] | None = None,
@@ -832,7 +1089,7 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
     from .simulation import load_model
     model = load_model(model_dir)
     latent_q = model.latent_q
-    initial = Head(model.W, model.b, np.arange(len(model.b)) < model.n_init)
+    initial = initial_params(model)
     rounds = cfg.rounds or max(1, max(-(-len(s) // cfg.k) for s in shards))
     n = len(shards)
     log: list[dict] = [{"round": r, "boards": {}, "aggregated": cfg.strategy != "none"} for r in range(1, rounds + 1)]
@@ -850,7 +1107,7 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
         def keep(client):  # the board's RAM survives to the next round
             context.state["tinyol"] = ConfigRecord({"board": pickle.dumps(client.board)})
         return board_client(board, shards[pid], use_latents=True, eval_shard=eval_shard,
-                            after_fit=keep, cid=board.name).to_client()
+                            after_fit=keep, cid=board.name, template=initial).to_client()
 
     def fit_config(r: int) -> dict:
         return {"target": r * cfg.k, "start": (r - 1) * cfg.k, "push": int(cfg.strategy != "none" and r > 1),
@@ -865,14 +1122,14 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
     def evaluate_fn(r, arrays, config):
         if r == 0:
             return None
-        acc = head_accuracy(Head.from_ndarrays(arrays), eval_shard.Q, eval_shard.y, latent_q)
+        acc = params_accuracy(model, initial.like(arrays), eval_shard.Q, eval_shard.y)
         log[r - 1]["fleet_accuracy"] = acc
         on_event("round", log[r - 1])
         return 1.0 - acc, {"accuracy": acc}
 
     def server_fn(context):
         name = "fedavg" if cfg.strategy == "none" else cfg.strategy
-        strat = make_strategy(name, initial, min_boards=n)
+        strat = make_strategy(name, initial, min_boards=n, server_lr=cfg.server_lr)
         kw = dict(min_fit_clients=n, min_evaluate_clients=n, min_available_clients=n, fraction_evaluate=0.0,
                   on_fit_config_fn=fit_config, fit_metrics_aggregation_fn=fit_metrics,
                   initial_parameters=ndarrays_to_parameters(initial.to_ndarrays()))

@@ -1,6 +1,7 @@
 """The fleet study: non-IID boards, naive local vs local replay vs fleet averaging.
 
     PYTHONPATH=host python -m tinyol.fleet_study [--quick]     # prints the tables of docs/fleet.md
+    PYTHONPATH=host python -m tinyol.fleet_study --stage        # adaptive stage vs head fleets
 
 models/digits (backbone trained on digits 0-4). Digits 5-9 of the training split are
 dealt out to N boards, each seeing only C of the five new classes (``classes:C``,
@@ -38,7 +39,7 @@ METHODS = [  # name, learning mode, strategy, k (None: local only)
 
 
 class StudyTwin(F.TwinBoard):
-    """A twin that remembers the last head it gave the host (its own, before the push)."""
+    """A twin that remembers the last head (or stage) it gave the host (its own, before the push)."""
 
     def pull(self):
         head, n = super().pull()
@@ -59,25 +60,24 @@ def data(model_dir: str):
 
 
 def run(model, Q, y, old_pool: F.Shard, ev: F.Shard, n: int, split: str, mode: str, strategy: str,
-        k: int | None, seed: int) -> dict:
+        k: int | None, seed: int, fleet_kw: dict | None = None, **over) -> dict:
     parts = F.split_non_iid(y, n, split, seed)
     rng = np.random.default_rng(seed + 1)
     picks = [rng.choice(len(old_pool), PREFILL_N, replace=False) for _ in range(n)]
     shards = [F.Shard(None, y[p], Q[p], sorted(set(int(v) for v in y[p]))) for p in parts]
     longest = max(len(s) for s in shards)
-    cfg = F.FleetConfig(k=k or longest, strategy=strategy, eval_every=0, use_latents=True)
-    members = [F.Member(StudyTwin(f"board{i}", F.make_twin(model, "", learn_mode=mode).lrn), s,
+    cfg = F.FleetConfig(k=k or longest, strategy=strategy, eval_every=0, use_latents=True, **(fleet_kw or {}))
+    members = [F.Member(StudyTwin(f"board{i}", F.make_twin(model, "", learn_mode=mode, **over).lrn), s,
                         prefill=F.Shard(None, old_pool.y[p], old_pool.Q[p]) if mode == "replay" else None)
                for i, (s, p) in enumerate(zip(shards, picks))]
-    fleet = F.Fleet(members, F.Head(model.W, model.b, np.arange(len(model.b)) < model.n_init), cfg)
+    fleet = F.Fleet(members, F.initial_params(model), cfg)
     log = fleet.run()
     fleet.close()
-    lq = model.latent_q
     old, new = np.isin(ev.y, OLD), np.isin(ev.y, NEW)
 
-    def acc(h: F.Head, mask=None):
+    def acc(h, mask=None):
         mask = np.ones(len(ev.y), bool) if mask is None else mask
-        return F.head_accuracy(h, ev.Q[mask], ev.y[mask], lq)
+        return F.params_accuracy(model, h, ev.Q[mask], ev.y[mask])
     # each board's own head at the end of its stream, before the last push
     own = [m.board.last_pulled for m in members]
     out = {"rounds": len(log), "samples": int(sum(len(s) for s in shards))}
@@ -131,6 +131,55 @@ def large(model_dir: str, n: int, per: int, k: int, strategies=("none", "fedavg"
     return rows
 
 
+STAGE_METHODS = [("local replay (no fleet)", "replay", "none", None, {}),
+                 ("fleet replay, FedAvg every 10", "replay", "fedavg", 10, {}),
+                 ("fleet replay, FedAdam every 10", "replay", "fedadam", 10, {}),
+                 ("fleet replay, FedAdam (--server-lr 0.01) every 10", "replay", "fedadam", 10,
+                  {"server_lr": 0.01})]
+
+
+def stage_vs_head(models=("models/digits", "models/digits_adaptive"), n: int = 4, seeds: int = 3,
+                  capacities=(None, 200), split: str = "classes:2") -> list[dict]:
+    """The same non-IID fleet (digits 5-9 dealt to n boards, C classes each, buffers pre-filled
+    with 0-4) learning with the one-layer head (models/digits) and with the adaptive stage
+    (models/digits_adaptive, cut before `embed`): replay capacity as exported (None) or forced."""
+    rows = []
+    for path in models:
+        model = load_model(path)
+        Q, y, old_pool, ev = data(path)
+        exported = int(model.manifest["learner"]["replay_capacity"])
+        for cap in capacities:
+            if cap == exported:
+                continue  # the same as the exported capacity (None)
+            over = {} if cap is None else {"replay_capacity": cap}
+            for name, mode, strategy, k, skw in STAGE_METHODS:
+                runs = [run(model, Q, y, old_pool, ev, n, split, mode, strategy, k, seed, skw, **over)
+                        for seed in range(seeds)]
+                r = {"model": path, "learner": "adaptive stage" if model.stage else "head",
+                     "replay": cap or exported, "method": name,
+                     "rounds": runs[0]["rounds"], "n": n}
+                for key in ("board", "board_min", "board_max", "board_old", "board_new", "fleet", "fleet_old",
+                            "fleet_new"):
+                    vals = [x[key] for x in runs]
+                    r[key] = None if vals[0] is None else float(np.mean(vals))
+                    r[key + "_std"] = None if vals[0] is None else float(np.std(vals))
+                rows.append(r)
+                print(r, file=sys.stderr)
+    return rows
+
+
+def stage_table(rows: list[dict]) -> str:
+    lines = ["| learner | replay slots | method | rounds | each board's own (min-max) / old / new "
+             "| fleet's aggregate: all ± std / old 0-4 / new 5-9 |", "|---|--:|---|--:|---|---|"]
+    for r in rows:
+        fl = "—" if r["fleet"] is None else (f"{r['fleet']:.3f} ± {r['fleet_std']:.3f} / {r['fleet_old']:.3f} / "
+                                              f"{r['fleet_new']:.3f}")
+        lines.append(f"| {r['learner']} | {r['replay']} | {r['method']} | {r['rounds']} | {r['board']:.3f} "
+                     f"({r['board_min']:.3f}-{r['board_max']:.3f}) / {r['board_old']:.3f} / {r['board_new']:.3f} "
+                     f"| {fl} |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| boards | method | rounds | each board's own head: all (min-max) / old / new "
              "| fleet's aggregate: all / old 0-4 / new 5-9 |",
@@ -155,7 +204,16 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=10, help="--large: k")
     ap.add_argument("--engine", default="flower", choices=["flower", "host"], help="--large: where")
     ap.add_argument("--strategies", default="none,fedavg,fedadam", help="--large: which")
+    ap.add_argument("--stage", action="store_true",
+                    help="instead: adaptive stage (models/digits_adaptive) vs head (models/digits) fleets")
     a = ap.parse_args(argv)
+    if a.stage:
+        rows = stage_vs_head(n=int(a.boards.split(",")[0]), seeds=a.seeds, split=a.split)
+        print(stage_table(rows))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return 0
     if a.large:
         rows = large(a.model, a.large, a.per, a.every, engine=a.engine, strategies=a.strategies.split(","))
         print("| boards | engine | strategy | rounds | board's own head (mean, min-max) | fleet aggregate | seconds |")

@@ -538,6 +538,27 @@ class Stage:
     def replay_add(self, q, label: int) -> None:
         self.replay_add_f(self._deq(q), label)
 
+    # -- the stage image (tol_stage_image_read / tol_stage_push_commit)
+    def image(self) -> bytes:
+        """Every parameter as float32 LE, then the active flags (uint8[rows]): GET_STAGE's bytes."""
+        return self.params.astype("<f4").tobytes() + self.active.astype(np.uint8).tobytes()
+
+    def load_image(self, image: bytes) -> None:
+        """SET_STAGE's commit: parameters and flags replaced, momentum and the queue cleared
+        (class counts, replay buffer, PRNG and counters kept); a bad image changes nothing."""
+        if len(image) != 4 * self.n_params + self.rows:
+            raise LearnerError("TOL_ERR_RANGE")
+        flags = np.frombuffer(image, np.uint8, self.rows, 4 * self.n_params)
+        params = np.frombuffer(image, "<f4", self.n_params).astype(F32)
+        if (flags > 1).any():
+            raise LearnerError("TOL_ERR_RANGE")
+        if not np.isfinite(params).all():
+            raise LearnerError("TOL_ERR_NONFINITE")
+        self.params = params.copy()
+        self.active = flags.astype(bool)
+        self.mom = np.zeros(self.n_params, F32)
+        self.pending = []
+
     def stats(self) -> dict:
         return {
             "samples_seen": self.samples_seen,

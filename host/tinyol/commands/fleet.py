@@ -1,4 +1,4 @@
-"""`tinyol fleet`: many boards learn together; Flower aggregates their heads.
+"""`tinyol fleet`: many boards learn together; Flower aggregates their heads (or adaptive stages).
 
 Boards: --port URL (repeat it: real boards or running emulators), --emulate N
 (N native targets, or QEMU with --emulator qemu, started and owned by this
@@ -104,6 +104,9 @@ class EmulatedPool:
                                                "fedadam", "fedyogi", "fedadagrad", "none"]),
               default="fedavg", show_default=True,
               help="Flower strategy that aggregates the heads (none: local learning only).")
+@click.option("--server-lr", type=float, default=None, metavar="ETA",
+              help="Server learning rate of fedadam/fedyogi/fedadagrad (eta, Flower's default 0.1) or "
+                   "fedavgm (default 1.0); an adaptive stage wants a smaller one (docs/fleet.md).")
 @click.option("--learn", "learn_mode", type=click.Choice(["sgd", "replay"]), default=None,
               help="The boards' learning mode (default: the firmware's, replay if it has a buffer).")
 @click.option("--min-boards", type=click.IntRange(1), default=1, show_default=True,
@@ -124,7 +127,7 @@ class EmulatedPool:
 @click.option("--timeout", type=float, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
 def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
-        learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
+        server_lr, learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
         timeout, as_json):
     """Drive a fleet of boards: each learns from its own stream; every round the
     host PULLs every head, a Flower strategy aggregates them and the host PUSHes
@@ -150,13 +153,15 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
     if resume and state_dir is None:
         raise TinyolError("--resume needs --state DIR (where the checkpoint is)")
     echo = (lambda *a, **kw: None) if as_json else click.echo
+    travels = "stage" if (Path(model) / "stage_init.npz").is_file() else "head"
     manifest = load_manifest(model)
     if manifest["head"]["mode"] not in ("classifier", 0):
         raise TinyolError(f"{model} has an {manifest['head']['mode']} head; fleets average classifier heads",
                           hint="an anomaly threshold is per board (docs/fleet.md)")
     cfg = F.FleetConfig(k=k, rounds=rounds, strategy=strategy, min_boards=min_boards,
                         accept_failures=not strict, save=save, eval_every=eval_every,
-                        use_latents=bool(twins or simulation))
+                        use_latents=bool(twins or simulation), server_lr=server_lr)
+    F.check_server_lr(strategy, server_lr)  # refused before any board starts
     n = len(ports) or emulate or twins or simulation
     latents_of = F.latents_fn(model) if (twins or simulation) else None
     shards = F.load_shards(data, n, split, seed, latents_of=latents_of)
@@ -184,10 +189,10 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         if kind == "round":
             if logf:
                 logf.write(json.dumps(d, default=F._jsonable) + "\n")
-            echo(_round_line(d))
+            echo(_round_line(d, travels))
             if n <= 8:
                 for name, b in sorted(d["boards"].items()):
-                    echo("    " + _board_line(name, b))
+                    echo("    " + _board_line(name, b, travels))
         elif kind == "dropped":
             echo(f"  {d['board']} dropped ({d.get('phase', 'fit')}): {d['error'].splitlines()[0]}")
         elif kind == "absent":
@@ -209,7 +214,7 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         else:
             from .simulate import load_model
             m = load_model(model)
-            initial = F.Head(m.W, m.b, np.arange(len(m.b)) < m.n_init)
+            initial = F.initial_params(m)  # the exported head, or adaptive stage
             if twins:
                 boards = [F.make_twin(m, f"board{i}", learn_mode=learn_mode) for i in range(n)]
             else:
@@ -243,16 +248,16 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
     if summary["fleet_accuracy"] is not None:
         echo(f"fleet        accuracy {summary['fleet_accuracy']:.4f} (the aggregate, on {eval_spec})")
     for name, acc in summary["board_accuracy"].items():
-        echo(f"  {name:<8}  {acc:.4f} (its own head before the last push)")
+        echo(f"  {name:<8}  {acc:.4f} (its own {travels} before the last push)")
     echo(f"bytes        {summary['bytes_per_round']['pull']:.0f} pulled + {summary['bytes_per_round']['push']:.0f} "
-         f"pushed per round (the heads), {summary['bytes_per_round']['stream']:.0f} streamed")
+         f"pushed per round (the {travels}s), {summary['bytes_per_round']['stream']:.0f} streamed")
     if plot:
         echo(f"plot         {plot}")
     if log:
         echo(f"log          {log}")
 
 
-def _round_line(d: dict) -> str:
+def _round_line(d: dict, kind: str = "head") -> str:
     boards = d["boards"]
     ok = [b for b in boards.values() if b.get("status") == "ok"]
     accs = [b["accuracy"] for b in ok if b.get("accuracy") is not None]
@@ -266,21 +271,21 @@ def _round_line(d: dict) -> str:
         parts.append("not aggregated")
     b = d.get("bytes")
     if b:
-        parts.append(f"{b['pull'] + b['push']} head bytes")
+        parts.append(f"{b['pull'] + b['push']} {kind} bytes")
     dropped = [n for n, b in boards.items() if b.get("status") != "ok"]
     if dropped:
         parts.append("dropped " + ",".join(dropped))
     return ", ".join(parts)
 
 
-def _board_line(name: str, b: dict) -> str:
+def _board_line(name: str, b: dict, kind: str = "head") -> str:
     if b.get("status") != "ok":
         return f"{name}: dropped ({b.get('error', '')})"
     parts = [f"{name}: +{b.get('learned', 0)} samples -> position {b.get('position')}"]
     if b.get("learned"):
         parts.append(f"prequential {b['correct'] / b['learned']:.2f}")
     if b.get("accuracy") is not None:
-        parts.append(f"own head {b['accuracy']:.3f}")
+        parts.append(f"own {kind} {b['accuracy']:.3f}")
     parts.append(f"pull {b.get('bytes_pull', 0)} B")
     return ", ".join(parts)
 
