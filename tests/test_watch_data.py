@@ -82,3 +82,16 @@ def test_watch_without_seglearn_is_one_clear_error(monkeypatch):
         load_source("watch@train")
     assert "seglearn" in str(e.value) and "not installed" in str(e.value)
     assert "pip install --no-deps seglearn" in e.value.hint
+
+
+def test_watch_damaged_file_is_one_clear_error(monkeypatch, tmp_path):
+    # a stand-in package directory holding a truncated data file (a damaged install)
+    pkg = tmp_path / "seglearn"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data" / "watch_dataset.npy").write_bytes(b"\x93NUMPY\x01\x00")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "seglearn", raising=False)
+    with pytest.raises(TinyolError, match="unreadable") as e:
+        load_source("watch")
+    assert "--force-reinstall" in e.value.hint

@@ -264,7 +264,17 @@ def watch_recordings() -> dict:
                           "installed", hint="pip install --no-deps seglearn  (its data file is "
                           "enough; make setup does it)")
     # a pickled dict (numpy's .npy of an object): the file of an installed package, not user input
-    return np.load(path, allow_pickle=True).item()
+    try:
+        d = np.load(path, allow_pickle=True).item()
+        missing = [k for k in ("X", "y", "subject", "y_labels") if k not in d]
+    except Exception as e:  # noqa: BLE001 - a damaged install, reported in one line
+        raise TinyolError(f"{path}: unreadable ({type(e).__name__}: {e})",
+                          hint="reinstall it: pip install --force-reinstall --no-deps "
+                               "seglearn==1.2.5") from None
+    if missing:
+        raise TinyolError(f"{path}: not the watch data set (no {', '.join(missing)})",
+                          hint="pip install --force-reinstall --no-deps seglearn==1.2.5")
+    return d
 
 
 def watch_windows() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
