@@ -18,6 +18,12 @@ Two datasets: scikit-learn digits (models/digits/digits.keras, trained on 0-4) a
 smartwatch physiotherapy IMU set (tinyol.datasets `watch`: 10 subjects, 7 shoulder exercises,
 2 s windows of 6 channels; a Conv1D-style network trained here on 4 exercises of subjects 1-7,
 the other 3 exercises streamed, tested on all 7 exercises of subjects 8-10, new users).
+
+A second watch scenario, new users (domain shift, `--datasets users`): the network learns all
+7 exercises of subjects 1-7 offline; the device streams the first half of every recording of
+subjects 8-10 (labelled calibration) and is tested on the second halves (watch_user_split);
+rows: no learning, each cut with replay, naive SGD of the last layer, and the network trained
+offline on subjects 1-7 plus the calibration halves as the upper bound.
 """
 from __future__ import annotations
 
@@ -49,6 +55,46 @@ MARK_END = "<!-- study_depth end -->"
 WATCH_OLD, WATCH_NEW = [0, 1, 2, 3], [4, 5, 6]    # PEN ABD FEL IR | ER TRAP ROW
 WATCH_STREAM = 1323  # new-class windows streamed: all of subjects 1-7 (lower it to subsample)
 WATCH_TEST = 1484    # test windows: all of subjects 8-10
+
+# The new-users scenario (domain shift): the network learns all seven exercises of subjects 1-7
+# offline; the device calibrates on the first half of every recording of subjects 8-10 and is
+# tested on the second halves.
+
+
+def watch_user_split() -> dict:
+    """Split the windows of the new users (`watch@test`, in load_source's order) per recording:
+    the first half of each recording's windows is its calibration part (streamed to the device),
+    the windows that start after the last calibration window ends are its test part; the window
+    straddling the boundary (2 s windows every 1 s overlap by half) is used by neither.
+
+    Returns index arrays into `watch@test` (calib, test, gap) and, per window, the recording
+    (index in the file), its first sample and its part (0 calib, 1 test, 2 gap)."""
+    from .datasets import WATCH_STRIDE, WATCH_TEST_SUBJECTS, WATCH_WINDOW, watch_recordings
+
+    d = watch_recordings()
+    rec, start, part = [], [], []
+    for r, (x, s) in enumerate(zip(d["X"], d["subject"])):
+        if int(s) not in WATCH_TEST_SUBJECTS:
+            continue
+        n = (len(x) - WATCH_WINDOW) // WATCH_STRIDE + 1
+        h = n // 2                                       # calibration windows 0 .. h-1
+        end = (h - 1) * WATCH_STRIDE + WATCH_WINDOW     # first sample after them
+        first_test = -(-end // WATCH_STRIDE)            # first window starting at or after it
+        for i in range(n):
+            rec.append(r)
+            start.append(i * WATCH_STRIDE)
+            part.append(0 if i < h else 1 if i >= first_test else 2)
+    rec, start, part = np.array(rec), np.array(start), np.array(part)
+    return {"rec": rec, "start": start, "part": part, "calib": np.flatnonzero(part == 0),
+            "test": np.flatnonzero(part == 1), "gap": np.flatnonzero(part == 2)}
+
+
+def users_stream_order(split: dict, seed: int) -> np.ndarray:
+    """Indices of the calibration windows in streaming order: the recordings in a seeded random
+    order (one user doing one exercise after another), each recording's windows in time order."""
+    recs = np.unique(split["rec"][split["calib"]])
+    order = np.random.default_rng(seed).permutation(recs)
+    return np.concatenate([split["calib"][split["rec"][split["calib"]] == r] for r in order])
 
 
 def watch_model(n_classes: int, seed: int):
@@ -253,6 +299,86 @@ def study_dataset(ds: Dataset, seeds: int, work: Path, echo, bench: bool) -> dic
     return out
 
 
+def users_dataset(work: Path, echo) -> tuple[Dataset, dict]:
+    """The new-users scenario's data and pre-trained network (all 7 exercises, subjects 1-7).
+    Dataset.Xte/yte are the new users' windows (all of them; the split says which are which)."""
+    from .datasets import load_source
+
+    Xtr, ytr, names = load_source("watch@train")
+    Xu, yu, _ = load_source("watch@test")
+    Xtr, Xu = Xtr[:, None], Xu[:, None]
+    classes = list(range(len(names)))
+    path = work / "watch_users.keras"
+    echo("new users: training the watch network on all exercises of subjects 1-7")
+    _fit(watch_model(len(classes), seed=0), Xtr, ytr, seed=0).save(path)
+    ds = Dataset("watch_users", path, Xtr, ytr, Xu, yu, classes, [],
+                 ["head", "embed", "conv3", "conv2"], lambda s: watch_model(len(classes), s), work)
+    return ds, watch_user_split()
+
+
+def run_users(ds: Dataset, model: S.Model, Qtr, Qu, split: dict, *, seed: int, mode: str,
+              lr: float) -> tuple[float, float]:
+    """Stream the new users' calibration windows (order by seed) into a learner pre-trained on
+    every class; returns (accuracy on their test windows before the stream, after it)."""
+    rng = np.random.default_rng(seed)
+    stream = users_stream_order(split, seed)
+    settings = L.Settings(lr=lr, n_new=1, n_old=16 if mode == "replay" else 0,
+                          mode=L.MODES[mode])
+    replay = dict(capacity=CAPACITY if mode == "replay" else 0, bits=BITS,
+                  policy=L.POLICY_RESERVOIR, seed=seed + 1, max_new=1)
+    lrn = S.make_learner(model, settings, replay)
+    te = split["test"]
+    before = float(np.mean(S.evaluate(lrn, Qu[te]) == ds.yte[te]))
+    pre = rng.permutation(len(ds.ytr))
+    res = S.run_classifier(lrn, Qu[stream], ds.yte[stream],
+                           prefill=(Qtr[pre], ds.ytr[pre]) if replay["capacity"] else None,
+                           eval_set=(Qu[te], ds.yte[te]))
+    return before, res["final_accuracy"]
+
+
+def study_users(work: Path, seeds: int, echo) -> dict:
+    """Domain shift: new users calibrate the network on the device (see watch_user_split)."""
+    ds, split = users_dataset(work, echo)
+    cal, te = split["calib"], split["test"]
+    out = {"name": "watch", "scenario": "users", "cuts": [], "n_pretrain": int(len(ds.ytr)),
+           "n_calib": int(len(cal)), "n_test": int(len(te)), "n_gap": int(len(split["gap"])),
+           "recordings": int(len(np.unique(split["rec"])))}
+    accs = []  # upper bound: the same network trained offline on subjects 1-7 + calibration
+    X = np.concatenate([ds.Xtr, ds.Xte[cal]])
+    y = np.concatenate([ds.ytr, ds.yte[cal]])
+    for s in range(seeds):
+        net = _fit(ds.make_joint(100 + s), X, y, seed=100 + s)
+        accs.append(float(np.mean(np.argmax(net.predict(ds.Xte[te], verbose=0), 1)
+                                  == ds.yte[te])))
+    out["joint"] = accs
+    echo(f"new users: offline upper bound {np.mean(accs):.3f}")
+    for cut in ds.cuts:
+        model = export_cut(ds, cut, work / f"users_{cut}", CAPACITY, BITS)
+        Qtr, Qu = _latents(model, ds.Xtr), _latents(model, ds.Xte)
+        row = {"cut": cut, "layers": 1 if model.stage is None else len(model.stage[0]),
+               "latent_dim": int(model.manifest["latent"]["dim"]),
+               "params": int(model.W.size + model.b.size) if model.stage is None
+               else int(model.stage[1].size),
+               "ram": learner_ram(model, CAPACITY, BITS),
+               "arena": int(model.manifest["memory"]["arena_bytes"])}
+        row["fits"] = row["ram"] + row["arena"] + 12 * 1024 <= BOARD_RAM
+        runs = [run_users(ds, model, Qtr, Qu, split, seed=s, mode="replay", lr=LR)
+                for s in range(seeds)]
+        row["start"] = runs[0][0]   # the exported network before any learning (order-free)
+        row["replay"] = [a for _, a in runs]
+        if cut == "head":
+            out["start"] = row["start"]
+            out["naive"] = {"lr": LR, "acc": [run_users(ds, model, Qtr, Qu, split, seed=s,
+                                                        mode="sgd", lr=LR)[1]
+                                              for s in range(seeds)]}
+            echo(f"new users: no learning {row['start']:.3f}, naive SGD "
+                 f"{np.mean(out['naive']['acc']):.3f}")
+        echo(f"new users: cut {cut} ({row['layers']} layers) start {row['start']:.3f}, replay "
+             f"{np.mean(row['replay']):.3f} ± {np.std(row['replay']):.3f}, RAM {row['ram']}")
+        out["cuts"].append(row)
+    return out
+
+
 # --------------------------------------------------------------------------- report
 def _pm(v) -> str:
     return f"{100 * np.mean(v):.1f} ± {100 * np.std(v):.1f}"
@@ -294,6 +420,9 @@ def markdown(results: list[dict], seeds: int) -> str:
          "The joint upper bound trains the same network on everything the pre-training and the "
          "stream saw.", ""]
     for r in results:
+        if r.get("scenario") == "users":
+            o += users_markdown(r, seeds, results)
+            continue
         o += [f"### {r['name']}", "",
               f"Stream: {r['n_stream']} samples of the new classes; test: {r['n_test']} samples.",
               "",
@@ -323,6 +452,9 @@ def markdown(results: list[dict], seeds: int) -> str:
     o += ["### Reading", ""]
     o += READING
     for r in results:
+        if r.get("scenario") == "users":
+            o += users_reading(r)
+            continue
         head = next(c for c in r["cuts"] if c["cut"] == "head")
         best = next(c for c in r["cuts"] if c["cut"] == r["best_cut"])
         gain = 100 * (np.mean(best["replay"]) - np.mean(head["replay"]))
@@ -337,6 +469,60 @@ def markdown(results: list[dict], seeds: int) -> str:
                      f"with an untuned lr forget more).")
     o += ["", MARK_END]
     return "\n".join(o) + "\n"
+
+
+def users_markdown(r: dict, seeds: int, results: list[dict]) -> list[str]:
+    """The new-users (domain shift) table."""
+    ci = next((x for x in results if x["name"] == r["name"] and "scenario" not in x), None)
+    bench = ci is not None and all("train" in c.get("bench", {}) for c in ci["cuts"])
+    o = [f"### {r['name']}: new users (domain shift)", "",
+         f"The class-incremental stream above comes from the training subjects, so it never "
+         f"asks a cut to adapt to a new user. Here the network is trained offline on all seven "
+         f"exercises of subjects 1-7 ({r['n_pretrain']} windows); the device then calibrates "
+         f"on subjects 8-10: the first half of each of their {r['recordings']} recordings "
+         f"({r['n_calib']} labelled windows) is streamed once, each recording's windows in "
+         f"time order, the recordings in a random order per stream order (one exercise after "
+         f"another); the test is the second halves ({r['n_test']} windows). The "
+         f"{r['n_gap']} windows that straddle a recording's midpoint (windows overlap by half) "
+         f"are used by neither, so no test window shares a sample with a calibration window. "
+         f"Replay as above (200 int8 slots, reservoir, pre-filled with latents of the training "
+         f"subjects, n_new = 1, n_old = 16, lr = {LR}, not re-tuned); naive SGD uses the same lr "
+         f"(no validation split of the new users to tune it on). `before` is the exported "
+         f"network (int8 backbone, float stage) on the test halves before any learning: the "
+         f"pre-trained network is the same for every cut, it differs only by where the int8 "
+         f"part ends. Mean ± std over {seeds} stream orders.", "",
+         "| cut | trained layers | params | learner RAM (B) | fits L4R5ZI | before (%) "
+         "| final acc (%) | gain (points) |",
+         "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for c in r["cuts"]:
+        gain = 100 * (np.mean(c["replay"]) - c["start"])
+        o.append(f"| {c['cut']} | {c['layers']} | {c['params']:,} | {c['ram']:,} | "
+                 f"{'yes' if c['fits'] else 'no'} | {100 * c['start']:.1f} | "
+                 f"{_pm(c['replay'])} | {gain:+.1f} |")
+    o += [f"| no learning (the pre-trained network as exported, last-layer cut) | 0 | | | | "
+          f"{100 * r['start']:.1f} | {100 * r['start']:.1f} | |",
+          f"| naive SGD, last layer (lr {r['naive']['lr']}) | 1 | | | | {100 * r['start']:.1f} "
+          f"| {_pm(r['naive']['acc'])} | {100 * (np.mean(r['naive']['acc']) - r['start']):+.1f} |",
+          f"| offline training on subjects 1-7 + the calibration halves (upper bound) | all | | "
+          f"| | | {_pm(r['joint'])} | |", ""]
+    if bench:
+        o += ["Train-step and predict instructions per cut: the class-incremental watch table's "
+              "(same layer shapes, 7 outputs, all active in the bench build).", ""]
+    return o
+
+
+def users_reading(r: dict) -> list[str]:
+    head = next(c for c in r["cuts"] if c["cut"] == "head")
+    best = max((c for c in r["cuts"] if c["fits"]), key=lambda c: np.mean(c["replay"]))
+    gap = np.mean(r["joint"]) - r["start"]
+    closed = (np.mean(best["replay"]) - r["start"]) / gap if gap > 0 else float("nan")
+    return [f"- {r['name']}, new users: no learning {100 * r['start']:.1f} %, the last layer "
+            f"with replay {_pm(head['replay'])} %, the best cut (`{best['cut']}`, "
+            f"{best['layers']} layers) {_pm(best['replay'])} % "
+            f"({100 * (np.mean(best['replay']) - r['start']):+.1f} points, {100 * closed:.0f} % "
+            f"of the way to the offline upper bound {_pm(r['joint'])} %) for "
+            f"{best['ram'] / max(head['ram'], 1):.1f}x the last layer's learner RAM; naive SGD "
+            f"{_pm(r['naive']['acc'])} %."]
 
 
 # Observations on the committed run (docs/study.md); the bullets after them are computed.
@@ -385,7 +571,8 @@ def write_section(text: str, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=SEEDS)
-    ap.add_argument("--datasets", default="digits,watch")
+    ap.add_argument("--datasets", default="digits,watch,users",
+                    help="users: the watch set's new-users (domain shift) scenario")
     ap.add_argument("--no-bench", action="store_true", help="skip the QEMU instruction counts")
     ap.add_argument("--out", default=str(project_root() / "docs/study.md"))
     ap.add_argument("--json", default=None, help="also write the raw results here")
@@ -403,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tinyol-depth-") as tmp:
         work = Path(tmp)
         for name in a.datasets.split(","):
+            if name == "users":
+                results.append(study_users(work, a.seeds, echo))
+                continue
             ds = digits_dataset(work) if name == "digits" else watch_dataset(work, echo)
             results.append(study_dataset(ds, a.seeds, work, echo, bench=not a.no_bench))
     if a.json:
