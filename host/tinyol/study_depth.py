@@ -394,7 +394,8 @@ def markdown(results: list[dict], seeds: int) -> str:
          "## How deep should the board learn? (the QLR depth trade-off)", "",
          "Reproduce: `PYTHONPATH=host python -m tinyol.study_depth --json docs/study_depth.json` "
          "(part of `make study`, "
-         "17 minutes for this section on this 2-core machine shared with other jobs).", "",
+         "22 minutes for this section on this 2-core machine shared with other jobs; the "
+         "new-users table alone, `--datasets users`, 3 minutes on the idle machine).", "",
          f"Each cut trains the layers after it on the device (docs/adaptive.md): `head` is "
          f"TinyOL's last layer, every other row an adaptive stage exported with "
          f"`tinyol export --split <layer>`. Same protocol as above: the stream of new classes "
