@@ -39,7 +39,7 @@ bench: setup
 
 study: setup
 	$(PY) -m tinyol.study
-	$(PY) -m tinyol.study_depth
+	$(PY) -m tinyol.study_depth --json docs/study_depth.json
 
 clean:
 	rm -rf .pio build

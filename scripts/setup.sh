@@ -116,6 +116,11 @@ if ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spe
     if [[ $CHECK_ONLY == 1 ]]; then say "aeon (the BasicMotions data of models/imu) is missing"; exit 1; fi
     "$VENV/bin/python" -m pip install -q --no-deps "aeon==1.6.0"
 fi
+# the smartwatch physiotherapy set (source `watch`, the depth study) ships inside the seglearn wheel
+if ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('seglearn') is None)"; then
+    if [[ $CHECK_ONLY == 1 ]]; then say "seglearn (the watch data of make study) is missing"; exit 1; fi
+    "$VENV/bin/python" -m pip install -q --no-deps "seglearn==1.2.5"
+fi
 
 # ---- 3. PlatformIO core, offline ---------------------------------------------------
 "$VENV/bin/python" scripts/seed_pio_core.py "$ROOT/.pio-core"

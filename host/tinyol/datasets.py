@@ -9,13 +9,20 @@ A *source spec* is a short string:
                           (3-axis accelerometer, 3-axis gyroscope), X [N,100,6] channels last;
                           classes Standing, Running, Walking, Badminton. The files ship inside the
                           `aeon` wheel (``pip install --no-deps aeon``: the data files are enough)
+``watch``                 seglearn's smartwatch physiotherapy set: 10 subjects, 7 shoulder exercises
+                          (PEN ABD FEL IR ER TRAP ROW), both sides, 6-axis IMU at 50 Hz (ax ay az
+                          in g, wx wy wz in rad/s); 140 recordings cut into 2 s windows (100 steps,
+                          stride 50), X [N,100,6] channels last. ``@train``/``@test`` split by
+                          SUBJECT (train 1-7, test 8-10: new users). The file ships inside the
+                          `seglearn` wheel (``pip install --no-deps seglearn``: the data is enough)
 ``sensor``                synthetic vibration windows, normal machine only (label 0)
 ``sensor:anomalies``      normal and faulty windows mixed (label 1 = anomalous)
 ``path/to/file.csv``      feature columns + one integer label column (header optional)
 ``path/to/file.npz``      arrays ``X`` [N,...] and ``y`` [N] (optional ``class_names``)
 ``-``                     stdin, one sample a line: comma/space separated floats, last = label
 
-``@train``/``@test`` work on every source except ``-``. Labels are never renumbered: a filtered
+``@train``/``@test`` work on every source except ``-`` (``watch`` splits by subject, the others
+by a stratified random split). Labels are never renumbered: a filtered
 source keeps the original class numbers, and ``class_names[label]`` is always that label's name.
 """
 from __future__ import annotations
@@ -42,7 +49,12 @@ SENSOR_N_NORMAL = 1000
 SENSOR_N_ANOMALOUS = 300
 SENSOR_SEED = 20260701
 
-BUILTIN = ("digits", "sensor", "basicmotions")
+BUILTIN = ("digits", "sensor", "basicmotions", "watch")
+
+# seglearn's watch set: 2 s windows at 50 Hz, half-overlapping; subjects 8-10 are `@test`.
+WATCH_WINDOW = 100
+WATCH_STRIDE = 50
+WATCH_TEST_SUBJECTS = (8, 9, 10)
 
 
 def _parse_classes(text: str, spec: str) -> list[int]:
@@ -237,6 +249,50 @@ def _basicmotions() -> tuple[np.ndarray, np.ndarray, list[str]]:
     return X, y, names
 
 
+def watch_recordings() -> dict:
+    """seglearn's watch_dataset.npy as stored: a dict with X (list of [n, 6] float64
+    recordings), y, subject, side, X_labels, y_labels. Read from the installed package's files;
+    seglearn itself is not imported (nor are its dependencies needed)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("seglearn")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "watch_dataset.npy" \
+        if spec is not None and spec.submodule_search_locations else None
+    if path is None or not path.is_file():
+        raise TinyolError("the watch data set ships inside the `seglearn` package, which is not "
+                          "installed", hint="pip install --no-deps seglearn  (its data file is "
+                          "enough; make setup does it)")
+    # a pickled dict (numpy's .npy of an object): the file of an installed package, not user input
+    try:
+        d = np.load(path, allow_pickle=True).item()
+        missing = [k for k in ("X", "y", "subject", "y_labels") if k not in d]
+    except Exception as e:  # noqa: BLE001 - a damaged install, reported in one line
+        raise TinyolError(f"{path}: unreadable ({type(e).__name__}: {e})",
+                          hint="reinstall it: pip install --force-reinstall --no-deps "
+                               "seglearn==1.2.5") from None
+    if missing:
+        raise TinyolError(f"{path}: not the watch data set (no {', '.join(missing)})",
+                          hint="pip install --force-reinstall --no-deps seglearn==1.2.5")
+    return d
+
+
+def watch_windows() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """All windows of the watch set: X [N, 100, 6] float32, y [N], subject [N], class names.
+    Recording r gives windows starting at 0, 50, 100, ... (the tail shorter than a window is
+    dropped), recordings in the file's order."""
+    d = watch_recordings()
+    xs, ys, subj = [], [], []
+    for rec, lab, s in zip(d["X"], d["y"], d["subject"]):
+        rec = np.asarray(rec, np.float32)
+        starts = range(0, len(rec) - WATCH_WINDOW + 1, WATCH_STRIDE)
+        xs.extend(rec[i:i + WATCH_WINDOW] for i in starts)
+        ys.extend([int(lab)] * len(starts))
+        subj.extend([int(s)] * len(starts))
+    return (np.stack(xs), np.array(ys, np.int64), np.array(subj, np.int64),
+            [str(n) for n in d["y_labels"]])
+
+
 def _sensor(flt: str | None, spec: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     names = ["normal", "anomalous"]
     if flt in (None, "", "normal"):
@@ -346,6 +402,11 @@ def load_source(spec: str, *, label_column: str | int | None = None,
         X, y, names = _digits()
     elif name == "basicmotions":
         X, y, names = _basicmotions()
+    elif name == "watch":
+        X, y, subject, names = watch_windows()
+        if split:  # by subject: the test split is people the model never saw
+            keep = np.isin(subject, WATCH_TEST_SUBJECTS) == (split == "test")
+            X, y, split = X[keep], y[keep], None
     elif name == "sensor":
         X, y, names = _sensor(flt, spec)
         flt = None
@@ -354,7 +415,7 @@ def load_source(spec: str, *, label_column: str | int | None = None,
             raise TinyolError(f"data source {name!r} not found",
                               hint="give a CSV/NPZ file, `-` for stdin, or one of: "
                                    "digits[:a-b][@train|@test], basicmotions[:a-b][@train|@test], "
-                                   "sensor[:anomalies]")
+                                   "watch[:a-b][@train|@test], sensor[:anomalies]")
         if os.path.isdir(name):
             raise TinyolError(f"data source {name!r} is a directory, not a CSV/NPZ file")
         if name.lower().endswith(".npz"):
