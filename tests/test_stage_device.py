@@ -111,13 +111,20 @@ def test_native_save_load_and_push_keep_the_whole_stage(native_fw, digits_stream
                 dev.set_stage(bytes(bad))
             assert "NONFINITE" in str(e.value)
             assert dev.get_stage() == img
-            # an interrupted push (a sample in between) must restart at offset 0
+            # an interrupted push fences the stage (no predict, no save) until it completes ...
             dev.link.request(Msg.SET_STAGE, struct.pack("<I", 0) + img[:100])
-            dev.predict(probe[0])
+            for call in (lambda: dev.predict(probe[0]), lambda: dev.save()):
+                with pytest.raises(DeviceError, match="BUSY"):
+                    call()
+            assert dev.set_stage(img) == int(np.frombuffer(img[-10:], np.uint8).sum())  # restarts at 0
+            # ... or LOAD rolls it back: the staged bytes are gone, a continuation is refused
+            dev.link.request(Msg.SET_STAGE, struct.pack("<I", 0) + img[:100])
+            assert dev.load().seq == saved.seq
             with pytest.raises(DeviceError) as e:
                 dev.link.request(Msg.SET_STAGE, struct.pack("<I", 100) + img[100:200])
             assert "RANGE" in str(e.value)
             assert dev.get_stage() == img
+            assert [(r.prediction, r.value) for r in (dev.predict(x) for x in probe)] == before
     # a restart loads the saved stage
     with emulator.start_native(native_fw.program, state_dir=tmp_path, timeout=120) as t:
         with Device.open(t.url) as dev:
