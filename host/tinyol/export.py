@@ -417,7 +417,7 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
                firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
                flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES)
     if board_name is None:
-        fixed = max(memory.FIXED_RAM1.values())
+        fixed = max(memory.FIXED_RAM1.values()) + (memory.FIXED_RAM1_STAGE_DELTA if model.stage else 0)
         out["ram_bytes"] = (fixed + memory.STACK_BYTES + model.arena_bytes + model.input_size
                             + model.latent_dim + model.learner()
                             + memory.app_bytes(model.input_size, model.latent_dim,
