@@ -56,10 +56,10 @@ FIXED_RAM1 = {
     ('nucleo_l4r5zi', True): 3692,
 }
 # --- end measured ---
-# A firmware with an adaptive stage (mcu/app/learner_stage.c) reserves this many bytes more SRAM1
-# (negative: fewer; its
-# tol_stage_t instead of the head's tol_learner_t): models/digits_adaptive minus models/digits on
-# every board the stage fits, one number (scripts/measure_memory.py).
+# A firmware with an adaptive stage (mcu/app/learner_stage.c) reserves this many bytes more in
+# SRAM1 (negative: fewer) than FIXED_RAM1: its tol_stage_t instead of the head's tol_learner_t.
+# models/digits_adaptive minus models/digits on every board the stage fits, one number
+# (scripts/measure_memory.py).
 FIXED_RAM1_STAGE_DELTA = -60
 
 REGION_TITLES = {"RAM": "SRAM1", "RAM2": "SRAM2", "RAM3": "SRAM3"}
