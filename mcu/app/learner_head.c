@@ -11,8 +11,6 @@
 #include "tol_persist.h"
 #include "tol_proto.h"
 
-_Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
-               "autoencoder head must reconstruct the model input");
 /* TINYOL_MEM_BYTES (tinyol.h) reserves only what the exported mode uses. */
 _Static_assert(TOL_MODEL_LEARNER_BYTES == TINYOL_MEM_BYTES,
                "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_LEARNER_BYTES_EX");

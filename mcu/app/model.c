@@ -11,8 +11,8 @@
 
 #include "backbone.h"
 #include "config.h"
-#include "tol_app.h"
 #include "model_learner.h"
+#include "tol_app.h"
 #include "tol_hal.h"
 #include "tol_model.h"
 #include "tol_proto.h"
