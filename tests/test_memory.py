@@ -72,6 +72,33 @@ def test_export_refuses_with_bytes_and_knob():
     check_fit(mm, "nucleo_l4r5zi")                          # learner in SRAM3
 
 
+def test_stage_is_in_the_memory_model():
+    """An adaptive stage's learner is tol_stage_bytes (tinyol.stage, held equal to the C by
+    tests/test_stage_equiv.py), placed and sized like the head's; a misfit names bytes and knob."""
+    from tinyol.export import check_fit
+    from tinyol.stage import Layer, stage_memory
+
+    man = json.loads((ROOT / "models/digits_adaptive/manifest.json").read_text())
+    m = memory.Model.from_manifest(man)
+    layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w", "in_c",
+                                "out_h", "out_w", "out_c"), d))) for d in man["stage"]["descriptors"]]
+    assert m.learner() == stage_memory(layers, 32, 8, 1, 0, True)["total"] == sum(m.parts().values())
+    assert m.learner() == man["memory"]["learner_bytes"]
+    b = BOARDS["nucleo_l432kc"]
+    with pytest.raises(TinyolError) as e:
+        check_fit(m, b.name, name="digits_adaptive")
+    assert re.search(r"digits_adaptive does not fit nucleo_l432kc: SRAM1 over by \d+ bytes", str(e.value))
+    assert e.value.hint.startswith("cut later (--split nearer the head)")
+    l4r5 = BOARDS["nucleo_l4r5zi"]
+    assert memory.plan(m, l4r5.name, memory.board_regions(l4r5)).learner_region == "RAM3"
+    regions = memory.board_regions(BOARDS["nucleo_l476rg"])
+    cap = memory.largest_capacity(m, "nucleo_l476rg", regions)
+    m.replay_capacity = cap
+    assert memory.plan(m, "nucleo_l476rg", regions).fits
+    m.replay_capacity = cap + 1
+    assert not memory.plan(m, "nucleo_l476rg", regions).fits
+
+
 # ---------------------------------------------------------------------------------------------
 # the sweep against the real linker
 
