@@ -28,9 +28,11 @@
 
 /* Bytes of the learner's memory block: config.h's budget, computed by the exporter's
  * memory model (host/tinyol/memory.py; each learner file _Static_asserts that it equals
- * its own size macro). Exports made before that budget line: the head's size. */
+ * its own size macro). Exports made before that budget line: the stage's or the head's size. */
 #ifdef TOL_BUDGET_LEARNER_BYTES
 #define TOL_MODEL_LEARNER_BYTES TOL_BUDGET_LEARNER_BYTES
+#elif defined(TOL_STAGE_MEM_BYTES)
+#define TOL_MODEL_LEARNER_BYTES TOL_STAGE_MEM_BYTES
 #else
 #define TOL_MODEL_LEARNER_BYTES TINYOL_MEM_BYTES
 #endif
