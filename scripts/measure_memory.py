@@ -1,8 +1,11 @@
-"""Measure the model-independent SRAM1 use of the firmware (memory.FIXED_RAM1) and rewrite the table.
+"""Measure the model-independent SRAM1 use of the firmware (memory.FIXED_RAM1, and
+memory.FIXED_RAM1_STAGE_DELTA: what a firmware with an adaptive stage reserves more) and rewrite
+them.
 
 For each board and build kind, builds models/digits, reads the linked ELF's sections and the sizes of
 the model-dependent objects (tol_app, tol_input, tol_latent, tol_arena, tol_learner_mem when in SRAM1)
-and keeps the rest. Run after changing the firmware's static memory:
+and keeps the rest. The stage's delta: the same for models/digits_adaptive, minus the head's, on
+every board the stage fits (it must be one number). Run after changing the firmware's static memory:
 
     .venv/bin/python scripts/measure_memory.py          # prints and rewrites host/tinyol/memory.py
     .venv/bin/python scripts/measure_memory.py --check  # exit 1 if the table is stale
@@ -53,6 +56,23 @@ def measure() -> dict:
     return table
 
 
+def measure_stage_delta(head: dict) -> int:
+    model = memory.Model.from_manifest(__import__("json").loads(
+        (ROOT / "models/digits_adaptive/manifest.json").read_text()))
+    deltas = {}
+    for name, b in BOARDS.items():
+        if not memory.plan(model, name, memory.board_regions(b)).fits:
+            continue
+        for test_build in (False, True):
+            res = build(BuildConfig(name, "models/digits_adaptive", test_build=test_build))
+            deltas[(name, test_build)] = fixed_ram1(res.elf, b.ram_bytes) - head[(name, test_build)]
+            print(f"stage delta {name:<22} {'test' if test_build else 'release':<8} "
+                  f"{deltas[(name, test_build)]}")
+    if len(set(deltas.values())) != 1:
+        raise SystemExit(f"the stage's fixed SRAM1 delta differs between boards: {deltas}")
+    return next(iter(deltas.values()))
+
+
 def render(table: dict) -> str:
     rows = "".join(f"    ({n!r}, {t}): {v},\n" for (n, t), v in table.items())
     return "FIXED_RAM1 = {\n" + rows + "}\n"
@@ -60,9 +80,11 @@ def render(table: dict) -> str:
 
 def main() -> int:
     table = measure()
+    delta = measure_stage_delta(table)
     path = ROOT / "host" / "tinyol" / "memory.py"
     text = path.read_text()
     new = re.sub(r"FIXED_RAM1 = \{\n.*?\}\n", lambda m: render(table), text, flags=re.S)
+    new = re.sub(r"FIXED_RAM1_STAGE_DELTA = -?\d+", f"FIXED_RAM1_STAGE_DELTA = {delta}", new)
     if "--check" in sys.argv:
         return 0 if new == text else 1
     path.write_text(new)

@@ -111,13 +111,20 @@ def test_native_save_load_and_push_keep_the_whole_stage(native_fw, digits_stream
                 dev.set_stage(bytes(bad))
             assert "NONFINITE" in str(e.value)
             assert dev.get_stage() == img
-            # an interrupted push (a sample in between) must restart at offset 0
+            # an interrupted push fences the stage (no predict, no save) until it completes ...
             dev.link.request(Msg.SET_STAGE, struct.pack("<I", 0) + img[:100])
-            dev.predict(probe[0])
+            for call in (lambda: dev.predict(probe[0]), lambda: dev.save()):
+                with pytest.raises(DeviceError, match="BUSY"):
+                    call()
+            assert dev.set_stage(img) == int(np.frombuffer(img[-10:], np.uint8).sum())  # restarts at 0
+            # ... or LOAD rolls it back: the staged bytes are gone, a continuation is refused
+            dev.link.request(Msg.SET_STAGE, struct.pack("<I", 0) + img[:100])
+            assert dev.load().seq == saved.seq
             with pytest.raises(DeviceError) as e:
                 dev.link.request(Msg.SET_STAGE, struct.pack("<I", 100) + img[100:200])
             assert "RANGE" in str(e.value)
             assert dev.get_stage() == img
+            assert [(r.prediction, r.value) for r in (dev.predict(x) for x in probe)] == before
     # a restart loads the saved stage
     with emulator.start_native(native_fw.program, state_dir=tmp_path, timeout=120) as t:
         with Device.open(t.url) as dev:
@@ -164,3 +171,45 @@ def test_cli_pull_push_info_for_a_stage(native_fw, digits_stream, tmp_path, caps
         out = capsys.readouterr().out
         assert f"2 layers, {MANIFEST['stage']['params']} parameters" in out
     assert bytes(np.load(tmp_path / "stage.npz")["stage_image"]) == learned
+
+
+def test_native_cut_stage_push_is_fenced_until_reset(native_fw, digits_stream, tmp_path):
+    """The push fence (issue 13) for the stage: a SET_STAGE push cut part way leaves the
+    device refusing SAMPLE, PREDICT and SAVE (ERR_BUSY) without auto-saving; RESET rolls
+    back to the exported stage (oracle: stage_init.npz), a complete push commits."""
+    from tinyol._defs import Status
+
+    X, y = digits_stream
+    x = np.clip(np.round(X[0].ravel() / MANIFEST["input"]["scale"]) + MANIFEST["input"]["zero_point"],
+                -128, 127).astype(np.int8)
+    z = np.load(ROOT / MODEL / "stage_init.npz")
+    exported = (z["params"].astype("<f4").tobytes()
+                + (np.arange(MANIFEST["head"]["max_classes"]) < int(z["n_classes"])).astype(np.uint8).tobytes())
+    with emulator.start_native(native_fw.program, state_dir=tmp_path, timeout=120) as t:
+        with Device.open(t.url) as dev:
+            assert dev.get_stage() == exported
+            dev.set("autosave", 1)  # every update would save: the fence must stop it
+            stream(dev, X[:30], y[:30], MANIFEST, mode="train", window=1)
+            learned = dev.get_stage()
+            st0 = dev.stats()
+            pushed = bytearray(learned)
+            pushed[:4 * 64] = np.full(64, 0.5, "<f4").tobytes()
+            per = dev.info.max_payload - 4
+            for off in (0, per):  # two slices of many; the link dies after them
+                p = dev.link.request(Msg.SET_STAGE, struct.pack("<I", off) + bytes(pushed[off:off + per]))
+                assert struct.unpack_from("<IIIB", p)[1:] == (off + per, len(learned), 0)
+            for call in (lambda: dev.sample(x, int(y[0])), lambda: dev.predict(x), lambda: dev.save()):
+                with pytest.raises(DeviceError) as e:
+                    call()
+                assert e.value.status == Status.ERR_BUSY
+            st = dev.stats()
+            assert (st.samples_seen, st.persist.saves) == (st0.samples_seen, st0.persist.saves)
+            assert dev.get_stage() == learned  # nothing live changed
+            dev.reset()  # roll back: the exported stage, fence lifted
+            assert dev.get_stage() == exported
+            assert dev.sample(x, int(y[0])).samples_seen == 1
+            assert dev.stats().persist.saves == st0.persist.saves + 1  # auto-save runs again
+            assert dev.set_stage(bytes(pushed)) >= 5  # a complete push commits
+            assert dev.get_stage() == bytes(pushed)
+            assert dev.predict(x).prediction >= 0
+            dev.set("autosave", 0)

@@ -43,7 +43,7 @@ STATUS_TEXT = {
     Status.ERR_NO_RECORD: 'no valid stored record',
     Status.ERR_MODEL: 'stored record belongs to another model',
     Status.ERR_OVERFLOW: 'buffer too small',
-    Status.ERR_BUSY: 'a staged head write is not committed yet',
+    Status.ERR_BUSY: 'a staged head or stage push is not committed yet',
 }
 
 

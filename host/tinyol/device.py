@@ -284,8 +284,10 @@ class Device:
         the last slice (all or nothing). Returns the active class count after the commit."""
         per = max(1, self.info.max_payload - 4)
         committed, n_active = 0, 0
+        self.stage_written = 0  # slices the device took (a cut push leaves it fenced)
         for off in range(0, max(len(image), 1), per):
             p = self.link.request(Msg.SET_STAGE, struct.pack("<I", off) + image[off:off + per])
+            self.stage_written += 1
             _, staged, total, committed, n_active = struct.unpack_from("<IIIBxH", p)
             if total != len(image):
                 raise TinyolError(f"stage image has {len(image)} bytes, the device's {total}",

@@ -30,13 +30,9 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from . import memory as _memory
 from .errors import TinyolError
 
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
-# SRAM1 the firmware itself takes (drivers, protocol state, stack): what an adaptive stage's
-# fit check adds to the arena and the stage (tinyol.memory holds the per-board numbers)
-FIRMWARE_RAM_BASE_BYTES = max(_memory.FIXED_RAM1.values()) + _memory.STACK_BYTES
 DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
                        replay_n_new=1, replay_n_old=16, seed=1)  # docs/study.md
 REPLAY_BITS = (32, 8, 7)
@@ -334,27 +330,6 @@ def stage_first(model, split):
     return first
 
 
-def stage_check_budget(board_name: str, b: dict) -> None:
-    """check_budget for a model with an adaptive stage (its memory replaces head + replay)."""
-    from .boards import get_board
-
-    board = get_board(board_name)
-    ram_have = board.ram_bytes + board.ram2_bytes
-    if b["ram_bytes"] > ram_have:
-        raise TinyolError(
-            f"does not fit {board_name}: RAM needs {b['ram_bytes']} bytes, board has {ram_have}, "
-            f"over by {b['ram_bytes'] - ram_have} bytes",
-            hint=f"backbone arena {b['arena_bytes']} + adaptive stage {b['stage_bytes']} (weights, "
-                 f"gradients, momentum, activations, replay {b['stage_replay_bytes']}) + firmware "
-                 f"{b['firmware_ram_base_bytes']}; cut later (--split nearer the head) or lower "
-                 f"--replay-capacity/--replay-bits/--max-classes")
-    if b["flash_bytes"] > board.flash_bytes:
-        raise TinyolError(
-            f"does not fit {board_name}: flash needs {b['flash_bytes']} bytes, board has "
-            f"{board.flash_bytes}, over by {b['flash_bytes'] - board.flash_bytes} bytes",
-            hint="cut later (--split nearer the head) or use a board with more flash")
-
-
 def calibration_data(calib: str | None, input_shape: tuple[int, ...], *,
                      label_column=None, echo: Echo = lambda s: None) -> tuple[np.ndarray, str]:
     """Up to CALIB_MAX_SAMPLES samples shaped like the model input, and a description."""
@@ -417,13 +392,17 @@ def replay_entry_bytes(dim: int, bits: int) -> int:
 
 def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, arena_bytes: int,
                  replay_capacity: int, replay_bits: int, replay_n_new: int, replay_n_old: int,
-                 momentum: float, flash_model_bytes: int = 0):
+                 momentum: float, flash_model_bytes: int = 0, stage=None):
+    """A tinyol.memory.Model; stage: the adaptive stage's layers (tinyol.stage.Layer or C-order
+    tuples, the last one grown to `rows`), None for the one-layer head."""
     from .memory import Model
 
+    if stage is not None:
+        stage = tuple(tuple(l.as_tuple()) if hasattr(l, "as_tuple") else tuple(l) for l in stage)
     return Model(input_size=input_size, latent_dim=dim, outputs=rows, autoencoder=autoencoder,
                  arena_bytes=arena_bytes, replay_capacity=replay_capacity, replay_bits=replay_bits,
                  n_new=replay_n_new, n_old=replay_n_old, momentum=float(momentum) != 0.0,
-                 flash_model_bytes=flash_model_bytes)
+                 flash_model_bytes=flash_model_bytes, stage=stage)
 
 
 def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes: int) -> dict:
@@ -432,13 +411,13 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
 
     parts = model.parts()
     out = dict(learner_bytes=model.learner(), learner_parts=parts,
-               head_bytes=parts["head weights"] + parts["momentum"],
+               head_bytes=parts.get("head weights", parts.get("stage weights", 0)) + parts["momentum"],
                replay_bytes=parts["replay buffer"],
                weights_bytes=weights_bytes, head_init_bytes=head_init_bytes,
                firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
                flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES)
     if board_name is None:
-        fixed = max(memory.FIXED_RAM1.values())
+        fixed = max(memory.FIXED_RAM1.values()) + (memory.FIXED_RAM1_STAGE_DELTA if model.stage else 0)
         out["ram_bytes"] = (fixed + memory.STACK_BYTES + model.arena_bytes + model.input_size
                             + model.latent_dim + model.learner()
                             + memory.app_bytes(model.input_size, model.latent_dim,
@@ -451,16 +430,6 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
     out["regions"] = {r.title: {"used": r.used, "size": r.size} for r in p.regions}
     out["learner_region"] = memory.REGION_TITLES[p.learner_region]
     return out
-
-
-def stage_base_budget(weights_bytes: int, head_init_bytes: int) -> dict:
-    """The parts of the budget an adaptive stage keeps (stage_export.stage_budget adds its own)."""
-    from . import memory
-
-    return dict(weights_bytes=weights_bytes, head_init_bytes=head_init_bytes,
-                firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
-                flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES,
-                firmware_ram_base_bytes=FIRMWARE_RAM_BASE_BYTES)
 
 
 def board_plan(model, board_name: str):
@@ -498,7 +467,8 @@ def check_fit(model, board_name: str, *, name: str = "the model", arena_known: b
 
 def choose_replay_capacity(model, board_name: str | None, given: int | None, echo: Echo) -> int:
     """The replay capacity to export: the user's, else none for an autoencoder, else the largest
-    that fits the board (DEFAULT_LEARNER's without a board). Says what it chose."""
+    that fits the board (DEFAULT_LEARNER's without a board), for the one-layer head and for an
+    adaptive stage alike. Says what it chose."""
     from . import memory
 
     if given is not None:
@@ -630,9 +600,14 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
         '"model does not fit in the board\'s flash");',
         "#endif",
     ]
+    stage = ""
+    if m.get("stage"):  # an adaptive stage (docs/adaptive.md): its layers, parameters, memory
+        from .stage_export import config_lines
+
+        stage = config_lines(m["stage"])
     text = (banner(source) + "#ifndef TOL_CONFIG_H\n#define TOL_CONFIG_H\n\n"
-            + body + "\n\n/* memory budget (bytes) */\n" + "\n".join(bud)
-            + "\n\n#endif /* TOL_CONFIG_H */\n")
+            + body + "\n\n/* memory budget (bytes) */\n" + "\n".join(bud) + "\n" + stage
+            + "\n#endif /* TOL_CONFIG_H */\n")
     (out / "config.h").write_text(text, encoding="utf-8")
 
 
@@ -837,26 +812,21 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             from .stage_export import stage_from_keras
 
             stage = stage_from_keras(model, first, head)
-            if replay_capacity is None:  # no automatic sizing for a stage (docs/adaptive.md)
-                replay_capacity = DEFAULT_LEARNER["replay_capacity"]
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
                  f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in stage[0]))
-        if board is not None and stage is not None:  # fail fast, before quantizing
-            from .stage_export import grow_rows, memory_for, stage_budget
-
-            rows = max(max_classes or 0, W.shape[0])
-            mem0 = memory_for(grow_rows(*stage, rows)[0], dict(
-                replay_capacity=replay_capacity, replay_bits=replay_bits,
-                replay_n_new=replay_n_new, momentum=momentum))
-            stage_check_budget(board, stage_budget(stage_base_budget(0, 0), mem0, 0))
-        elif board is not None:  # fail fast (before quantizing) when head + replay alone do not fit
+        if board is not None:  # fail fast (before quantizing) when the learner alone does not fit
             rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
-            check_fit(memory_model(input_size=n_in, dim=W.shape[1], rows=rows,
-                                   autoencoder=head_mode == "autoencoder", arena_bytes=0,
+            layers0 = None
+            if stage is not None:
+                from .stage_export import grow_rows
+
+                layers0 = grow_rows(*stage, rows)[0]
+            check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else W.shape[1],
+                                   rows=rows, autoencoder=head_mode == "autoencoder", arena_bytes=0,
                                    replay_capacity=replay_capacity or 0, replay_bits=replay_bits,
                                    replay_n_new=replay_n_new, replay_n_old=replay_n_old,
-                                   momentum=momentum), board, name=name, arena_known=False)
+                                   momentum=momentum, stage=layers0), board, name=name, arena_known=False)
         backbone = keras.Model(model.inputs, (first or head).input, name=f"{name}_backbone")
         X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
@@ -907,38 +877,34 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     tflm_arena = tflm_arena_bytes(tfl)
     arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
     weights_bytes = int(info.weights_bytes) if info is not None else len(tfl)
-    head_init_bytes = 4 * max_rows * dim + 4 * max_rows
+    if stage is not None:  # the last layer's rows grow to --max-classes, as the head's
+        from .stage_export import grow_rows
+
+        stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
+    # flash: the backbone's constants + the learner's initial parameters
+    head_init_bytes = 4 * int(stage[1].size) if stage is not None else 4 * max_rows * dim + 4 * max_rows
     mm = memory_model(input_size=int(np.prod(inp.shape[1:])), dim=dim, rows=max_rows,
                       autoencoder=head_mode == "autoencoder", arena_bytes=arena,
                       replay_capacity=replay_capacity or 0, replay_bits=replay_bits,
                       replay_n_new=replay_n_new, replay_n_old=replay_n_old, momentum=momentum,
-                      flash_model_bytes=weights_bytes + head_init_bytes)
+                      flash_model_bytes=weights_bytes + head_init_bytes,
+                      stage=stage[0] if stage is not None else None)
     replay_capacity = choose_replay_capacity(mm, board, replay_capacity, echo)
     mm.replay_capacity = replay_capacity
     learner = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
                    replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
                    replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
     if stage is not None:
-        from .stage_export import grow_rows, memory_for, stage_budget
-
-        stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
-        stage_mem = memory_for(stage[0], learner)
-        bud = stage_budget(stage_base_budget(weights_bytes, head_init_bytes), stage_mem, arena)
-        echo(f"adaptive stage: {len(stage[0])} layers, {stage_mem['params']} parameters, "
-             f"{stage_mem['total']} bytes on the device (replay {stage_mem['replay']})")
-        echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, stage {bud['stage_bytes']}), "
-             f"flash ~{bud['flash_bytes']}")
-        if board is not None:
-            stage_check_budget(board, bud)
-    else:
-        if board is not None:
-            check_fit(mm, board, name=name)
-            for line in board_plan(mm, board).lines():
-                echo(f"memory: {line}")
-        bud = budget(mm, board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
-        if board is None:
-            echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
-                 f"{bud['learner_bytes']}), flash ~{bud['flash_bytes']} (give --board to check the fit)")
+        echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters, "
+             f"{mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
+    if board is not None:
+        check_fit(mm, board, name=name)
+        for line in board_plan(mm, board).lines():
+            echo(f"memory: {line}")
+    bud = budget(mm, board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
+    if board is None:
+        echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
+             f"{bud['learner_bytes']}), flash ~{bud['flash_bytes']} (give --board to check the fit)")
 
     manifest = {
         "tinyol_version": __version__,
@@ -959,19 +925,17 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     }
 
     if stage is not None:
-        from .stage_export import config_lines, stage_summary, write_stage_init
+        from .stage import stage_memory
+        from .stage_export import stage_summary, write_stage_init
 
+        stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
+                                 not mm.momentum)
         manifest["stage"] = stage_summary(stage[0], stage_mem)
         _deterministic_npz(out / "stage_init.npz",
                            {"params": stage[1], "n_classes": np.array(init_rows, dtype=np.int64),
                             "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
         write_stage_init(out, source, stage[0], stage[1])
         write_config_h(out, source, manifest, board_obj)
-        cfg = out / "config.h"
-        text = cfg.read_text(encoding="utf-8")
-        cut = text.rindex("#endif /* TOL_CONFIG_H */")
-        cfg.write_text(text[:cut] + config_lines(stage[0], stage_mem) + "\n" + text[cut:],
-                       encoding="utf-8")
     else:
         _deterministic_npz(out / "head_init.npz",
                            {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
@@ -1002,18 +966,31 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     ae = head["mode"] == "autoencoder"
     rows = int(head["max_classes"])
     dim = int(m["latent"]["dim"])
+    layers = None
+    if m.get("stage"):
+        from .stage import Layer
+
+        layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w",
+                                    "in_c", "out_h", "out_w", "out_c"), d)))
+                  for d in m["stage"]["descriptors"]]
+    init_bytes = 4 * int(m["stage"]["params"]) if layers else 4 * rows * dim + 4 * rows
     mm = memory_model(input_size=int(m["input"]["size"]), dim=dim, rows=rows, autoencoder=ae,
                       arena_bytes=int(mem["arena_bytes"]), replay_capacity=int(L["replay_capacity"]),
                       replay_bits=int(L["replay_bits"]), replay_n_new=int(L["replay_n_new"]),
                       replay_n_old=int(L["replay_n_old"]), momentum=float(L["momentum"]),
-                      flash_model_bytes=int(mem["weights_bytes"]) + 4 * rows * dim + 4 * rows)
+                      flash_model_bytes=int(mem["weights_bytes"]) + init_bytes, stage=layers)
     board = m.get("board")
     if board is not None and check:
         check_fit(mm, board, name=m["name"])
-    bud = budget(mm, board, weights_bytes=int(mem["weights_bytes"]),
-                 head_init_bytes=4 * rows * dim + 4 * rows)
+    bud = budget(mm, board, weights_bytes=int(mem["weights_bytes"]), head_init_bytes=init_bytes)
     m["memory"] = {"arena_bytes": mem["arena_bytes"], "tflm_arena_bytes": mem.get("tflm_arena_bytes"),
                    "macs": mem["macs"], **bud}
+    if layers:
+        from .stage import stage_memory
+        from .stage_export import stage_summary
+
+        m["stage"] = stage_summary(layers, stage_memory(layers, mm.replay_capacity, mm.replay_bits,
+                                                        mm.n_new, 0, not mm.momentum))
     write_config_h(out, m["source"], m, get_board(board) if board else None)
     m["artifacts"]["config.h"] = sha256(out / "config.h")
     (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -10,12 +10,17 @@ SRAM1 (``RAM``)   .data/.bss of the firmware (drivers, protocol state, ...: ``FI
 SRAM2 (``RAM2``)  the learner's memory when it fits there (all boards).
 SRAM3 (``RAM3``)  the learner's memory when it fits there (NUCLEO-L4R5ZI only: 384 KB).
 
-The learner's memory is one block (``tol_learner_mem`` in mcu/app/model.c):
+The learner's memory is one block (``tol_learner_mem`` in mcu/app/model.c). For the one-layer
+head (mcu/app/learner_head.c):
 ``TOL_LEARNER_BYTES_EX(dim, outputs, capacity, bits, n_new, max_old, no_momentum)``:
 the head (W, b; momentum buffers only when momentum > 0; one gradient row per sample of the
 largest batch: n_new fresh + n_old replayed, and only n_old of them when there is a buffer),
 the replay buffer (only when capacity > 0), scratch and per-class counters.
-The block goes to the first region in ``placement_order`` where everything fits; the build
+For an adaptive stage (an earlier ``--split``, mcu/app/learner_stage.c): ``tol_stage_bytes()``:
+every parameter of the stage, its gradients, momentum (only when momentum > 0), every layer's
+output kept for backprop plus two delta buffers and the probabilities, the queue of n_new fresh
+latents, per-class counters and flags, the replay buffer (:func:`stage_parts`).
+The block goes to the largest extra region where everything fits, else SRAM1; the build
 passes the choice to model.c as ``TOL_LEARNER_REGION`` (1, 2 or 3).
 
 This module uses the standard library only: the PlatformIO build script loads it by path.
@@ -51,6 +56,11 @@ FIXED_RAM1 = {
     ('nucleo_l4r5zi', True): 3692,
 }
 # --- end measured ---
+# A firmware with an adaptive stage (mcu/app/learner_stage.c) reserves this many bytes more in
+# SRAM1 (negative: fewer) than FIXED_RAM1: its tol_stage_t instead of the head's tol_learner_t.
+# models/digits_adaptive minus models/digits on every board the stage fits, one number
+# (scripts/measure_memory.py).
+FIXED_RAM1_STAGE_DELTA = -60
 
 REGION_TITLES = {"RAM": "SRAM1", "RAM2": "SRAM2", "RAM3": "SRAM3"}
 REGION_IDS = {"RAM": 1, "RAM2": 2, "RAM3": 3}
@@ -96,6 +106,46 @@ def learner_bytes(dim: int, outputs: int, capacity: int, bits: int, n_new: int, 
             + 4 * (dim + 2 * outputs) + _a4(2 * n_new))
 
 
+# the adaptive stage (tol_stage.h): a layer is a tol_stage_layer_t as a tuple in the C field order
+# (kind, act, kh, kw, sh, sw, pt, pl, in_h, in_w, in_c, out_h, out_w, out_c), as the manifest's
+# stage.descriptors and tinyol.stage.Layer.as_tuple() give it
+STAGE_DENSE, STAGE_CONV, STAGE_DWCONV, STAGE_GAP = 0, 1, 2, 3
+
+
+def stage_layer_params(t) -> int:
+    """tol_stage_layer_params: weights + biases of one layer."""
+    kind, kh, kw, in_h, in_w, in_c, out_c = t[0], t[2], t[3], t[8], t[9], t[10], t[13]
+    if kind == STAGE_DENSE:
+        return out_c * in_h * in_w * in_c + out_c
+    if kind == STAGE_CONV:
+        return out_c * kh * kw * in_c + out_c
+    if kind == STAGE_DWCONV:
+        return kh * kw * out_c + out_c
+    return 0
+
+
+def stage_parts(layers, capacity: int, bits: int, n_new: int, momentum: bool) -> dict[str, int]:
+    """tol_stage_bytes() part by part (they add up to it): weights, gradients, momentum (only
+    with momentum > 0), activations kept for backprop (every layer's output, two delta
+    buffers of the largest layer input/output, the probabilities), the queue of n_new fresh
+    latents (+ one replayed latent), per-class counters and flags, the replay buffer. The
+    batch is processed sample by sample: n_old costs no memory."""
+    p = sum(stage_layer_params(t) for t in layers)
+    ins = [t[8] * t[9] * t[10] for t in layers]
+    outs = [t[11] * t[12] * t[13] for t in layers]
+    rows, d, max_new = layers[-1][13], ins[0], n_new
+    return {"stage weights": 4 * p, "gradients": 4 * p, "momentum": 4 * p if momentum else 0,
+            "activations": 4 * (sum(outs) + 2 * max(ins + outs) + rows),
+            "queue": 4 * (max_new * d + d) + _a4(2 * max_new),
+            "counters": 4 * rows + _a4(rows),
+            "replay buffer": replay_bytes(capacity, d, bits, rows) if capacity else 0}
+
+
+def stage_bytes(layers, capacity: int, bits: int, n_new: int, momentum: bool) -> int:
+    """tol_stage_bytes() with the configuration mcu/app/learner_stage.c passes."""
+    return sum(stage_parts(layers, capacity, bits, n_new, momentum).values())
+
+
 def _wire_max(payload: int) -> int:
     n = payload + 10  # TOL_PROTO_OVERHEAD
     return n + n // 254 + 1 + 1  # TOL_COBS_ENCODED_MAX + delimiter
@@ -133,6 +183,7 @@ class Model:
     n_old: int = 16
     momentum: bool = False       # momentum > 0: the firmware keeps momentum buffers
     flash_model_bytes: int = 0   # weights + head init (flash estimate)
+    stage: tuple | None = None   # adaptive stage layers (stage_layer_params' tuples); None: the head
 
     @classmethod
     def from_manifest(cls, m: dict, **override) -> "Model":
@@ -144,15 +195,27 @@ class Model:
                   replay_bits=int(L["replay_bits"]), n_new=int(L["replay_n_new"]),
                   n_old=int(L["replay_n_old"]), momentum=float(L["momentum"]) != 0.0,
                   flash_model_bytes=int(mem.get("weights_bytes", 0)) + int(mem.get("head_init_bytes", 0)))
+        if m.get("stage"):
+            kw["stage"] = tuple(tuple(int(v) for v in t) for t in m["stage"]["descriptors"])
         kw.update(override)
         return cls(**kw)
 
     def learner(self) -> int:
+        if self.stage:
+            return stage_bytes(self.stage, self.replay_capacity, self.replay_bits, self.n_new,
+                               self.momentum)
         return learner_bytes(self.latent_dim, self.outputs, self.replay_capacity, self.replay_bits,
                              self.n_new, self.n_old, self.momentum)
 
+    @property
+    def stage_params(self) -> int:
+        return sum(stage_layer_params(t) for t in self.stage) if self.stage else 0
+
     def parts(self) -> dict[str, int]:
         """The learner block's parts (they add up to learner())."""
+        if self.stage:
+            return stage_parts(self.stage, self.replay_capacity, self.replay_bits, self.n_new,
+                               self.momentum)
         mo = max_old(self.replay_capacity, self.n_old)
         d, c = self.latent_dim, self.outputs
         out = {"head weights": 4 * (c * d + c),
@@ -214,7 +277,8 @@ class Plan:
             state = (f"over by {r.over} bytes" if r.over > 0 else f"{r.size - r.used} free")
             out.append(f"{r.title:<6} {r.used:>7} / {r.size:>7} bytes ({state}): {parts or 'empty'}")
         learner = ", ".join(f"{k} {v}" for k, v in self.model.parts().items() if v)
-        out.append(f"learner {self.model.learner()} bytes in {REGION_TITLES[self.learner_region]}: {learner}")
+        what = "learner (adaptive stage)" if self.model.stage else "learner"
+        out.append(f"{what} {self.model.learner()} bytes in {REGION_TITLES[self.learner_region]}: {learner}")
         out.append(f"flash  ~{self.flash_needed} / {self.flash_room} bytes (estimate; the last 1/8 of "
                    f"flash holds the saved state)")
         return out
@@ -224,16 +288,26 @@ class Plan:
         m = self.model
         p = m.parts()
         tips = []
+        if m.stage:
+            last_in = m.stage[-1][8] * m.stage[-1][9] * m.stage[-1][10]
+            per = 4 * (last_in + 1) * (3 if m.momentum else 2)
+            tips.append((p["stage weights"] + p["gradients"],
+                         f"cut later (--split nearer the head): the adaptive stage's "
+                         f"{m.stage_params} parameters take {p['stage weights'] + p['gradients']} B "
+                         f"(weights + gradients)"))
+            tips.append((per * m.outputs, f"lower --max-classes (now {m.outputs}: {per} B per class)"))
         if p["replay buffer"]:
             tips.append((p["replay buffer"], f"lower --replay-capacity (now {m.replay_capacity}, "
                                              f"{replay_row_bytes(m.latent_dim, m.replay_bits) + 2} B "
                                              f"each) or use --replay-bits 7"))
         if p["momentum"]:
             tips.append((p["momentum"], f"export with --momentum 0 (saves {p['momentum']} B)"))
-        if m.n_old > 1 and m.replay_capacity:
+        if m.n_old > 1 and m.replay_capacity and not m.stage:
             tips.append((p["gradient rows"], f"lower --replay-n-old (now {m.n_old}: "
                                              f"{4 * (m.outputs + m.latent_dim)} B per row)"))
-        if m.autoencoder:
+        if m.stage:
+            pass
+        elif m.autoencoder:
             tips.append((p["head weights"], f"use a smaller latent (the head is {m.latent_dim} x "
                                             f"{m.outputs} floats: {p['head weights']} B)"))
         else:
@@ -259,7 +333,8 @@ def plan(model: Model, board: str, regions: dict[str, int], *, flash_bytes: int 
     """Where everything goes on `board` (regions: name -> bytes). The learner goes to the largest
     extra region (SRAM3, SRAM2) where it fits, else to SRAM1; the plan of the first placement that
     fits is returned, or the one that misses by the fewest bytes."""
-    fixed = FIXED_RAM1.get((board, test_build), max(FIXED_RAM1.values()))
+    fixed = (FIXED_RAM1.get((board, test_build), max(FIXED_RAM1.values()))
+             + (FIXED_RAM1_STAGE_DELTA if model.stage else 0))
     stats_classes = 0 if model.autoencoder else model.outputs
     base = {"firmware": fixed, "stack": STACK_BYTES,
             "protocol buffers": app_bytes(model.input_size, model.latent_dim, stats_classes),

@@ -18,8 +18,7 @@ import math
 import numpy as np
 
 from .learner import (MAX_OLD, MODE_FROZEN, MODE_REPLAY, REPLAY_MAX_BATCH, LearnerError,
-                      Prng, Replay, Settings, _align4, dequantize, expf, max_old_eff,
-                      replay_bytes, seqsum)
+                      Prng, Replay, Settings, dequantize, expf, max_old_eff, seqsum)
 
 F32 = np.float32
 DENSE, CONV, DWCONV, GAP = 0, 1, 2, 3
@@ -133,26 +132,21 @@ def stage_hash(layers) -> int:
 # --------------------------------------------------------------------------- memory model
 def stage_memory(layers, replay_capacity: int = 0, replay_bits: int = 8, max_new: int = 1,
                  max_old: int = 0, no_momentum: bool = False) -> dict:
-    """The stage's RAM, part by part (bytes); ``total`` == tol_stage_bytes()."""
+    """The stage's RAM, part by part (bytes); ``total`` == tol_stage_bytes(). The formula is
+    tinyol.memory's (:func:`tinyol.memory.stage_parts`), the one memory model of the exporter,
+    the build and `tinyol info`."""
+    from .memory import stage_parts
+
     if not chain_ok(layers):
         raise ValueError("inconsistent stage layers")
-    p = n_params(layers)
-    acts = sum(l.out_size for l in layers)
-    maxsz = max(max(l.in_size, l.out_size) for l in layers)
-    rows = layers[-1].out_c
-    d = layers[0].in_size
-    parts = {
-        "weights": 4 * p,
-        "grads": 4 * p,
-        "momentum": 0 if no_momentum else 4 * p,
-        "activations": 4 * (acts + 2 * maxsz + rows),
-        "queue": 4 * (max_new * d + d) + _align4(2 * max_new),
-        "counters": 4 * rows + _align4(rows),
-        "replay": replay_bytes(replay_capacity, d, replay_bits, rows) if replay_capacity else 0,
-    }
-    parts["total"] = sum(parts.values())
-    parts["params"] = p
     del max_old  # the batch is processed sample by sample: n_old costs no memory
+    p = stage_parts([l.as_tuple() for l in layers], replay_capacity, replay_bits, max_new,
+                    not no_momentum)
+    parts = {"weights": p["stage weights"], "grads": p["gradients"], "momentum": p["momentum"],
+             "activations": p["activations"], "queue": p["queue"], "counters": p["counters"],
+             "replay": p["replay buffer"]}
+    parts["total"] = sum(parts.values())
+    parts["params"] = n_params(layers)
     return parts
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import TinyolError
 from .stage import (ACT_NONE, ACT_RELU, ACT_RELU6, CONV, DENSE, DWCONV, GAP, Layer, chain_ok,
-                    stage_hash, stage_memory)
+                    stage_hash)
 
 _NOOP = {"Flatten", "Reshape", "Dropout", "SpatialDropout1D", "SpatialDropout2D",
          "GaussianDropout", "GaussianNoise", "AlphaDropout", "InputLayer"}
@@ -230,44 +230,22 @@ def write_stage_init(out: Path, source: str, layers: list[Layer], params: np.nda
     (out / "stage_init.c").write_text(text, encoding="utf-8")
 
 
-def config_lines(layers: list[Layer], mem: dict) -> str:
-    """The config.h block of a stage (appended before the include guard's end)."""
+def config_lines(summary: dict) -> str:
+    """The config.h block of a stage (the manifest's "stage" entry: stage_summary). Its memory
+    is the learner's budget line (TOL_BUDGET_LEARNER_BYTES, host/tinyol/memory.py), which
+    mcu/app/learner_stage.c asserts equal to TOL_STAGE_MEM_BYTES."""
+    mem = summary["memory"]
     return ("\n/* adaptive stage (docs/adaptive.md): layers after --split, trained on the device */\n"
-            f"#define TOL_STAGE_LAYERS              {len(layers)}\n"
-            f"#define TOL_STAGE_PARAMS              {mem['params']}\n"
-            f"#define TOL_STAGE_HASH                0x{stage_hash(layers):08X}u\n"
+            f"#define TOL_STAGE_LAYERS              {len(summary['descriptors'])}\n"
+            f"#define TOL_STAGE_PARAMS              {summary['params']}\n"
+            f"#define TOL_STAGE_HASH                0x{summary['hash']:08X}u\n"
             f"#define TOL_STAGE_MEM_BYTES           {mem['total']}  /* tol_stage_bytes(): weights "
             f"{mem['weights']}, grads {mem['grads']}, momentum {mem['momentum']}, activations "
             f"{mem['activations']}, queue {mem['queue']}, counters {mem['counters']}, replay "
-            f"{mem['replay']} */\n"
-            "#ifdef TOL_BOARD_RAM_BYTES\n"
-            "_Static_assert(TOL_BUDGET_ARENA_BYTES + TOL_STAGE_MEM_BYTES + TOL_BUDGET_FW_RAM_BYTES <= "
-            "TOL_BOARD_RAM_BYTES, \"backbone + adaptive stage do not fit in the board's RAM\");\n"
-            "#endif\n")
+            f"{mem['replay']} */\n")
 
 
 def stage_summary(layers: list[Layer], mem: dict) -> dict:
     return {"layers": [l.describe() for l in layers], "descriptors": [list(l.as_tuple()) for l in layers],
             "params": mem["params"], "memory": {k: v for k, v in mem.items() if k != "params"},
             "hash": stage_hash(layers)}
-
-
-def memory_for(layers, learner: dict) -> dict:
-    return stage_memory(layers, learner["replay_capacity"], learner["replay_bits"],
-                        max(1, learner["replay_n_new"]), 0, learner["momentum"] == 0.0)
-
-
-def stage_budget(bud: dict, mem: dict, arena: int) -> dict:
-    """The export budget with the stage's memory in place of the one-layer head's."""
-    from .export import FIRMWARE_RAM_BASE_BYTES
-
-    b = dict(bud)
-    b["stage_bytes"] = mem["total"]
-    b["learner_bytes"] = mem["total"]          # the stage is the learner (config.h's budget line)
-    b["learner_parts"] = {"adaptive stage": mem["total"] - mem["replay"], "replay buffer": mem["replay"]}
-    b["stage_replay_bytes"] = mem["replay"]
-    b["arena_bytes"] = arena
-    b["ram_bytes"] = arena + mem["total"] + FIRMWARE_RAM_BASE_BYTES
-    b["flash_bytes"] = bud["flash_bytes"] - bud["head_init_bytes"] + 4 * mem["params"]
-    b["head_init_bytes"] = 4 * mem["params"]
-    return b

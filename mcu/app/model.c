@@ -1,20 +1,20 @@
 /*
  * model.c - model glue of the app layer: owns the backbone's input/latent
- * buffers and the learner (static memory sized by the model's config.h) and
+ * buffers and the learner's memory (static, sized by the model's config.h) and
  * turns protocol payloads into backbone and learner calls (see tol_model.h,
- * payload layouts in docs/protocol.md).
+ * payload layouts in docs/protocol.md). The learner is behind model_learner.h:
+ * learner_head.c (TinyOL's last layer) or learner_stage.c (the adaptive stage of
+ * an earlier --split), whichever the builder links.
  */
 #include <math.h>
 #include <string.h>
 
 #include "backbone.h"
 #include "config.h"
+#include "model_learner.h"
 #include "tol_app.h"
 #include "tol_hal.h"
-#include "tol_learner.h"
-#include "tinyol.h"
 #include "tol_model.h"
-#include "tol_persist.h"
 #include "tol_proto.h"
 #include "tol_store.h"
 
@@ -31,13 +31,8 @@ _Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and confi
 _Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
                "autoencoder head must reconstruct the model input");
 
-/* The learner's memory: TINYOL_MEM_BYTES (tinyol.h) reserves only what the exported mode uses. */
-#define TOL_LEARNER_MEM_BYTES TINYOL_MEM_BYTES
-#ifdef TOL_BUDGET_LEARNER_BYTES
-_Static_assert(TOL_LEARNER_MEM_BYTES == TOL_BUDGET_LEARNER_BYTES,
-               "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_LEARNER_BYTES_EX");
-#endif
-/* Where the learner's memory lives: 1 SRAM1, 2 SRAM2, 3 SRAM3. The build decides it from the
+/* The learner's memory: TOL_MODEL_LEARNER_BYTES (model_learner.h), the exporter's budget.
+ * Where the learner's memory lives: 1 SRAM1, 2 SRAM2, 3 SRAM3. The build decides it from the
  * board and the model (host/tinyol/memory.py, via mcu/platform/common/tinyol_build.py). */
 #ifndef TOL_LEARNER_REGION
 #define TOL_LEARNER_REGION 1
@@ -49,8 +44,7 @@ _Static_assert(TOL_LEARNER_MEM_BYTES == TOL_BUDGET_LEARNER_BYTES,
 #else
 #define TOL_LEARNER_SECTION
 #endif
-static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
-static tol_learner_t tol_learner;
+static _Alignas(8) uint8_t tol_learner_mem[TOL_MODEL_LEARNER_BYTES] TOL_LEARNER_SECTION;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
 static struct {
@@ -67,7 +61,7 @@ static struct {
     uint16_t pages;           /* last save: pages the record spans (erased per save) */
     uint32_t saved_updates;   /* learner's update counter at the last save/load */
     uint32_t autosave_every;  /* auto-save period in updates (SET key AUTOSAVE), 0 = off */
-    bool head_staged;         /* a staged SET_HEAD sequence is not committed: no learning, no save */
+    bool head_staged;         /* a staged SET_HEAD/SET_STAGE push is not committed: no learning, no save */
 } tol_persist = {.autosave_every = TOL_AUTOSAVE_UPDATES};
 
 /* Time stamps that know whether a UART receive disturbed the counter. */
@@ -90,15 +84,9 @@ static uint32_t tol_since(tol_stamp_t s)
 
 static void tol_model_boot_load(void);
 
-/* The store's slot size: the largest learner state of this model (tol_persist.h). */
-#define TOL_MODEL_RECORD_MAX \
-    TOL_PERSIST_RECORD_MAX(TOL_LATENT_DIM, TOL_MODEL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
-
 tol_status_t tol_model_init(void)
 {
-    tol_learner_config_t cfg;
-    tinyol_learner_config(&cfg); /* the same learner a firmware embedding tinyol.h gets */
-    TOL_TRY(tol_learner_init(&tol_learner, tol_learner_mem, sizeof(tol_learner_mem), &cfg));
+    TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem)));
     tol_model_boot_load();
     return TOL_OK;
 }
@@ -166,7 +154,7 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     tol_cycles.backbone = tol_since(s);
 
     tol_learner_stats_t before;
-    tol_learner_get_stats(&tol_learner, &before);
+    tol_model_learner_get_stats(&before);
     int32_t pred = -1;
     float value = 0.0f;
     float loss = 0.0f;
@@ -174,28 +162,26 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     if (TOL_HEAD_MODE == 0) {
         TOL_CHECK(!learn || label < TOL_HEAD_MAX_CLASSES, TOL_ERR_LABEL);
         s = tol_now();
-        TOL_TRY(tol_learner_predict(&tol_learner, tol_latent, &pred, &value));
+        TOL_TRY(tol_model_learner_predict(tol_latent, &pred, &value));
         tol_cycles.predict = tol_since(s);
         if (learn) {
-            const tol_head_t *h = tol_learner_head(&tol_learner);
-            float p = h->active[label] ? h->z[label] : 0.0f;
+            float p = tol_model_learner_prob(label);
             loss = -logf(p > 1e-7f ? p : 1e-7f);
             s = tol_now();
-            TOL_TRY(tol_learner_learn(&tol_learner, tol_latent, label));
+            TOL_TRY(tol_model_learner_learn(tol_latent, label));
             tol_cycles.learn = tol_since(s);
         }
     } else {
         uint8_t is_anomaly = 0u;
         s = tol_now();
-        TOL_TRY(learn ? tol_learner_anomaly(&tol_learner, tol_latent, tol_input, &value, &is_anomaly)
-                      : tol_learner_score(&tol_learner, tol_latent, tol_input, &value, &is_anomaly));
+        TOL_TRY(tol_model_learner_anomaly(tol_latent, tol_input, learn, &value, &is_anomaly));
         tol_cycles.learn = tol_since(s);
         pred = is_anomaly;
         loss = value;
         if (is_anomaly) flags |= TOL_FLAG_ANOMALY;
     }
     tol_learner_stats_t after;
-    tol_learner_get_stats(&tol_learner, &after);
+    tol_model_learner_get_stats(&after);
     /* learned: the classifier accepted the sample (it may wait in the mini-batch); the
      * autoencoder updated its head (flagged samples are not learned unless train_anomalies) */
     if (learn && (TOL_HEAD_MODE == 0 ? after.samples_seen != before.samples_seen
@@ -221,7 +207,7 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
     if (req[0] == (uint8_t)TOL_SET_AUTOSAVE) { /* a device policy, not a learner setting */
         if (set) {
             tol_learner_stats_t ls;
-            tol_learner_get_stats(&tol_learner, &ls);
+            tol_model_learner_get_stats(&ls);
             tol_persist.autosave_every = tol_get_u32(req + 1);
             tol_persist.saved_updates = ls.updates; /* count the period from now */
         }
@@ -231,7 +217,7 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
         return TOL_OK;
     }
     tol_learner_settings_t st;
-    tol_learner_get_settings(&tol_learner, &st);
+    tol_model_learner_get_settings(&st);
     uint8_t key = req[0];
     float f = set ? tol_get_f32(req + 1) : 0.0f;
     uint32_t u = set ? tol_get_u32(req + 1) : 0u;
@@ -278,34 +264,10 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
         }
         memcpy(&uv, fp, sizeof(uv));
     }
-    if (set) TOL_TRY(tol_learner_set_settings(&tol_learner, &st));
+    if (set) TOL_TRY(tol_model_learner_set_settings(&st));
     reply[0] = key;
     tol_put_u32(reply + 1, uv);
     *reply_len = 5u;
-    return TOL_OK;
-}
-
-static tol_status_t tol_model_get_head(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t cap,
-                                       uint16_t *reply_len)
-{
-    TOL_CHECK(n == 4u, TOL_ERR_LENGTH);
-    const tol_head_t *h = tol_learner_head(&tol_learner);
-    uint16_t row = tol_get_u16(req);
-    uint16_t offset = tol_get_u16(req + 2);
-    TOL_CHECK(row < h->rows && offset <= h->dim, TOL_ERR_RANGE);
-    uint16_t count = (uint16_t)(h->dim - offset);
-    uint16_t room = (uint16_t)((cap - 12u) / 4u);
-    if (count > room) count = room;
-    tol_put_u16(reply, row);
-    tol_put_u16(reply + 2, offset);
-    reply[4] = h->active[row];
-    reply[5] = 0u;
-    tol_put_u16(reply + 6, count);
-    tol_put_f32(reply + 8, h->b[row]);
-    for (uint16_t i = 0; i < count; i++) {
-        tol_put_f32(reply + 12 + 4u * i, h->w[(uint32_t)row * h->dim + offset + i]);
-    }
-    *reply_len = (uint16_t)(12u + 4u * count);
     return TOL_OK;
 }
 
@@ -314,9 +276,9 @@ static tol_status_t tol_model_get_head(const uint8_t *req, uint16_t n, uint8_t *
 /* Replace the learner's state with the newest stored record of this model. */
 static tol_status_t tol_model_load(tol_store_record_t *rec)
 {
-    TOL_TRY(tol_persist_load(&tol_learner, &tol_store, rec));
+    TOL_TRY(tol_model_learner_load(&tol_store, rec));
     tol_learner_stats_t ls;
-    tol_learner_get_stats(&tol_learner, &ls);
+    tol_model_learner_get_stats(&ls);
     tol_persist.seq = rec->seq;
     tol_persist.saved_updates = ls.updates;
     return TOL_OK;
@@ -325,7 +287,7 @@ static tol_status_t tol_model_load(tol_store_record_t *rec)
 static void tol_model_boot_load(void)
 {
     tol_store_record_t rec;
-    tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, (uint32_t)TOL_MODEL_RECORD_MAX);
+    tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, tol_model_learner_record_max());
     if (st == TOL_OK) st = tol_model_load(&rec);
     tol_persist.boot.seq = st == TOL_OK ? rec.seq : 0u;
     switch (st) {
@@ -351,14 +313,11 @@ tol_store_status_t tol_model_store_status(void)
 /* Write the learner's state as a new record. options: TOL_SAVE_NO_REPLAY. */
 static tol_status_t tol_model_save(uint8_t options, uint8_t *parts_out)
 {
-    tol_learner_settings_t set;
-    tol_learner_get_settings(&tol_learner, &set);
-    uint8_t parts = (uint8_t)((options & TOL_SAVE_NO_REPLAY) ? 0u : TOL_LEARNER_STATE_REPLAY);
-    if (set.momentum != 0.0f) parts |= (uint8_t)TOL_LEARNER_STATE_MOMENTUM;
+    uint8_t parts = 0u;
     uint32_t total = 0u;
-    TOL_TRY(tol_persist_save(&tol_learner, &tol_store, parts, &parts, &total));
+    TOL_TRY(tol_model_learner_save(&tol_store, (options & TOL_SAVE_NO_REPLAY) != 0u, &parts, &total));
     tol_learner_stats_t ls;
-    tol_learner_get_stats(&tol_learner, &ls);
+    tol_model_learner_get_stats(&ls);
     uint32_t page = tol_store.region.page_bytes;
     tol_persist.seq = tol_store.seq_max;
     tol_persist.record_bytes = TOL_STORE_HEADER_BYTES + total;
@@ -398,7 +357,7 @@ static tol_status_t tol_model_on_load(uint16_t n, uint8_t *reply, uint16_t *repl
     if (st == TOL_OK || st == TOL_ERR_RANGE) tol_persist.head_staged = false; /* head replaced */
     TOL_TRY(st);
     tol_learner_stats_t ls;
-    tol_learner_get_stats(&tol_learner, &ls);
+    tol_model_learner_get_stats(&ls);
     tol_put_u32(reply, rec.seq);
     tol_put_u32(reply + 4, TOL_STORE_HEADER_BYTES + rec.payload_len);
     reply[8] = rec.slot;
@@ -414,42 +373,30 @@ static void tol_model_autosave(void)
 {
     if (tol_persist.autosave_every == 0u || tol_store.flash != TOL_OK) return;
     tol_learner_stats_t ls;
-    tol_learner_get_stats(&tol_learner, &ls);
+    tol_model_learner_get_stats(&ls);
     if (ls.updates - tol_persist.saved_updates < tol_persist.autosave_every) return;
     uint8_t parts = 0u;
     tol_persist.last_status = (uint8_t)tol_model_save(0u, &parts);
     if (tol_persist.last_status != (uint8_t)TOL_OK) tol_persist.saved_updates = ls.updates; /* retry later */
 }
 
-/* SET_HEAD: row:u16 offset:u16 active:u8 0:u8 n:u16 bias:f32 w:f32[n].
- * Reply: row:u16 offset:u16 n:u16 n_active:u16 */
-static tol_status_t tol_model_set_head(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
+/* SET_HEAD / SET_STAGE: one slice of a push (model_learner.h). From the first staged slice
+ * on, the learner is fenced (SAMPLE, PREDICT, SAVE refused with TOL_ERR_BUSY, no auto-save)
+ * until the slice that completes the push commits, or RESET/LOAD replace the state: a cut
+ * push never becomes the learned state. */
+static tol_status_t tol_model_push(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
 {
-    TOL_CHECK(n >= 12u, TOL_ERR_LENGTH);
-    uint16_t row = tol_get_u16(req);
-    uint16_t offset = tol_get_u16(req + 2);
-    uint16_t count = tol_get_u16(req + 6);
-    TOL_CHECK(n == 12u + 4u * (uint32_t)count, TOL_ERR_LENGTH);
-    TOL_CHECK(req[4] <= 1u && req[5] <= 1u, TOL_ERR_ARG);
-    TOL_CHECK(count <= TOL_LATENT_DIM, TOL_ERR_RANGE);
-    /* flags bit 0: staged, more slices follow. The head is fenced (SAMPLE, PREDICT,
-     * SAVE refused with TOL_ERR_BUSY, no auto-save) until a slice without it commits,
-     * or RESET/LOAD replace the head: a cut push never becomes the learned state. */
-    if (req[5] != 0u) tol_persist.head_staged = true;
-    float w[TOL_LATENT_DIM > 0 ? TOL_LATENT_DIM : 1];
-    for (uint16_t i = 0; i < count; i++) w[i] = tol_get_f32(req + 12 + 4u * i);
-    TOL_TRY(tol_learner_set_head_row(&tol_learner, row, offset, w, count, tol_get_f32(req + 8), req[4]));
-    if (req[5] == 0u) tol_persist.head_staged = false; /* commit */
-    tol_learner_stats_t ls;
-    tol_learner_get_stats(&tol_learner, &ls);
-    tol_put_u16(reply, row);
-    tol_put_u16(reply + 2, offset);
-    tol_put_u16(reply + 4, count);
-    tol_put_u16(reply + 6, ls.n_active);
-    *reply_len = 8u;
-    return TOL_OK;
+    bool staged = tol_persist.head_staged;
+    tol_status_t st = tol_model_learner_set(req, n, reply, reply_len, &staged);
+    tol_persist.head_staged = staged;
+    return st;
 }
 
+/* INFO's stage block (tol_app.c appends it; nothing for the one-layer head) */
+uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap)
+{
+    return tol_model_learner_info(out, cap);
+}
 
 tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
                               uint16_t reply_cap, uint16_t *reply_len)
@@ -483,10 +430,10 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
         return tol_model_setting(req, req_len, false, reply, reply_len);
     case TOL_MSG_RESET:
         TOL_CHECK(req_len == 0u, TOL_ERR_LENGTH);
-        tol_learner_reset(&tol_learner);
+        tol_model_learner_reset();
         {
             tol_learner_stats_t ls;
-            tol_learner_get_stats(&tol_learner, &ls);
+            tol_model_learner_get_stats(&ls);
             tol_persist.saved_updates = ls.updates; /* the auto-save period counts from the reset */
         }
         tol_persist.head_staged = false;
@@ -499,18 +446,22 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
         TOL_CHECK(label < TOL_MODEL_OUTPUTS, TOL_ERR_LABEL);
         TOL_TRY(tol_model_read_input(req + 2, (uint16_t)(req_len - 2u)));
         TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
-        TOL_TRY(tol_learner_replay_add(&tol_learner, tol_latent, label));
+        TOL_TRY(tol_model_learner_replay_add(tol_latent, label));
         tol_learner_stats_t st;
-        tol_learner_get_stats(&tol_learner, &st);
+        tol_model_learner_get_stats(&st);
         tol_put_u16(reply, st.replay_fill);
         tol_put_u16(reply + 2, st.replay_capacity);
         *reply_len = 4u;
         return TOL_OK;
     }
     case TOL_MSG_GET_HEAD:
-        return tol_model_get_head(req, req_len, reply, reply_cap, reply_len);
+    case TOL_MSG_GET_STAGE: /* the pair of the learner linked (model_learner.h) */
+        TOL_CHECK(type == tol_model_learner_get_msg, TOL_ERR_TYPE);
+        return tol_model_learner_get(req, req_len, reply, reply_cap, reply_len);
     case TOL_MSG_SET_HEAD:
-        return tol_model_set_head(req, req_len, reply, reply_len);
+    case TOL_MSG_SET_STAGE:
+        TOL_CHECK(type == tol_model_learner_set_msg, TOL_ERR_TYPE);
+        return tol_model_push(req, req_len, reply, reply_len);
     case TOL_MSG_SAVE:
         return tol_model_on_save(req, req_len, reply, reply_len);
     case TOL_MSG_LOAD:
@@ -523,7 +474,7 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
 uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
 {
     tol_learner_stats_t st;
-    tol_learner_get_stats(&tol_learner, &st);
+    tol_model_learner_get_stats(&st);
     if (cap < 40u) return 0u;
     tol_put_u32(out + 0, st.samples_seen);
     tol_put_u32(out + 4, st.updates);
@@ -549,7 +500,7 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     const uint32_t pages_per_slot = page > 0u ? tol_store.slot_bytes / page : 0u;
     uint32_t per_save = tol_persist.pages;
     if (per_save == 0u && page > 0u) {
-        uint32_t rec = TOL_STORE_HEADER_BYTES + tol_learner_state_bytes(&tol_learner, TOL_LEARNER_STATE_REPLAY);
+        uint32_t rec = TOL_STORE_HEADER_BYTES + tol_model_learner_state_bytes();
         per_save = (rec + page - 1u) / page;
     }
     /* round-robin: a slot's pages are erased once every n_slots saves, so the region is
@@ -581,12 +532,12 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
         TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
         break;
     case 3:
-        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_learner_predict(&tol_learner, tol_latent, &label, &conf)
-                                   : tol_learner_score(&tol_learner, tol_latent, tol_input, &conf, NULL));
+        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_model_learner_predict(tol_latent, &label, &conf)
+                                   : tol_model_learner_anomaly(tol_latent, tol_input, false, &conf, NULL));
         break;
     case 4:
-        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_learner_learn(&tol_learner, tol_latent, 0u)
-                                   : tol_learner_anomaly(&tol_learner, tol_latent, tol_input, &conf, NULL));
+        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_model_learner_learn(tol_latent, 0u)
+                                   : tol_model_learner_anomaly(tol_latent, tol_input, true, &conf, NULL));
         break;
     default:
         return TOL_ERR_RANGE;
@@ -596,4 +547,4 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
 }
 
 const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
-                                       tol_model_store_status, NULL};
+                                       tol_model_store_status, tol_model_info_stage};

@@ -3,9 +3,10 @@
  * (tol_app_init(&app, &tol_model_glue)) as a tol_model_if_t.
  *
  * mcu/app/model.c implements it for a model directory from `tinyol export`
- * (backbone + learner instances, static memory); mcu/app/nomodel/nomodel.c
- * for a firmware without a model (every model request: TOL_ERR_UNSUPPORTED).
- * The builder links exactly one of them.
+ * (backbone + learner memory, static), over the learner of mcu/app/model_learner.h
+ * (learner_head.c: the one-layer head; learner_stage.c: an adaptive stage);
+ * mcu/app/nomodel/nomodel.c for a firmware without a model (every model request:
+ * TOL_ERR_UNSUPPORTED). The builder links exactly one of them.
  */
 #ifndef TOL_MODEL_H
 #define TOL_MODEL_H
@@ -23,7 +24,8 @@ extern const tol_model_if_t tol_model_glue;
 tol_status_t tol_model_init(void);
 
 /*
- * Handle a model message (SAMPLE, PREDICT, EMBED, SET, GET, RESET, GET_HEAD).
+ * Handle a model message (SAMPLE, PREDICT, EMBED, SET, GET, RESET, GET_HEAD/SET_HEAD or
+ * GET_STAGE/SET_STAGE, REPLAY_ADD, SAVE, LOAD).
  * req[0..req_len): request payload (read only). reply[0..reply_cap): out;
  * *reply_len: bytes written. Layouts: docs/protocol.md.
  */

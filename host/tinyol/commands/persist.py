@@ -291,5 +291,16 @@ def _push_stage(port, timeout, retries, inp: Path, image: bytes, stage_hash: int
             n_active = dev.set_stage(image)
         except DeviceError as e:
             raise _explain(e) from None
+        except TinyolError as e:  # the link died part way
+            k = getattr(dev, "stage_written", 0)
+            if k == 0:
+                raise TinyolError(f"push failed before the device took any of {inp}: {e}; its stage "
+                                  f"is unchanged", hint=e.hint) from None
+            raise TinyolError(
+                f"push cut after {k} slices of {inp}: {e}. The device's stage is unchanged but fenced "
+                "by the staged part: it refuses SAMPLE, PREDICT and SAVE (ERR_BUSY) and never "
+                "auto-saves until a push completes",
+                hint="push again to commit the whole stage; or `tinyol load` (last saved state) / a "
+                     "reset (the exported stage) to roll back") from None
     click.echo(f"pushed {inp}: adaptive stage ({info.stage_params} parameters, {n_active} active "
                f"classes) onto {info.board} (not yet saved: run `tinyol save` to keep it)")

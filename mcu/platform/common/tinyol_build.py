@@ -135,12 +135,13 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     )
     src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
     if os.path.isfile(os.path.join(model_dir, "backbone.h")):
-        # a model directory without backbone.h brings its own glue; one with an adaptive
-        # stage (export --split before the head: stage_init.c) uses the stage glue
+        # a model directory without backbone.h brings its own glue; the one glue (model.c)
+        # drives the learner of the export: the adaptive stage when the directory has
+        # stage_init.c (export --split before the head), else the one-layer head
         if os.path.isfile(os.path.join(model_dir, "stage_init.c")):
-            src += ["+<app/model_stage.c>"]
+            src += ["+<app/model.c>", "+<app/learner_stage.c>"]
         else:
-            src += ["+<app/model.c>", "+<embed/>"]
+            src += ["+<app/model.c>", "+<app/learner_head.c>", "+<embed/>"]
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
