@@ -227,7 +227,7 @@ def learner_ram(model: S.Model, capacity: int, bits: int) -> int:
 
         return stage_bytes(model.stage[0], capacity, bits, 1, 0, True)
     D, C = model.W.shape[1], model.W.shape[0]
-    return L.learner_bytes(D, C, capacity, bits, 1, 0, False)
+    return L.learner_bytes(D, C, capacity, bits, 1, 0, True)  # momentum 0: no buffers
 
 
 def bench_cut(ds: Dataset, cut: str, work: Path, echo) -> dict:
@@ -536,13 +536,13 @@ READING = [
     "78.5 %): one pass over the stream cannot rebuild features the way offline training on "
     "all classes does.",
     "- watch, cut by cut: `embed` (2 layers) gains 2.0 points over the last layer (+0.3 to "
-    "+3.0 in every stream order) at slightly *less* RAM (8.8 KB vs 9.6 KB: its latent, the GAP output, has "
-    "16 values, the head's input 24) for 5.5x the train-step instructions (166 k vs 30 k). "
+    "+3.0 in every stream order) at slightly *less* RAM (8.8 KB vs 8.9 KB: its latent, the GAP output, has "
+    "16 values, the head's input 24) for 2.9x the train-step instructions (87 k vs 30 k). "
     "`conv3` (4 layers) adds 0.5 point more, within the spread across stream orders, for 11x "
-    "embed's RAM (100 KB) and 21x its instructions (3.5 M): it does not pay. `conv2` (5 "
+    "embed's RAM (100 KB) and 13x its instructions (1.1 M): it does not pay. `conv2` (5 "
     "layers, the deepest cut there is: a cut at `conv1` leaves no int8 backbone) beats "
-    "`embed` in each of the three orders, +2.4 points, for 104 KB and 6.7 M instructions "
-    "per step (40x embed's).",
+    "`embed` in each of the three orders, +2.4 points, for 104 KB and 2.1 M instructions "
+    "per step (25x embed's).",
     "- The joint upper bound on watch is itself uncertain (75.0-83.2 % across three "
     "initialisations, 78.5 ± 3.5 %): the test subjects are new users and the shift to them "
     "is real; the 1,323-window stream comes from the training subjects, so no depth adapts "
@@ -552,7 +552,7 @@ READING = [
     "(80.3 ± 1.3 %, at least "
     "the last layer's in every stream order, within its spread), `conv3` 5.9 (83.5 ± 1.1 %, "
     "above `embed` in each of the three orders, +3.2 points on the mean) for 100 KB of learner "
-    "RAM and 3.5 M instructions per step; `conv2` adds nothing (83.0 ± 0.5 %, below `conv3` in "
+    "RAM and 1.1 M instructions per step; `conv2` adds nothing (83.0 ± 0.5 %, below `conv3` in "
     "two orders of three). The ranking is not the class-incremental one, where `embed` paid "
     "and `conv3` did not: a new user changes the signal itself (how the arm moves, how the "
     "watch sits), which the convolutions see first; new exercises of known users change what "
