@@ -230,6 +230,18 @@ def learner_ram(model: S.Model, capacity: int, bits: int) -> int:
     return L.learner_bytes(D, C, capacity, bits, 1, 0, True)  # momentum 0: no buffers
 
 
+def cut_row(model: S.Model, cut: str) -> dict:
+    """The shape, memory and fit of one cut (the columns both depth tables share)."""
+    row = {"cut": cut, "layers": 1 if model.stage is None else len(model.stage[0]),
+           "latent_dim": int(model.manifest["latent"]["dim"]),
+           "params": int(model.W.size + model.b.size) if model.stage is None
+           else int(model.stage[1].size),
+           "ram": learner_ram(model, CAPACITY, BITS),
+           "arena": int(model.manifest["memory"]["arena_bytes"])}
+    row["fits"] = row["ram"] + row["arena"] + 12 * 1024 <= BOARD_RAM
+    return row
+
+
 def bench_cut(ds: Dataset, cut: str, work: Path, echo) -> dict:
     """Train-step / predict instructions of this cut on QEMU (tinyol bench's measurement)."""
     from .bench import bench_model
@@ -259,13 +271,7 @@ def study_dataset(ds: Dataset, seeds: int, work: Path, echo, bench: bool) -> dic
     for cut in ds.cuts:
         model = export_cut(ds, cut, work / f"{ds.name}_{cut}", CAPACITY, BITS)
         Qtr, Qte = _latents(model, ds.Xtr), _latents(model, ds.Xte)
-        row = {"cut": cut, "layers": 1 if model.stage is None else len(model.stage[0]),
-               "latent_dim": int(model.manifest["latent"]["dim"]),
-               "params": int(model.W.size + model.b.size) if model.stage is None
-               else int(model.stage[1].size),
-               "ram": learner_ram(model, CAPACITY, BITS),
-               "arena": int(model.manifest["memory"]["arena_bytes"])}
-        row["fits"] = row["ram"] + row["arena"] + 12 * 1024 <= BOARD_RAM
+        row = cut_row(model, cut)
         row["replay"] = [run(ds, model, Qtr, Qte, seed=s, mode="replay", lr=LR)
                          for s in range(seeds)]
         if cut == "head":  # the floor: naive SGD, lr chosen on a validation split
@@ -355,13 +361,7 @@ def study_users(work: Path, seeds: int, echo) -> dict:
     for cut in ds.cuts:
         model = export_cut(ds, cut, work / f"users_{cut}", CAPACITY, BITS)
         Qtr, Qu = _latents(model, ds.Xtr), _latents(model, ds.Xte)
-        row = {"cut": cut, "layers": 1 if model.stage is None else len(model.stage[0]),
-               "latent_dim": int(model.manifest["latent"]["dim"]),
-               "params": int(model.W.size + model.b.size) if model.stage is None
-               else int(model.stage[1].size),
-               "ram": learner_ram(model, CAPACITY, BITS),
-               "arena": int(model.manifest["memory"]["arena_bytes"])}
-        row["fits"] = row["ram"] + row["arena"] + 12 * 1024 <= BOARD_RAM
+        row = cut_row(model, cut)
         runs = [run_users(ds, model, Qtr, Qu, split, seed=s, mode="replay", lr=LR)
                 for s in range(seeds)]
         row["start"] = runs[0][0]   # the exported network before any learning (order-free)
