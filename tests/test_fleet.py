@@ -19,6 +19,7 @@ from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol.cli import main  # noqa: E402
 from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
+from _fleet_util import reference_then_host_dies  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 
@@ -193,21 +194,7 @@ def test_host_restart_keeps_the_strategys_state(tmp_path, strategy):
                        F.FleetConfig(k=6, strategy=strategy, use_latents=True, eval_every=0),
                        state_dir=state, on_event=on_event)
 
-    ref = fleet_of([F.make_twin(model, f"board{i}") for i in range(3)], tmp_path / "ref")
-    ref.run()
-    ref.close()
-
-    class HostDies(BaseException):
-        pass
-
-    def die(kind, d):
-        if kind == "aggregated" and d["round"] == 2:
-            raise HostDies()
-    boards = [F.make_twin(model, f"board{i}") for i in range(3)]
-    first = fleet_of(boards, tmp_path / "run", die)
-    with pytest.raises(HostDies):
-        first.run()
-    first.close()
+    ref, boards = reference_then_host_dies(fleet_of, model, tmp_path)
     again = fleet_of(boards, tmp_path / "run")
     log = again.run(resume=True)
     again.close()

@@ -25,6 +25,7 @@ from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol import stage as S  # noqa: E402
 from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
+from _fleet_util import reference_then_host_dies  # noqa: E402
 
 MODEL = str(ROOT / "models/digits_adaptive")
 HEAD_MODEL = str(ROOT / "models/digits")
@@ -229,21 +230,7 @@ def test_host_restart_resumes_a_stage_fleet(tmp_path):
                        F.FleetConfig(k=6, strategy="fedadam", use_latents=True, eval_every=0),
                        state_dir=state, on_event=on_event)
 
-    ref = fleet_of([F.make_twin(model, f"board{i}") for i in range(3)], tmp_path / "ref")
-    ref.run()
-    ref.close()
-
-    class HostDies(BaseException):
-        pass
-
-    def die(kind, d):
-        if kind == "aggregated" and d["round"] == 2:
-            raise HostDies()
-    boards = [F.make_twin(model, f"board{i}") for i in range(3)]
-    first = fleet_of(boards, tmp_path / "run", die)
-    with pytest.raises(HostDies):
-        first.run()
-    first.close()
+    ref, boards = reference_then_host_dies(fleet_of, model, tmp_path)
     state = json.loads((tmp_path / "run" / F.STATE_FILE).read_text())
     assert state["round"] == 2 and state["pending_push"] == ["board0", "board1", "board2"]
     assert "stage_params" in np.load(tmp_path / "run" / state["head_file"]).files

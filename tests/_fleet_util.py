@@ -1,0 +1,29 @@
+"""Shared steps of the fleet host-restart tests (tests/test_fleet.py, tests/test_fleet_stage.py)."""
+from __future__ import annotations
+
+import pytest
+
+from tinyol import fleet as F
+
+
+class HostDies(BaseException):
+    """Raised from the event hook: the host process ends there."""
+
+
+def reference_then_host_dies(fleet_of, model, tmp_path, n: int = 3, round_: int = 2):
+    """Run a fleet of n twins that never stops (tmp_path/ref), then a second fleet of n fresh
+    twins (tmp_path/run) whose host dies right after round `round_`'s aggregate.
+    Returns (the finished reference fleet, the second fleet's boards, which keep their state)."""
+    ref = fleet_of([F.make_twin(model, f"board{i}") for i in range(n)], tmp_path / "ref")
+    ref.run()
+    ref.close()
+
+    def die(kind, d):
+        if kind == "aggregated" and d["round"] == round_:
+            raise HostDies()
+    boards = [F.make_twin(model, f"board{i}") for i in range(n)]
+    first = fleet_of(boards, tmp_path / "run", die)
+    with pytest.raises(HostDies):
+        first.run()
+    first.close()
+    return ref, boards
