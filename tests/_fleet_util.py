@@ -27,3 +27,15 @@ def reference_then_host_dies(fleet_of, model, tmp_path, n: int = 3, round_: int 
         first.run()
     first.close()
     return ref, boards
+
+
+def learn_round(lrns, shards, rnd: int, k: int) -> list[int]:
+    """Round rnd (from 1) of the oracle fleets: every numpy learner learns its shard's next k
+    samples; returns how many each learned (Flower's num_examples)."""
+    weights = []
+    for lrn, sh in zip(lrns, shards):
+        lo, hi = min(len(sh), (rnd - 1) * k), min(len(sh), rnd * k)
+        for j in range(lo, hi):
+            lrn.learn(sh.Q[j], int(sh.y[j]))
+        weights.append(hi - lo)
+    return weights

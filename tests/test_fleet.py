@@ -19,7 +19,7 @@ from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol.cli import main  # noqa: E402
 from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
-from _fleet_util import reference_then_host_dies  # noqa: E402
+from _fleet_util import learn_round, reference_then_host_dies  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 
@@ -40,12 +40,7 @@ def oracle_fleet(model, shards, k, rounds, use_q=True):
     lrns = [make_learner(model, s, r) for _ in shards]
     glob = []
     for rnd in range(1, rounds + 1):
-        weights = []
-        for lrn, sh in zip(lrns, shards):
-            lo, hi = min(len(sh), (rnd - 1) * k), min(len(sh), rnd * k)
-            for j in range(lo, hi):
-                lrn.learn(sh.Q[j], int(sh.y[j]))
-            weights.append(hi - lo)
+        weights = learn_round(lrns, shards, rnd, k)
         heads = [F.Head(lr.head.w, lr.head.b, lr.head.active) for lr in lrns]
         w, b, a = np_fedavg(heads, weights)
         glob.append((w, b, a))

@@ -25,7 +25,7 @@ from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol import stage as S  # noqa: E402
 from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
-from _fleet_util import reference_then_host_dies  # noqa: E402
+from _fleet_util import learn_round, reference_then_host_dies  # noqa: E402
 
 MODEL = str(ROOT / "models/digits_adaptive")
 HEAD_MODEL = str(ROOT / "models/digits")
@@ -68,12 +68,7 @@ def oracle_fleet(model, shards, k, rounds):
     lrns = [make_learner(model, s, r) for _ in shards]
     glob = []
     for rnd in range(1, rounds + 1):
-        weights = []
-        for lrn, sh in zip(lrns, shards):
-            lo, hi = min(len(sh), (rnd - 1) * k), min(len(sh), rnd * k)
-            for j in range(lo, hi):
-                lrn.learn(sh.Q[j], int(sh.y[j]))
-            weights.append(hi - lo)
+        weights = learn_round(lrns, shards, rnd, k)
         agg = flower_mean([stage_arrays(lrn) for lrn in lrns], weights)
         params, active = flat(agg), agg[-1] > 0
         glob.append((params, active))
