@@ -1088,7 +1088,6 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
 
     from .simulation import load_model
     model = load_model(model_dir)
-    latent_q = model.latent_q
     initial = initial_params(model)
     rounds = cfg.rounds or max(1, max(-(-len(s) // cfg.k) for s in shards))
     n = len(shards)
