@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
