@@ -4,6 +4,8 @@ counters, for every supported layer and multi-layer stages. Independent checks: 
 stage's gradients against finite differences and its forward pass against Keras."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,8 @@ from _learner_util import make_stream
 from _stage_util import CStage, build_stage_lib, c_layers
 from tinyol.learner import (MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR,
                             LearnerError, Settings)
-from tinyol.stage import (ACT_RELU, ACT_RELU6, CONV, DENSE, DWCONV, GAP, Layer, Stage,
-                          StageConfig, n_params, stage_bytes, stage_hash)
+from tinyol.stage import (ACT_RELU, ACT_RELU6, AVGPOOL, CONV, DENSE, DWCONV, GAP, GMAXPOOL,
+                          MAXPOOL, Layer, Stage, StageConfig, n_params, stage_bytes, stage_hash)
 
 CMAX = 8
 
@@ -30,6 +32,12 @@ def conv(h, w, c, co, k, s=1, same=True, act=0, dw=False, kh=None):
     else:
         oh, ow, pt, pl = (h - kh) // s + 1, (w - k) // s + 1, 0, 0
     return Layer(DWCONV if dw else CONV, h, w, c, oh, ow, co, act, kh, k, s, s, pt, pl)
+
+
+def pool(h, w, c, k, s=None, same=False, kind=MAXPOOL, kh=None):
+    """A pooling layer placed as a convolution's window (Keras: strides default to the pool)."""
+    return dataclasses.replace(conv(h, w, c, c, k, s=k if s is None else s, same=same, kh=kh),
+                               kind=kind)
 
 
 STAGES = {
@@ -51,6 +59,18 @@ STAGES = {
                            conv(3, 4, 12, 6, 1, act=ACT_RELU6), dense(3 * 4 * 6, CMAX)],
     "dw_mult2_c8_gap": [conv(3, 3, 8, 16, 3, dw=True, act=ACT_RELU), Layer(GAP, 3, 3, 16, 1, 1, 16),
                         dense(16, 13, ACT_RELU), dense(13, CMAX)],
+    # pooling: the Conv1D-pool chains of the models users bring (MaxPooling1D after every
+    # convolution), overlapping windows (stride < pool), 'same' windows cut by the border,
+    # average pooling (border windows count only their taps), global max, a pool at the cut
+    "conv1d_maxpool_chain": [conv(1, 20, 3, 8, 5, same=False, act=ACT_RELU, kh=1),
+                             pool(1, 16, 8, 2, kh=1), conv(1, 8, 8, 8, 3, act=ACT_RELU, kh=1),
+                             pool(1, 8, 8, 2, kh=1), dense(32, 12, ACT_RELU), dense(12, CMAX)],
+    "maxpool_overlap_same_avgpool": [conv(5, 5, 2, 4, 3),
+                                     pool(5, 5, 4, 3, s=2, same=True),
+                                     pool(3, 3, 4, 2, s=1, same=True, kind=AVGPOOL),
+                                     dense(36, CMAX)],
+    "avgpool_at_cut_gmaxpool": [pool(4, 6, 3, 2, kind=AVGPOOL), conv(2, 3, 3, 6, 2, act=ACT_RELU6),
+                                Layer(GMAXPOOL, 2, 3, 6, 1, 1, 6), dense(6, CMAX)],
 }
 
 SETTINGS = {
@@ -244,7 +264,8 @@ def _loss(stage: Stage, x, label):
 
 @pytest.mark.parametrize("stage", ["dense3_relu6", "conv3x3_same_gap",
                                    "conv1x1_dw_stride2_flatten", "conv1d_valid",
-                                   "dw_valid_stride2_leftover"])
+                                   "dw_valid_stride2_leftover", "maxpool_overlap_same_avgpool",
+                                   "avgpool_at_cut_gmaxpool"])
 def test_stage_gradient_vs_finite_differences(stage):
     """The backward pass is the gradient of the loss (central differences, float64 loss)."""
     layers = STAGES[stage]
@@ -258,8 +279,10 @@ def test_stage_gradient_vs_finite_differences(stage):
     idx = rng.choice(st.n_params, size=min(40, st.n_params), replace=False)
     base = st.params.copy()
     checked = 0
+    # max pools: a smaller step, or it moves the arg-max of a near-tie window
+    has_max = any(l.kind in (MAXPOOL, GMAXPOOL) for l in layers)
     for k in idx:
-        eps = 1e-2
+        eps = 3e-3 if has_max else 1e-2
         st.params = base.copy()
         st.params[k] += eps
         lp = _loss(st, x, 3)

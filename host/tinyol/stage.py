@@ -21,8 +21,10 @@ from .learner import (MAX_OLD, MODE_FROZEN, MODE_REPLAY, REPLAY_MAX_BATCH, Learn
                       Prng, Replay, Settings, dequantize, expf, max_old_eff, seqsum)
 
 F32 = np.float32
-DENSE, CONV, DWCONV, GAP = 0, 1, 2, 3
-KINDS = {DENSE: "dense", CONV: "conv", DWCONV: "dwconv", GAP: "gap"}
+DENSE, CONV, DWCONV, GAP, MAXPOOL, AVGPOOL, GMAXPOOL = 0, 1, 2, 3, 4, 5, 6
+KINDS = {DENSE: "dense", CONV: "conv", DWCONV: "dwconv", GAP: "gap", MAXPOOL: "maxpool",
+         AVGPOOL: "avgpool", GMAXPOOL: "globalmaxpool"}
+LINEAR = (DENSE, CONV, DWCONV)  # the kinds with parameters
 ACT_NONE, ACT_RELU, ACT_RELU6 = 0, 1, 2
 ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
 MAX_LAYERS = 16
@@ -68,7 +70,7 @@ class Layer:
 
     @property
     def n_params(self) -> int:
-        return 0 if self.kind == GAP else self.n_weights + self.out_c
+        return self.n_weights + self.out_c if self.kind in LINEAR else 0
 
     def ok(self) -> bool:
         """tol_stage_layer_ok_."""
@@ -76,13 +78,16 @@ class Layer:
             return False
         if self.kind == DENSE:
             return self.out_h == 1 and self.out_w == 1
-        if self.kind == GAP:
+        if self.kind in (GAP, GMAXPOOL):
             return (self.out_h == 1 and self.out_w == 1 and self.out_c == self.in_c
                     and self.act == ACT_NONE)
-        if self.kind in (CONV, DWCONV):
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
             if min(self.kh, self.kw, self.sh, self.sw) <= 0:
                 return False
             if self.kind == DWCONV and self.out_c % self.in_c:
+                return False
+            if self.kind in (MAXPOOL, AVGPOOL) and (self.out_c != self.in_c
+                                                    or self.act != ACT_NONE):
                 return False
             if self.pt >= self.kh or self.pl >= self.kw or self.out_h <= 0 or self.out_w <= 0:
                 return False
@@ -93,7 +98,7 @@ class Layer:
     def describe(self) -> str:
         k = KINDS[self.kind]
         act = "" if self.act == ACT_NONE else f"+{ACTS[self.act]}"
-        if self.kind in (CONV, DWCONV):
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
             k += f"{self.kh}x{self.kw}/{self.sh}"
         return (f"{k}{act} [{self.in_h}x{self.in_w}x{self.in_c}] -> "
                 f"[{self.out_h}x{self.out_w}x{self.out_c}]")
@@ -164,7 +169,14 @@ def _connections(l: Layer):
         o, i = np.meshgrid(np.arange(l.out_c), np.arange(l.in_size), indexing="ij")
         o, i = o.ravel(), i.ravel()
         return o, i, o * l.in_size + i
-    if l.kind == CONV:
+    if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+        if l.kind == GMAXPOOL:  # one window over the whole input
+            l = dataclasses.replace(l, kh=l.in_h, kw=l.in_w, sh=1, sw=1, pt=0, pl=0)
+        oy, ox, co, ky, kx = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
+                                         np.arange(l.out_c), np.arange(l.kh), np.arange(l.kw),
+                                         indexing="ij")
+        ci = co
+    elif l.kind == CONV:
         oy, ox, co, ky, kx, ci = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
                                              np.arange(l.out_c), np.arange(l.kh),
                                              np.arange(l.kw), np.arange(l.in_c), indexing="ij")
@@ -180,7 +192,9 @@ def _connections(l: Layer):
     oy, ox, co, ky, kx, ci, iy, ix = (a[ok] for a in (oy, ox, co, ky, kx, ci, iy, ix))
     out = (oy * l.out_w + ox) * l.out_c + co
     inp = (iy * l.in_w + ix) * l.in_c + ci
-    if l.kind == CONV:
+    if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+        w = np.zeros_like(out)
+    elif l.kind == CONV:
         w = ((co * l.kh + ky) * l.kw + kx) * l.in_c + ci
     else:
         w = (ky * l.kw + kx) * l.out_c + co
@@ -207,6 +221,19 @@ def _pair(table: np.ndarray, ia: np.ndarray, na: int, ib: np.ndarray, nb: int):
     # transposed ([entry, key]): the sums run down axis 0, one vector add per entry
     return (np.ascontiguousarray(np.where(table >= 0, ia[t], na).T),
             np.ascontiguousarray(np.where(table >= 0, ib[t], nb).T))
+
+
+class _PoolTables:
+    """A pooling layer: each output's window taps (input indices, (ky, kx) order, -1 = none)
+    and the tap count; backward groups the (output, input) connections by input."""
+
+    def __init__(self, l: Layer):
+        o, i, _ = _connections(l)
+        by_out = _group(o, l.out_size)
+        self.taps = np.where(by_out >= 0, i[np.maximum(by_out, 0)], -1)
+        self.n = (self.taps >= 0).sum(axis=1).astype(F32)
+        self.conn_out, self.conn_in = o, i
+        self.by_in = _group(i, l.in_size)
 
 
 class _Tables:
@@ -243,6 +270,34 @@ def _act(act: int, v: np.ndarray) -> np.ndarray:
     if act == ACT_RELU6:
         v = np.where(v > 6, F32(6.0), v).astype(F32)
     return v
+
+
+def _argmax(t: _PoolTables, x: np.ndarray) -> np.ndarray:
+    """Per output: the input index of the first largest tap (the C scan: strictly larger
+    replaces)."""
+    v = np.where(t.taps >= 0, x[np.maximum(t.taps, 0)], F32(-np.inf))
+    return t.taps[np.arange(t.taps.shape[0]), np.argmax(v, axis=1)]
+
+
+def _pool_forward(l: Layer, t: _PoolTables, x: np.ndarray) -> np.ndarray:
+    if l.kind == AVGPOOL:
+        terms = np.where(t.taps >= 0, x[np.maximum(t.taps, 0)], F32(-0.0)).astype(F32)
+        s = _acc(np.zeros(l.out_size, F32), np.ascontiguousarray(terms.T))
+        return (s / t.n).astype(F32)
+    return x[_argmax(t, x)].astype(F32)
+
+
+def _pool_backward(l: Layer, t: _PoolTables, x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The input delta: each output's delta to its arg-max (max) or d / n to every tap (avg),
+    added per input in connection order ((oy, ox, c), then taps)."""
+    if l.kind == AVGPOOL:
+        share = (d / t.n).astype(F32)[t.conn_out]
+    else:
+        arg = _argmax(t, x)
+        share = np.where(t.conn_in == arg[t.conn_out], d[t.conn_out], F32(-0.0)).astype(F32)
+    share = np.concatenate([share, _NEG0])
+    terms = share[np.where(t.by_in >= 0, t.by_in, share.size - 1)]
+    return _acc(np.zeros(l.in_size, F32), np.ascontiguousarray(terms.T))
 
 
 # --------------------------------------------------------------------------- stage
@@ -305,7 +360,9 @@ class Stage:
         self.latent = layers[0].in_size
         self.rows = layers[-1].out_c
         self.offsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
-        self.tables = [(_Tables(l) if l.kind != GAP else None) for l in layers]
+        self.tables = [(_Tables(l) if l.kind in LINEAR else
+                        _PoolTables(l) if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL) else None)
+                       for l in layers]
         is_w = np.zeros(self.n_params, bool)
         for l, off in zip(layers, self.offsets):
             is_w[off:off + l.n_weights] = True
@@ -378,6 +435,8 @@ class Stage:
             s = np.add.accumulate(np.concatenate([np.zeros((1, l.in_c), F32),
                                                   x.reshape(npx, l.in_c)]), axis=0, dtype=F32)[-1]
             return (s * (F32(1.0) / F32(npx))).astype(F32)
+        if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+            return _pool_forward(l, t, x)
         w, b = self.layer_params(i)
         bias = b[np.arange(l.out_size) % l.out_c]
         return _act(l.act, _acc(bias, _terms(t.fwd, w, x)))
@@ -418,6 +477,10 @@ class Stage:
             if l.kind == GAP:
                 npx = l.in_h * l.in_w
                 d = np.tile((d * (F32(1.0) / F32(npx))).astype(F32), npx)
+                continue
+            if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+                if i > 0:
+                    d = _pool_backward(l, tb, inp, d)
                 continue
             g = self.grads
             gw = g[off:off + l.n_weights]

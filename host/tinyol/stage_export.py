@@ -5,8 +5,10 @@ Supported after the cut: Dense, Conv1D, Conv2D (any kernel incl. 1x1, strides, '
 'valid', no dilation, no groups), DepthwiseConv2D (any depth multiplier), ReLU / ReLU6 (as
 layer activation, `ReLU` or `Activation`), BatchNormalization right after one of those
 (folded into it at export), Flatten / Reshape (no-ops on HWC data), Dropout (no-op),
-GlobalAveragePooling1D/2D. The last trainable layer must be a Dense (the classifier whose
-rows grow with new classes); a softmax may follow it.
+MaxPooling1D/2D, AveragePooling1D/2D, GlobalAveragePooling1D/2D, GlobalMaxPooling1D/2D.
+The last trainable layer must be a Dense (the classifier whose rows grow with new classes);
+a softmax may follow it. Sequential and Functional models alike: the layers from the cut to
+the head must form a chain (each takes the previous one's output).
 """
 from __future__ import annotations
 
@@ -15,13 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TinyolError
-from .stage import (ACT_NONE, ACT_RELU, ACT_RELU6, CONV, DENSE, DWCONV, GAP, Layer, chain_ok,
-                    stage_hash)
+from .stage import (ACT_NONE, ACT_RELU, ACT_RELU6, AVGPOOL, CONV, DENSE, DWCONV, GAP, GMAXPOOL,
+                    LINEAR, MAXPOOL, Layer, chain_ok, stage_hash)
 
 _NOOP = {"Flatten", "Reshape", "Dropout", "SpatialDropout1D", "SpatialDropout2D",
          "GaussianDropout", "GaussianNoise", "AlphaDropout", "InputLayer"}
 _SUPPORTED = ("Dense, Conv1D, Conv2D, DepthwiseConv2D, ReLU/ReLU6, BatchNormalization (after a "
-              "linear layer), Flatten/Reshape, GlobalAveragePooling1D/2D, Dropout")
+              "linear layer), Flatten/Reshape, Max/AveragePooling1D/2D, Global(Average|Max)"
+              "Pooling1D/2D, Dropout")
+_POOLS = {"MaxPooling1D": MAXPOOL, "MaxPooling2D": MAXPOOL, "AveragePooling1D": AVGPOOL,
+          "AveragePooling2D": AVGPOOL}
 
 
 def _hwc(shape) -> tuple[int, int, int]:
@@ -74,8 +79,9 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
         raise TinyolError(f"--split layer {first.name!r} comes after the head {head.name!r}")
     span = layers_k[i0:i1 + 1]
     for prev, l in zip(span, span[1:]):
-        if l.input is not prev.output:
-            raise TinyolError(f"layer {l.name!r} does not take {prev.name!r}'s output; the adaptive "
+        why = _chain_break(model, prev, l)
+        if why:
+            raise TinyolError(f"layer {l.name!r} ({l.__class__.__name__}) {why}; the adaptive "
                               f"stage must be a plain chain (no branches or skip connections)",
                               hint="choose a --split layer after the last merge")
     out: list[Layer] = []
@@ -131,14 +137,31 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
             out.append(Layer(kind, in_h, in_w, in_c, oh, ow, oc, _act_code(act, l.name),
                              kh, kw, sh, sw, pt, pl))
             params.append([np.ascontiguousarray(W, np.float32), b])
-        elif k in ("GlobalAveragePooling1D", "GlobalAveragePooling2D"):
+        elif k in ("GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
+                   "GlobalMaxPooling2D"):
             if getattr(l, "keepdims", False):
                 raise TinyolError(f"layer {l.name!r}: keepdims=True is not supported")
-            out.append(Layer(GAP, in_h, in_w, in_c, 1, 1, in_c))
+            out.append(Layer(GAP if "Average" in k else GMAXPOOL, in_h, in_w, in_c, 1, 1, in_c))
+            params.append([np.zeros(0, np.float32), np.zeros(0, np.float32)])
+        elif k in _POOLS:
+            if l.padding not in ("same", "valid"):
+                raise TinyolError(f"layer {l.name!r}: padding {l.padding!r} is not supported")
+            if getattr(l, "data_format", "channels_last") != "channels_last":
+                raise TinyolError(f"layer {l.name!r}: only channels_last is supported")
+            ps, st = (tuple(int(v) for v in np.atleast_1d(a)) for a in (l.pool_size, l.strides))
+            kh, kw, sh, sw = (1, ps[0], 1, st[0]) if k.endswith("1D") else (*ps, *st)
+            if max(kh, kw, sh, sw) > 255:
+                raise TinyolError(f"layer {l.name!r}: pool windows and strides up to 255",
+                                  hint="use GlobalMaxPooling/GlobalAveragePooling for a whole axis")
+            same = l.padding == "same"
+            pt = _same_pad(in_h, oh, kh, sh) if same else 0
+            pl = _same_pad(in_w, ow, kw, sw) if same else 0
+            out.append(Layer(_POOLS[k], in_h, in_w, in_c, oh, ow, oc, ACT_NONE, kh, kw, sh, sw,
+                             pt, pl))
             params.append([np.zeros(0, np.float32), np.zeros(0, np.float32)])
         elif k == "BatchNormalization":
             prev = out[-1] if out else None
-            if prev is None or prev.kind == GAP or prev.act != ACT_NONE:
+            if prev is None or prev.kind not in LINEAR or prev.act != ACT_NONE:
                 raise TinyolError(f"BatchNormalization {l.name!r} must follow a Dense/Conv layer "
                                   f"without activation to be folded",
                                   hint="choose a --split layer after it")
@@ -161,7 +184,7 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
                 raise TinyolError(f"layer {l.name!r} ({k}) cannot be in the adaptive stage; "
                                   f"supported: {_SUPPORTED}", hint="choose a later --split layer")
             prev = out[-1] if out else None
-            if prev is None or prev.kind == GAP or prev.act != ACT_NONE:
+            if prev is None or prev.kind not in LINEAR or prev.act != ACT_NONE:
                 raise TinyolError(f"activation layer {l.name!r} must follow a Dense/Conv layer "
                                   f"without activation (cut after it, or before that layer)",
                                   hint="choose another --split layer")
@@ -172,6 +195,27 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
                           hint="the last trainable layer must be a Dense classifier")
     flat = np.concatenate([np.concatenate([W.ravel(), b.ravel()]) for W, b in params])
     return out, flat.astype(np.float32)
+
+
+def _chain_break(model, prev, l) -> str | None:
+    """Why layer ``l`` does not simply take ``prev``'s output (None: it does). A Sequential
+    model is a chain by construction (a loaded one gives its layers one inbound node per
+    rebuild, so tensor identity says nothing there); a Functional model is asked through its
+    graph: the layer's inbound node must have ``prev`` as its only parent."""
+    if model.__class__.__name__ == "Sequential":
+        return None
+    nodes = [n for n in getattr(l, "_inbound_nodes", []) if n.operation is l]
+    if len(nodes) != 1:
+        return "is called more than once (shared layer)"
+    parents = getattr(nodes[0], "parent_nodes", None)
+    if parents is None:  # not Keras 3's graph: the tensors tell
+        return None if l.input is prev.output else f"does not take {prev.name!r}'s output"
+    if len(parents) != 1:
+        return f"merges {len(parents)} inputs ({', '.join(p.operation.name for p in parents)})"
+    if parents[0].operation is not prev:
+        return (f"takes {parents[0].operation.name!r}'s output, not {prev.name!r}'s (the layer "
+                f"before it in model.layers)")
+    return None
 
 
 def _bn_weights(l):

@@ -14,6 +14,15 @@
  *   DWCONV  y[oy][ox][co] = act(b[co] + sum_{ky,kx} W[ky][kx][co] x[iy][ix][co / M]),
  *           M = out_c / in_c (depth multiplier)
  *   GAP     y[c] = (sum_p x[p][c]) * (1.0f / (float)(in_h*in_w))   (no params)
+ *   MAXPOOL y[oy][ox][c] = max over the window's taps inside the input (kh x kw,
+ *           strides, padding pt/pl as CONV; padded taps are skipped)
+ *   AVGPOOL y[oy][ox][c] = (sum of those taps, (ky, kx) order, from 0.0f) / (float)n,
+ *           n = taps inside the input (padding not counted, as TensorFlow)
+ *   GMAXPOOL y[c] = max_p x[p][c]
+ * Pooling layers have no parameters, out_c = in_c and no activation. Max:
+ * the first largest tap in (ky, kx) order (strictly larger replaces) takes the
+ * whole delta; backward adds it into dx per output element in (oy, ox, c) order.
+ * Avg: every tap in the window gets d / (float)n, added in the same order.
  * act: none, ReLU or ReLU6 (fused). BatchNormalization is folded into the
  * preceding layer at export; Flatten/Reshape/Dropout are no-ops in HWC.
  * The last layer is a DENSE classifier without activation whose rows grow
@@ -72,6 +81,9 @@ typedef enum {
     TOL_STAGE_CONV = 1,
     TOL_STAGE_DWCONV = 2,
     TOL_STAGE_GAP = 3,
+    TOL_STAGE_MAXPOOL = 4,
+    TOL_STAGE_AVGPOOL = 5,
+    TOL_STAGE_GMAXPOOL = 6,
 } tol_stage_kind_t;
 
 typedef enum {

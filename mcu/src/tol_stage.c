@@ -30,9 +30,15 @@ static uint32_t tol_stage_n_weights_(const tol_stage_layer_t *l)
     }
 }
 
+/* 1 for the layers with parameters (DENSE, CONV, DWCONV). */
+static int tol_stage_linear_(const tol_stage_layer_t *l)
+{
+    return l->kind == TOL_STAGE_DENSE || l->kind == TOL_STAGE_CONV || l->kind == TOL_STAGE_DWCONV;
+}
+
 uint32_t tol_stage_layer_params(const tol_stage_layer_t *l)
 {
-    return l->kind == TOL_STAGE_GAP ? 0u : tol_stage_n_weights_(l) + l->out_c;
+    return tol_stage_linear_(l) ? tol_stage_n_weights_(l) + l->out_c : 0u;
 }
 
 uint32_t tol_stage_params(const tol_stage_layer_t *layers, uint8_t n_layers)
@@ -51,11 +57,18 @@ static int tol_stage_layer_ok_(const tol_stage_layer_t *l)
     case TOL_STAGE_DENSE:
         return l->out_h == 1u && l->out_w == 1u;
     case TOL_STAGE_GAP:
+    case TOL_STAGE_GMAXPOOL:
         return l->out_h == 1u && l->out_w == 1u && l->out_c == l->in_c && l->act == 0u;
+    case TOL_STAGE_MAXPOOL:
+    case TOL_STAGE_AVGPOOL:
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV:
         if (l->kh == 0u || l->kw == 0u || l->sh == 0u || l->sw == 0u) return 0;
         if (l->kind == TOL_STAGE_DWCONV && (l->out_c % l->in_c) != 0u) return 0;
+        if ((l->kind == TOL_STAGE_MAXPOOL || l->kind == TOL_STAGE_AVGPOOL) &&
+            (l->out_c != l->in_c || l->act != 0u)) {
+            return 0; /* a window over each channel, no activation */
+        }
         if (l->pt >= l->kh || l->pl >= l->kw || l->out_h == 0u || l->out_w == 0u) return 0;
         /* every output window starts inside the padded input */
         return (uint32_t)(l->out_h - 1u) * l->sh < (uint32_t)l->in_h + l->pt &&
@@ -311,6 +324,89 @@ static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_
     *k1 = (uint32_t)(hi > lo ? hi : lo);
 }
 
+/* ---- pooling (no parameters; windows placed as a convolution's, padded taps skipped) ---- */
+
+/* The window of output (oy, ox): taps [ky0, ky1) x [kx0, kx1) inside the input, and the
+ * input position of tap (ky0, kx0). */
+typedef struct {
+    uint32_t ky0, ky1, kx0, kx1, iy0, ix0;
+} tol_stage_win_t;
+
+static tol_stage_win_t tol_stage_win_(const tol_stage_layer_t *l, uint32_t oy, uint32_t ox)
+{
+    tol_stage_win_t w;
+    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &w.ky0, &w.ky1);
+    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &w.kx0, &w.kx1);
+    w.iy0 = oy * l->sh + w.ky0 - l->pt;
+    w.ix0 = ox * l->sw + w.kx0 - l->pl;
+    return w;
+}
+
+/* Index in x of the first largest tap of channel c in window w (strictly larger replaces). */
+static size_t tol_stage_argmax_(const tol_stage_layer_t *l, const tol_stage_win_t *w,
+                                const float *x, uint32_t c)
+{
+    size_t best = ((size_t)w->iy0 * l->in_w + w->ix0) * l->in_c + c;
+    for (uint32_t iy = w->iy0; iy < w->iy0 + (w->ky1 - w->ky0); iy++) {
+        for (uint32_t ix = w->ix0; ix < w->ix0 + (w->kx1 - w->kx0); ix++) {
+            const size_t k = ((size_t)iy * l->in_w + ix) * l->in_c + c;
+            if (x[k] > x[best]) best = k;
+        }
+    }
+    return best;
+}
+
+/* MAXPOOL / AVGPOOL forward (back = 0), or backward (back = 1: dx += the share of d). */
+static void tol_stage_pool_(const tol_stage_layer_t *l, const float *x, float *y, const float *d,
+                            float *dx, int back)
+{
+    const uint32_t cn = l->in_c;
+    const int avg = l->kind == TOL_STAGE_AVGPOOL;
+    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+            const tol_stage_win_t w = tol_stage_win_(l, oy, ox);
+            const size_t o = ((size_t)oy * l->out_w + ox) * cn;
+            const float n = (float)((w.ky1 - w.ky0) * (w.kx1 - w.kx0));
+            for (uint32_t c = 0; c < cn; c++) {
+                if (!avg) {
+                    const size_t k = tol_stage_argmax_(l, &w, x, c);
+                    if (back) {
+                        dx[k] += d[o + c];
+                    } else {
+                        y[o + c] = x[k];
+                    }
+                    continue;
+                }
+                const float g = back ? d[o + c] / n : 0.0f;
+                float sum = 0.0f;
+                for (uint32_t iy = w.iy0; iy < w.iy0 + (w.ky1 - w.ky0); iy++) {
+                    for (uint32_t ix = w.ix0; ix < w.ix0 + (w.kx1 - w.kx0); ix++) {
+                        const size_t k = ((size_t)iy * l->in_w + ix) * cn + c;
+                        if (back) {
+                            dx[k] += g;
+                        } else {
+                            sum += x[k];
+                        }
+                    }
+                }
+                if (!back) y[o + c] = sum / n;
+            }
+        }
+    }
+}
+
+/* GMAXPOOL: index in x of channel c's first largest value. */
+static size_t tol_stage_gargmax_(const tol_stage_layer_t *l, const float *x, uint32_t c)
+{
+    const uint32_t np = (uint32_t)l->in_h * l->in_w;
+    size_t best = c;
+    for (uint32_t p = 1; p < np; p++) {
+        const size_t k = (size_t)p * l->in_c + c;
+        if (x[k] > x[best]) best = k;
+    }
+    return best;
+}
+
 static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                      float *y)
 {
@@ -395,6 +491,13 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
         }
         break;
     }
+    case TOL_STAGE_MAXPOOL:
+    case TOL_STAGE_AVGPOOL:
+        tol_stage_pool_(l, x, y, NULL, NULL, 0);
+        break;
+    case TOL_STAGE_GMAXPOOL:
+        for (uint32_t c = 0; c < l->in_c; c++) y[c] = x[tol_stage_gargmax_(l, x, c)];
+        break;
     default:
         break;
     }
@@ -484,6 +587,14 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         }
         break;
     }
+    case TOL_STAGE_MAXPOOL:
+    case TOL_STAGE_AVGPOOL:
+        if (dx != NULL) tol_stage_pool_(l, x, NULL, d, dx, 1);
+        break;
+    case TOL_STAGE_GMAXPOOL:
+        if (dx == NULL) break;
+        for (uint32_t c = 0; c < l->in_c; c++) dx[tol_stage_gargmax_(l, x, c)] += d[c];
+        break;
     default:
         break;
     }
