@@ -971,7 +971,7 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
         from .stage import Layer
 
         layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w",
-                                    "in_c", "out_h", "out_w", "out_c"), d)))
+                                    "in_c", "out_h", "out_w", "out_c", "train"), d)))
                   for d in m["stage"]["descriptors"]]
     init_bytes = 4 * int(m["stage"]["params"]) if layers else 4 * rows * dim + 4 * rows
     mm = memory_model(input_size=int(m["input"]["size"]), dim=dim, rows=rows, autoencoder=ae,

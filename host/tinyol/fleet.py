@@ -113,8 +113,14 @@ class Shape:
 
 
 def _layer_shapes(layer) -> list[tuple[int, ...]]:
-    """Flower arrays of one stage layer: W in tol_stage.h's layout, then b (none for GAP)."""
-    from .stage import CONV, DENSE, DWCONV
+    """Flower arrays of one stage layer: what of it trains (the lean stage): W in tol_stage.h's
+    layout, then b; b alone for a layer that trains its biases; none for a frozen layer or
+    one without parameters."""
+    from .stage import CONV, DENSE, DWCONV, TRAIN_ALL, TRAIN_BIAS
+    if layer.kind in (DENSE, CONV, DWCONV) and layer.train == TRAIN_BIAS:
+        return [(layer.out_c,)]
+    if layer.train != TRAIN_ALL:
+        return []
     if layer.kind == DENSE:
         w = (layer.out_c, layer.in_size)
     elif layer.kind == CONV:
@@ -128,8 +134,9 @@ def _layer_shapes(layer) -> list[tuple[int, ...]]:
 
 @dataclass
 class StageParams:
-    """An adaptive stage's parameters (docs/adaptive.md): the flat float32 vector in the
-    device's order (layer after layer, W then b) and the last layer's active rows."""
+    """An adaptive stage's trained parameters (docs/adaptive.md): the flat float32 vector in
+    the device's order (layer after layer, W then b, only what trains) and the last layer's
+    active rows."""
     layers: list
     params: np.ndarray
     active: np.ndarray
@@ -137,7 +144,7 @@ class StageParams:
     def __post_init__(self):
         self.params = np.asarray(self.params, np.float32).reshape(-1)
         self.active = np.asarray(self.active).astype(bool).reshape(-1)
-        n = sum(l.n_params for l in self.layers)
+        n = sum(l.n_train for l in self.layers)
         if self.params.size != n or self.active.size != self.layers[-1].out_c:
             raise TinyolError(f"stage parameters do not fit the stage: {self.params.size} parameters and "
                               f"{self.active.size} flags for {n} and {self.layers[-1].out_c}")
@@ -170,7 +177,7 @@ class StageParams:
 
     @classmethod
     def from_image(cls, layers: list, image: bytes) -> "StageParams":
-        n = sum(l.n_params for l in layers)
+        n = sum(l.n_train for l in layers)
         rows = layers[-1].out_c
         if len(image) != 4 * n + rows:
             raise TinyolError(f"a stage image of {len(image)} bytes does not fit a stage of {n} parameters "
@@ -195,8 +202,9 @@ def initial_params(model) -> "Head | StageParams":
     """What a fleet of `model` (tinyol.simulation.Model) starts from: its exported head, or
     its exported adaptive stage (first n_init classes active)."""
     if model.stage is not None:
+        from .stage import trained_part
         layers, params = model.stage
-        p = np.array(params, np.float32).reshape(-1)
+        p = trained_part(layers, np.array(params, np.float32).reshape(-1))
         last, k = layers[-1], model.n_init
         off = p.size - last.n_params  # the firmware zeroes the rows not active at export (tol_stage_reset)
         p[off + k * last.in_size:off + last.n_weights] = 0

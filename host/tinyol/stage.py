@@ -26,6 +26,8 @@ KINDS = {DENSE: "dense", CONV: "conv", DWCONV: "dwconv", GAP: "gap", MAXPOOL: "m
          AVGPOOL: "avgpool", GMAXPOOL: "globalmaxpool"}
 LINEAR = (DENSE, CONV, DWCONV)  # the kinds with parameters
 ACT_NONE, ACT_RELU, ACT_RELU6 = 0, 1, 2
+TRAIN_ALL, TRAIN_BIAS, TRAIN_FROZEN = 0, 1, 2  # tol_stage_train_t: what of a layer trains
+TRAINS = {TRAIN_ALL: "all", TRAIN_BIAS: "bias", TRAIN_FROZEN: "frozen"}
 ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
 MAX_LAYERS = 16
 STATE_HEADER = 72
@@ -49,6 +51,7 @@ class Layer:
     sw: int = 1
     pt: int = 0
     pl: int = 0
+    train: int = TRAIN_ALL
 
     @property
     def in_size(self) -> int:
@@ -72,9 +75,18 @@ class Layer:
     def n_params(self) -> int:
         return self.n_weights + self.out_c if self.kind in LINEAR else 0
 
+    @property
+    def n_train(self) -> int:
+        """tol_stage_layer_trained: the parameters that train (the last n_train of W, b)."""
+        if self.kind not in LINEAR or self.train == TRAIN_FROZEN:
+            return 0
+        return self.out_c if self.train == TRAIN_BIAS else self.n_params
+
     def ok(self) -> bool:
         """tol_stage_layer_ok_."""
         if min(self.in_h, self.in_w, self.in_c, self.out_c) <= 0 or self.act not in ACTS:
+            return False
+        if self.train not in TRAINS or (self.train and self.kind not in LINEAR):
             return False
         if self.kind == DENSE:
             return self.out_h == 1 and self.out_w == 1
@@ -100,13 +112,16 @@ class Layer:
         act = "" if self.act == ACT_NONE else f"+{ACTS[self.act]}"
         if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
             k += f"{self.kh}x{self.kw}/{self.sh}"
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL) and self.sw != self.sh:
+            k += f"x{self.sw}"
+        tr = "" if self.train == TRAIN_ALL else f" ({TRAINS[self.train]})"
         return (f"{k}{act} [{self.in_h}x{self.in_w}x{self.in_c}] -> "
-                f"[{self.out_h}x{self.out_w}x{self.out_c}]")
+                f"[{self.out_h}x{self.out_w}x{self.out_c}]{tr}")
 
     def as_tuple(self) -> tuple:
         """The C struct's field order."""
         return (self.kind, self.act, self.kh, self.kw, self.sh, self.sw, self.pt, self.pl,
-                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c)
+                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c, self.train)
 
 
 def chain_ok(layers) -> bool:
@@ -116,18 +131,36 @@ def chain_ok(layers) -> bool:
     for i, l in enumerate(layers):
         if not l.ok() or (i and l.in_size != layers[i - 1].out_size):
             return False
-    return layers[-1].kind == DENSE and layers[-1].act == ACT_NONE and layers[0].in_size <= 0xFFFF
+    return (layers[-1].kind == DENSE and layers[-1].act == ACT_NONE
+            and layers[-1].train == TRAIN_ALL and layers[0].in_size <= 0xFFFF)
 
 
 def n_params(layers) -> int:
+    """P: every exported parameter (init_params)."""
     return sum(l.n_params for l in layers)
 
 
+def n_trained(layers) -> int:
+    """T: the parameters that train (the device's params[], the stage image)."""
+    return sum(l.n_train for l in layers)
+
+
+def trained_part(layers, params: np.ndarray) -> np.ndarray:
+    """The trained parameters (T) out of the exported ones (P), layer after layer."""
+    out, off = [], 0
+    for l in layers:
+        out.append(params[off + l.n_params - l.n_train:off + l.n_params])
+        off += l.n_params
+    return np.concatenate(out).astype(F32) if out else np.zeros(0, F32)
+
+
 def stage_hash(layers) -> int:
-    """tol_stage_hash: FNV-1a over every field as 4 little-endian bytes."""
+    """tol_stage_hash: FNV-1a over every field as 4 little-endian bytes (`train` only when
+    not 0)."""
     h = 2166136261
     for l in layers:
-        for f in l.as_tuple():
+        t = l.as_tuple()
+        for f in (t if l.train else t[:14]):
             for b in range(4):
                 h ^= (int(f) >> (8 * b)) & 0xFF
                 h = (h * 16777619) & 0xFFFFFFFF
@@ -356,16 +389,22 @@ class Stage:
         _check_settings(cfg, cfg.settings)
         self.cfg = cfg
         self.layers = layers
-        self.n_params = n_params(layers)
+        if cfg.init_params is None and n_trained(layers) != n_params(layers):
+            raise LearnerError("TOL_ERR_ARG")  # what does not train is read from the export
+        self.n_params = n_trained(layers)  # T: params[] holds the trained parameters only
         self.latent = layers[0].in_size
         self.rows = layers[-1].out_c
-        self.offsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
+        # offsets of each layer's trained parameters in params[], and of all of them in the export
+        self.offsets = np.concatenate([[0], np.cumsum([l.n_train for l in layers])]).astype(int)
+        self.poffsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
+        self.first_trained = min(i for i, l in enumerate(layers) if l.n_train)
         self.tables = [(_Tables(l) if l.kind in LINEAR else
                         _PoolTables(l) if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL) else None)
                        for l in layers]
         is_w = np.zeros(self.n_params, bool)
         for l, off in zip(layers, self.offsets):
-            is_w[off:off + l.n_weights] = True
+            if l.train == TRAIN_ALL:
+                is_w[off:off + l.n_weights] = True
         self.is_w = is_w
         self.prng = Prng(cfg.seed)
         self.replay = (Replay(cfg.replay_capacity, self.latent, cfg.replay_bits, self.rows,
@@ -385,8 +424,15 @@ class Stage:
         return self.params[off + l.n_weights:off + l.n_params]
 
     def layer_params(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        l, off = self.layers[i], self.offsets[i]
-        return self.params[off:off + l.n_weights], self.params[off + l.n_weights:off + l.n_params]
+        """Layer i's weights and biases: the trained ones from params[], the others from the
+        export (tol_stage_wb_)."""
+        l, off, poff = self.layers[i], self.offsets[i], self.poffsets[i]
+        exp = self._init
+        w = (self.params[off:off + l.n_weights] if l.train == TRAIN_ALL
+             else exp[poff:poff + l.n_weights])
+        b = (self.params[off + l.n_train - l.out_c:off + l.n_train] if l.train != TRAIN_FROZEN
+             else exp[poff + l.n_weights:poff + l.n_params])
+        return w, b
 
     @property
     def n_active(self) -> int:
@@ -396,8 +442,9 @@ class Stage:
         cfg = self.cfg
         self.settings = dataclasses.replace(cfg.settings)
         self.prng.seed(cfg.seed)
-        self.params = (np.zeros(self.n_params, F32) if cfg.init_params is None
-                       else np.asarray(cfg.init_params, F32).reshape(self.n_params).copy())
+        self._init = (np.zeros(n_params(self.layers), F32) if cfg.init_params is None
+                      else np.asarray(cfg.init_params, F32).reshape(n_params(self.layers)).copy())
+        self.params = trained_part(self.layers, self._init)
         k = cfg.init_classes
         self.last_w[k:] = 0
         self.last_b[k:] = 0
@@ -467,7 +514,8 @@ class Stage:
         t = np.zeros(self.rows, F32)
         t[label] = 1
         d = np.where(self.active, ((p - t) * F32(weight)).astype(F32), F32(0.0)).astype(F32)
-        for i in range(len(self.layers) - 1, -1, -1):
+        first = self.first_trained  # backward ends at the first layer that trains
+        for i in range(len(self.layers) - 1, first - 1, -1):
             l, tb, off = self.layers[i], self.tables[i], self.offsets[i]
             y = outs[i]
             inp = outs[i - 1] if i > 0 else np.asarray(x, F32)
@@ -479,16 +527,18 @@ class Stage:
                 d = np.tile((d * (F32(1.0) / F32(npx))).astype(F32), npx)
                 continue
             if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
-                if i > 0:
+                if i > first:
                     d = _pool_backward(l, tb, inp, d)
                 continue
             g = self.grads
-            gw = g[off:off + l.n_weights]
-            gb = g[off + l.n_weights:off + l.n_params]
-            w = self.params[off:off + l.n_weights]
-            g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, inp))
-            g[off + l.n_weights:off + l.n_params] = _acc(gb, _terms(tb.gb, d, _ONE))
-            if i > 0:
+            w, _ = self.layer_params(i)
+            if l.train == TRAIN_ALL:
+                gw = g[off:off + l.n_weights]
+                g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, inp))
+            if l.train != TRAIN_FROZEN:
+                bo = off + l.n_train - l.out_c
+                g[bo:bo + l.out_c] = _acc(g[bo:bo + l.out_c], _terms(tb.gb, d, _ONE))
+            if i > first:
                 d = _acc(np.zeros(l.in_size, F32), _terms(tb.dx, d, w))
 
     def _step(self) -> bool:

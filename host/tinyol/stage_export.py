@@ -260,7 +260,7 @@ def write_stage_init(out: Path, source: str, layers: list[Layer], params: np.nda
     for l in layers:
         rows.append("    {.kind = %d, .act = %d, .kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, "
                     ".pl = %d,\n     .in_h = %d, .in_w = %d, .in_c = %d, .out_h = %d, .out_w = %d, "
-                    ".out_c = %d}, /* %s */" % (*l.as_tuple(), l.describe()))
+                    ".out_c = %d, .train = %d}, /* %s */" % (*l.as_tuple(), l.describe()))
     text = (banner(source)
             + "/* The adaptive stage (tol_stage.h): layers after the --split cut and their\n"
               " * exported float32 parameters, per layer W then b. */\n"
@@ -282,6 +282,8 @@ def config_lines(summary: dict) -> str:
     return ("\n/* adaptive stage (docs/adaptive.md): layers after --split, trained on the device */\n"
             f"#define TOL_STAGE_LAYERS              {len(summary['descriptors'])}\n"
             f"#define TOL_STAGE_PARAMS              {summary['params']}\n"
+            f"#define TOL_STAGE_TRAINED             {summary.get('trained', summary['params'])}"
+            f"  /* parameters that train (in RAM); the others stay in flash */\n"
             f"#define TOL_STAGE_HASH                0x{summary['hash']:08X}u\n"
             f"#define TOL_STAGE_MEM_BYTES           {mem['total']}  /* tol_stage_bytes(): weights "
             f"{mem['weights']}, grads {mem['grads']}, momentum {mem['momentum']}, activations "
@@ -291,5 +293,5 @@ def config_lines(summary: dict) -> str:
 
 def stage_summary(layers: list[Layer], mem: dict) -> dict:
     return {"layers": [l.describe() for l in layers], "descriptors": [list(l.as_tuple()) for l in layers],
-            "params": mem["params"], "memory": {k: v for k, v in mem.items() if k != "params"},
+            "params": mem["params"], "trained": sum(l.n_train for l in layers), "memory": {k: v for k, v in mem.items() if k != "params"},
             "hash": stage_hash(layers)}
