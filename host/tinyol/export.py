@@ -637,7 +637,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
                  weight_decay: float = DEFAULT_LEARNER["weight_decay"],
                  replay_n_new: int = DEFAULT_LEARNER["replay_n_new"],
                  replay_n_old: int = DEFAULT_LEARNER["replay_n_old"],
-                 seed: int = DEFAULT_LEARNER["seed"],
+                 seed: int = DEFAULT_LEARNER["seed"], stage_train: str | None = None,
                  echo: Echo = lambda s: None) -> dict:
     """Export a Keras model (.keras/.h5) or an int8 .tflite backbone to ``out_dir``.
 
@@ -694,7 +694,8 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
                                label_column=label_column, replay_capacity=replay_capacity,
                                replay_bits=replay_bits, lr=lr, momentum=momentum,
                                weight_decay=weight_decay, replay_n_new=replay_n_new,
-                               replay_n_old=replay_n_old, seed=seed, echo=echo)
+                               replay_n_old=replay_n_old, seed=seed, stage_train=stage_train,
+                               echo=echo)
             for a in ARTIFACTS + ("manifest.json",):
                 if (Path(stage) / a).exists():
                     os.replace(Path(stage) / a, final / a)
@@ -760,7 +761,7 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo):
 
 def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, max_classes, board,
             board_obj, class_names, mode, label_column, replay_capacity, replay_bits, lr, momentum,
-            weight_decay, replay_n_new, replay_n_old, seed, echo) -> dict:
+            weight_decay, replay_n_new, replay_n_old, seed, echo, stage_train=None) -> dict:
     model_path = str(src_path)
 
     calib_desc = None
@@ -803,6 +804,9 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             elif classes > W.shape[0]:
                 W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
                 b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
+        if first is None and stage_train not in (None, "all"):
+            raise TinyolError("--stage-train applies to an adaptive stage (a --split layer before "
+                              "the head)", hint="give --split LAYER before the head, or drop --stage-train")
         if first is None:
             echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
                  f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
@@ -811,7 +815,7 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
                 raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
             from .stage_export import stage_from_keras
 
-            stage = stage_from_keras(model, first, head)
+            stage = stage_from_keras(model, first, head, train=stage_train)
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
                  f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in stage[0]))
@@ -895,8 +899,10 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
                    replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
                    replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
     if stage is not None:
-        echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters, "
-             f"{mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
+        trained = sum(l.n_train for l in stage[0])
+        echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
+             + (f" ({trained} train, the rest stays in flash)" if trained < mm.stage_params else "")
+             + f", {mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
     if board is not None:
         check_fit(mm, board, name=name)
         for line in board_plan(mm, board).lines():

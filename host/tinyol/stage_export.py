@@ -12,13 +12,15 @@ the head must form a chain (each takes the previous one's output).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from .errors import TinyolError
 from .stage import (ACT_NONE, ACT_RELU, ACT_RELU6, AVGPOOL, CONV, DENSE, DWCONV, GAP, GMAXPOOL,
-                    LINEAR, MAXPOOL, Layer, chain_ok, stage_hash)
+                    LINEAR, MAXPOOL, TRAIN_ALL, TRAIN_BIAS, TRAIN_FROZEN, Layer, chain_ok,
+                    stage_hash)
 
 _NOOP = {"Flatten", "Reshape", "Dropout", "SpatialDropout1D", "SpatialDropout2D",
          "GaussianDropout", "GaussianNoise", "AlphaDropout", "InputLayer"}
@@ -70,9 +72,10 @@ def _same_pad(n_in: int, n_out: int, k: int, s: int) -> int:
     return max((n_out - 1) * s + k - n_in, 0) // 2
 
 
-def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
+def stage_from_keras(model, first, head, train: str | None = None) -> tuple[list[Layer], np.ndarray]:
     """The stage from layer ``first`` to the Dense ``head`` (both included): its layers and
-    flat float32 parameters (per layer W then b, C layouts of tol_stage.h)."""
+    flat float32 parameters (per layer W then b, C layouts of tol_stage.h). ``train``: what
+    trains on the device (:func:`apply_train`; None = everything)."""
     layers_k = [l for l in model.layers if l.__class__.__name__ != "InputLayer"]
     i0, i1 = layers_k.index(first), layers_k.index(head)
     if i0 > i1:
@@ -85,7 +88,13 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
                               f"stage must be a plain chain (no branches or skip connections)",
                               hint="choose a --split layer after the last merge")
     out: list[Layer] = []
+    names: list[str] = []  # the Keras layer each stage layer comes from
     params: list[list[np.ndarray]] = []  # per stage layer [W, b] (mutable for BN folding)
+
+    def add(name: str, layer: Layer) -> None:
+        out.append(layer)
+        names.append(name)
+
     for l in span:
         k = l.__class__.__name__
         if k in _NOOP:
@@ -102,7 +111,7 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
             act = getattr(l.activation, "__name__", "linear")
             if l is head and act == "softmax":
                 act = "linear"
-            out.append(Layer(DENSE, 1, 1, in_c, 1, 1, W.shape[0], _act_code(act, l.name)))
+            add(l.name, Layer(DENSE, 1, 1, in_c, 1, 1, W.shape[0], _act_code(act, l.name)))
             params.append([W, b])
         elif k in ("Conv1D", "Conv2D", "DepthwiseConv2D"):
             dil = tuple(np.atleast_1d(l.dilation_rate))
@@ -134,14 +143,14 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
             pt = _same_pad(in_h, oh, kh, sh) if same else 0
             pl = _same_pad(in_w, ow, kw, sw) if same else 0
             act = getattr(l.activation, "__name__", "linear")
-            out.append(Layer(kind, in_h, in_w, in_c, oh, ow, oc, _act_code(act, l.name),
+            add(l.name, Layer(kind, in_h, in_w, in_c, oh, ow, oc, _act_code(act, l.name),
                              kh, kw, sh, sw, pt, pl))
             params.append([np.ascontiguousarray(W, np.float32), b])
         elif k in ("GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalMaxPooling1D",
                    "GlobalMaxPooling2D"):
             if getattr(l, "keepdims", False):
                 raise TinyolError(f"layer {l.name!r}: keepdims=True is not supported")
-            out.append(Layer(GAP if "Average" in k else GMAXPOOL, in_h, in_w, in_c, 1, 1, in_c))
+            add(l.name, Layer(GAP if "Average" in k else GMAXPOOL, in_h, in_w, in_c, 1, 1, in_c))
             params.append([np.zeros(0, np.float32), np.zeros(0, np.float32)])
         elif k in _POOLS:
             if l.padding not in ("same", "valid"):
@@ -156,7 +165,7 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
             same = l.padding == "same"
             pt = _same_pad(in_h, oh, kh, sh) if same else 0
             pl = _same_pad(in_w, ow, kw, sw) if same else 0
-            out.append(Layer(_POOLS[k], in_h, in_w, in_c, oh, ow, oc, ACT_NONE, kh, kw, sh, sw,
+            add(l.name, Layer(_POOLS[k], in_h, in_w, in_c, oh, ow, oc, ACT_NONE, kh, kw, sh, sw,
                              pt, pl))
             params.append([np.zeros(0, np.float32), np.zeros(0, np.float32)])
         elif k == "BatchNormalization":
@@ -194,7 +203,32 @@ def stage_from_keras(model, first, head) -> tuple[list[Layer], np.ndarray]:
                           f"({', '.join(x.describe() for x in out)})",
                           hint="the last trainable layer must be a Dense classifier")
     flat = np.concatenate([np.concatenate([W.ravel(), b.ravel()]) for W, b in params])
-    return out, flat.astype(np.float32)
+    return apply_train(out, names, train), flat.astype(np.float32)
+
+
+def apply_train(layers: list[Layer], names: list[str], spec: str | None) -> list[Layer]:
+    """The lean stage's sparse update (docs/adaptive.md). spec: None or "all" (every
+    parameter trains), "bias" (the classifier trains all, every other layer its biases), or
+    "LAYER[:MODE],..." (the named Keras layers train MODE = all (default), bias or frozen;
+    every other layer its biases). The classifier always trains all its parameters."""
+    if spec is None or spec.strip() == "all":
+        return layers
+    linear = [i for i, l in enumerate(layers[:-1]) if l.kind in LINEAR]
+    modes = {"all": TRAIN_ALL, "bias": TRAIN_BIAS, "frozen": TRAIN_FROZEN}
+    want = {i: TRAIN_BIAS for i in linear}
+    if spec.strip() != "bias":
+        known = {names[i]: i for i in linear}
+        for item in (t.strip() for t in spec.split(",") if t.strip()):
+            nm, _, mode = item.partition(":")
+            if nm == names[-1]:
+                raise TinyolError(f"--stage-train: {nm!r} is the classifier; it always trains all "
+                                  f"its parameters (its rows grow with new classes)")
+            if nm not in known or (mode or "all") not in modes:
+                raise TinyolError(f"--stage-train: {item!r} names no trainable layer of the stage "
+                                  f"or no mode", hint=f"layers: {', '.join(known) or 'none'}; "
+                                  f"modes: all, bias, frozen (e.g. {next(iter(known), 'conv3')}:all)")
+            want[known[nm]] = modes[mode or "all"]
+    return [dataclasses.replace(l, train=want.get(i, TRAIN_ALL)) for i, l in enumerate(layers)]
 
 
 def _chain_break(model, prev, l) -> str | None:

@@ -21,7 +21,6 @@ _Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS
  * checked again by tol_stage_init */
 _Static_assert(TOL_MODEL_LEARNER_BYTES == TOL_STAGE_MEM_BYTES,
                "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_STAGE_MEM_BYTES");
-_Static_assert(TOL_STAGE_TRAINED <= TOL_STAGE_PARAMS, "trained parameters");
 _Static_assert(TOL_STAGE_STATE_REPLAY == TOL_LEARNER_STATE_REPLAY &&
                    TOL_STAGE_STATE_MOMENTUM == TOL_LEARNER_STATE_MOMENTUM,
                "SAVE reports the parts with the learner's bits");
@@ -29,6 +28,7 @@ _Static_assert(TOL_STAGE_STATE_REPLAY == TOL_LEARNER_STATE_REPLAY &&
 #ifndef TOL_STAGE_TRAINED /* exports before the lean stage: every parameter trains */
 #define TOL_STAGE_TRAINED TOL_STAGE_PARAMS
 #endif
+_Static_assert(TOL_STAGE_TRAINED <= TOL_STAGE_PARAMS, "trained parameters");
 
 extern const tol_stage_layer_t tol_stage_layers[TOL_STAGE_LAYERS];
 extern const float tol_stage_init_params[TOL_STAGE_PARAMS];
