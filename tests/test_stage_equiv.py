@@ -436,3 +436,22 @@ def test_stage_compiles_for_cortex_m4():
         pytest.skip("arm-none-eabi-gcc not installed")
     subprocess.run([gcc, *STRICT, *ARM, f"-I{MCU / 'include'}", "-c", str(MCU / "src/tol_stage.c"),
                     "-o", "/dev/null"], check=True)
+
+
+def test_lean_fleet_arrays_are_the_trained_parameters():
+    """The fleet moves what trains: a frozen layer has no Flower array, a bias-only layer one
+    (its biases), a whole layer two; the image the twin gives decodes to the same arrays and
+    back."""
+    from tinyol.fleet import StageParams
+
+    layers = LEAN["conv1d_pool_chain_frozen_bias_all"]
+    st = Stage(make_cfg(layers, init_classes=5))
+    sp = StageParams.from_image(layers, st.image())
+    arrays = sp.to_ndarrays()
+    assert [a.shape for a in arrays] == [(8,), (12, 32), (12,), (CMAX, 12), (CMAX,), (CMAX,)]
+    np.testing.assert_array_equal(arrays[0], st.layer_params(2)[1])  # conv2's biases
+    np.testing.assert_array_equal(arrays[1].ravel(), st.layer_params(4)[0])  # the Dense W
+    back = sp.like(arrays)
+    assert back.image() == st.image()
+    with pytest.raises(Exception, match="does not fit a stage of 828 parameters"):
+        StageParams.from_image(STAGES["conv1d_maxpool_chain"], st.image())
