@@ -301,9 +301,11 @@ class Plan:
         if m.stage:
             last_in = m.stage[-1][8] * m.stage[-1][9] * m.stage[-1][10]
             per = 4 * (last_in + 1) * (3 if m.momentum else 2)
+            trained = sum(stage_layer_trained(t) for t in m.stage)
+            lean = "" if trained < m.stage_params else " or --stage-train bias (what does not train stays in flash)"
             tips.append((p["stage weights"] + p["gradients"],
-                         f"cut later (--split nearer the head): the adaptive stage's "
-                         f"{m.stage_params} parameters take {p['stage weights'] + p['gradients']} B "
+                         f"cut later (--split nearer the head){lean}: the adaptive stage's "
+                         f"{trained} trained parameters take {p['stage weights'] + p['gradients']} B "
                          f"(weights + gradients)"))
             tips.append((per * m.outputs, f"lower --max-classes (now {m.outputs}: {per} B per class)"))
         if p["replay buffer"]:

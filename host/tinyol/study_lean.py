@@ -76,6 +76,65 @@ def study(ds, seeds: int, work: Path, echo, variants: dict) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- recipe (twin only)
+class _Rehearsing:
+    """A learner that, after each streamed sample, makes `extra` more SGD steps on replayed
+    samples alone (n_old each): rehearsal in the idle time between samples. Simulated on the
+    twin (tinyol.stage / tinyol.learner); the firmware has no such mode yet."""
+
+    def __init__(self, lrn, extra: int):
+        self._l, self._extra = lrn, extra
+
+    def __getattr__(self, k):
+        return getattr(self._l, k)
+
+    def learn(self, q, label):
+        self._l.learn(q, label)
+        st = self._l
+        if st.replay is None or st.replay.fill == 0:
+            return
+        from .stage import F32
+        for _ in range(self._extra):
+            n_old = st.settings.n_old
+            w = F32(1.0) / F32(n_old)
+            st.grads = np.zeros(st.n_params, F32)
+            for _ in range(n_old):
+                xr, yr = st.replay.get(st.replay.draw())
+                st._activate(yr)
+                st._grad_add(xr, yr, w)
+            if st._step():
+                st.updates += 1
+
+
+def run_recipe(ds, model: S.Model, Qtr, Qte, *, seed: int, extra: int, policy: int) -> float:
+    """study_depth.run with idle rehearsal steps and a replay policy."""
+    from . import learner as L
+    rng = np.random.default_rng(seed)
+    old, new = np.flatnonzero(np.isin(ds.ytr, ds.old)), np.flatnonzero(np.isin(ds.ytr, ds.new))
+    pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
+    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODES["replay"])
+    replay = dict(capacity=D.CAPACITY, bits=D.BITS, policy=policy, seed=seed + 1, max_new=1)
+    lrn = _Rehearsing(S.make_learner(model, settings, replay), extra)
+    res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx],
+                           prefill=(Qtr[pre_idx], ds.ytr[pre_idx]), eval_set=(Qte, ds.yte))
+    return res["final_accuracy"]
+
+
+def recipe(ds, cut: str, seeds: int, work: Path, echo) -> dict:
+    from . import learner as L
+    model = export_variant(ds, cut, None, work / f"{ds.name}_{cut}_recipe")
+    Qtr, Qte = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
+    rows = []
+    for label, extra, pol in (("reservoir, no rehearsal", 0, L.POLICY_RESERVOIR),
+                              ("class-balanced replay", 0, L.POLICY_BALANCED),
+                              ("reservoir + 2 idle rehearsal steps per sample", 2, L.POLICY_RESERVOIR)):
+        accs = [run_recipe(ds, model, Qtr, Qte, seed=s, extra=extra, policy=pol)
+                for s in range(seeds)]
+        echo(f"{ds.name} recipe at {cut}: {label}: {np.mean(accs):.3f} ± {np.std(accs):.3f}")
+        rows.append({"cut": cut, "variant": label, "extra": extra, "policy": pol, "acc": accs})
+    return {"name": ds.name, "recipe": rows}
+
+
 # the variants per cut: the float stage, biases only, one layer's weights + biases elsewhere
 VARIANTS = {
     "digits": {"embed": [("float stage", "all"), ("lean: biases", "bias")],
@@ -132,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=D.SEEDS)
     ap.add_argument("--datasets", default="digits,watch")
+    ap.add_argument("--recipe", default=None, metavar="DATASET:CUT",
+                    help="only the recipe table (twin-only rehearsal / balanced replay) at one cut")
     ap.add_argument("--out", default=str(project_root() / "docs/study.md"))
     ap.add_argument("--json", default=None, help="also write the raw results here")
     ap.add_argument("--from-json", default=None, help="only re-render the section from results")
@@ -145,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         print(s, file=sys.stderr, flush=True)
 
     results = []
+    if a.recipe:
+        name, cut = a.recipe.split(":")
+        with tempfile.TemporaryDirectory(prefix="tinyol-lean-") as tmp:
+            ds = D.digits_dataset(Path(tmp)) if name == "digits" else D.watch_dataset(Path(tmp), echo)
+            r = recipe(ds, cut, a.seeds, Path(tmp), echo)
+        if a.json:
+            Path(a.json).write_text(json.dumps(r, indent=1, default=float))
+        return 0
     with tempfile.TemporaryDirectory(prefix="tinyol-lean-") as tmp:
         work = Path(tmp)
         for name in a.datasets.split(","):
