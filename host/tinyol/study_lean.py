@@ -154,7 +154,7 @@ def markdown(results: list[dict], seeds: int) -> str:
          "## The lean stage: sparse updates at each cut", "",
          "Reproduce: `PYTHONPATH=host python -m tinyol.study_lean --json docs/study_lean.json`.",
          "",
-         f"The depth study's networks, data, stream and replay (200 int8 slots, n_old = 16, "
+         f"The depth study's (next section) networks, data, stream and replay (200 int8 slots, n_old = 16, "
          f"lr = {D.LR}, momentum 0), {seeds} stream orders; each cut exported as the float "
          f"stage (`--stage-train all`), biases only below the classifier (`--stage-train "
          f"bias`) and `embed`'s weights plus biases elsewhere (`--stage-train embed`). What "
@@ -203,16 +203,21 @@ READING = [
     "(tol_replay's existing balanced policy) 93.0 ± 0.5 % against reservoir's "
     "92.4 ± 0.8 %, +0.6 points, within the spread over three orders. Idle-time rehearsal "
     "(extra replay-only steps between samples) was not measured to the end and is not on "
-    "the device. Joint training (97.3 %, the depth table above, not re-run here) stays 4.3 points above the best on-device digits "
+    "the device. Joint training (97.3 %, the depth table below, not re-run here) stays 4.3 points above the best on-device digits "
     "configuration measured here: the issue's 2-point goal is not met.",
 ]
 
 
 def write_section(text: str, path: Path) -> None:
+    """Replace this section, or put it right before the depth section (which study_depth
+    renders to the end of the file)."""
     doc = path.read_text(encoding="utf-8") if path.exists() else ""
     if MARK_BEGIN in doc:
         head, rest = doc[:doc.index(MARK_BEGIN)], doc[doc.index(MARK_END) + len(MARK_END):]
         doc = head + text.rstrip() + rest
+    elif D.MARK_BEGIN in doc:
+        i = doc.index(D.MARK_BEGIN)
+        doc = doc[:i] + text.rstrip() + "\n\n" + doc[i:]
     else:
         doc = doc.rstrip() + "\n\n" + text
     path.write_text(doc, encoding="utf-8")
