@@ -13,10 +13,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ._defs import MSG_TEXT, STATUS_TEXT, Msg, Status
+from ._defs import MSG_TEXT, STATUS_TEXT, VERSION, Msg, Status
 from .errors import TinyolError
 
-VERSION = 1
 HEADER = struct.Struct("<BBHH")  # version, type, seq, length
 CRC_BYTES = 4
 REPLY_FLAG = 0x80

@@ -1,8 +1,9 @@
 """Versions that must agree, checked where the parts meet (docs/project.md, "Versions").
 
-* **Protocol** (``protocol.VERSION``, in every frame header and INFO byte 0): the
-  host and the firmware speak it or the host stops at connect time, saying which side
-  is older. Within one protocol version any firmware and host work together.
+* **Protocol** (``VERSION``, generated into _defs.py from tol_proto.h; in every frame
+  header and INFO byte 0): the host and the firmware speak it or the host stops at connect
+  time (:func:`check_firmware`, called by ``Link.info``), saying which side is older.
+  Within one protocol version any firmware and host work together.
 * **Firmware** (``TOL_FW_VERSION_NUM``, INFO): the tinyol release the firmware was
   built from; shown by ``tinyol info`` and named in every version error.
 * **Model** (``tinyol_version`` in an export's manifest.json, ``model_format``
@@ -14,6 +15,7 @@ from __future__ import annotations
 import struct
 
 from . import __version__
+from ._defs import VERSION
 from .errors import TinyolError
 
 #: Model directories this release can build and stream: exported by releases with this
@@ -55,8 +57,6 @@ def fw_version(num: int) -> str:
 
 def check_firmware(info_payload: bytes) -> None:
     """INFO's first bytes: protocol version u8, flags u8, max payload u16, firmware u32."""
-    from .protocol import VERSION
-
     if len(info_payload) < 8:
         return  # Info.parse reports the short reply
     proto, fw = info_payload[0], struct.unpack_from("<I", info_payload, 4)[0]
@@ -65,8 +65,6 @@ def check_firmware(info_payload: bytes) -> None:
 
 
 def protocol_mismatch(device_proto: int | None, device_fw: str | None = None) -> TinyolError:
-    from .protocol import VERSION
-
     fw = f"firmware {device_fw}" if device_fw else "its firmware"
     if device_proto is None:  # the device refused our frames (ERR_VERSION): it cannot read them
         return TinyolError(
