@@ -91,7 +91,7 @@ def test_older_firmware_is_named_at_connect(lib):
 
 def test_model_from_incompatible_tinyol_is_refused(tmp_path, monkeypatch):
     from tinyol.cli import main
-    from tinyol.commands.stream import load_manifest
+    from tinyol.model_folder import load_manifest
 
     model = tmp_path / "old"
     shutil.copytree(ROOT / "models" / "digits", model)

@@ -18,6 +18,7 @@ from . import __version__
 from .device import Device
 from .errors import TinyolError
 from .firmware import BuildConfig, build
+from .model_folder import read_manifest
 from .icount import Session
 from .paths import project_root
 
@@ -93,7 +94,7 @@ def _fill_replay(dev: Device, rng: np.random.Generator, n: int) -> None:
 def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> ModelBench:
     root = project_root()
     path = Path(model_dir) if Path(model_dir).is_absolute() else root / model_dir
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_manifest(path)
     mem = manifest.get("memory", {})
     board = MODEL_BOARDS.get(manifest["name"], BOARD)
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),

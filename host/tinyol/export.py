@@ -31,6 +31,7 @@ import numpy as np
 from . import __version__
 from .cwriter import banner, c_float, float_array
 from .errors import TinyolError
+from .model_folder import read_manifest
 
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
 DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
@@ -936,7 +937,7 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     from .boards import get_board
 
     out = Path(model_dir)
-    m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    m = read_manifest(out)
     if "board" in changes:
         m["board"] = changes.pop("board")
     m["learner"].update(changes)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .boards import BOARDS, NATIVE
 from .errors import TinyolError
+from .model_folder import MANIFEST, check_format, read_manifest
 from . import pio_core
 from .paths import core_dir, firmware_root, mcu_dir, pio_command, project_dir, project_ini, resolve_model
 
@@ -151,15 +152,12 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
     if not (model_dir / "config.h").is_file():
         raise TinyolError(f"model directory {cfg.model} has no config.h",
                           hint="export a model first: tinyol export MODEL --out DIR")
-    if (model_dir / "manifest.json").is_file():
-        import json
-
-        from .versions import check_model
-
+    if (model_dir / MANIFEST).is_file():
         try:
-            check_model(json.loads((model_dir / "manifest.json").read_text()), str(cfg.model))
-        except json.JSONDecodeError:
-            pass  # the firmware needs only the C files; stream/verify report a broken manifest
+            manifest = read_manifest(model_dir)
+        except TinyolError:
+            manifest = {}  # the firmware needs only the C files; stream/verify report a broken manifest
+        check_format(manifest, str(cfg.model))
     proj, ini = ensure_project(echo)
     env = build_env(cfg)
     argv = [*pio_command(), "run", "-d", str(proj), "-c", str(ini), "-e", cfg.board]

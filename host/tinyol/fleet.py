@@ -45,6 +45,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .errors import TinyolError
+from .model_folder import check_device_model, input_q, quantize
 
 STRATEGIES = ("fedavg", "fedavgm", "fedmedian", "fedtrimmedavg", "fedprox", "fedadam",
               "fedyogi", "fedadagrad", "none")
@@ -266,7 +267,6 @@ def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) ->
 def latents_fn(model_dir: str):
     """X -> the board's int8 latents (TFLM's runtime on the backbone; inputs quantized as the host does)."""
     from .simulation import latents, load_model
-    from .device import quantize
     model = load_model(model_dir)
 
     def f(X):
@@ -315,11 +315,10 @@ class DeviceBoard(Board):
 
     def connect(self) -> None:
         from .device import Device
-        from .stream import check_model
         self.close()
         dev = Device.open(self.url, timeout=max(self.timeout, 1.0))
         try:
-            check_model(dev.info, self.manifest, self.model_dir)
+            check_device_model(dev.info, self.manifest, self.model_dir)
             if self.learn_mode is not None:
                 from .learner import MODES
                 dev.set("mode", MODES[self.learn_mode])
@@ -396,9 +395,7 @@ class DeviceBoard(Board):
 
     def prefill(self, shard: Shard) -> None:
         """REPLAY_ADD every sample: fill the board's replay buffer without training."""
-        from .device import quantize
-        from .stream import model_input_q
-        q = model_input_q(self.manifest)
+        q = input_q(self.manifest)
         dev = self._d()
         for x, label in zip(shard.X, shard.y):
             dev.replay_add(quantize(np.ravel(x), *q), int(label))

@@ -49,9 +49,9 @@ import numpy as np
 import serial
 
 from ._defs import Msg, Status
-from .device import (INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device,
-                     Result, quantize)
+from .device import INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device, Result
 from .errors import TinyolError
+from .model_folder import check_device_model, input_q, load_manifest, quantize
 from .protocol import (REPLY_FLAG, DeviceError, DeviceGone, DeviceReset, Frame, Info, Link,
                        LinkTimeout, read_available)
 
@@ -558,47 +558,6 @@ def encode_input(x: np.ndarray, encoding: str, input_q: tuple[float, int]) -> by
     raise TinyolError(f"unknown encoding {encoding!r}", hint="use int8 or float32")
 
 
-def check_manifest(manifest, where="manifest.json") -> None:
-    """The fields streaming relies on, with types and sane values, before anything uses them."""
-    def bad(what: str) -> TinyolError:
-        return TinyolError(f"{where}: {what}", hint="re-export the model (`tinyol export`); "
-                           "manifest.json is written by it, not by hand")
-    if not isinstance(manifest, dict):
-        raise bad("not a JSON object")
-    h = manifest.get("model_hash")
-    if not isinstance(h, int) or isinstance(h, bool) or not 0 <= h <= 0xFFFFFFFF:
-        raise bad("no model_hash (a 32-bit integer)" if h is None else f"model_hash {h!r} is not a 32-bit integer")
-    i = manifest.get("input")
-    if not isinstance(i, dict) or not isinstance(i.get("scale"), (int, float)) \
-            or not isinstance(i.get("zero_point"), int):
-        raise bad("no input scale/zero_point")
-    if not (math.isfinite(i["scale"]) and i["scale"] > 0) or not -128 <= i["zero_point"] <= 127:
-        raise bad(f"input scale {i['scale']!r} / zero point {i['zero_point']!r} out of range")
-    head = manifest.get("head", {})
-    mc = head.get("max_classes", 0) if isinstance(head, dict) else None
-    if not isinstance(mc, int) or not 0 <= mc <= 0xFFFF:
-        raise bad(f"head.max_classes {mc!r} is not 0..65535")
-
-
-def model_input_q(manifest: dict) -> tuple[float, int]:
-    i = manifest["input"]
-    return float(i["scale"]), int(i["zero_point"])
-
-
-def check_model(info: Info, manifest: dict, model_dir: str = "the model") -> None:
-    """The host quantizes with the manifest's parameters: they must be the device's model."""
-    if "has_model" not in info.flags:
-        raise TinyolError("the device's firmware has no model",
-                          hint="build it with a model: tinyol build --model models/digits")
-    check_manifest(manifest, f"{model_dir}/manifest.json")
-    want = int(manifest["model_hash"])
-    if info.model_hash != want:
-        raise TinyolError(
-            f"the device runs model {info.model!r} (hash 0x{info.model_hash:08x}) but {model_dir} "
-            f"is {manifest.get('name')!r} (hash 0x{want:08x}); inputs would be quantized wrongly",
-            hint="pass the model directory the firmware was built from (--model DIR), or flash it")
-
-
 # --------------------------------------------------------------------------- records/summary
 @dataclass
 class Record:
@@ -707,8 +666,8 @@ class Stream:
         self.mode = mode
         self.encoding = encoding
         if manifest is not None:
-            check_model(self.info, manifest, model_dir)
-            self.input_q = model_input_q(manifest)
+            check_device_model(self.info, manifest, model_dir)
+            self.input_q = input_q(manifest)
         elif encoding == "int8":
             raise TinyolError("int8 encoding needs the model's manifest (input scale/zero point)")
         else:
@@ -978,7 +937,7 @@ def embed_all(device: Device, Xq: np.ndarray, manifest: dict | None = None, *,
     """The device's int8 latents [N, latent_dim] for int8 inputs Xq [N, input_size] (EMBED)."""
     info = device.info
     if manifest is not None:
-        check_model(info, manifest)
+        check_device_model(info, manifest)
     Xq = np.asarray(Xq, np.int8).reshape(len(Xq), -1)
     if Xq.shape[1] != info.input_size:
         raise TinyolError(f"inputs have {Xq.shape[1]} values, the device's model takes {info.input_size}")
@@ -1007,7 +966,7 @@ def bench_stream(url: str, model_dir: str = "models/digits", *, n: int = 400, mo
     """
     from .datasets import load_source
 
-    manifest = json.loads((__import__("pathlib").Path(model_dir) / "manifest.json").read_text())
+    manifest = load_manifest(model_dir)
     X, y, _ = load_source(data)
     reps = -(-n // len(X))
     X, y = np.concatenate([X] * reps)[:n], np.concatenate([y] * reps)[:n]

@@ -40,6 +40,7 @@ import numpy as np
 
 from .cwriter import byte_array
 from .errors import TinyolError
+from .model_folder import read_manifest
 from .icount import SHIFT, ticks_to_instructions
 from .paths import project_dir, project_root
 
@@ -410,9 +411,7 @@ def instrument_backbone(src: str) -> str:
 
 
 def tflm_arena_guess(model_dir: Path) -> int:
-    import json
-
-    mem = json.loads((model_dir / "manifest.json").read_text()).get("memory", {})
+    mem = read_manifest(model_dir).get("memory", {})
     need = int(mem.get("tflm_arena_bytes") or 0)
     return max(4096, (need * 5 // 4 + 2048 + 15) // 16 * 16)
 
@@ -503,10 +502,8 @@ def sha16(path: Path) -> str:
 def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], work: Path, *,
                   seed: int = 0, echo=print, ours_kernels=("simd",), timeout: float = 900) -> Comparison:
     """Run `model_dir`'s backbone through TFLM (each built variant) and through tinyol on one input."""
-    import json
-
     model_dir = Path(model_dir).resolve()
-    manifest = json.loads((model_dir / "manifest.json").read_text())
+    manifest = read_manifest(model_dir)
     tfl = (model_dir / "backbone.tflite").read_bytes()
     n_in = int(manifest["input"]["size"])
     x = np.random.default_rng(seed).integers(-128, 128, n_in, dtype=np.int8).tobytes()

@@ -8,7 +8,8 @@
   built from; shown by ``tinyol info`` and named in every version error.
 * **Model** (``tinyol_version`` in an export's manifest.json, ``model_format``
   below): the release that exported it. A model exported by a release with another
-  model format cannot be built or streamed: re-export it.
+  model format cannot be built or streamed: re-export it (checked by
+  ``model_folder.check_format``).
 """
 from __future__ import annotations
 
@@ -33,22 +34,6 @@ def parse(version: str) -> tuple[int, ...]:
 def model_format(version: str) -> tuple[int, int]:
     major, minor = parse(version)[:2]
     return (major, minor) if major == 0 else (major, 0)
-
-
-def check_model(manifest: dict, where: str) -> None:
-    """Refuse a model exported by a tinyol with another model format (no version: accepted,
-    it predates versioned manifests)."""
-    exported = manifest.get("tinyol_version")
-    if exported is None:
-        return
-    if model_format(exported) != model_format(__version__):
-        older = parse(exported) < parse(__version__)
-        raise TinyolError(
-            f"{where} was exported by tinyol {exported}; this tinyol {__version__} reads models of "
-            f"format {'.'.join(map(str, model_format(__version__)))}.x only",
-            hint=("re-export it with this tinyol: tinyol export MODEL.keras --out DIR" if older else
-                  f"upgrade tinyol to {exported} or newer (pip install -U tinyol), or re-export "
-                  "the model with this one"))
 
 
 def fw_version(num: int) -> str:

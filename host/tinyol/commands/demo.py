@@ -23,6 +23,7 @@ import click
 import numpy as np
 
 from ..errors import TinyolError
+from ..model_folder import load_manifest
 from ..options import resolve_model_option
 from ..stream import Stream
 
@@ -75,7 +76,6 @@ def cmd(emulator, board, model_dir, out, seed, prefill, compare, window):
     from ..device import Device
     from ..firmware import BuildConfig, build
     from ..plotting import plot_learning_curve
-    from .stream import load_manifest
 
     t_start = time.monotonic()
     manifest = load_manifest(model_dir)

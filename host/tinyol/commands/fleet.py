@@ -16,6 +16,7 @@ import click
 import numpy as np
 
 from ..errors import TinyolError
+from ..model_folder import load_manifest
 from ..options import emit_json, json_option, model_option, resolve_port
 from ..stream import DEFAULT_WINDOW, DEVICE_CACHE
 
@@ -140,7 +141,6 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
       tinyol fleet --simulation 200 --split classes:1 --every 5
     """
     from .. import fleet as F
-    from .stream import load_manifest
 
     F.require_flower()
     chosen = [x for x in (bool(ports), emulate, twins, simulation) if x]

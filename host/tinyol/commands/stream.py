@@ -7,7 +7,6 @@ detected); docs/streaming.md describes it.
 """
 from __future__ import annotations
 
-import json
 import math
 import struct
 import sys
@@ -18,26 +17,9 @@ import numpy as np
 
 from ..errors import TinyolError
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
+from ..model_folder import input_q, load_manifest, quantize
 from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Record, Stream, Summary, WriteAhead,
-                      check_samples, encode_input, model_input_q, resend_pending)
-
-
-def load_manifest(model_dir: str) -> dict:
-    p = Path(model_dir) / "manifest.json"
-    try:
-        manifest = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise TinyolError(f"{model_dir}: no manifest.json (not a tinyol model directory)",
-                          hint="pass the directory written by `tinyol export` with --model") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TinyolError(f"{p}: not valid JSON ({e})",
-                          hint="re-export the model (`tinyol export`) to write it again") from None
-    from ..stream import check_manifest
-    from ..versions import check_model
-
-    check_model(manifest, str(model_dir))
-    check_manifest(manifest, p)
-    return manifest
+                      check_samples, encode_input, resend_pending)
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,
@@ -180,9 +162,9 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
         # the write-ahead log keys samples by source row (unique: a resumed run has one epoch)
         ordered = list(rows)
         by_row = {i: (x, lab) for i, x, lab in ordered}
-        input_q = model_input_q(manifest)
+        q = input_q(manifest)
         payloads = {i: (by_row[i][1], struct.pack("<H", by_row[i][1])
-                        + encode_input(by_row[i][0], encoding, input_q))
+                        + encode_input(by_row[i][0], encoding, q))
                     for i in sent if i not in done}
         try:
             resumed = resend_pending(link, session, sent, done, payloads, window=window,
@@ -254,12 +236,10 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
 def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tuple[int, int]:
     """REPLAY_ADD every row of `pre` (load_rows' result): the device stores each latent in its
     replay buffer (its policy decides which stay) without training. Returns (fill, capacity)."""
-    from ..device import quantize
     from ..protocol import DeviceError
-    from ..stream import model_input_q
 
     rows, total = pre[0], pre[1]
-    q = model_input_q(manifest)
+    q = input_q(manifest)
     fill = cap = 0
     for n, (i, x, lab) in enumerate(rows):
         try:

@@ -14,13 +14,13 @@ import click
 import numpy as np
 
 from ..errors import TinyolError
+from ..model_folder import load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
 
 
 def verify_inputs(manifest: dict, n: int, data: str | None, random_inputs: bool,
                   seed: int) -> tuple[np.ndarray, str]:
     """int8 inputs [n, input_size] and a description of where they came from."""
-    from ..device import quantize
 
     size = int(manifest["input"].get("size") or np.prod(manifest["input"]["shape"]))
     spec = data
@@ -75,7 +75,6 @@ def cmd(port, model, n, data, random_inputs, seed, window, as_json):
     from ..codegen import run_tflm
     from ..device import Device
     from ..stream import embed_all
-    from .stream import load_manifest
 
     manifest = load_manifest(model)
     tflite = Path(model) / "backbone.tflite"
