@@ -13,7 +13,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+import serial
+
 from ._defs import MSG_TEXT, STATUS_TEXT, VERSION, Msg, Status
+from . import versions
 from .errors import TinyolError
 
 HEADER = struct.Struct("<BBHH")  # version, type, seq, length
@@ -298,8 +301,6 @@ class LinkStats:
 
 def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
     """Open a pyserial URL (/dev/ttyACM0, socket://host:port, loop://) with a clear error."""
-    import serial
-
     try:
         return serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
     except (serial.SerialException, OSError, ValueError) as e:
@@ -313,8 +314,6 @@ def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
 def read_available(port) -> tuple[bytes, Exception | None]:
     """Whatever arrived (waiting up to the port's timeout for the first byte), and the error
     if the port failed or closed meanwhile; bytes read before the error are kept."""
-    import serial
-
     data = b""
     try:
         data = port.read(1)
@@ -367,9 +366,43 @@ class Link:
     def __exit__(self, *exc):
         self.close()
 
-    def _next_seq(self) -> int:
+    # ---- the parts a request is made of (Link.request, and tinyol.pipeline's Pipeline)
+    def next_seq(self) -> int:
+        """A fresh sequence number for a new request."""
         self.seq = self.seq % 0xFFFF + 1  # 1..65535, never 0 (0 = link-level error)
         return self.seq
+
+    def write(self, wire: bytes) -> None:
+        """Send encoded frame bytes (counted in stats.bytes_out); a failed port: DeviceGone."""
+        try:
+            self.port.write(wire)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceGone(f"the device went away: {e}",
+                             hint="it was unplugged, reset into a bootloader, or the emulator "
+                                  "stopped") from None
+        self.stats.bytes_out += len(wire)
+
+    def read(self, wait: float | None = None) -> bytes:
+        """Whatever arrived, waiting up to `wait` s (at most 50 ms; None: the port's timeout)
+        for the first byte. A port that failed or closed: PortBusy or DeviceGone (see gone)."""
+        if wait is not None:
+            self.port.timeout = min(0.05, max(0.001, wait))
+        data, gone = read_available(self.port)
+        if gone is not None:
+            self.gone(gone, data)
+        return data
+
+    def receive(self, data: bytes) -> Iterator[Frame]:
+        """Feed received bytes: yields each complete frame, handles device text lines (boot,
+        busy, fault) on the way; counts stats.bytes_in and damaged frames (stats.garbage_frames)."""
+        self.stats.bytes_in += len(data)
+        for item in self.deframer.feed(data):
+            if isinstance(item, str):
+                self._handle_line(item)
+            else:
+                yield item
+            self.stats.garbage_frames = self.deframer.garbage
+        self.stats.garbage_frames = self.deframer.garbage
 
     def _handle_line(self, line: str) -> None:
         self.stats.device_lines.append(line)
@@ -383,31 +416,19 @@ class Link:
             self.on_line(line)
 
     def send_frame(self, frame: Frame) -> None:
-        wire = frame.encode()
-        self.port.write(wire)
-        self.stats.bytes_out += len(wire)
+        self.write(frame.encode())
 
     def poll(self, deadline: float, stop_on_damage: bool = False) -> Iterator[Frame]:
         """Yield frames received until the deadline (or, with `stop_on_damage`, until a
         damaged frame arrives: the reply it was is lost, waiting longer is pointless)."""
-        import serial
-
         while time.monotonic() < deadline:
-            data, gone = read_available(self.port)
-            if gone is not None:
-                self.gone(gone, data)
+            data = self.read()
             if not data:
                 continue
-            self.stats.bytes_in += len(data)
             self.observed.bytes_in += len(data)
             g = self.deframer.garbage
-            for item in self.deframer.feed(data):
-                if isinstance(item, str):
-                    self._handle_line(item)
-                else:
-                    yield item
+            yield from self.receive(data)
             self.observed.damaged += self.deframer.garbage - g
-            self.stats.garbage_frames = self.deframer.garbage
             if stop_on_damage and self.deframer.garbage != g:
                 return
 
@@ -430,7 +451,7 @@ class Link:
         a damaged frame is repeated at once, without backing off (the device is there; the
         line damages frames). Without a usable reply: LinkTimeout naming what was observed
         (silence, damage, late replies)."""
-        frame = Frame(int(msg), self._next_seq(), bytes(payload))
+        frame = Frame(int(msg), self.next_seq(), bytes(payload))
         self.stats.requests += 1
         wait = self.timeout if timeout is None else timeout
         self.observed = obs = Observed()
@@ -477,8 +498,6 @@ class Link:
         raise LinkTimeout(msg_, hint=hint)
 
     def info(self) -> Info:
-        from . import versions
-
         try:
             payload = self.request(Msg.INFO)
         except DeviceError as e:
