@@ -156,7 +156,7 @@ class Device:
         self.link = link
         # the handshake does not wait a slow request's timeout (e.g. SAVE's 30 s): a port
         # without a tinyol device behind it is named within seconds
-        self.info: Info = Info.parse(link.request(Msg.INFO, timeout=min(link.timeout, 0.5)))
+        self.info: Info = link.info(timeout=min(link.timeout, 0.5))
         self._boot = self.info.boot_count
 
     @classmethod

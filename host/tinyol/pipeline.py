@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Iterator
 
 from ._defs import Msg, Status
 from .errors import TinyolError
-from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Info, Link, LinkTimeout
+from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Link, LinkTimeout, info_reply
 
 DEVICE_CACHE = 8          # TOL_APP_REPLY_CACHE: requests a host may have in flight
 MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
@@ -311,7 +311,7 @@ class Pipeline:
     def _on_info(self, p: _Pending) -> None:
         if p.reply.type == Msg.ERROR:
             return  # no verdict (e.g. ERR_FULL for a stale INFO); the next timeout asks again
-        info = Info.parse(p.reply.payload)
+        info = info_reply(p.reply.payload)
         if info.boot_count != self.boot_count:
             raise DeviceReset(
                 f"the device reset during the stream (boot counter {self.boot_count} -> "

@@ -286,6 +286,13 @@ class Info:
         )
 
 
+def info_reply(payload: bytes) -> Info:
+    """An INFO reply's payload as Info, after checking the firmware speaks our protocol
+    version (before parsing: another version may lay INFO out differently)."""
+    versions.check_firmware(payload)
+    return Info.parse(payload)
+
+
 # ---- the link -------------------------------------------------------------------------
 
 
@@ -497,15 +504,16 @@ class Link:
         msg_, hint = diagnose(what, attempt, obs, self.url)
         raise LinkTimeout(msg_, hint=hint)
 
-    def info(self) -> Info:
+    def info(self, timeout: float | None = None) -> Info:
+        """INFO, the one way in: a device speaking another protocol version gets the explained
+        error (versions.check_firmware), whoever asks (Device, `tinyol info`, the pipeline)."""
         try:
-            payload = self.request(Msg.INFO)
+            payload = self.request(Msg.INFO, timeout=timeout)
         except DeviceError as e:
             if e.status == Status.ERR_VERSION:
                 raise versions.protocol_mismatch(None) from None
             raise
-        versions.check_firmware(payload)  # before parsing: another version may lay INFO out differently
-        return Info.parse(payload)
+        return info_reply(payload)
 
     def wait_boot(self, timeout: float = 10.0) -> str | None:
         """Wait for a `tinyol boot ...` line (e.g. right after starting an emulator)."""
