@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from .errors import TinyolError
 from .learner import (MAX_OLD, MODE_FROZEN, MODE_REPLAY, REPLAY_MAX_BATCH, LearnerError,
                       Prng, Replay, Settings, dequantize, expf, max_old_eff, seqsum)
 
@@ -138,7 +139,7 @@ def stage_memory(layers, replay_capacity: int = 0, replay_bits: int = 8, max_new
     from .memory import stage_parts
 
     if not chain_ok(layers):
-        raise ValueError("inconsistent stage layers")
+        raise TinyolError("inconsistent stage layers: each layer must take its predecessor's output")
     del max_old  # the batch is processed sample by sample: n_old costs no memory
     p = stage_parts([l.as_tuple() for l in layers], replay_capacity, replay_bits, max_new,
                     not no_momentum)
