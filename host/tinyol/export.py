@@ -22,13 +22,14 @@ import os
 import struct
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from . import __version__
+from .boards import BOARDS, get_board
 from .cwriter import banner, c_float, float_array
 from .errors import TinyolError
 from .model_folder import read_manifest
@@ -420,8 +421,6 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
 def board_plan(model, board_name: str):
     """tinyol.memory's plan for `board_name` (the larger of the release and test builds)."""
     from . import memory
-    from .boards import get_board
-
     board = get_board(board_name)
     plans = [memory.plan(model, board.name, memory.board_regions(board), flash_bytes=board.flash_bytes,
                          test_build=t) for t in (False, True)]
@@ -435,8 +434,6 @@ def check_fit(model, board_name: str, *, name: str = "the model", arena_known: b
     if not p.fits:
         where, over = p.over
         detail = "; ".join(p.lines()[:-1])
-        from .boards import BOARDS
-
         others = [b for b in BOARDS if b != board_name and board_plan(model, b).fits]
         raise TinyolError(
             f"{name} does not fit {board_name}: {where} over by {'at least ' if not arena_known else ''}"
@@ -466,8 +463,6 @@ def choose_replay_capacity(model, board_name: str | None, given: int | None, ech
         echo(f"replay: capacity {cap} (the default; give --board to size it to a board, or "
              f"--replay-capacity)")
         return cap
-    from .boards import get_board
-
     board = get_board(board_name)
     caps = [memory.largest_capacity(model, board.name, memory.board_regions(board), test_build=t)
             for t in (False, True)]
@@ -605,20 +600,59 @@ def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo):
 
 # ---------------------------------------------------------------------------------------------
 
-def export_model(model_path: str, out_dir: str, *, split: str | int | None = None,
-                 calib: str | None = None, classes: int | None = None,
-                 max_classes: int | None = None, board: str | None = None,
-                 class_names: list[str] | None = None, mode: str = "auto",
-                 name: str | None = None, label_column=None,
-                 replay_capacity: int | None = None,
-                 replay_bits: int = DEFAULT_LEARNER["replay_bits"],
-                 lr: float = DEFAULT_LEARNER["lr"], momentum: float = DEFAULT_LEARNER["momentum"],
-                 weight_decay: float = DEFAULT_LEARNER["weight_decay"],
-                 replay_n_new: int = DEFAULT_LEARNER["replay_n_new"],
-                 replay_n_old: int = DEFAULT_LEARNER["replay_n_old"],
-                 seed: int = DEFAULT_LEARNER["seed"],
-                 echo: Echo = lambda s: None) -> dict:
+@dataclass(frozen=True)
+class ExportSettings:
+    """What an export may be told (the keywords of :func:`export_model`, the flags of
+    `tinyol export`), declared once and checked once (:meth:`check`)."""
+    split: str | int | None = None      # the head layer (or an earlier cut: an adaptive stage)
+    calib: str | None = None            # representative data source (None: random inputs)
+    classes: int | None = None          # initial head rows (a .tflite backbone needs it)
+    max_classes: int | None = None      # head rows allocated on the device (new classes)
+    board: str | None = None            # check the fit, size the replay buffer for it
+    class_names: list[str] | None = None
+    mode: str = "auto"                  # auto, classifier or autoencoder
+    name: str | None = None             # default: the model file's stem
+    label_column: object = None         # of a CSV calibration source
+    replay_capacity: int | None = None  # None: the largest that fits --board
+    replay_bits: int = DEFAULT_LEARNER["replay_bits"]
+    lr: float = DEFAULT_LEARNER["lr"]
+    momentum: float = DEFAULT_LEARNER["momentum"]
+    weight_decay: float = DEFAULT_LEARNER["weight_decay"]
+    replay_n_new: int = DEFAULT_LEARNER["replay_n_new"]
+    replay_n_old: int = DEFAULT_LEARNER["replay_n_old"]
+    seed: int = DEFAULT_LEARNER["seed"]
+
+    def check(self) -> None:
+        """Raise TinyolError for a setting no export can take (before anything is loaded)."""
+        if self.replay_bits not in REPLAY_BITS:
+            raise TinyolError(f"--replay-bits must be one of 32, 8, 7, not {self.replay_bits}")
+        for k, v in (("replay-capacity", self.replay_capacity), ("replay-n-new", self.replay_n_new),
+                     ("replay-n-old", self.replay_n_old)):
+            if v is not None and v < 0:
+                raise TinyolError(f"--{k} must be >= 0, not {v}")
+        if self.replay_capacity is not None and self.replay_capacity > 0xFFFF:
+            raise TinyolError(f"--replay-capacity must be <= 65535, not {self.replay_capacity}",
+                              hint="the device counts replay slots in 16 bits; leave it out to get "
+                                   "the largest that fits --board")
+        if not 1 <= self.replay_n_new <= 32:
+            raise TinyolError(f"--replay-n-new must be 1..32, not {self.replay_n_new}",
+                              hint="fresh samples per update: the device batches at most 32")
+        if self.replay_n_old > 1024:
+            raise TinyolError(f"--replay-n-old must be <= 1024, not {self.replay_n_old}",
+                              hint="replayed samples per update; 16 is the studied default")
+        if not 0.0 <= self.momentum < 1.0:
+            raise TinyolError(f"--momentum must be in [0, 1), not {self.momentum}",
+                              hint="0 (the default) reserves no momentum buffers on the device")
+        if self.mode not in ("auto", "classifier", "autoencoder"):
+            raise TinyolError(f"unknown head mode {self.mode!r}")
+
+
+def export_model(model_path: str, out_dir: str, settings: ExportSettings | None = None, *,
+                 echo: Echo = lambda s: None, **kw) -> dict:
     """Export a Keras model (.keras/.h5) or an int8 .tflite backbone to ``out_dir``.
+
+    Settings: an :class:`ExportSettings`, or its fields as keywords
+    (``export_model("m.keras", "out", split="fc", board="nucleo_l432kc")``).
 
     Keras: the head is the ``split`` layer (default: the last Dense layer); the backbone is the
     model from its input to the head's input, quantized to int8 with ``calib`` as representative
@@ -628,38 +662,16 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
     TFLite: the whole int8 model is the backbone; the head starts at zero with ``classes`` rows.
     Returns the manifest dict (also written as manifest.json). Raises TinyolError on user errors.
     """
-    if replay_bits not in REPLAY_BITS:
-        raise TinyolError(f"--replay-bits must be one of 32, 8, 7, not {replay_bits}")
-    for k, v in (("replay-capacity", replay_capacity), ("replay-n-new", replay_n_new),
-                 ("replay-n-old", replay_n_old)):
-        if v is not None and v < 0:
-            raise TinyolError(f"--{k} must be >= 0, not {v}")
-    if replay_capacity is not None and replay_capacity > 0xFFFF:
-        raise TinyolError(f"--replay-capacity must be <= 65535, not {replay_capacity}",
-                          hint="the device counts replay slots in 16 bits; leave it out to get "
-                               "the largest that fits --board")
-    if not 1 <= replay_n_new <= 32:
-        raise TinyolError(f"--replay-n-new must be 1..32, not {replay_n_new}",
-                          hint="fresh samples per update: the device batches at most 32")
-    if replay_n_old > 1024:
-        raise TinyolError(f"--replay-n-old must be <= 1024, not {replay_n_old}",
-                          hint="replayed samples per update; 16 is the studied default")
-    if not 0.0 <= momentum < 1.0:
-        raise TinyolError(f"--momentum must be in [0, 1), not {momentum}",
-                          hint="0 (the default) reserves no momentum buffers on the device")
-    if mode not in ("auto", "classifier", "autoencoder"):
-        raise TinyolError(f"unknown head mode {mode!r}")
-    if board is not None:
-        from .boards import get_board
-
-        board_obj = get_board(board)
-    else:
-        board_obj = None
+    if settings is not None and kw:
+        raise TypeError("give an ExportSettings or keywords, not both")
+    s = settings if settings is not None else ExportSettings(**kw)
+    s.check()
+    board_obj = get_board(s.board) if s.board is not None else None
     src_path = Path(model_path)
     if not src_path.exists():
         raise TinyolError(f"model file {model_path!r} not found")
     source = src_path.name
-    name = name or src_path.stem
+    s = replace(s, name=s.name or src_path.stem)
     final = Path(out_dir)
     created = [d for d in [final, *final.parents] if not d.exists()]
     final.mkdir(parents=True, exist_ok=True)
@@ -667,13 +679,7 @@ def export_model(model_path: str, out_dir: str, *, split: str | int | None = Non
         # Everything is written to a staging directory next to out_dir and moved in at the end:
         # a failed export (unsupported op, budget) leaves out_dir as it was.
         with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
-            manifest = _export(src_path, Path(stage), source=source, name=name, split=split,
-                               calib=calib, classes=classes, max_classes=max_classes, board=board,
-                               board_obj=board_obj, class_names=class_names, mode=mode,
-                               label_column=label_column, replay_capacity=replay_capacity,
-                               replay_bits=replay_bits, lr=lr, momentum=momentum,
-                               weight_decay=weight_decay, replay_n_new=replay_n_new,
-                               replay_n_old=replay_n_old, seed=seed, echo=echo)
+            manifest = _export(src_path, Path(stage), s, source=source, board_obj=board_obj, echo=echo)
             for a in ARTIFACTS + ("manifest.json",):
                 if (Path(stage) / a).exists():
                     os.replace(Path(stage) / a, final / a)
@@ -737,21 +743,20 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo):
     return cut.backbone, W, b, name
 
 
-def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, max_classes, board,
-            board_obj, class_names, mode, label_column, replay_capacity, replay_bits, lr, momentum,
-            weight_decay, replay_n_new, replay_n_old, seed, echo) -> dict:
+def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_obj, echo: Echo) -> dict:
+    """The export itself, into `out`, with settings export_model has checked."""
     model_path = str(src_path)
 
     calib_desc = None
     stage = None  # (layers, params) when --split cuts before the head
     if src_path.suffix.lower() == ".tflite":
-        tfl, W, b, split_name = _tflite_source(src_path, split, classes, echo)
+        tfl, W, b, split_name = _tflite_source(src_path, s.split, s.classes, echo)
         inp, lat = tflite_io(tfl)
         dim = int(np.prod(lat.shape[1:]))
         if W is None:  # used whole: the head starts from zeros
-            W = np.zeros((classes, dim), np.float32)
-            b = np.zeros((classes,), np.float32)
-        head_mode = "autoencoder" if mode == "autoencoder" else "classifier"
+            W = np.zeros((s.classes, dim), np.float32)
+            b = np.zeros((s.classes,), np.float32)
+        head_mode = "autoencoder" if s.mode == "autoencoder" else "classifier"
         if head_mode == "autoencoder":
             raise TinyolError("autoencoder mode needs a Keras model (the head reconstructs its input)")
         calib_desc = "taken from the .tflite file"
@@ -759,29 +764,29 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
         echo(f"loading {model_path}")
         model = load_keras(model_path)
         keras = _keras()
-        first = stage_first(model, split)  # an earlier cut: the adaptive stage (tinyol.stage)
-        head = find_split(model, None if first is not None else split)
+        first = stage_first(model, s.split)  # an earlier cut: the adaptive stage (tinyol.stage)
+        head = find_split(model, None if first is not None else s.split)
         split_name = (first if first is not None else head).name
         kernel, *rest = head.get_weights()
         W = np.ascontiguousarray(kernel.T.astype(np.float32))
         b = (rest[0] if rest else np.zeros(kernel.shape[1])).astype(np.float32)
         in_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
         n_in = int(np.prod(in_shape))
-        if mode == "auto":
-            head_mode = "autoencoder" if (W.shape[0] == n_in and classes is None) else "classifier"
+        if s.mode == "auto":
+            head_mode = "autoencoder" if (W.shape[0] == n_in and s.classes is None) else "classifier"
         else:
-            head_mode = mode
+            head_mode = s.mode
         if head_mode == "autoencoder" and W.shape[0] != n_in:
             raise TinyolError(f"autoencoder head {head.name!r} outputs {W.shape[0]} values but the "
                               f"model input has {n_in}")
-        if head_mode == "classifier" and classes is not None:
-            if classes <= 0:
-                raise TinyolError(f"--classes must be >= 1, not {classes}")
-            if classes < W.shape[0]:
-                W, b = W[:classes], b[:classes]
-            elif classes > W.shape[0]:
-                W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
-                b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
+        if head_mode == "classifier" and s.classes is not None:
+            if s.classes <= 0:
+                raise TinyolError(f"--classes must be >= 1, not {s.classes}")
+            if s.classes < W.shape[0]:
+                W, b = W[:s.classes], b[:s.classes]
+            elif s.classes > W.shape[0]:
+                W = np.vstack([W, np.zeros((s.classes - W.shape[0], W.shape[1]), np.float32)])
+                b = np.concatenate([b, np.zeros(s.classes - b.shape[0], np.float32)])
         if first is None:
             echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
                  f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
@@ -794,8 +799,8 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
                  f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in stage[0]))
-        if board is not None:  # fail fast (before quantizing) when the learner alone does not fit
-            rows = W.shape[0] if head_mode == "autoencoder" else max(max_classes or 0, W.shape[0])
+        if s.board is not None:  # fail fast (before quantizing) when the learner alone does not fit
+            rows = W.shape[0] if head_mode == "autoencoder" else max(s.max_classes or 0, W.shape[0])
             layers0 = None
             if stage is not None:
                 from .stage_export import grow_rows
@@ -803,11 +808,11 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
                 layers0 = grow_rows(*stage, rows)[0]
             check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else W.shape[1],
                                    rows=rows, autoencoder=head_mode == "autoencoder", arena_bytes=0,
-                                   replay_capacity=replay_capacity or 0, replay_bits=replay_bits,
-                                   replay_n_new=replay_n_new, replay_n_old=replay_n_old,
-                                   momentum=momentum, stage=layers0), board, name=name, arena_known=False)
-        backbone = keras.Model(model.inputs, (first or head).input, name=f"{name}_backbone")
-        X, calib_desc = calibration_data(calib, in_shape, label_column=label_column, echo=echo)
+                                   replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
+                                   replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old,
+                                   momentum=s.momentum, stage=layers0), s.board, name=s.name, arena_known=False)
+        backbone = keras.Model(model.inputs, (first or head).input, name=f"{s.name}_backbone")
+        X, calib_desc = calibration_data(s.calib, in_shape, label_column=s.label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
         tfl = quantize_backbone(backbone, X)
         inp, lat = tflite_io(tfl)
@@ -820,11 +825,11 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
 
     init_rows = W.shape[0]
     if head_mode == "autoencoder":
-        if max_classes not in (None, init_rows):
+        if s.max_classes not in (None, init_rows):
             raise TinyolError("--max-classes does not apply to an autoencoder head")
         max_rows, out_dim = init_rows, init_rows
     else:
-        max_rows = max_classes if max_classes is not None else init_rows
+        max_rows = s.max_classes if s.max_classes is not None else init_rows
         if max_rows < init_rows:
             raise TinyolError(f"--max-classes {max_rows} is less than the {init_rows} initial classes")
         out_dim = 0
@@ -833,12 +838,13 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     Wp[:init_rows] = W
     bp[:init_rows] = b
 
+    class_names = s.class_names
     if head_mode == "classifier":
-        if class_names is None and calib is not None:
+        if class_names is None and s.calib is not None:
             try:
                 from .datasets import load_source
 
-                class_names = load_source(calib, label_column=label_column)[2]
+                class_names = load_source(s.calib, label_column=s.label_column)[2]
             except TinyolError:
                 class_names = None
         names = [(class_names[i] if class_names and i < len(class_names) else str(i))
@@ -864,30 +870,30 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
     head_init_bytes = 4 * int(stage[1].size) if stage is not None else 4 * max_rows * dim + 4 * max_rows
     mm = memory_model(input_size=int(np.prod(inp.shape[1:])), dim=dim, rows=max_rows,
                       autoencoder=head_mode == "autoencoder", arena_bytes=arena,
-                      replay_capacity=replay_capacity or 0, replay_bits=replay_bits,
-                      replay_n_new=replay_n_new, replay_n_old=replay_n_old, momentum=momentum,
+                      replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
+                      replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old, momentum=s.momentum,
                       flash_model_bytes=weights_bytes + head_init_bytes,
                       stage=stage[0] if stage is not None else None)
-    replay_capacity = choose_replay_capacity(mm, board, replay_capacity, echo)
-    mm.replay_capacity = replay_capacity
-    learner = dict(lr=float(lr), momentum=float(momentum), weight_decay=float(weight_decay),
-                   replay_capacity=int(replay_capacity), replay_bits=int(replay_bits),
-                   replay_n_new=int(replay_n_new), replay_n_old=int(replay_n_old), seed=int(seed))
+    capacity = choose_replay_capacity(mm, s.board, s.replay_capacity, echo)
+    mm.replay_capacity = capacity
+    learner = dict(lr=float(s.lr), momentum=float(s.momentum), weight_decay=float(s.weight_decay),
+                   replay_capacity=int(capacity), replay_bits=int(s.replay_bits),
+                   replay_n_new=int(s.replay_n_new), replay_n_old=int(s.replay_n_old), seed=int(s.seed))
     if stage is not None:
         echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters, "
              f"{mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
-    if board is not None:
-        check_fit(mm, board, name=name)
-        for line in board_plan(mm, board).lines():
+    if s.board is not None:
+        check_fit(mm, s.board, name=s.name)
+        for line in board_plan(mm, s.board).lines():
             echo(f"memory: {line}")
-    bud = budget(mm, board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
-    if board is None:
+    bud = budget(mm, s.board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
+    if s.board is None:
         echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
              f"{bud['learner_bytes']}), flash ~{bud['flash_bytes']} (give --board to check the fit)")
 
     manifest = {
         "tinyol_version": __version__,
-        "name": name,
+        "name": s.name,
         "source": source,
         "split_layer": split_name,
         "input": {"shape": inp.shape[1:], "size": int(np.prod(inp.shape[1:])), "dtype": "int8",
@@ -898,7 +904,7 @@ def _export(src_path: Path, out: Path, *, source, name, split, calib, classes, m
         "model_hash": model_hash(tfl),
         "learner": learner,
         "memory": {"arena_bytes": arena, "tflm_arena_bytes": tflm_arena, "macs": macs, **bud},
-        "board": board,
+        "board": s.board,
         "calibration": calib_desc,
         "ops": tflite_ops(tfl),
     }
@@ -934,8 +940,6 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     manifest.json (e.g. after the memory model changed); the backbone and head stay as they are.
     ``changes``: learner settings to change (replay_capacity=..., momentum=...) and/or board=...
     ``check``: refuse a configuration that does not fit the board."""
-    from .boards import get_board
-
     out = Path(model_dir)
     m = read_manifest(out)
     if "board" in changes:

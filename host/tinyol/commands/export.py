@@ -62,16 +62,17 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
     """
     import warnings
 
-    from ..export import export_model
+    from ..export import ExportSettings, export_model
 
     warnings.filterwarnings("ignore")
     echo = (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
-    m = export_model(model, out_dir, split=_split_arg(split), calib=calib, classes=classes,
-                     max_classes=max_classes, board=board, mode=mode, name=name,
-                     label_column=label_column, replay_capacity=replay_capacity,
-                     replay_bits=int(replay_bits), lr=lr, momentum=momentum,
-                     weight_decay=weight_decay, replay_n_new=replay_n_new,
-                     replay_n_old=replay_n_old, seed=seed, echo=echo)
+    settings = ExportSettings(split=_split_arg(split), calib=calib, classes=classes,
+                              max_classes=max_classes, board=board, mode=mode, name=name,
+                              label_column=label_column, replay_capacity=replay_capacity,
+                              replay_bits=int(replay_bits), lr=lr, momentum=momentum,
+                              weight_decay=weight_decay, replay_n_new=replay_n_new,
+                              replay_n_old=replay_n_old, seed=seed)
+    m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "
                f"{m['head']['mode']} head ({m['head']['init_classes']}/{m['head']['max_classes']} rows), "
