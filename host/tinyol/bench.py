@@ -7,6 +7,7 @@ INFO record (linker symbols) and the exporter's manifest (our arena vs TFLM's).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from . import __version__
 from .device import Device
 from .errors import TinyolError
 from .firmware import BuildConfig, build
-from .model_folder import read_manifest
 from .icount import Session
+from .model_folder import read_manifest
 from .paths import project_root
 
 BOARD = "nucleo_l476rg"
@@ -52,8 +53,6 @@ FC_BOUND = {"anomaly"}      # models whose MACs are (almost) all FULLY_CONNECTED
 
 
 def backbone_sha16(model_dir: Path) -> str | None:
-    import hashlib
-
     p = Path(model_dir) / "backbone.tflite"
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else None
 

@@ -17,15 +17,22 @@ oracle) for tests and `tinyol verify`.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from . import tflm_int8 as T
 from .cwriter import banner, int_array
 from .errors import TinyolError
 from .tflite_model import Operator, Tensor, TfliteModel, load_model
+from .tflm_int8 import mbqm, w32
+
+# Lazy on purpose: TFLM's Python runtime (run_tflm) is imported where it is used; it loads
+# for seconds and generating C does not need it.
 
 ARENA_ALIGN = 4
 
@@ -699,8 +706,6 @@ def _lower_add(gen: _Gen, op: Operator, x0: Tensor, y: Tensor) -> Lowered:
 
 def _lower_add_const(gen: _Gen, op: Operator, y: Tensor, sub: bool) -> Lowered:
     """ADD/SUB with a constant: TFLM's Add/Sub arithmetic with the constant's term precomputed."""
-    from .tflm_int8 import mbqm, w32
-
     x, c, ci = _const_operand(gen, op)
     _check_int8(gen, op, x, "input")
     if sub and ci == 0:
@@ -778,8 +783,6 @@ def _lower_requant(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
 
 def _lower_lut(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     """LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH: TFLM's integer kernel tabulated over the input byte."""
-    from . import tflm_int8 as T
-
     if x.size != y.size:
         gen.fail(op, "input and output sizes differ")
     sx, zx, sy, zy = _scale(x), _zp(x), _scale(y), _zp(y)
@@ -802,8 +805,6 @@ def _lower_lut(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
 
 
 def _lower_softmax(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
-    from . import tflm_int8 as T
-
     if _zp(y) != -128 or np.float32(y.scale[0]) != np.float32(1.0 / 256):
         gen.fail(op, "SOFTMAX output must have scale 1/256 and zero point -128 (as TFLM requires),")
     if x.size != y.size or not x.shape:
@@ -1045,9 +1046,6 @@ def tflm_arena_bytes(tflite_path: str | Path) -> int:
 
     Each probe runs in a child process: with some too-small arenas the runtime
     does not fail cleanly but crashes."""
-    import subprocess
-    import sys
-
     _tflm()
     path = str(Path(tflite_path).resolve())
 

@@ -19,7 +19,9 @@ import hashlib
 import io
 import json
 import os
+import re
 import struct
+import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, replace
@@ -28,11 +30,20 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__
+from . import __version__, memory
 from .boards import BOARDS, get_board
+from .codegen import generate_backbone, op_layer
 from .cwriter import banner, c_float, float_array
+from .datasets import load_source
 from .errors import TinyolError
+from .memory import Model
 from .model_folder import read_manifest
+from .stage import Layer, stage_memory
+from .stage_export import config_lines, grow_rows, stage_from_keras, stage_summary, write_stage_init
+from .tflite_model import parse_model, split_classifier
+
+# Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
+# that use them; they take seconds to load, and rewriting a config or reading a .tflite does not.
 
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
 DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
@@ -68,7 +79,6 @@ def quiet_fds():
     if os.environ.get("TINYOL_VERBOSE"):
         yield
         return
-    import sys
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -184,10 +194,6 @@ def tflm_arena_bytes(data: bytes) -> int | None:
     Read from the runtime's RecordingMicroAllocator report ("Arena allocation total N bytes").
     None when the runtime is not installed or does not report.
     """
-    import re
-    import sys
-    import tempfile
-
     try:
         import_tf()
         with quiet_fds():
@@ -324,7 +330,6 @@ def calibration_data(calib: str | None, input_shape: tuple[int, ...], *,
     if calib is None:
         X = rng.uniform(0.0, 1.0, (200,) + tuple(input_shape)).astype(np.float32)
         return X, "random uniform [0,1) inputs (no --calib given: ranges are guesses)"
-    from .datasets import load_source
 
     X, _, _ = load_source(calib, label_column=label_column)
     if int(np.prod(X.shape[1:])) != n_feat:
@@ -381,8 +386,6 @@ def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, are
                  momentum: float, flash_model_bytes: int = 0, stage=None):
     """A tinyol.memory.Model; stage: the adaptive stage's layers (tinyol.stage.Layer or C-order
     tuples, the last one grown to `rows`), None for the one-layer head."""
-    from .memory import Model
-
     if stage is not None:
         stage = tuple(tuple(l.as_tuple()) if hasattr(l, "as_tuple") else tuple(l) for l in stage)
     return Model(input_size=input_size, latent_dim=dim, outputs=rows, autoencoder=autoencoder,
@@ -393,8 +396,6 @@ def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, are
 
 def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes: int) -> dict:
     """The manifest's "memory" numbers for a tinyol.memory.Model (and the board's plan)."""
-    from . import memory
-
     parts = model.parts()
     out = dict(learner_bytes=model.learner(), learner_parts=parts,
                head_bytes=parts.get("head weights", parts.get("stage weights", 0)) + parts["momentum"],
@@ -420,7 +421,6 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
 
 def board_plan(model, board_name: str):
     """tinyol.memory's plan for `board_name` (the larger of the release and test builds)."""
-    from . import memory
     board = get_board(board_name)
     plans = [memory.plan(model, board.name, memory.board_regions(board), flash_bytes=board.flash_bytes,
                          test_build=t) for t in (False, True)]
@@ -451,8 +451,6 @@ def choose_replay_capacity(model, board_name: str | None, given: int | None, ech
     """The replay capacity to export: the user's, else none for an autoencoder, else the largest
     that fits the board (DEFAULT_LEARNER's without a board), for the one-layer head and for an
     adaptive stage alike. Says what it chose."""
-    from . import memory
-
     if given is not None:
         return given
     if model.autoencoder:
@@ -576,7 +574,6 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     ]
     stage = ""
     if m.get("stage"):  # an adaptive stage (docs/adaptive.md): its layers, parameters, memory
-        from .stage_export import config_lines
 
         stage = config_lines(m["stage"])
     text = (banner(source) + "#ifndef TOL_CONFIG_H\n#define TOL_CONFIG_H\n\n"
@@ -589,12 +586,7 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
 # codegen (written by the kernels work; one call)
 
 def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo):
-    """Write backbone.c/.h and model_data.c/.h. Returns the BackboneInfo (None if codegen absent)."""
-    try:
-        from .codegen import generate_backbone
-    except ImportError:
-        echo("warning: tinyol.codegen not available; backbone.c/model_data.c not written")
-        return None
+    """Write backbone.c/.h and model_data.c/.h. Returns the BackboneInfo."""
     return generate_backbone(str(tflite_path), str(out), source)
 
 
@@ -703,8 +695,6 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo):
     the head starts from its dequantized weights (``--classes`` keeps the first N rows or adds
     zero rows). ``--split none`` (or any other model) uses the whole file as the backbone; its
     head starts from zeros and needs ``--classes``."""
-    from .tflite_model import parse_model, split_classifier
-
     raw = src_path.read_bytes()
     if split is not None and str(split).lower() not in ("none", "whole"):
         raise TinyolError(f"--split {split!r} does not apply to a .tflite model",
@@ -733,7 +723,6 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo):
         elif classes > W.shape[0]:
             W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
             b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
-    from .codegen import op_layer
 
     full = parse_model(raw, src_path.name)
     name = op_layer(full, full.operators[cut.fc_index])
@@ -793,7 +782,6 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
         if first is not None:
             if head_mode != "classifier":
                 raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
-            from .stage_export import stage_from_keras
 
             stage = stage_from_keras(model, first, head)
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
@@ -803,8 +791,6 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
             rows = W.shape[0] if head_mode == "autoencoder" else max(s.max_classes or 0, W.shape[0])
             layers0 = None
             if stage is not None:
-                from .stage_export import grow_rows
-
                 layers0 = grow_rows(*stage, rows)[0]
             check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else W.shape[1],
                                    rows=rows, autoencoder=head_mode == "autoencoder", arena_bytes=0,
@@ -842,8 +828,6 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     if head_mode == "classifier":
         if class_names is None and s.calib is not None:
             try:
-                from .datasets import load_source
-
                 class_names = load_source(s.calib, label_column=s.label_column)[2]
             except TinyolError:
                 class_names = None
@@ -863,7 +847,6 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
     weights_bytes = int(info.weights_bytes) if info is not None else len(tfl)
     if stage is not None:  # the last layer's rows grow to --max-classes, as the head's
-        from .stage_export import grow_rows
 
         stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
     # flash: the backbone's constants + the learner's initial parameters
@@ -910,9 +893,6 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     }
 
     if stage is not None:
-        from .stage import stage_memory
-        from .stage_export import stage_summary, write_stage_init
-
         stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
                                  not mm.momentum)
         manifest["stage"] = stage_summary(stage[0], stage_mem)
@@ -951,8 +931,6 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     dim = int(m["latent"]["dim"])
     layers = None
     if m.get("stage"):
-        from .stage import Layer
-
         layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w",
                                     "in_c", "out_h", "out_w", "out_c"), d)))
                   for d in m["stage"]["descriptors"]]
@@ -969,9 +947,6 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     m["memory"] = {"arena_bytes": mem["arena_bytes"], "tflm_arena_bytes": mem.get("tflm_arena_bytes"),
                    "macs": mem["macs"], **bud}
     if layers:
-        from .stage import stage_memory
-        from .stage_export import stage_summary
-
         m["stage"] = stage_summary(layers, stage_memory(layers, mm.replay_capacity, mm.replay_bits,
                                                         mm.n_new, 0, not mm.momentum))
     write_config_h(out, m["source"], m, get_board(board) if board else None)

@@ -19,8 +19,6 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
-
 from . import __version__
 from .errors import TinyolError
 from .versions import model_format, parse
@@ -115,8 +113,12 @@ def input_q(manifest: dict) -> tuple[float, int]:
     return float(i["scale"]), int(i["zero_point"])
 
 
-def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    """float -> int8 as the device's float path does: round half away from zero, saturate."""
+def quantize(x, scale: float, zero_point: int):
+    """float -> int8 (numpy array) as the device's float path does: round half away from zero,
+    saturate."""
+    # lazy on purpose: `tinyol info --model` reads manifests without numpy and starts fast
+    import numpy as np
+
     x = np.asarray(x, dtype=np.float32)
     if not np.all(np.isfinite(x)):
         raise TinyolError("input contains NaN or Inf")

@@ -11,6 +11,9 @@ import numpy as np
 
 from .errors import TinyolError
 
+# Lazy on purpose: matplotlib is imported where a plot is drawn; it takes about a second to
+# load and only --plot needs it.
+
 
 def accuracy_curves(labels, predictions, window: int = 50) -> dict:
     """Running (cumulative) and windowed accuracy over samples, overall and per class.

@@ -16,8 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from . import learner as L
+from .datasets import load_source
 from .errors import TinyolError
 from .model_folder import check_learner, check_manifest, read_manifest
+from .stage import Layer, Stage, StageConfig, chain_ok
+
+# Lazy on purpose: TFLM's runtime and scipy are imported where they are used; they take
+# seconds to load and `tinyol simulate` on stored latents needs neither.
 
 
 # --------------------------------------------------------------------------- model dir
@@ -77,8 +82,6 @@ def load_model(model_dir: str | os.PathLike) -> Model:
 
 def _load_stage_model(p: Path) -> Model:
     """A model directory with an adaptive stage (export --split before the head)."""
-    from .stage import Layer, chain_ok
-
     try:
         manifest = read_manifest(p)
         tflite = (p / "backbone.tflite").read_bytes()
@@ -150,7 +153,6 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
 def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
     ls, lz = model.latent_q
     if model.stage is not None:  # the adaptive stage's twin (tinyol.stage)
-        from .stage import Stage, StageConfig
 
         layers, params = model.stage
         scfg = StageConfig(layers=layers, init_params=params, init_classes=model.n_init,
@@ -301,7 +303,6 @@ def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray
 
 
 def load_data(spec: str):
-    from .datasets import load_source
     return load_source(spec)
 
 

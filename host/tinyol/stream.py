@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 
+from . import emulator
 from ._defs import Msg, Status
+from .datasets import load_source
 from .device import INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device, Result
 from .errors import TinyolError
+from .firmware import BuildConfig, build
 from .model_folder import check_device_model, input_q, load_manifest, quantize
 from .pipeline import DEFAULT_WINDOW, DEVICE_CACHE, NOT_YET, UART_BAUD, Completion, Pipeline
 from .protocol import DeviceError, DeviceGone, DeviceReset, Info, Link, LinkTimeout
@@ -35,9 +41,6 @@ class Prefetch:
     _END = object()
 
     def __init__(self, iterable: Iterable, wait: float = 0.05):
-        import queue
-        import threading
-
         self._q: "queue.Queue" = queue.Queue(maxsize=64)
         self._empty = queue.Empty
         self._wait = wait
@@ -425,7 +428,6 @@ class WriteAhead:
     def read(log) -> tuple[dict, dict[int, int], dict[int, int | None]]:
         """(session, sent: index -> seq in send order, done: index -> samples_seen (None if
         not learned)) from LOG.wal and LOG."""
-        from pathlib import Path
         wal, logp = Path(str(log) + WAL_SUFFIX), Path(log)
         for p in (logp, wal):
             if not p.is_file():
@@ -511,8 +513,6 @@ def bench_stream(url: str, model_dir: str = "models/digits", *, n: int = 400, mo
     what a real board's ST-Link VCP would allow. mode=train changes the device's
     learned state.
     """
-    from .datasets import load_source
-
     manifest = load_manifest(model_dir)
     X, y, _ = load_source(data)
     reps = -(-n // len(X))
@@ -540,9 +540,6 @@ def bench_emulators(model_dir: str = "models/digits", *, board: str = "nucleo_l4
                     n_native: int = 1000, n_qemu: int = 300, mode: str = "train") -> list[dict]:
     """Build the model's firmware, start each emulated target and run :func:`bench_stream`
     for every window (a fresh target each time). For `tinyol bench` and docs/streaming.md."""
-    from . import emulator
-    from .firmware import BuildConfig, build
-
     rows = []
     for kind in targets:
         fw = build(BuildConfig("native" if kind == "native" else board, model_dir, None, kind != "native"))

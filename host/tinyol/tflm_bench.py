@@ -39,9 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from .cwriter import byte_array
+from .emulator import qemu_binary
 from .errors import TinyolError
-from .model_folder import read_manifest
 from .icount import SHIFT, ticks_to_instructions
+from .model_folder import read_manifest
 from .paths import project_dir, project_root
 
 CPU_HZ = 80_000_000          # the harness sets the firmware's 80 MHz clock (bench_rt.c)
@@ -279,8 +280,6 @@ def _flash_bytes(elf: Path) -> int:
 
 
 def _run(elf: Path, timeout: float) -> dict:
-    from .emulator import qemu_binary
-
     argv = [qemu_binary(), "-M", QEMU_MACHINE, "-nographic", "-monitor", "none", "-serial", "null",
             "-semihosting-config", "enable=on,target=native", "-icount", f"shift={SHIFT},align=off,sleep=off",
             "-kernel", str(elf)]
@@ -466,7 +465,6 @@ def run_learner_stream(work: Path, header: str, *, timeout: float = 300, main: s
             raise TinyolError(f"{s.name}: {r.stderr.strip()[-600:]}", hint="see docs/benchmarks.md")
         objs.append(str(o))
     elf = _link(objs, work / "learner_stream.elf", stack=8192, echo=print)
-    from .emulator import qemu_binary
 
     argv = [qemu_binary(), "-M", QEMU_MACHINE, "-nographic", "-monitor", "none", "-serial", "null",
             "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]

@@ -1,9 +1,11 @@
 """`tinyol export`: split a Keras model, quantize its backbone to int8, write C + head + config."""
 from __future__ import annotations
 
+import warnings
+
 import click
 
-from ..export import DEFAULT_LEARNER
+from ..export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
 def _split_arg(value):
@@ -60,10 +62,6 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
       tinyol export kws_int8.tflite --out build/kws --max-classes 14 --board nucleo_l476rg
       tinyol export backbone.tflite --out build/bb --split none --classes 12
     """
-    import warnings
-
-    from ..export import ExportSettings, export_model
-
     warnings.filterwarnings("ignore")
     echo = (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
     settings = ExportSettings(split=_split_arg(split), calib=calib, classes=classes,
