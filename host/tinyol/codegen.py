@@ -16,7 +16,6 @@ oracle) for tests and `tinyol verify`.
 """
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from . import tflm_int8 as T
 from .cwriter import banner, int_array
 from .errors import TinyolError
 from .tflite_model import Operator, Tensor, TfliteModel, load_model
-from .tflm_int8 import mbqm, w32
+from .tflm_int8 import mbqm, quantize_multiplier, round_half_away, w32
 
 # Lazy on purpose: TFLM's Python runtime (run_tflm) is imported where it is used; it loads
 # for seconds and generating C does not need it.
@@ -45,28 +44,9 @@ _ALIAS_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
 
 # --------------------------------------------------------------------------- quantization
 
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """TFLM QuantizeMultiplier(double): (Q31 multiplier, shift), positive shift = left."""
-    if real == 0.0:
-        return 0, 0
-    q, shift = math.frexp(real)
-    q_fixed = _round_half_away(q * (1 << 31))
-    if q_fixed == (1 << 31):
-        q_fixed //= 2
-        shift += 1
-    if shift < -31:
-        shift, q_fixed = 0, 0
-    return int(q_fixed), int(shift)
-
-
-def _round_half_away(x: float) -> int:
-    return int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1)
-
-
 def _roundf(x: np.float32) -> int:
     """TfLiteRound on a float32 (roundf)."""
-    x = float(x)  # exact
-    return _round_half_away(x)
+    return round_half_away(float(x))  # float(x) is exact
 
 
 def activation_range(act: int, scale: float, zero_point: int) -> tuple[int, int]:
