@@ -51,7 +51,7 @@ from .errors import TinyolError
 from .learner import MODES, LearnerError, dequantize
 from .model_folder import check_device_model, input_q, quantize
 from .simulation import evaluate, latents, learner_settings, load_model, make_learner
-from .stage import CONV, DENSE, DWCONV, TRAIN_ALL, TRAIN_BIAS, stage_hash
+from .stage import CONV, DENSE, DWCONV, TRAIN_ALL, TRAIN_BIAS, stage_hash, trained_part
 from .stream import Stream
 
 # Lazy on purpose: Flower (flwr, the optional extra tinyol[fleet]) and matplotlib are imported
@@ -211,7 +211,6 @@ def initial_params(model) -> "Head | StageParams":
     """What a fleet of `model` (tinyol.simulation.Model) starts from: its exported head, or
     its exported adaptive stage (first n_init classes active)."""
     if model.stage is not None:
-        from .stage import trained_part
         layers, params = model.stage
         p = trained_part(layers, np.array(params, np.float32).reshape(-1))
         last, k = layers[-1], model.n_init

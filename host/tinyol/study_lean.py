@@ -25,8 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from . import learner as L
+from . import memory
 from . import simulation as S
 from . import study_depth as D
+from .boards import BOARDS
+from .export import export_model
+from .model_folder import read_manifest
+from .stage import F32
 from .paths import project_root
 
 MARK_BEGIN = "<!-- study_lean begin -->"
@@ -35,8 +41,6 @@ BOARD = "nucleo_l476rg"
 
 
 def export_variant(ds, cut: str, train: str | None, out: Path) -> S.Model:
-    from .export import export_model
-
     export_model(str(ds.keras_path), str(out), split=None if cut == "head" else cut,
                  calib=str(ds.calib), max_classes=ds.n_classes, replay_capacity=D.CAPACITY,
                  replay_bits=D.BITS, name=f"{ds.name}_{cut}", stage_train=train)
@@ -46,10 +50,7 @@ def export_variant(ds, cut: str, train: str | None, out: Path) -> S.Model:
 def l476_slots(out: Path) -> int:
     """The most replay slots with which this export fits the L476RG (0: none, or it does not
     fit even without)."""
-    from . import memory
-    from .boards import BOARDS
-
-    m = memory.Model.from_manifest(json.loads((out / "manifest.json").read_text()))
+    m = memory.Model.from_manifest(read_manifest(out))
     b = BOARDS[BOARD]
     return max(0, int(memory.largest_capacity(m, b.name, memory.board_regions(b))))
 
@@ -93,7 +94,6 @@ class _Rehearsing:
         st = self._l
         if st.replay is None or st.replay.fill == 0:
             return
-        from .stage import F32
         for _ in range(self._extra):
             n_old = st.settings.n_old
             w = F32(1.0) / F32(n_old)
@@ -108,7 +108,6 @@ class _Rehearsing:
 
 def run_recipe(ds, model: S.Model, Qtr, Qte, *, seed: int, extra: int, policy: int) -> float:
     """study_depth.run with idle rehearsal steps and a replay policy."""
-    from . import learner as L
     rng = np.random.default_rng(seed)
     old, new = np.flatnonzero(np.isin(ds.ytr, ds.old)), np.flatnonzero(np.isin(ds.ytr, ds.new))
     pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
@@ -121,7 +120,6 @@ def run_recipe(ds, model: S.Model, Qtr, Qte, *, seed: int, extra: int, policy: i
 
 
 def recipe(ds, cut: str, seeds: int, work: Path, echo) -> dict:
-    from . import learner as L
     model = export_variant(ds, cut, None, work / f"{ds.name}_{cut}_recipe")
     Qtr, Qte = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
     rows = []
