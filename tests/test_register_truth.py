@@ -51,7 +51,7 @@ SOURCES = [BOARD_DIR / "stm32l4.h", BOARD_DIR / "flash_stm32l4.c", BOARD_DIR / "
 # #defines in those files that are not register facts (tuning, magic numbers, macros).
 NOT_REGISTERS = {
     "TOL_STM32L4_H", "TOL_REG", "FL", "TOL_BAUD", "TOL_CPU_HZ", "TOL_RX_RING_BYTES",
-    "TOL_BOOT_MAGIC", "FL_BUSY_SPINS",
+    "TOL_BOOT_MAGIC", "FL_BUSY_SPINS", "TOL_FLASH_LATENCY", "TOL_PLL_N",
 }
 
 
@@ -75,7 +75,10 @@ EXACT = {
     # RCC
     **{f"RCC_{r}": _off("RCC_TypeDef", r) for r in
        ["CR", "CFGR", "PLLCFGR", "AHB2ENR", "APB1ENR1", "APB1ENR2", "APB2ENR"]},
-    **{f"RCC_CR_{b}": f"RCC_CR_{b}" for b in ["MSION", "MSIRDY", "HSION", "HSIRDY", "PLLON", "PLLRDY"]},
+    **{f"RCC_CR_{b}": f"RCC_CR_{b}" for b in ["MSION", "MSIRDY", "HSION", "HSIRDY", "PLLON", "PLLRDY",
+                                               "MSIRGSEL"]},
+    "RCC_CR_MSIRANGE_POS": "RCC_CR_MSIRANGE_Pos",
+    "RCC_CSR": _off("RCC_TypeDef", "CSR"), "RCC_CSR_MSISRANGE_POS": "RCC_CSR_MSISRANGE_Pos",
     "RCC_CFGR_SW_MASK": "RCC_CFGR_SW", "RCC_CFGR_SW_PLL": "RCC_CFGR_SW_PLL",
     "RCC_CFGR_SWS_MASK": "RCC_CFGR_SWS", "RCC_CFGR_SWS_PLL": "RCC_CFGR_SWS_PLL",
     "RCC_PLLCFGR_SRC_MSI": "RCC_PLLCFGR_PLLSRC_MSI",
