@@ -91,6 +91,17 @@ def test_doctor_rejects_a_nonpositive_interval(capsys):
     assert capsys.readouterr().err.startswith("error: --clock-seconds must be > 0")
 
 
+def test_page_sizes_a_part_can_have():
+    """RM0432: the 2 MB L4R5 has 4 KB pages with OPTR.DBANK = 1 and 8 KB with DBANK = 0;
+    RM0351/RM0394: 2 KB on the L47x and L43x."""
+    from tinyol.boards import BOARDS
+    from tinyol.commands.doctor import _page_sizes
+
+    assert _page_sizes(BOARDS["nucleo_l4r5zi"]) == (4096, 8192)
+    for b in ("nucleo_l476rg", "nucleo_l432kc", "disco_l475vg_iot01a"):
+        assert _page_sizes(BOARDS[b]) == (2048,)
+
+
 # ---- QEMU -----------------------------------------------------------------------------
 
 @pytest.mark.slow

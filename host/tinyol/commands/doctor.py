@@ -19,7 +19,7 @@ from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
 
 BAUD_TOLERANCE = 0.025       # a UART receiver tolerates a few percent of baud error
-CLOCK_TOLERANCE = 0.02       # measured core clock vs the one the firmware assumes
+CLOCK_TOLERANCE = 0.025      # measured core clock vs the one the firmware assumes (MSI's spread)
 SCAN_BAUDS = (9600, 19200, 38400, 57600, 76800, 92160, 100800, 103680, 108000, 122880, 128000,
               138240, 153600, 172800, 230400)
 
@@ -49,6 +49,12 @@ def _scan_baud(url: str, expected: int, timeout: float) -> int | None:
         except TinyolError:
             continue
     return None
+
+
+def _page_sizes(board) -> tuple[int, ...]:
+    """Page sizes the part can have: a 2 MB L4R5 has 4 KB pages with OPTR.DBANK = 1 (factory
+    default) and 8 KB with DBANK = 0 (RM0432); the others one size."""
+    return (board.page_bytes, 2 * board.page_bytes) if board.flash_bytes >= 2048 * 1024 else (board.page_bytes,)
 
 
 def check_clock(dev, emulated: bool, seconds: float) -> tuple[Check, dict]:
@@ -149,19 +155,23 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
             name = Status(rep.flash_status).name if rep.flash_status in Status._value2member_map_ else rep.flash_status
             checks.append(Check("flash geometry", "skip", f"no writable flash on this target ({name}): "
                                                           "saving is unavailable (QEMU)"))
-        elif board is not None and rep.flash_page_bytes != board.page_bytes:
+        elif board is not None and rep.flash_page_bytes not in _page_sizes(board):
             checks.append(Check("flash geometry", "FAIL",
                                 f"the firmware erases {rep.flash_page_bytes}-byte pages, a {board.mcu} has "
-                                f"{board.page_bytes}-byte pages (OPTR.DBANK on a 2 MB part?)"))
+                                + " or ".join(f"{p}-byte" for p in _page_sizes(board)) + " pages"))
         elif board is not None and not (0x08000000 <= rep.store_start
                                         and rep.store_start + rep.store_bytes <= 0x08000000 + board.flash_bytes):
             checks.append(Check("flash geometry", "FAIL",
                                 f"store region 0x{rep.store_start:08x} + {rep.store_bytes} bytes lies outside "
                                 f"the {board.flash_bytes // 1024} KB flash of a {board.mcu}"))
         else:
+            bank = ""
+            if board is not None and len(_page_sizes(board)) == 2:
+                bank = " (OPTR.DBANK = 1, dual bank)" if rep.flash_page_bytes == board.page_bytes \
+                    else " (OPTR.DBANK = 0, single bank)"
             checks.append(Check("flash geometry", "ok",
                                 f"store at 0x{rep.store_start:08x}, {rep.store_bytes // 1024} KB in "
-                                f"{rep.flash_page_bytes}-byte pages"))
+                                f"{rep.flash_page_bytes}-byte pages{bank}"))
         checks.append(check_save_load(dev, rep.flash_status == 0, save))
     return checks, facts
 
