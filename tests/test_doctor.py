@@ -162,26 +162,56 @@ def test_doctor_passes_in_renode(found_renode, firmware, board):
     assert rep["flash_page_bytes"] == BOARDS[board].page_bytes
 
 
-@pytest.mark.slow
-@renode
-def test_doctor_names_a_wrong_pll_in_renode(found_renode):
-    elf = build_variant("nucleo_l476rg", "-DTOL_PLL_N=36u", "pll36")
-    checks, facts, _ = _renode_doctor("nucleo_l476rg", elf)
-    assert _status(checks)["clock tree"] == "FAIL", checks
-    assert "SYSCLK 72 MHz" in _detail(checks, "clock tree")
-    # the UART's BRR was computed for 80 MHz: at 72 MHz the line runs 10 % slow
-    assert _status(checks)["console baud"] == "FAIL"
-    assert facts["board_report"]["uart_baud"] == round(72_000_000 / 694)
+def _wire(t) -> dict[str, int]:
+    """The GPIO stand-in's console-wire counters (mcu/renode/gpio.py, reserved words of GPIOA)."""
+    read = lambda a: int(t.monitor.execute(f"sysbus ReadDoubleWord {a:#x}").strip(), 16)  # noqa: E731
+    return {"pins_ok": read(0x480003F0), "baud": read(0x480003F4), "passed": read(0x480003F8),
+            "garbled": read(0x480003FC)}
 
 
 @pytest.mark.slow
 @renode
-def test_doctor_names_a_wrong_baud_in_renode(found_renode):
+@pytest.mark.parametrize("flags,tag,baud", [("-DTOL_PLL_N=36u", "pll36", 103746),
+                                            ("-DTOL_BAUD=57600u", "baud57600", 57595)])
+def test_renode_garbles_a_wrong_baud(found_renode, flags, tag, baud):
+    """A 72 MHz PLL under a BRR computed for 80 MHz, or a firmware built for 57600 baud: the
+    console runs at `baud` while the host's side runs at 115200. Renode's wire (gpio.py)
+    resamples every byte as a UART receiver would: nothing decodes, doctor hears silence.
+    (QEMU, which ignores BRR, lets doctor name the cause: test_doctor_names_*_in_qemu.)"""
+    elf = build_variant("nucleo_l476rg", flags, tag)
+    with emulator.start_renode("nucleo_l476rg", elf, timeout=180) as t:
+        checks, _ = run_checks(t.url, timeout=0.3, clock_seconds=0.1)
+        wire = _wire(t)
+    assert _status(checks) == {"link": "FAIL"}, checks
+    assert "another baud" in _detail(checks, "link")
+    assert wire["pins_ok"] == 1 and wire["baud"] == baud and wire["garbled"] > 0
+
+
+@pytest.mark.slow
+@renode
+def test_renode_console_needs_its_pins_alternate_function(found_renode, firmware):
+    """PA2 (USART2 TX) put back to AF0 from the debugger: the host hears nothing; AF7 again: it works."""
+    fw = firmware("nucleo_l476rg", MODEL, test_build=False)
+    with emulator.start_renode("nucleo_l476rg", fw.elf, timeout=180) as t:
+        assert _status(run_checks(t.url, clock_seconds=0.1, save=False)[0])["link"] == "ok"
+        assert _wire(t)["pins_ok"] == 1
+        afrl = int(t.monitor.execute("sysbus ReadDoubleWord 0x48000020").strip(), 16)
+        assert (afrl >> 8) & 0xF == 7                         # PA2: AF7 as the firmware set it
+        t.monitor.execute(f"sysbus WriteDoubleWord 0x48000020 {afrl & ~0xF00:#x}")
+        checks, _ = run_checks(t.url, timeout=0.3, clock_seconds=0.1)
+        assert _status(checks) == {"link": "FAIL"} and _wire(t)["pins_ok"] == 0
+        t.monitor.execute(f"sysbus WriteDoubleWord 0x48000020 {afrl:#x}")
+        assert _status(run_checks(t.url, clock_seconds=0.1, save=False)[0])["link"] == "ok"
+
+
+@pytest.mark.slow
+def test_doctor_names_a_wrong_baud_in_qemu():
     elf = build_variant("nucleo_l476rg", "-DTOL_BAUD=57600u", "baud57600")
-    checks, _, _ = _renode_doctor("nucleo_l476rg", elf)
+    with emulator.start_qemu("nucleo_l476rg", elf, timeout=120) as t:
+        checks, _ = run_checks(t.url, clock_seconds=0.5)
     st = _status(checks)
     assert st["console baud"] == "FAIL" and st["clock tree"] == "ok", checks
-    assert "57" in _detail(checks, "console baud") and "115200" in _detail(checks, "console baud")
+    assert "57595 baud" in _detail(checks, "console baud") and "115200" in _detail(checks, "console baud")
 
 
 @pytest.mark.slow

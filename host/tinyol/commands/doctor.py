@@ -108,6 +108,9 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
             if found:
                 detail = (f"no reply at {baud} baud, but the device answers at {found} baud: its UART "
                           f"runs {found / baud:.3f}x too fast or slow (a wrong clock tree or BRR)")
+        elif "no reply" in detail:
+            detail += ("; a device whose UART runs at another baud (wrong clock tree or BRR) never "
+                       "decodes what is sent and looks the same")
         checks.append(Check("link", "FAIL", detail))
         return checks, facts
     with dev:
