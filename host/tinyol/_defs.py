@@ -70,6 +70,7 @@ class Msg(enum.IntEnum):
     REPLAY_ADD = 0x0F
     GET_STAGE = 0x10
     SET_STAGE = 0x11
+    BOARD = 0x12
     ERROR = 0x7F
 
 
@@ -91,6 +92,7 @@ MSG_TEXT = {
     Msg.REPLAY_ADD: 'input + label: store its latent for replay, no training',
     Msg.GET_STAGE: "dump a slice of the adaptive stage's parameters",
     Msg.SET_STAGE: 'stage a slice of the adaptive stage; the last one commits',
+    Msg.BOARD: 'clock, console baud and flash geometry as the firmware set them up',
     Msg.ERROR: 'error reply: status u8, request type u8, detail u16',
 }
 

@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "flash": ("flash", "Build and upload the firmware to a board."),
     "emulate": ("emulate", "Run the firmware in QEMU, Renode or natively; print its serial URL."),
     "info": ("info", "Ask a device for its INFO record."),
+    "doctor": ("doctor", "Check a freshly flashed board: clock, baud, flash geometry, save/load."),
     "stream": ("stream", "Stream labelled samples to a device; show live accuracy."),
     "simulate": ("simulate", "Run a stream through the numpy reference learner."),
     "verify": ("verify", "Compare a device's backbone outputs with TFLM, bit for bit."),
