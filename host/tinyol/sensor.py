@@ -39,12 +39,13 @@ class Sensor:
     rate_hz: float                   # output data rate the driver sets
 
 
-_G_LSB = 0.061e-3                     # LSM6DSL/LSM6DSO, FS_XL = +-2 g: 0.061 mg/LSB
-_DPS_LSB = 8.75e-3 * math.pi / 180.0  # FS_G = 250 dps: 8.75 mdps/LSB, in rad/s
+_G_LSB = 0.244e-3                     # LSM6DSL/LSM6DSO, FS_XL = +-8 g: 0.244 mg/LSB
+_DPS_LSB = 70e-3 * math.pi / 180.0    # FS_G = 2000 dps: 70 mdps/LSB, in rad/s
 
 SENSORS = {
     # ST LSM6DSL (B-L475E-IOT01A, I2C2 address 0x6A); LSM6DSO (WHO_AM_I 0x6C) shares the
-    # registers the driver uses. Rows: ax ay az (g), gx gy gz (rad/s), 52 Hz.
+    # registers the driver uses. Rows: ax ay az (g), gx gy gz (rad/s), 52 Hz, +-8 g and
+    # 2000 dps (wrist motion reaches 5 g and 30 rad/s in the watch data set).
     "lsm6dsl": Sensor("lsm6dsl", (0x6A, 0x6C), ("ax", "ay", "az", "gx", "gy", "gz"),
                       ("g",) * 3 + ("rad/s",) * 3, (_G_LSB,) * 3 + (_DPS_LSB,) * 3, 52.0),
 }
@@ -160,3 +161,168 @@ def header(model_manifest: dict, sens: Sensor, stride: int, source: str) -> str:
         "#endif /* IMU_CONFIG_H */",
         "",
     ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Recorded motion for the emulated IMU: RESD files (Renode Sensor Data) + a label schedule
+
+RESD_LEAD_NS = 1_000_000_000   # the feed starts this long after the Feed command (emulate)
+G_UNIT = 1e6                   # RESD acceleration: micro-g (int32)
+RAD_UNIT = 1e5                 # angular rate as Renode 1.15.3's LSM6DSO_IMU reads it: 1e-5 rad/s
+
+
+def load_recording(path: str, rate: float | None = None) -> dict:
+    """A labelled IMU recording: NPZ (``X`` [T, 3|6] in g and rad/s, optional ``t`` [T]
+    seconds, optional ``y`` [T] integer labels, -1 = none) or CSV (header with ax ay az
+    [gx gy gz], optional t and label). Returns {"X", "y", "rate"}; the rate comes from
+    ``rate`` or from evenly spaced timestamps (refused when they are not)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise TinyolError(f"{path}: no such file", hint="give a .npz or .csv IMU recording")
+    if p.suffix == ".npz":
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+        except Exception as e:  # noqa: BLE001 - one line for any unreadable file
+            raise TinyolError(f"{path}: not a readable .npz ({type(e).__name__}: {e})") from None
+        if "X" not in data:
+            raise TinyolError(f"{path}: no array X", hint="X [T, 3 or 6]: ax ay az (g) [gx gy gz (rad/s)]")
+        X = np.asarray(data["X"], np.float64)
+        t = data.get("t")
+        y = data.get("y")
+    elif p.suffix == ".csv":
+        lines = [l for l in p.read_text().splitlines() if l.strip()]
+        if not lines:
+            raise TinyolError(f"{path}: empty")
+        head = [h.strip().lower() for h in lines[0].split(",")]
+        axes = [a for a in ("ax", "ay", "az", "gx", "gy", "gz") if a in head]
+        if axes not in (["ax", "ay", "az"], ["ax", "ay", "az", "gx", "gy", "gz"]):
+            raise TinyolError(f"{path}: the header must name ax,ay,az (and gx,gy,gz), got {lines[0]!r}")
+        try:
+            rows = np.array([[float(v) for v in l.split(",")] for l in lines[1:]], np.float64)
+        except ValueError as e:
+            raise TinyolError(f"{path}: not a number ({e})") from None
+        if rows.ndim != 2 or rows.shape[1] != len(head):
+            raise TinyolError(f"{path}: every row needs {len(head)} values")
+        X = rows[:, [head.index(a) for a in axes]]
+        t = rows[:, head.index("t")] if "t" in head else None
+        y = rows[:, head.index("label")] if "label" in head else None
+    else:
+        raise TinyolError(f"{path}: unknown recording format", hint="use .npz or .csv")
+    if X.ndim != 2 or X.shape[1] not in (3, 6) or len(X) == 0:
+        raise TinyolError(f"{path}: X has shape {list(X.shape)}; want [T, 3] or [T, 6]")
+    if not np.all(np.isfinite(X)):
+        raise TinyolError(f"{path}: NaN or Inf in the readings")
+    if t is not None:
+        dt = np.diff(np.asarray(t, np.float64))
+        if len(dt) == 0 or np.any(dt <= 0) or np.ptp(dt) > 0.01 * np.median(dt):
+            raise TinyolError(f"{path}: timestamps are not evenly spaced (within 1 %)",
+                              hint="resample the recording to a constant rate first")
+        rate = rate or 1.0 / float(np.median(dt))
+    if rate is None or not rate > 0:
+        raise TinyolError(f"{path}: no sample rate", hint="give --rate HZ or a t column")
+    if X.shape[1] == 3:
+        X = np.concatenate([X, np.zeros_like(X)], axis=1)   # no gyroscope: rows of zero rate
+    y = np.full(len(X), -1, np.int64) if y is None else np.asarray(y).astype(np.int64)
+    if y.shape != (len(X),):
+        raise TinyolError(f"{path}: {len(y)} labels for {len(X)} rows")
+    if np.any((y < -1) | (y > 254)):
+        raise TinyolError(f"{path}: labels must be 0..254 (or -1: none)")
+    return {"X": X, "y": y, "rate": float(rate)}
+
+
+def schedule(y: np.ndarray) -> list[tuple[int, int]]:
+    """Row labels -> segments [(first row, label)] where the label changes (255 = none)."""
+    segs = []
+    for r, lab in enumerate(np.asarray(y).tolist()):
+        lab = 255 if lab < 0 else int(lab)
+        if not segs or segs[-1][1] != lab:
+            segs.append((r, lab))
+    return segs
+
+
+def window_labels(segs: list[tuple[int, int]], n_windows: int, length: int, stride: int) -> list[int]:
+    """The device's rule: window k learns the schedule's label when its first and last rows
+    carry the same one (255 = not learned)."""
+    def at(row):
+        lab = 255
+        for r, l in segs:
+            if r > row:
+                break
+            lab = l
+        return lab
+    out = []
+    for k in range(n_windows):
+        a, b = at(k * stride), at(k * stride + length - 1)
+        out.append(a if a == b else 255)
+    return out
+
+
+def resd_bytes(sample_type: int, values: np.ndarray, period_ns: int, start_ns: int) -> bytes:
+    """One RESD v1 file: header, one constant-frequency block of int32 triples, no metadata."""
+    import struct
+
+    v = np.ascontiguousarray(values, "<i4")
+    body = struct.pack("<QQQ", start_ns, period_ns, 0) + v.tobytes()
+    head = b"RESD" + bytes([1, 0, 0, 0])
+    return head + struct.pack("<BHHQ", 2, sample_type, 0, len(body)) + body
+
+
+def lsm6dso_lsb(X: np.ndarray) -> np.ndarray:
+    """The int16 rows Renode 1.15.3's LSM6DSO_IMU reports for RESD values written by
+    :func:`write_resd` at +-8 g / 2000 dps: micro-g / 1e6 * 32768 / 8, and 1e-5 rad/s as
+    180 / pi (the double pi as a 15-digit decimal) degrees * 1000 / 70, each rounded half
+    to even in decimal arithmetic (the model's C# decimal), saturated to int16."""
+    from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+
+    acc, gyr = resd_values(X)
+    out = np.zeros((len(X), 6), np.int16)
+    with localcontext() as ctx:
+        ctx.prec = 28
+        r2d = Decimal(180) / Decimal("3.14159265358979")
+        a_sens = Decimal(32768) / Decimal(8)
+        g_sens = Decimal(1000) / Decimal(70)
+        for i in range(len(X)):
+            for c in range(3):
+                a = (Decimal(int(acc[i, c])) / Decimal(1000000) * a_sens).to_integral_value(ROUND_HALF_EVEN)
+                g = (r2d * Decimal(int(gyr[i, c])) / Decimal(100000) * g_sens).to_integral_value(ROUND_HALF_EVEN)
+                out[i, c] = max(-32768, min(32767, int(a)))
+                out[i, 3 + c] = max(-32768, min(32767, int(g)))
+    return out
+
+
+def resd_values(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """RESD integers: acceleration in micro-g, angular rate in 1e-5 rad/s."""
+    X = np.asarray(X, np.float64)
+    return (np.round(X[:, :3] * G_UNIT).astype(np.int64), np.round(X[:, 3:6] * RAD_UNIT).astype(np.int64))
+
+
+def write_resd(rec: dict, out_dir, sens: Sensor, source: str) -> dict:
+    """acc.resd, gyro.resd, raw.bin (the int16 rows the emulated sensor reports, for the native
+    target and the twin) and sensor.json (rates, rows, label schedule) in out_dir.
+
+    Rows are played one per output-data-rate tick of the sensor (52 Hz): a recording made at
+    another rate is played faster or slower, row for row. The block starts RESD_LEAD_NS - P/2
+    after the feed command, so every tick of Renode's feed thread lands mid-sample."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    period = int(round(1e9 / sens.rate_hz))
+    start = RESD_LEAD_NS - period // 2
+    acc, gyr = resd_values(rec["X"])
+    if np.any(np.abs(acc) > 2 ** 31 - 1) or np.any(np.abs(gyr) > 2 ** 31 - 1):
+        raise TinyolError("a reading is beyond the RESD range (int32)")
+    (out / "acc.resd").write_bytes(resd_bytes(0x0002, acc, period, start))
+    (out / "gyro.resd").write_bytes(resd_bytes(0x0003, gyr, period, start))
+    raw = lsm6dso_lsb(rec["X"])
+    (out / "raw.bin").write_bytes(raw.astype("<i2").tobytes())
+    meta = {"_generated_by": f"generated by tinyol from {source} — do not edit",
+            "sensor": sens.name, "rows": int(len(raw)), "recorded_hz": rec["rate"],
+            "played_hz": sens.rate_hz, "period_ns": period, "lead_ns": RESD_LEAD_NS,
+            "schedule": schedule(rec["y"])}
+    (out / "sensor.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return meta

@@ -50,7 +50,8 @@ def board_support(env, family, board_id, test_build):
     )
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
-        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", exit_impl, "board_%s.c" % board_id]
+        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", "i2c_stm32l4.c", exit_impl,
+                 "board_%s.c" % board_id]
     else:
         files = ["*.c"]
     env.BuildSources(os.path.join("$BUILD_DIR", "board"), board_dir, src_filter=["-<*>"] + ["+<%s>" % f for f in files])
