@@ -326,3 +326,72 @@ def write_resd(rec: dict, out_dir, sens: Sensor, source: str) -> dict:
             "schedule": schedule(rec["y"])}
     (out / "sensor.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Driving a sensor firmware (examples/imu_learner) and the emulated IMU
+
+IMU_PATH = "sysbus.i2c2.imu_i2c.imu"   # the LSM6DSO model in mcu/renode/stm32l475.repl
+
+
+def schedule_bytes(segs: list[tuple[int, int]]) -> bytes:
+    """The 's' commands of the label schedule (row u32 LE, label u8)."""
+    import struct
+
+    return b"".join(b"s" + struct.pack("<IB", int(r), int(l)) for r, l in segs)
+
+
+def go_bytes(rows: int) -> bytes:
+    """The 'g' command: restart the FIFO, take `rows` rows (0: no limit)."""
+    import struct
+
+    return b"g" + struct.pack("<I", int(rows))
+
+
+def renode_feed_commands(sensor_dir) -> list[str]:
+    """Monitor commands that feed a record-to-resd folder to the emulated IMU: both streams
+    start RESD_LEAD_NS after the command, sample k at the k-th tick of the sensor's 52 Hz.
+    Renode 1.15.3 feeds at the FIFO batch rate the firmware set (FIFO_CTRL3), so run them
+    after the firmware has configured the sensor (its boot line)."""
+    from pathlib import Path
+
+    from .renode import monitor_path
+
+    d = Path(sensor_dir)
+    return [f"{IMU_PATH} Feed{kind}SamplesFromRESD {monitor_path(d / name)} 0 {RESD_LEAD_NS} "
+            f"CurrentVirtualTime 0"
+            for kind, name in (("Acceleration", "acc.resd"), ("AngularRate", "gyro.resd"))]
+
+
+def start_recording(target, sock, sensor_dir) -> dict:
+    """With the firmware booted on Renode (target, tinyol.emulator.Target) and its console
+    (a connected socket): send the label schedule, then with the machine paused feed the
+    recording and send 'g' so the firmware starts with row 0 of it; resume. Returns the
+    folder's sensor.json. Virtual time runs ahead when the core sleeps (AdvanceImmediately)."""
+    import json
+    from pathlib import Path
+
+    meta = json.loads((Path(sensor_dir) / "sensor.json").read_text())
+    sock.sendall(schedule_bytes(meta["schedule"]))
+    target.monitor.execute("pause")
+    for c in renode_feed_commands(sensor_dir):
+        target.monitor.execute(c)
+    sock.sendall(go_bytes(meta["rows"]))
+    target.monitor.execute("emulation SetAdvanceImmediately true")
+    target.monitor.execute("start")
+    return meta
+
+
+def parse_lines(lines: list[str]) -> dict:
+    """A sensor firmware's output -> {"windows": [(index, crc, label, conf_e6)],
+    "learned": [(index, label, samples)], "done": n or None}."""
+    out = {"windows": [], "learned": [], "done": None}
+    for l in lines:
+        f = l.split()
+        if f[:1] == ["w"] and len(f) == 5:
+            out["windows"].append(tuple(int(v) for v in f[1:]))
+        elif f[:1] == ["learned"] and len(f) == 4:
+            out["learned"].append(tuple(int(v) for v in f[1:]))
+        elif f[:1] == ["done"] and len(f) == 2:
+            out["done"] = int(f[1])
+    return out
