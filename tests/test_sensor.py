@@ -150,3 +150,77 @@ def test_device_and_host_windows_of_a_recording_are_bit_identical(lib):
 
 def test_window_module_compiles_for_cortex_m4():
     compile_arm_objects([MCU / "src/tol_window.c"], [MCU / "include"])
+
+
+def test_example_header_is_up_to_date():
+    """examples/imu_learner/include/imu_config.h is what `tinyol sensor-header` writes today."""
+    import json
+
+    m = json.loads((ROOT / "models/imu/manifest.json").read_text())
+    text = S.header(m, S.sensor("lsm6dsl"), 50, "imu/manifest.json")
+    assert (ROOT / "examples/imu_learner/include/imu_config.h").read_text() == text
+    assert "#define IMU_WINDOW_LENGTH 100" in text and "#define IMU_WINDOW_STRIDE 50" in text
+
+
+def test_schedule_and_window_labels():
+    y = np.array([-1, -1, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4])
+    segs = S.schedule(y)
+    assert segs == [(0, 255), (2, 3), (6, 4)]
+    # windows of 4 rows every 2: [0-3] mixed, [2-5] all 3, [4-7] mixed, [6-9] 4, [8-11] 4
+    assert S.window_labels(segs, 5, 4, 2) == [255, 3, 255, 4, 4]
+
+
+def test_resd_layout(tmp_path):
+    """RESD v1 as Renode's parser reads it (the Renode test plays these files for real)."""
+    import struct
+
+    X = np.array([[0.5, -1.0, 1.0, 0.1, -0.2, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0, 3.0]])
+    np.savez(tmp_path / "r.npz", X=X, t=np.array([0.0, 0.02]), y=np.array([1, 1]))
+    rec = S.load_recording(str(tmp_path / "r.npz"))
+    assert rec["rate"] == pytest.approx(50.0)
+    meta = S.write_resd(rec, tmp_path / "o", S.sensor("lsm6dsl"), "r.npz")
+    b = (tmp_path / "o" / "acc.resd").read_bytes()
+    assert b[:8] == b"RESD\x01\x00\x00\x00"
+    btype, stype, chan, size = struct.unpack_from("<BHHQ", b, 8)
+    assert (btype, stype, chan, size) == (2, 2, 0, 24 + 2 * 12)
+    start, period, mlen = struct.unpack_from("<QQQ", b, 21)
+    assert period == 19230769 and start == S.RESD_LEAD_NS - period // 2 and mlen == 0
+    assert struct.unpack_from("<6i", b, 45) == (500000, -1000000, 1000000, 0, 0, 1000000)
+    g = (tmp_path / "o" / "gyro.resd").read_bytes()
+    assert struct.unpack_from("<BHHQ", g, 8)[1] == 3
+    assert struct.unpack_from("<6i", g, 45) == (10000, -20000, 0, 0, 0, 300000)
+    raw = np.frombuffer((tmp_path / "o" / "raw.bin").read_bytes(), "<i2").reshape(-1, 6)
+    # +-8 g: 4096 LSB/g; 2000 dps: 1000/70 LSB per dps, 0.1 rad/s = 5.7296 dps -> 81.85 -> 82
+    assert raw[0].tolist() == [2048, -4096, 4096, 82, -164, 0]
+    assert raw[1, 5] == 2456      # 3 rad/s = 171.887 dps * 14.2857 = 2455.5 -> 2456 (half even: 2455.53)
+    assert meta["schedule"] == [[0, 1]] or meta["schedule"] == [(0, 1)]
+
+
+@pytest.mark.parametrize("content, msg", [
+    ("ax,ay\n1,2\n", "must name ax,ay,az"),
+    ("ax,ay,az,t\n0,0,1,0\n0,0,1,0.02\n0,0,1,0.05\n", "evenly spaced"),
+    ("ax,ay,az\n0,0,1\n", "no sample rate"),
+    ("ax,ay,az,t,label\n0,0,1,0,300\n0,0,1,0.02,1\n", "labels must be"),
+])
+def test_record_to_resd_refuses_bad_recordings(tmp_path, capsys, content, msg):
+    from tinyol.cli import main
+
+    (tmp_path / "r.csv").write_text(content)
+    assert main(["record-to-resd", str(tmp_path / "r.csv"), "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert msg in err and err.startswith("error: ") and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_emulate_sensor_needs_the_imu_app(tmp_path, capsys):
+    from tinyol.cli import main
+
+    assert main(["emulate", "--emulator", "renode", "--board", "disco_l475vg_iot01a",
+                 "--sensor", str(tmp_path)]) != 0
+    assert "--app imu" in capsys.readouterr().err
+    assert main(["emulate", "--emulator", "renode", "--board", "nucleo_l476rg", "--app", "imu",
+                 "--sensor", str(tmp_path)]) != 0
+    assert "B-L475E-IOT01A" in capsys.readouterr().err
+    assert main(["emulate", "--emulator", "renode", "--board", "disco_l475vg_iot01a", "--app", "imu",
+                 "--sensor", str(tmp_path)]) != 0
+    assert "not a record-to-resd folder" in capsys.readouterr().err
