@@ -149,7 +149,21 @@ def test_renode_imu_learns_like_the_twin(recording, _renode_launcher):
             assert boot.startswith("boot model=imu sensor=0x6c length=100 stride=50 channels=6 rate=52 status=0"), boot
             S.start_recording(t, sock, recording["dir"])
             lines = _collect(sock)
+            # the user button (B1, PC13): a short press selects class 1, a long one learns the
+            # last window as class 1 (the sensor keeps sampling: Renode's default zero rows)
+            btn = "sysbus.gpioPortC.userButton"
+            for held in ("0.3", "1.5"):
+                t.monitor.execute("pause")
+                t.monitor.execute(f"{btn} Press")
+                t.monitor.execute(f'emulation RunFor "{held}"')
+                t.monitor.execute(f"{btn} Release")
+                t.monitor.execute("start")
+                if held == "0.3":
+                    assert _collect(sock, until="class")[-1] == "class 1"
+            pressed = _collect(sock, until="learned")[-1]
     out = _check(lines, recording)
+    n_windows = len(recording["crc"])
+    assert pressed == f"learned {n_windows - 1} 1 {len(recording['learned']) + 1}"
     assert len(out["learned"]) == len(recording["learned"]) > 30
     # the learned classes are what the device now predicts on most held-out windows (how often
     # rightly is the backbone's business: docs/sensor.md gives the measured accuracy)

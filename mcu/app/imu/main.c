@@ -125,6 +125,38 @@ static void learn(uint32_t index, uint8_t label)
     line("learned", v, 3);
 }
 
+/* Predict the window just completed; learn it when the schedule labels it. true: it waits
+ * for a label from the host or the button. */
+static bool predict_window(void)
+{
+    const uint32_t index = win.windows - 1u;
+    tol_window_copy(&win, window);
+    int32_t label = -1;
+    float conf = 0.0f;
+    const tol_status_t st = tinyol_predict(&learner, window, &label, &conf);
+    if (st != TOL_OK) {
+        const int32_t e[1] = {(int32_t)st};
+        line("error", e, 1);
+        return false;
+    }
+    print("w ");
+    print_u(index);
+    print(" ");
+    print_u(tol_crc32(0u, (const uint8_t *)window, sizeof(window)));
+    print(" ");
+    print_i(label);
+    print(" ");
+    print_i((int32_t)(conf * 1e6f));
+    print("\n");
+    const uint32_t first = index * IMU_WINDOW_STRIDE;
+    const uint8_t lab = label_at(first);
+    if (lab != 255u && lab == label_at(first + IMU_WINDOW_LENGTH - 1u)) {
+        learn(index, lab);
+        return false;
+    }
+    return true;
+}
+
 int tol_app_main(void)
 {
     tol_hal_init();
@@ -191,53 +223,23 @@ int tol_app_main(void)
             }
         }
         const size_t n = imu_read_rows(rows, sizeof(rows) / sizeof(rows[0]));
-        for (size_t r = 0; r < n && running; r++) {
+        for (size_t r = 0; r < n; r++) {
             /* the button, sampled with the rows: short press = next class, long press = learn */
             if (imu_button_down()) {
                 pressed++;
             } else if (pressed > 0u) {
-                if (pressed >= LONG_PRESS_ROWS && have_window) {
-                    learn(win.windows - 1u, selected);
-                    have_window = false;
-                } else if (pressed < LONG_PRESS_ROWS) {
+                if (pressed < LONG_PRESS_ROWS) {
                     selected = (uint8_t)((selected + 1u) % TOL_HEAD_MAX_CLASSES);
                     const int32_t k[1] = {selected};
                     line("class", k, 1);
+                } else if (have_window) {
+                    learn(win.windows - 1u, selected);
+                    have_window = false;
                 }
                 pressed = 0;
             }
-            if (!tol_window_push(&win, rows[r])) goto counted;
-            tol_window_copy(&win, window);
-            {
-                const uint32_t index = win.windows - 1u;
-                int32_t label = -1;
-                float conf = 0.0f;
-                st = tinyol_predict(&learner, window, &label, &conf);
-                if (st != TOL_OK) {
-                    const int32_t e[1] = {(int32_t)st};
-                    line("error", e, 1);
-                    goto counted;
-                }
-                have_window = true;
-                print("w ");
-                print_u(index);
-                print(" ");
-                print_u(tol_crc32(0u, (const uint8_t *)window, sizeof(window)));
-                print(" ");
-                print_i(label);
-                print(" ");
-                print_i((int32_t)(conf * 1e6f));
-                print("\n");
-                const uint32_t first = index * IMU_WINDOW_STRIDE;
-                const uint8_t lab = label_at(first);
-                if (lab != 255u && lab == label_at(first + IMU_WINDOW_LENGTH - 1u)) {
-                    learn(index, lab);
-                    have_window = false;
-                }
-            }
-        counted:
-            taken++;
-            if (limit != 0u && taken == limit) {
+            if (running && tol_window_push(&win, rows[r])) have_window = predict_window();
+            if (running && limit != 0u && ++taken == limit) {
                 running = false;
                 const int32_t k[1] = {(int32_t)win.windows};
                 line("done", k, 1);
