@@ -190,38 +190,6 @@ int tol_app_main(void)
     uint32_t limit = 0, taken = 0, pressed = 0;
     uint8_t selected = 0;
     for (;;) {
-        uint8_t cmd;
-        while (tol_hal_uart_read(&cmd)) {
-            if (cmd == (uint8_t)'s') {
-                const uint32_t row = read_u32();
-                const uint8_t label = read_byte();
-                if (n_segments < MAX_SEGMENTS) {
-                    segments[n_segments].row = row;
-                    segments[n_segments].label = label;
-                    n_segments++;
-                }
-                const int32_t n[1] = {(int32_t)n_segments};
-                line("segment", n, 1);
-            } else if (cmd == (uint8_t)'g') {
-                limit = read_u32();
-                st = imu_restart();
-                tol_window_reset(&win);
-                taken = 0;
-                running = st == TOL_OK;
-                const int32_t n[2] = {(int32_t)limit, (int32_t)st};
-                line("go", n, 2);
-            } else if (cmd == (uint8_t)'l') {
-                const uint8_t label = read_byte();
-                if (have_window) learn(win.windows - 1u, label);
-                have_window = false;
-            } else if (cmd == (uint8_t)'q') {
-                tol_learner_stats_t s;
-                tinyol_stats(&learner, &s);
-                const int32_t n[4] = {(int32_t)s.samples_seen, (int32_t)s.updates, (int32_t)s.n_active,
-                                      (int32_t)win.windows};
-                line("stats", n, 4);
-            }
-        }
         const size_t n = imu_read_rows(rows, sizeof(rows) / sizeof(rows[0]));
         for (size_t r = 0; r < n; r++) {
             /* the button, sampled with the rows: short press = next class, long press = learn */
@@ -245,6 +213,39 @@ int tol_app_main(void)
                 line("done", k, 1);
             }
         }
-        if (n == 0u) tol_hal_idle();
+        if (n > 0u) continue;  /* drain the sensor first; commands wait in the UART's ring */
+        uint8_t cmd;
+        while (tol_hal_uart_read(&cmd)) {
+            if (cmd == (uint8_t)'s') {
+                const uint32_t row = read_u32();
+                const uint8_t label = read_byte();
+                if (n_segments < MAX_SEGMENTS) {
+                    segments[n_segments].row = row;
+                    segments[n_segments].label = label;
+                    n_segments++;
+                }
+                const int32_t v1[1] = {(int32_t)n_segments};
+                line("segment", v1, 1);
+            } else if (cmd == (uint8_t)'g') {
+                limit = read_u32();
+                st = imu_restart();
+                tol_window_reset(&win);
+                taken = 0;
+                running = st == TOL_OK;
+                const int32_t v2[2] = {(int32_t)limit, (int32_t)st};
+                line("go", v2, 2);
+            } else if (cmd == (uint8_t)'l') {
+                const uint8_t label = read_byte();
+                if (have_window) learn(win.windows - 1u, label);
+                have_window = false;
+            } else if (cmd == (uint8_t)'q') {
+                tol_learner_stats_t s;
+                tinyol_stats(&learner, &s);
+                const int32_t v4[4] = {(int32_t)s.samples_seen, (int32_t)s.updates, (int32_t)s.n_active,
+                                      (int32_t)win.windows};
+                line("stats", v4, 4);
+            }
+        }
+        tol_hal_idle();
     }
 }
