@@ -224,3 +224,26 @@ def test_emulate_sensor_needs_the_imu_app(tmp_path, capsys):
     assert main(["emulate", "--emulator", "renode", "--board", "disco_l475vg_iot01a", "--app", "imu",
                  "--sensor", str(tmp_path)]) != 0
     assert "not a record-to-resd folder" in capsys.readouterr().err
+
+
+def test_renode_board_matches_the_driver():
+    """stm32l475.repl: I2C2 at the board header's address with the IMU at the driver's 0x6A
+    (UM2153: LSM6DSL, SA0 low), I2C2 event/error IRQs 33/34 (RM0351), the button on PC13."""
+    import re
+
+    from test_renode_static import parse_repl
+
+    repl = parse_repl(ROOT / "mcu/renode/stm32l475.repl")
+    header = (MCU / "boards/stm32l4/stm32l4.h").read_text()
+    base = int(re.search(r"#define TOL_I2C2_BASE\s+(0x[0-9A-Fa-f]+)u", header).group(1), 16)
+    gpioc = int(re.search(r"#define TOL_GPIOC_BASE\s+(0x[0-9A-Fa-f]+)u", header).group(1), 16)
+    assert repl["i2c2"]["type"] == "I2C.STM32F7_I2C" and repl["i2c2"]["addresses"] == [base]
+    assert sorted(repl["i2c2"]["gpio"]) == [("ErrorInterrupt", "nvic", 34), ("EventInterrupt", "nvic", 33)]
+    text = (ROOT / "mcu/renode/stm32l475.repl").read_text()
+    driver = (MCU / "app/imu/imu_lsm6dsx.c").read_text()
+    addr = int(re.search(r"#define ADDR (0x[0-9A-Fa-f]+)u", driver).group(1), 16)
+    assert re.search(rf"imu_i2c: Sensors\.TinyolI2CRegisterBridge @ i2c2 {addr:#04X}".replace("0X", "0x"), text)
+    assert "imu: Sensors.LSM6DSO_IMU @ imu_i2c" in text
+    assert repl["gpioPortC"]["addresses"] == [gpioc]
+    assert repl["userButton"]["gpio"] == [("", "gpioPortC", 13)] and repl["userButton"]["attrs"]["invert"] == "true"
+    assert "include $ORIGIN/TinyolI2CRegisterBridge.cs" in (ROOT / "mcu/renode/disco_l475vg_iot01a.resc").read_text()
