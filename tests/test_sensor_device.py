@@ -194,7 +194,17 @@ def test_native_imu_from_a_file(recording, monkeypatch):
             sock.sendall(S.schedule_bytes(recording["meta"]["schedule"]))
             sock.sendall(S.go_bytes(recording["meta"]["rows"]))
             lines = _collect(sock)
-    _check(lines, recording)
+        _check(lines, recording)
+        # a person at `tinyol monitor` labels the last window (class 3) and asks for the counters
+        from click.testing import CliRunner
+
+        from tinyol.cli import group
+
+        r = CliRunner().invoke(group, ["monitor", "--port", t.url, "--until", "stats", "--json",
+                                       "--seconds", "60"], input="3\nq\n")
+        assert r.exit_code == 0, r.output
+        got = json.loads(r.output)
+        assert got["learned"] == {"3": 1} and got["windows"] == 0
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
     "record-to-resd": ("sensor", "Turn a labelled IMU recording into Renode sensor files + labels."),
     "sensor-header": ("sensor", "Write a sensor firmware's window and scaling header from a model."),
+    "monitor": ("monitor", "Watch a sensor-driven board predict and learn live; send it labels."),
 }
 
 
