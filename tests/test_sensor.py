@@ -239,11 +239,15 @@ def test_renode_board_matches_the_driver():
     gpioc = int(re.search(r"#define TOL_GPIOC_BASE\s+(0x[0-9A-Fa-f]+)u", header).group(1), 16)
     assert repl["i2c2"]["type"] == "I2C.STM32F7_I2C" and repl["i2c2"]["addresses"] == [base]
     assert sorted(repl["i2c2"]["gpio"]) == [("ErrorInterrupt", "nvic", 34), ("EventInterrupt", "nvic", 33)]
-    text = (ROOT / "mcu/renode/stm32l475.repl").read_text()
+    text = (ROOT / "mcu/renode/stm32l475_imu.repl").read_text()
     driver = (MCU / "app/imu/imu_lsm6dsx.c").read_text()
     addr = int(re.search(r"#define ADDR (0x[0-9A-Fa-f]+)u", driver).group(1), 16)
     assert re.search(rf"imu_i2c: Sensors\.TinyolI2CRegisterBridge @ i2c2 {addr:#04X}".replace("0X", "0x"), text)
     assert "imu: Sensors.LSM6DSO_IMU @ imu_i2c" in text
     assert repl["gpioPortC"]["addresses"] == [gpioc]
     assert repl["userButton"]["gpio"] == [("", "gpioPortC", 13)] and repl["userButton"]["attrs"]["invert"] == "true"
-    assert "include $ORIGIN/TinyolI2CRegisterBridge.cs" in (ROOT / "mcu/renode/disco_l475vg_iot01a.resc").read_text()
+    imu = (ROOT / "mcu/renode/disco_l475vg_iot01a_imu.resc").read_text()
+    assert "include $ORIGIN/TinyolI2CRegisterBridge.cs" in imu
+    assert "machine LoadPlatformDescription $ORIGIN/stm32l475_imu.repl" in imu
+    board = (ROOT / "mcu/renode/disco_l475vg_iot01a.resc").read_text()
+    assert "$imu?=$ORIGIN/no_imu.resc" in board and "\ninclude $imu\n" in board

@@ -142,7 +142,7 @@ def test_renode_imu_learns_like_the_twin(recording, _renode_launcher):
     from tinyol.firmware import BuildConfig, build
 
     elf = build(BuildConfig("disco_l475vg_iot01a", str(MODEL), app="imu", stride=50)).elf
-    with emulator.start_renode("disco_l475vg_iot01a", elf, timeout=400) as t:
+    with emulator.start_renode("disco_l475vg_iot01a", elf, timeout=400, imu=True) as t:
         host, port = t.url.split("//")[1].rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=300) as sock:
             boot = _collect(sock, until="boot")[-1]

@@ -53,7 +53,8 @@ def cmd(ctx, board, model, emu, port, state, icount, test_build, app, stride, se
         if sensor_dir is not None and native:
             os.environ["TINYOL_IMU_FILE"] = str(Path(sensor_dir) / "raw.bin")
         target = emulator.start(board, res, emulator=emu, port=port or None, state_dir=state_dir,
-                                icount_shift=icount, timeout=24 * 3600)
+                                icount_shift=icount, timeout=24 * 3600,
+                                imu=app == "imu" and emu == "renode" and not native)
         if sensor_dir is not None:
             try:
                 _play(target, sensor_dir, native)
