@@ -142,7 +142,8 @@ def build_env(cfg: BuildConfig) -> dict[str, str]:
     env["TINYOL_TEST_BUILD"] = "yes" if cfg.test_build else "no"
     env["TINYOL_APP"] = cfg.app
     if cfg.app == "imu":
-        env["TINYOL_APP_INCLUDE"] = str(Path(env["PLATFORMIO_BUILD_DIR"]) / "app_include")
+        # beside the build folder, not in it: PlatformIO empties that when its configuration changes
+        env["TINYOL_APP_INCLUDE"] = env["PLATFORMIO_BUILD_DIR"] + "-app"
     else:
         env.pop("TINYOL_APP_INCLUDE", None)
     if cfg.kernels:
