@@ -205,6 +205,10 @@ def parse_repl(path):
             if m:
                 current["irqs"].append((m.group(1), int(m.group(2))))
                 continue
+            m = re.fullmatch(r"(\w*)\s*->\s*(\w+)@(\d+)", body)  # a named or the default GPIO out
+            if m:
+                current.setdefault("gpio", []).append((m.group(1), m.group(2), int(m.group(3))))
+                continue
             m = re.fullmatch(r"(\w+):\s*(.+)", body)
             assert m, f"{path.name}: cannot parse attribute {body!r}"
             value = m.group(2)

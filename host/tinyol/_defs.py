@@ -26,6 +26,7 @@ class Status(enum.IntEnum):
     ERR_MODEL = 15
     ERR_OVERFLOW = 16
     ERR_BUSY = 17
+    ERR_IO = 18
 
 
 STATUS_TEXT = {
@@ -47,6 +48,7 @@ STATUS_TEXT = {
     Status.ERR_MODEL: 'stored record belongs to another model',
     Status.ERR_OVERFLOW: 'buffer too small',
     Status.ERR_BUSY: 'a staged head or stage push is not committed yet',
+    Status.ERR_IO: 'a peripheral did not answer (bus timeout, NACK, wrong chip)',
 }
 
 

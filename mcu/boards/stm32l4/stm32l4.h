@@ -29,6 +29,7 @@
 #define TOL_GPIOE_BASE   0x48001000u
 #define TOL_GPIOF_BASE   0x48001400u
 #define TOL_GPIOG_BASE   0x48001800u
+#define TOL_I2C2_BASE    0x40005800u
 
 /* ---- interrupt numbers (position in the vector table minus 16) --------- */
 #define TOL_USART1_IRQN  37
