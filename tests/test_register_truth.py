@@ -46,12 +46,13 @@ PARTS = {
 
 # The files whose #defines are register facts (all of them are checked).
 SOURCES = [BOARD_DIR / "stm32l4.h", BOARD_DIR / "flash_stm32l4.c", BOARD_DIR / "hal_stm32l4.c",
-           BOARD_DIR / "startup.c"]
+           BOARD_DIR / "startup.c", BOARD_DIR / "i2c_stm32l4.c"]
 
 # #defines in those files that are not register facts (tuning, magic numbers, macros).
 NOT_REGISTERS = {
     "TOL_STM32L4_H", "TOL_REG", "FL", "TOL_BAUD", "TOL_CPU_HZ", "TOL_RX_RING_BYTES",
     "TOL_BOOT_MAGIC", "FL_BUSY_SPINS", "TOL_FLASH_LATENCY", "TOL_PLL_N",
+    "WAIT_POLLS",
 }
 
 
@@ -131,6 +132,18 @@ EXACT = {
     "SCB_DEMCR_TRCENA": "DCB_DEMCR_TRCENA_Msk",
     "TOL_DWT_BASE": "DWT_BASE",
     "DWT_CTRL": "offsetof(DWT_Type, CTRL)", "DWT_CYCCNT": "offsetof(DWT_Type, CYCCNT)",
+    # I2C2 and the IMU's pins (i2c_stm32l4.c; the B-L475E-IOT01A's LSM6DSL bus)
+    "TOL_I2C2_BASE": "I2C2_BASE",
+    **{f"I2C_{r}": _off("I2C_TypeDef", r) for r in ["CR1", "CR2", "TIMINGR", "ISR", "ICR", "RXDR", "TXDR"]},
+    "I2C_CR1_PE": "I2C_CR1_PE",
+    **{f"I2C_CR2_{b}": f"I2C_CR2_{b}" for b in ["RD_WRN", "START", "STOP", "AUTOEND"]},
+    "I2C_CR2_NBYTES_POS": "I2C_CR2_NBYTES_Pos",
+    **{f"I2C_ISR_{b}": f"I2C_ISR_{b}" for b in ["TXIS", "RXNE", "NACKF", "STOPF", "TC"]},
+    "I2C_ICR_ALL": "(I2C_ICR_ADDRCF | I2C_ICR_NACKCF | I2C_ICR_STOPCF | I2C_ICR_BERRCF | I2C_ICR_ARLOCF"
+                   " | I2C_ICR_OVRCF | I2C_ICR_PECCF | I2C_ICR_TIMOUTCF | I2C_ICR_ALERTCF)",
+    "RCC_APB1ENR1_I2C2EN": "RCC_APB1ENR1_I2C2EN",
+    "RCC_AHB2ENR_GPIOBEN": "RCC_AHB2ENR_GPIOBEN", "RCC_AHB2ENR_GPIOCEN": "RCC_AHB2ENR_GPIOCEN",
+    "GPIO_OTYPER": _off("GPIO_TypeDef", "OTYPER"), "GPIO_IDR": _off("GPIO_TypeDef", "IDR"),
 }
 
 # Masks of ours that may be wider than ST's field on smaller parts: name -> (ST field, register prefix).
@@ -159,6 +172,7 @@ ABSENT = {
     ("FL_ECCR_BK_ECC", "STM32L432xx"),
     ("FL_OPTR_DBANK", "STM32L475xx"), ("FL_OPTR_DBANK", "STM32L476xx"),  # DBANK: 2 MB parts only
     ("FL_OPTR_DUALBANK", "STM32L4R5xx"),
+    ("TOL_I2C2_BASE", "STM32L432xx"), ("RCC_APB1ENR1_I2C2EN", "STM32L432xx"),  # the L432 has I2C1/I2C3
 }
 
 DEFINE_RE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)(\([^)]*\))?[ \t]*(.*?)\s*(?:/\*.*)?$", re.M)

@@ -193,11 +193,9 @@ def write_imu_config(cfg: BuildConfig, model_dir: Path, folder: Path) -> Path:
     """imu_config.h of the IMU firmware (mcu/app/imu) for this model: the window of the
     model's input length, every `cfg.stride` rows (half a window by default), and the scaling
     coefficients (tinyol.sensor.header); rewritten only when it changes."""
-    import json
-
     from . import sensor as S
 
-    m = json.loads((model_dir / "manifest.json").read_text())
+    m = read_manifest(model_dir)
     sens = S.sensor("lsm6dsl")
     length = int(m["input"]["size"]) // len(sens.channels)
     text = S.header(m, sens, cfg.stride or max(1, length // 2), f"{model_dir.name}/manifest.json")
