@@ -304,6 +304,7 @@ static bool tol_app_out_of_order(const tol_app_t *app, const tol_frame_t *req)
 
 static void tol_app_note_seq(tol_app_t *app, uint16_t seq)
 {
+    if (seq == 0u) return;  /* reserved: never a request's */
     const uint32_t behind = tol_app_seq_dist(seq, app->last_seq);
     if (!app->has_last_seq || behind == 0u || behind >= TOL_APP_SEQ_LATE) app->last_seq = seq;
     app->has_last_seq = true;
