@@ -36,6 +36,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "reset": ("reset", "Put a device's learner back to its exported state."),
     "compare": ("compare", "Compare two per-sample logs (device vs simulator) line by line."),
     "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
+    "superlink": ("deploy", "A fleet's server: Flower's SuperLink (TLS, authenticated nodes) runs tinyol's app."),
+    "gateway": ("deploy", "A fleet's gateway: one Flower SuperNode per board on this machine."),
+    "certs": ("deploy", "Make a test fleet's CA, SuperLink certificate and SuperNode keys."),
 }
 
 

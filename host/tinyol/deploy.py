@@ -341,9 +341,10 @@ def node_started(node: Child, timeout: float = 120.0) -> str:
     return node.wait_for(r"SuperNode ID: (\d+)", timeout).group(1)
 
 
-def follow(path: Path, link: Child, on_record, *, timeout: float | None = None) -> list[dict]:
-    """Read the ServerApp's JSON log as it grows until its 'done' record (or the SuperLink dies)."""
-    recs, pos, t_end = [], 0, None if timeout is None else time.monotonic() + timeout
+def follow(path: Path, link: Child, on_record, *, start: int = 0, timeout: float | None = None) -> list[dict]:
+    """Read the ServerApp's JSON log from byte `start` as it grows until its 'done' record
+    (or the SuperLink dies)."""
+    recs, pos, t_end = [], start, None if timeout is None else time.monotonic() + timeout
     while True:
         if path.is_file():
             data = path.read_bytes()
@@ -362,3 +363,31 @@ def follow(path: Path, link: Child, on_record, *, timeout: float | None = None) 
         if t_end is not None and time.monotonic() > t_end:
             raise TinyolError(f"the run did not end in {timeout} s", hint=f"the SuperLink's log: {link.log}")
         time.sleep(0.1)  # polling a log file
+
+
+def supervise(nodes: list[Child], pool=None, on_event=lambda msg: None) -> None:
+    """Watch a gateway's SuperNodes until every one has stopped (or Ctrl-C): report each
+    that stops, and power an emulated board that died up again (the ClientApp finds it
+    back on the same port, with its flash)."""
+    reported: set[str] = set()
+    while True:
+        for node in nodes:
+            if not node.alive() and node.name not in reported:
+                reported.add(node.name)
+                last = (node.text().strip().splitlines() or ["(no output)"])[-1]
+                on_event(f"{node.name}: its SuperNode stopped (exit {node.proc.returncode}): {last}")
+        if len(reported) == len(nodes):
+            raise TinyolError("every SuperNode of this gateway stopped",
+                              hint=f"their logs: {nodes[0].log.parent}")
+        if pool is not None:
+            for i in range(len(nodes)):
+                if pool.revive(i):
+                    on_event(f"{nodes[i].name}: its emulated board died; started again")
+        time.sleep(1.0)  # a supervisor's pace
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (systemd stop, kill) ends the command like Ctrl-C: its children are stopped."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)

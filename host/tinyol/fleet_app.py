@@ -269,6 +269,10 @@ class DeployedFleet:
         tmp = self.state / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(d))
         tmp.replace(self.state / STATE_FILE)
+        if not self.rc["record-pulls"]:  # keep every version's aggregate only for audits
+            for old in list(self.state.glob("deploy_params_r*.npz")) + list(self.state.glob("deploy_strategy_r*.pkl")):
+                if old.name not in (head.name, strat.name):
+                    old.unlink(missing_ok=True)
 
     def resume(self) -> bool:
         p = self.state / STATE_FILE if self.state else None
