@@ -118,6 +118,7 @@ class Child:
         self.name, self.argv, self.log = name, argv, Path(log)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.log, "ab")
+        self.offset = self._f.tell()  # this start's output begins here (a log may hold earlier ones)
         env = {**os.environ, **(env or {})}
         # Flower starts flower-superexec, flwr-serverapp and flwr-clientapp by name: this venv's first
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -132,12 +133,14 @@ class Child:
         return self.proc.poll() is None
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        """This start's output so far."""
+        return self.log.read_bytes()[self.offset:].decode(errors="replace")
 
-    def wait_for(self, pattern: str, timeout: float = 120.0, *, since: int = 0) -> re.Match:
-        """Wait until the log (from byte `since`) matches `pattern`; a child that exits first
-        or a timeout is an error naming the log's last line."""
+    def wait_for(self, pattern: str, timeout: float = 120.0, *, since: int | None = None) -> re.Match:
+        """Wait until the log (from byte `since`, default: this start's output) matches
+        `pattern`; a child that exits first or a timeout is an error naming the log's last line."""
         rx = re.compile(pattern)
+        since = self.offset if since is None else since
         t_end = time.monotonic() + timeout
         while True:
             text = self.log.read_bytes()[since:].decode(errors="replace")
@@ -208,9 +211,8 @@ def start_superlink(state: Path, port: int, tls: Tls, *, host: str = "0.0.0.0", 
     if auth:
         argv.append("--enable-supernode-auth")
     link = Child("the SuperLink", argv, state / "superlink.log", env)
-    since = 0
     try:
-        link.wait_for(r"Uvicorn running on", timeout, since=since)
+        link.wait_for(r"Uvicorn running on", timeout)
     except TinyolError:
         link.stop()
         raise
@@ -249,7 +251,8 @@ def register_keys(address: str, tls: Tls, pubs: list[Path], env: dict) -> dict[s
                                                               name=Path(p).stem))
                 out[Path(p).stem] = str(res.node_id)
             except Exception as e:  # noqa: BLE001 - Flower's client raises its own errors
-                if "already" not in str(e).lower() and "in use" not in str(e).lower():
+                said = str(e) + " " + str(getattr(getattr(e, "response", None), "text", ""))
+                if "already in use" not in said.lower():
                     raise TinyolError(f"the SuperLink refused the key {p}: {e}") from None
                 out[Path(p).stem] = "registered before"
     finally:

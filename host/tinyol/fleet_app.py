@@ -250,7 +250,8 @@ class DeployedFleet:
         if rc["eval"]:
             self.eval = F.load_shards(str(rc["eval"]), 1, "iid", 0,
                                       latents_of=F.latents_fn(_model_dir(str(rc["model"]))))[0]
-        self.names: dict[int, str] = {}
+        self.names: dict[int, str] = {}   # node id -> board name (from its replies)
+        self.waited = False
 
     # -- checkpoint: the aggregate, the strategy's state, the round
     def checkpoint(self) -> None:
@@ -265,7 +266,8 @@ class DeployedFleet:
             strat.with_suffix(".tmp").write_bytes(F.strategy_state(self.strategy))
             strat.with_suffix(".tmp").replace(strat)
         d = {"round": self.round, "version": self.version, "params_file": head.name,
-             "strategy": str(self.rc["strategy"]), "strategy_file": strat.name if self.strategy else None}
+             "strategy": str(self.rc["strategy"]), "strategy_file": strat.name if self.strategy else None,
+             "names": {str(k): v for k, v in self.names.items()}}
         tmp = self.state / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(d))
         tmp.replace(self.state / STATE_FILE)
@@ -285,6 +287,7 @@ class DeployedFleet:
         if glob is None:
             raise TinyolError(f"the fleet in {self.state} aggregated {saved}, this model has {self.template.shape}")
         self.glob, self.version, self.round = glob, int(d["version"]), int(d["round"])
+        self.names = {int(k): v for k, v in d.get("names", {}).items()}  # node ids stay with registered keys
         if self.strategy is not None and d.get("strategy_file"):
             F.restore_strategy(self.strategy, (self.state / d["strategy_file"]).read_bytes())
         return True
@@ -314,7 +317,8 @@ class DeployedFleet:
 
     def run_round(self) -> dict:
         r = self.round + 1
-        nodes = self.wait_for_nodes() if r == 1 or not self.names else sorted(self.grid.get_node_ids())
+        nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self.grid.get_node_ids())
+        self.waited = True
         t0 = time.monotonic()
         msgs = self._messages(nodes, "train", k=int(self.rc["every"]), round=r)
         down = sum(m.content["params"].count_bytes() for m in msgs)
