@@ -28,6 +28,7 @@ makes a board learn a sample twice.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import time
 from pathlib import Path
@@ -100,12 +101,35 @@ def _node_shard(nc: dict, model_dir: str, use_latents: bool) -> F.Shard:
     """This node's local data: part `part` of `parts` of `data` dealt by `split` (as
     `tinyol fleet` deals it), or a whole file/source when `parts` is 1."""
     parts, part = int(nc.get("parts", 1)), int(nc.get("part", 0))
-    latents_of = F.latents_fn(model_dir) if use_latents else None
+    latents_of = _cached_latents(model_dir, str(nc.get("state", ""))) if use_latents else None
     shards = F.load_shards(str(nc.get("data", "digits:5-9@train")), parts, str(nc.get("split", "iid")),
                            int(nc.get("seed", 0)), latents_of=latents_of)
     if not 0 <= part < parts:
         raise TinyolError(f"node config part={part} is not one of 0..{parts - 1}")
     return shards[part]
+
+
+def _cached_latents(model_dir: str, state: str):
+    """Twins learn from latents: TFLM's backbone on the node's data, once per gateway (a
+    ClientApp is a new process for every message), kept in the node's state directory."""
+    import hashlib
+    f = F.latents_fn(model_dir)
+    if not state:
+        return f
+
+    def cached(X):
+        key = hashlib.sha1(np.ascontiguousarray(X).tobytes() + str(Path(model_dir).resolve()).encode()
+                           + (Path(model_dir) / "backbone.tflite").read_bytes()).hexdigest()[:16]
+        path = Path(state) / f"latents-{key}.npy"
+        if path.is_file():
+            return np.load(path)
+        Q = f(X)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.stem + f".{os.getpid()}.tmp.npy")
+        np.save(tmp, Q)
+        os.replace(tmp, path)
+        return Q
+    return cached
 
 
 def _open_board(nc: dict, model_dir: str, context: Context):
