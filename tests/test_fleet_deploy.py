@@ -22,8 +22,8 @@ from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol.device import Device  # noqa: E402
 from tinyol.errors import TinyolError  # noqa: E402
+from tinyol.simulation import load_model  # noqa: E402
 
-pytestmark = pytest.mark.slow
 MODEL = str(ROOT / "models/digits")
 NAMES = ["board0", "board1", "board2"]
 K = 10
@@ -107,6 +107,57 @@ def fleet(firmware, tmp_path_factory):
         f.stop()
 
 
+# --------------------------------------------------------------------------- fast: credentials, app, CLI
+def test_certs_chain_and_keys_are_what_flower_takes(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import Encoding, load_ssh_private_key
+    from flwr.cli.supernode.register import try_load_public_key
+    from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+    D.make_certs(tmp_path, hosts=["fleet.example.org", "10.0.0.7"], nodes=["gw1-board0"])
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
+    srv = x509.load_pem_x509_certificate((tmp_path / "superlink.pem").read_bytes())
+    srv.verify_directly_issued_by(ca)  # raises if the CA did not sign it
+    san = srv.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["fleet.example.org"]
+    assert [str(a) for a in san.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
+    key = load_ssh_private_key((tmp_path / "gw1-board0.key").read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp384r1"
+    # the .pub is the key Flower registers: the same public key as the private one
+    assert try_load_public_key(tmp_path / "gw1-board0.pub") == public_key_to_bytes(key.public_key())
+    assert (tmp_path / "gw1-board0.key").stat().st_mode & 0o077 == 0
+    # a second call adds a node under the same CA
+    D.make_certs(tmp_path, hosts=[], nodes=["gw2-board0"])
+    assert (tmp_path / "ca.pem").read_bytes() == ca.public_bytes(Encoding.PEM)
+    with pytest.raises(TinyolError):
+        D.make_certs(tmp_path, nodes=["../evil"])
+
+
+def test_app_folder_passes_flowers_own_validation(tmp_path):
+    from flwr.cli.config_utils import load_and_validate
+    D.write_app(tmp_path)
+    config, warnings = load_and_validate(tmp_path / "pyproject.toml")
+    assert config["tool"]["flwr"]["app"]["components"] == {"serverapp": "tinyol.fleet_app:server_app",
+                                                            "clientapp": "tinyol.fleet_app:client_app"}
+    assert warnings == []
+    assert D.config_args({"port": "socket://127.0.0.1:5", "part": 2, "strict": False}) == \
+        'port="socket://127.0.0.1:5" part=2 strict=false'
+
+
+def test_gateway_cli_refuses_what_it_cannot_do(tmp_path, capsys):
+    from tinyol.cli import main
+    assert main(["gateway", "--superlink", "127.0.0.1:9092", "--twins", "2", "--state", str(tmp_path)]) == 1
+    assert "--ca" in capsys.readouterr().err
+    assert main(["gateway", "--superlink", "127.0.0.1:9092", "--twins", "2", "--state", str(tmp_path),
+                 "--ca", str(tmp_path / "ca.pem"), "--key", str(tmp_path / "a.key")]) == 1
+    assert "2 boards need 2 keys" in capsys.readouterr().err
+    assert main(["gateway", "--superlink", "nowhere", "--twins", "1", "--state", str(tmp_path)]) == 1
+    assert "HOST:PORT" in capsys.readouterr().err
+    assert main(["superlink", "--state", str(tmp_path), "--certs", str(tmp_path / "none")]) == 1
+    assert "tinyol certs" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- loopback deployment
 def pulled(state, rnd):
     """The parameters each board's reply carried in round rnd, as the ServerApp received them."""
     z = np.load(state / f"pulls_r{rnd}.npz")
@@ -128,6 +179,7 @@ def np_fedavg(arrs, weights):
     return [np.tensordot(n, np.stack([a[j] for a in arrs]).astype(np.float64), 1) / n.sum() for j in range(3)]
 
 
+@pytest.mark.slow
 def test_three_gateways_learn_over_tls(fleet):
     recs = fleet.run(rounds=2)
     rounds = [r for r in recs if "boards" in r]
@@ -162,6 +214,7 @@ def test_three_gateways_learn_over_tls(fleet):
             dev.close()
 
 
+@pytest.mark.slow
 def test_unregistered_or_untrusting_node_is_refused(fleet):
     intruder = D.start_supernode(fleet.address, "intruder", {"name": "intruder", "twin": 1}, emulator.free_port(),
                                  fleet.root / "intruder.log", tls=D.Tls(fleet.tls.ca),
@@ -179,6 +232,7 @@ def test_unregistered_or_untrusting_node_is_refused(fleet):
         D.node_started(plain)
 
 
+@pytest.mark.slow
 def test_board_unplugged_then_superlink_restarted_then_rejoins(fleet):
     """Round 3: board2's board is gone (its node reports failure, the others aggregate).
     Then the SuperLink restarts from its database and the fleet resumes from tinyol's
@@ -191,8 +245,7 @@ def test_board_unplugged_then_superlink_restarted_then_rejoins(fleet):
     assert r3["aggregated_from"] == ["board0", "board1"] and r3["boards"]["board2"]["status"] == "dropped"
     pulls = pulled(fleet.state, 3)
     assert sorted(pulls) == ["board0", "board1"]
-    agg3, _ = F.read_params(fleet.state / "deploy_params_r3.npz", F.initial_params(
-        __import__("tinyol.simulation", fromlist=["load_model"]).load_model(MODEL)))
+    agg3, _ = F.read_params(fleet.state / "deploy_params_r3.npz", F.initial_params(load_model(MODEL)))
     want = flower_fedavg(pulls, r3["weights"])
     assert np.array_equal(agg3.w, want[0]) and np.array_equal(agg3.b, want[1])
 
@@ -218,3 +271,32 @@ def test_board_unplugged_then_superlink_restarted_then_rejoins(fleet):
     finally:
         dev.close()
     assert json.loads((fleet.root / "gateway" / "board2.json").read_text())["pos"] == 3 * K
+
+
+@pytest.mark.slow
+def test_gateway_killed_mid_round_then_rejoins(fleet):
+    """board1's gateway (its SuperNode) is stopped while its round-5 message is in hand:
+    the round closes with the others; started again with the same key it rejoins in round 6,
+    and the board counted every sample of its stream once."""
+    start = fleet.log.stat().st_size
+    cfg = {"model": MODEL, "every": K, "rounds": 5, "state": str(fleet.state), "log": str(fleet.log), "wait": 3,
+           "record-pulls": True, "round-timeout": 150.0, "eval": ""}
+    node = fleet.nodes[1]
+    since = node.log.stat().st_size
+    D.start_run(fleet.app, fleet.env, cfg, fleet.root / "flwr-run.log")
+    node.wait_for(r"Receiving: train message", 600, since=since)
+    node.stop()                                           # the gateway goes down mid-round
+    recs = D.follow(fleet.log, fleet.link, lambda rec: None, start=start, timeout=900)
+    r5 = next(r for r in recs if r.get("round") == 5 and "boards" in r)
+    assert r5["aggregated_from"] == ["board0", "board2"] and r5["boards"]["board1"]["status"] == "dropped"
+    D.node_started(fleet.start_node(1))                   # back, same key: the same node
+    recs = fleet.run(rounds=6)
+    r6 = next(r for r in recs if r.get("round") == 6 and "boards" in r)
+    assert r6["aggregated_from"] == NAMES
+    pos = r6["boards"]["board1"]["position"]
+    assert 5 * K <= pos <= 6 * K, r6["boards"]["board1"]
+    dev = Device.open(f"socket://127.0.0.1:{fleet.board_ports[1]}", timeout=2.0)
+    try:  # board1 never rebooted: it counted exactly the samples its stream advanced by
+        assert dev.stats().samples_seen == pos
+    finally:
+        dev.close()
