@@ -81,9 +81,7 @@ class Fleet:
         return D.follow(self.log, self.link, lambda rec: None, start=start, timeout=900)
 
     def stop(self):
-        for c in self.nodes + self.others:
-            if c is not None:
-                c.stop()
+        D.stop_all(self.nodes + self.others)
         if self.link is not None:
             self.link.stop()
         for t in self.targets:
@@ -289,6 +287,7 @@ def test_gateway_killed_mid_round_then_rejoins(fleet):
     recs = D.follow(fleet.log, fleet.link, lambda rec: None, start=start, timeout=900)
     r5 = next(r for r in recs if r.get("round") == 5 and "boards" in r)
     assert r5["aggregated_from"] == ["board0", "board2"] and r5["boards"]["board1"]["status"] == "dropped"
+    assert sorted(r5["boards"]) == NAMES  # its failure is board1's, whoever wrote the error reply
     D.node_started(fleet.start_node(1))                   # back, same key: the same node
     recs = fleet.run(rounds=6)
     r6 = next(r for r in recs if r.get("round") == 6 and "boards" in r)

@@ -153,24 +153,38 @@ class Child:
                 raise TinyolError(f"{self.name} {why}: {last}", hint=f"its log: {self.log}")
             time.sleep(0.05)  # polling a log file
 
-    def stop(self, grace: float = 5.0) -> None:
-        """SIGTERM to the whole group (its ServerApp/ClientApp children too), SIGKILL after `grace`."""
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # children left in the group (a ClientApp in flight)
-            os.killpg(self.proc.pid, signal.SIGKILL)
+    def signal(self, sig) -> None:
+        """Send `sig` to the child's whole process group."""
+        try:
+            os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
-        self._f.close()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM to the whole group, SIGKILL after `grace`."""
+        stop_all([self], grace)
+
+
+def stop_all(children: list["Child | None"], grace: float = 5.0) -> None:
+    """Stop children together: SIGTERM to every group, then SIGKILL to whatever is left
+    after `grace` seconds (a SuperNode says goodbye to its SuperLink first)."""
+    kids = [c for c in children if c is not None]
+    for c in kids:
+        if c.proc.poll() is None:
+            c.signal(signal.SIGTERM)
+    t_end = time.monotonic() + grace
+    for c in kids:
+        try:
+            c.proc.wait(max(0.0, t_end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for c in kids:
+        c.signal(signal.SIGKILL)  # the rest, and children left in the group
+        try:
+            c.proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            pass
+        c._f.close()
 
 
 # --------------------------------------------------------------------------- the SuperLink side
@@ -359,6 +373,9 @@ def follow(path: Path, link: Child, on_record, *, start: int = 0, timeout: float
                     on_record(rec)
                     if rec.get("event") == "done":
                         return recs
+                    if rec.get("event") == "failed":
+                        raise TinyolError(f"tinyol's ServerApp failed: {rec['error']}",
+                                          hint=f"the SuperLink's log: {link.log}")
             pos = end
         if not link.alive():
             raise TinyolError(f"the SuperLink stopped (exit {link.proc.returncode}) before the run ended",

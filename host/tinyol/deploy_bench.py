@@ -78,7 +78,8 @@ class Relays:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, root: Path, insecure: bool) -> dict:
+def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, root: Path, insecure: bool,
+             batch: int = 10) -> dict:
     from . import deploy as D
     from .emulator import free_port
     names = [f"board{i}" for i in range(n)]
@@ -94,14 +95,18 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
     try:
         if not insecure:
             D.register_keys(f"127.0.0.1:{port}", tls, [root / "certs" / f"{x}.pub" for x in names], env)
-        for i, x in enumerate(names):
+        def start(i):
+            x = names[i]
             nc = {"name": x, "twin": 1, "model": model, "data": data, "split": split, "parts": n, "part": i,
                   "state": str(root / "gateway")}
-            nodes.append(D.start_supernode(f"127.0.0.1:{relays.ports[i]}", x, nc, free_port(),
-                                           root / "gateway" / f"{x}.log", tls=D.Tls(tls.ca),
-                                           key=None if insecure else root / "certs" / f"{x}.key", env=env))
-        for c in nodes:
-            D.node_started(c, timeout=1800)
+            return D.start_supernode(f"127.0.0.1:{relays.ports[i]}", x, nc, free_port(),
+                                     root / "gateway" / f"{x}.log", tls=D.Tls(tls.ca),
+                                     key=None if insecure else root / "certs" / f"{x}.key", env=env)
+        for lo in range(0, n, batch):  # in batches: 2n Python start-ups at once time out on a small machine
+            group = list(range(lo, min(n, lo + batch)))
+            nodes += [start(i) for i in group]
+            for i in group:
+                D.node_started(nodes[i], timeout=1800)
         t_nodes = time.monotonic() - t0
         snaps = [relays.snapshot()]
         app = D.write_app(root / "app")
@@ -125,8 +130,7 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
                         "wire_up_per_node": float(np.mean(up)), "wire_down_per_node": float(np.mean(down))})
         out.update(superlink_start_s=t_link, nodes_up_s=t_nodes, rounds=per)
     finally:
-        for c in nodes:
-            c.stop()
+        D.stop_all(nodes)
         link.stop()
         relays.stop()
     return out

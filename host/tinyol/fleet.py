@@ -20,7 +20,10 @@ A board is wrapped in a Flower client (:class:`BoardClient`, a ``NumPyClient``);
 host talks to it through a :class:`BoardProxy` (a Flower ``ClientProxy``), the server's
 view of a client. The same client wraps a real board, an emulated one or the numpy
 twin (:class:`TwinBoard`, tinyol.learner), so the experiment also runs in Flower's
-simulation engine (:func:`run_flower_simulation`) with hundreds of virtual boards.
+simulation engine (:func:`run_flower_simulation`) with hundreds of virtual boards, and
+over Flower's deployment engine (tinyol.fleet_app: a SuperNode per board on its gateway,
+a SuperLink aggregates). Two transports, one round: a board's part is
+``BoardClient.fit``, the server's part :func:`close_round` (Flower's strategy).
 
 Faults. A board that fails during a round (the link dies, it resets, a PULL is cut
 off) is dropped from that round: its result is a failure, never part of the

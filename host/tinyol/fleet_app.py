@@ -43,6 +43,7 @@ from . import fleet as F
 from .errors import TinyolError
 
 STATE_FILE = "deploy_state.json"
+PUSH_BATCH = 8  # messages per push to the SuperLink (50 at once outlived Flower's push session here)
 
 # The run config the ServerApp reads (tinyol superlink passes every one of them).
 RUN_DEFAULTS = {
@@ -339,6 +340,27 @@ class DeployedFleet:
             out.append(Message(content, dst_node_id=n, message_type=mtype))
         return out
 
+    def exchange(self, nodes: list[int], msgs: list[Message]) -> list[tuple[int, Message]]:
+        """Push the messages, pull the replies until every node answered or the round
+        timeout passed (Flower's send_and_receive, with each reply paired with the node the
+        message went to: an error the SuperLink writes for a node that went away comes from
+        the SuperLink, not from the node)."""
+        ids: list[str] = []
+        for lo in range(0, len(msgs), PUSH_BATCH):  # one push session per batch: a session can expire
+            ids += list(self.grid.push_messages(msgs[lo:lo + PUSH_BATCH]))
+        to = dict(zip(ids, nodes))
+        pending, out = set(ids), []
+        t_end = time.monotonic() + float(self.rc["round-timeout"])
+        while pending and time.monotonic() < t_end:
+            for rep in self.grid.pull_messages(list(pending)):
+                mid = rep.metadata.reply_to_message_id
+                if mid in pending:
+                    pending.discard(mid)
+                    out.append((to[mid], rep))
+            if pending:
+                time.sleep(1.0)  # polling the SuperLink, as send_and_receive does
+        return out
+
     def run_round(self) -> dict:
         r = self.round + 1
         nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self.grid.get_node_ids())
@@ -346,11 +368,10 @@ class DeployedFleet:
         t0 = time.monotonic()
         msgs = self._messages(nodes, "train", k=int(self.rc["every"]), round=r)
         down = sum(m.content["params"].count_bytes() for m in msgs)
-        replies = list(self.grid.send_and_receive(msgs, timeout=float(self.rc["round-timeout"])))
+        replies = self.exchange(nodes, msgs)
         results, failures, rows, pulls = [], [], {}, {}
         answered = set()
-        for rep in replies:
-            node = rep.metadata.src_node_id
+        for node, rep in replies:
             answered.add(node)
             name = self.names.get(node, f"node{node}")
             if rep.has_error():
@@ -394,9 +415,8 @@ class DeployedFleet:
     def push_last(self) -> list[str]:
         """Send the last aggregate to every node (nothing learned); the nodes that took it."""
         nodes = sorted(self.grid.get_node_ids())
-        replies = self.grid.send_and_receive(self._messages(nodes, "evaluate"),
-                                             timeout=float(self.rc["round-timeout"]))
-        return sorted(str(r.content["metrics"]["board"]) for r in replies if not r.has_error())
+        replies = self.exchange(nodes, self._messages(nodes, "evaluate"))
+        return sorted(str(r.content["metrics"]["board"]) for _, r in replies if not r.has_error())
 
     def run(self) -> None:
         if self.resume():
@@ -415,5 +435,13 @@ server_app = ServerApp()
 @server_app.main()
 def main(grid: Grid, context: Context) -> None:
     rc = {**RUN_DEFAULTS, **dict(context.run_config)}
-    DeployedFleet(grid, rc, on_record=lambda rec: print("tinyol:", json.dumps(rec, default=F._jsonable),
-                                                        flush=True)).run()
+    fleet = None
+    try:
+        fleet = DeployedFleet(grid, rc, on_record=lambda rec: print("tinyol:", json.dumps(rec, default=F._jsonable),
+                                                                    flush=True))
+        fleet.run()
+    except Exception as e:  # noqa: BLE001 - told to whoever follows the log, then Flower's own report
+        if rc.get("log"):
+            with open(str(rc["log"]), "a") as f:
+                f.write(json.dumps({"event": "failed", "error": f"{type(e).__name__}: {e}"}) + "\n")
+        raise

@@ -258,7 +258,6 @@ def cmd_gateway(superlink, ports, emulate, twins, keys, ca, insecure, model, dat
                 click.echo(f"  {node.name}: refused or gone: {e}", err=True)
         D.supervise(nodes, pool, on_event=lambda msg: click.echo(msg, err=True))
     finally:
-        for node in nodes:
-            node.stop()
+        D.stop_all(nodes)
         if pool is not None:
             pool.stop()
