@@ -180,6 +180,8 @@ def main(argv=None) -> None:
     ap.add_argument("--ray", action="store_true", help="also run Flower's simulation engine (slow)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
+    from .deploy import exit_on_sigterm
+    exit_on_sigterm()  # a stopped benchmark stops its SuperLink and SuperNodes
     from .paths import example_model
     model = str(Path(a.model).resolve()) if a.model else str(example_model("digits"))
     res = {"config": vars(a)}
