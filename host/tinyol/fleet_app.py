@@ -139,7 +139,7 @@ def _open_board(nc: dict, model_dir: str, context: Context):
     name = str(nc.get("name", f"node{context.node_id}"))
     learn = str(nc.get("learn", "")) or None
     if "port" in nc:
-        from .commands.stream import load_manifest
+        from .model_folder import load_manifest
         board = F.DeviceBoard(name, str(nc["port"]), load_manifest(model_dir), learn_mode=learn,
                               model_dir=model_dir, window=int(nc.get("window", 4)),
                               timeout=float(nc.get("timeout", 1.0)))
