@@ -47,7 +47,10 @@ TARGET_FC = 0.60            # FULLY_CONNECTED-bound models
 TARGET_TRAIN = 40_000       # train step, 1 new + 16 replayed, D = 32, C = 10
 TARGET_AE = 150_000         # 640-output autoencoder step
 TARGET_PREDICT = 1_500
-FC_BOUND = {"anomaly"}      # models whose MACs are (almost) all FULLY_CONNECTED
+FC_BOUND = {"anomaly"}
+# TFLM operators tinyol does not run: aliases in its memory plan, and (when they only compute the
+# int32 shape of a RESHAPE, as in a converted Flatten) shape-only ops dropped by codegen
+_ALIAS_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}      # models whose MACs are (almost) all FULLY_CONNECTED
 
 
 def backbone_sha16(model_dir: Path) -> str | None:
@@ -77,6 +80,8 @@ class ModelBench:
     error: str | None = None
     sha16: str | None = None
     board: str = BOARD
+    input_size: int | None = None
+    learner_bytes: int | None = None
 
     @property
     def instr_per_mac(self) -> float | None:
@@ -95,13 +100,14 @@ def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> M
     path = Path(model_dir) if Path(model_dir).is_absolute() else root / model_dir
     manifest = json.loads((path / "manifest.json").read_text())
     mem = manifest.get("memory", {})
-    board = MODEL_BOARDS.get(manifest["name"], BOARD)
+    board = MODEL_BOARDS.get(manifest["name"]) or manifest.get("board") or BOARD
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),
                    arena_bytes=mem.get("arena_bytes"), tflm_arena_bytes=mem.get("tflm_arena_bytes"),
                    latent_dim=manifest["latent"]["dim"],
                    outputs=manifest["head"].get("out_dim") or manifest["head"].get("max_classes"),
                    trained_layers=len(manifest.get("stage", {}).get("layers", [None])),
-                   sha16=backbone_sha16(path), board=board)
+                   sha16=backbone_sha16(path), board=board,
+                   input_size=manifest.get("input", {}).get("size"), learner_bytes=mem.get("learner_bytes"))
     try:
         res = build(BuildConfig(board, str(model_dir), kernels, test_build=True))
     except TinyolError as e:
@@ -223,6 +229,56 @@ def _target_line(name: str, value, target, ok_text: str, why: str, fmt=_fmt, le=
     return f"- {name}: **missed** — {fmt(value)} vs {fmt(target)}, gap {fmt(value - target) if fmt is _fmt else f'{value - target:+.3f}'}. {why}"
 
 
+# What a real board's link carries (8N1: 10 bits per byte). 115200 is the firmware's default;
+# 921600 is a rate the ST-LINK/V2-1 VCP (Nucleo-L476RG/L432KC, B-L475E-IOT01A) and common host
+# drivers accept; the firmware's USART at 80 MHz (oversampling 16) reaches 5 Mbaud.
+LINK_BAUDS = (115_200, 921_600)
+CPU_HZ = 80_000_000
+
+
+def _frame_bytes(input_size: int, stream: list[dict] | None) -> tuple[float, float]:
+    """(bytes out, bytes in) per SAMPLE exchange for an input of `input_size` int8 values: the
+    measured digits frames (64 input bytes) with the input part swapped, else the protocol's
+    fixed part (header 6 + CRC 4 + COBS 1 + delimiter 1 + label/encoding 3; reply 30)."""
+    out_fixed, reply = 15.0, 30.0
+    st = next((r for r in stream or [] if r.get("bytes_out_per_sample")), None)
+    if st:
+        out_fixed, reply = st["bytes_out_per_sample"] - 64, st["bytes_in_per_sample"]
+    return input_size + out_fixed + input_size // 254, reply
+
+
+def _board_section(results: list[ModelBench], compare: dict, stream: list[dict] | None) -> list[str]:
+    rows = [r for r in results if r.kernels == "simd" and r.train_instr and r.input_size]
+    if not rows and not any(c is not None and c.ours for c in compare.values()):
+        return []
+    lines = ["", "## On a board: time at 80 MHz and samples per second while learning", "",
+             "Time = instructions / 80 MHz: a **floor** — a real STM32L4 at 80 MHz runs flash with 4 wait states",
+             "(the ART accelerator hides most, not all), and loads, `SMLAD`'s neighbours, divisions and taken",
+             "branches take more than one cycle, so a board needs somewhat longer (QEMU counts instructions, not",
+             "cycles). A learning sample costs backbone + prediction + training step (firmware, SIMD kernels).",
+             "Sustained samples/s is the lower of what the CPU allows (that floor) and what the serial link carries",
+             "for the SAMPLE frames (8N1; the busier direction bounds it; frame sizes as measured for digits, the",
+             "input part swapped). 115200 baud is the firmware's default; 921600 is a rate the boards' ST-LINK/V2-1",
+             "USB VCP accepts (the L4R5ZI's STLINK-V3E goes higher) — the firmware's baud would have to be raised.",
+             "",
+             "| model | backbone, ms (floor) | TFLM+CMSIS-NN backbone, ms | sample (backbone + predict + train), instr "
+             "| ms (floor) | CPU-bound samples/s | bytes out / in | samples/s at 115200 | at 921600 |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        c = compare.get(r.model)
+        t = c.tflm.get("cmsis_nn") if c is not None else None
+        bb = r.backbone_instr or 0
+        total = bb + (r.predict_instr or 0) + r.train_instr
+        cpu = CPU_HZ / total
+        out_b, in_b = _frame_bytes(r.input_size, stream)
+        link = [baud / 10 / max(out_b, in_b) for baud in LINK_BAUDS]
+        sust = [f"{min(cpu, lk):,.0f}{' (link)' if lk < cpu else ' (CPU)'}" for lk in link]
+        lines.append(f"| {r.model} | {bb / CPU_HZ * 1e3:.3f} | "
+                     f"{(f'{t.instructions / CPU_HZ * 1e3:.3f}' if t else '–')} | {total:,} | {total / CPU_HZ * 1e3:.3f} "
+                     f"| {cpu:,.0f} | {out_b:.0f} / {in_b:.0f} | {sust[0]} | {sust[1]} |")
+    return lines
+
+
 def render(results: list[ModelBench], stream: list[dict] | None = None, *, compare: dict | None = None,
            tflm_source: str | None = None, learner: dict | None = None) -> str:
     """docs/benchmarks.md. `compare`: model -> tflm_bench.Comparison (live TFLM), else anchors."""
@@ -263,7 +319,7 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         c = compare.get(m)
         sha = (base.sha16 if base else None) or (c.sha16 if c else None)
         simd_i = simd.backbone_instr if simd and simd.backbone_instr else (c.ours.instructions if c and c.ours else None)
-        macs = (base.macs if base else None) or (TFLM_ANCHORS.get(sha, {}).get("macs"))
+        macs = (base.macs if base else None) or (getattr(c, "macs", None) if c else None) or (TFLM_ANCHORS.get(sha, {}).get("macs"))
         if c is not None and c.tflm:
             t_ref = c.tflm.get("reference")
             t_cm = c.tflm.get("cmsis_nn")
@@ -298,7 +354,8 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
     if any(c is not None and c.ours and c.tflm.get("cmsis_nn") for c in compare.values()):
         lines += ["", "## Per operator: tinyol SIMD vs TFLM + CMSIS-NN (live)", "",
                   "Each operator timed inside the harnesses (TFLM: every registration's invoke wrapped in a",
-                  "timer; tinyol: every kernel call of a copy of backbone.c). RESHAPE is free in tinyol (it aliases).",
+                  "timer; tinyol: every kernel call of a copy of backbone.c). RESHAPE is free in tinyol (it aliases), and so",
+                  "are the SHAPE/STRIDED_SLICE/PACK ops of a converted Flatten (codegen drops them).",
                   "",
                   "| model | # | operator | tinyol SIMD | TFLM + CMSIS-NN | ratio |",
                   "|---|--:|---|--:|--:|--:|"]
@@ -309,33 +366,44 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
             k = 0
             for i, (name, t) in enumerate(c.tflm["cmsis_nn"].ops):
                 o = None
-                if name != "RESHAPE" and k < len(ours_ops) and ours_ops[k][0] == name:
+                if name not in _ALIAS_OPS and k < len(ours_ops) and ours_ops[k][0] == name:
                     o = ours_ops[k][1]
                     k += 1
-                lines.append(f"| {m} | {i} | {name} | {_fmt(o) if name != 'RESHAPE' else '0 (alias)'} | {_fmt(t)} "
+                free = "0 (alias)" if name in _ALIAS_OPS else "0 (shape only: dropped)"
+                lines.append(f"| {m} | {i} | {name} | {_fmt(o) if o is not None else free} | {_fmt(t)} "
                              f"| {_ratio(o, t) if o else '–'} |")
     lines += ["", "## Memory (like with like)", "",
               "TFLM's `arena_used_bytes` includes its input/output tensors and metadata; tinyol's arena",
               "excludes the caller's input and latent buffers, so both are shown, plus the peak stack of one",
               "inference (measured: the harness paints the stack, runs the model, and finds the deepest",
               "overwritten word; it includes one SysTick interrupt frame, ≤ 104 B). Flash is the whole harness",
-              "image (runtime, kernels, model constants) — the firmware's own figures follow.",
+              "image (runtime, kernels, model constants) — the firmware's own figures follow. Peak RAM adds the",
+              "on-device learner's memory (head weights, replay buffer, scratch: the manifest's `learner_bytes`),",
+              "which a TFLM-based firmware would need just the same: tinyol = arena + input + latent + stack +",
+              "learner; TFLM = arena used (includes its input/output tensors) + stack + learner.",
               "",
               "| model | tinyol arena | + input + latent | tinyol peak stack | TFLM arena used | TFLM peak stack "
-              "| harness flash tinyol / TFLM+CMSIS-NN | firmware flash | firmware SRAM1 / SRAM2 |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| peak RAM tinyol / TFLM+CMSIS-NN | harness flash tinyol / TFLM+CMSIS-NN | firmware flash "
+              "| firmware SRAM1 / SRAM2 |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in models:
         r = by.get((m, "simd")) or by.get((m, "ref"))
         c = compare.get(m)
         sha = (r.sha16 if r else None) or (c.sha16 if c else None)
         a = TFLM_ANCHORS.get(sha or "", {})
         arena = r.arena_bytes if r else None
-        io = (arena + (c.input_bytes if c else 0) + (r.latent_dim or 0)) if (r and arena is not None and c) else None
+        if arena is None and c is not None:
+            arena = getattr(c, "arena_bytes", None)     # measured by the harness only
+        latent = (r.latent_dim if r else None) or getattr(c, "latent_bytes", None)
+        io = (arena + c.input_bytes + (latent or 0)) if (arena is not None and c) else None
         t = c.tflm.get("cmsis_nn") if c else None
+        learner_b = (r.learner_bytes if r else None) or getattr(c, "learner_bytes", None) or 0
+        peak_ours = io + c.ours.stack + learner_b if (io is not None and c and c.ours) else None
+        peak_tflm = t.arena + t.stack + learner_b if (t and t.arena) else None
         lines.append(
             f"| {m} | {_fmt(arena)} | {_fmt(io)} | {_fmt(c.ours.stack if c and c.ours else None)} "
             f"| {_fmt(t.arena if t else a.get('arena'))}{'' if t else (' (anchor)' if a else '')} "
-            f"| {_fmt(t.stack if t else None)} "
+            f"| {_fmt(t.stack if t else None)} | {_fmt(peak_ours)} / {_fmt(peak_tflm)} "
             f"| {_fmt(c.ours.flash if c and c.ours else None)} / {_fmt(t.flash if t else None)} "
             f"| {_fmt(r.flash_used if r else None)} | {_fmt(r.ram_used if r else None)} / {_fmt(r.ram2_used if r else None)} |")
     lines += ["", "## Learner: instructions per prediction and per training step", "",
@@ -387,12 +455,14 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
             lines.append(f"| {st['target']} | {st['window']} | {st['samples_per_s']:.0f} | {st['bytes_per_s']:.0f} "
                          f"| {st['bytes_out_per_sample']:.0f} / {st['bytes_in_per_sample']:.0f} "
                          f"| {st['uart_samples_per_s']:.0f} | {f'{frac:.1f}x' if frac else '–'} |")
+    lines += _board_section(results, compare, stream)
     # ---- targets (issue 14)
     lines += ["", "## Targets", ""]
     for m in models:
         if m not in ratios:
             continue
-        tgt = TARGET_FC if m in FC_BOUND else TARGET_CONV
+        c = compare.get(m)
+        tgt = TARGET_FC if m in FC_BOUND or getattr(c, "fc_bound", False) else TARGET_CONV
         lines.append(_target_line(f"{m} backbone vs TFLM + CMSIS-NN", ratios[m], tgt, "",
                                   "See docs/kernels.md: the remaining instructions and the SMLAD floor.",
                                   fmt=lambda v: f"{v:.3f}x"))
@@ -402,12 +472,12 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
             continue
         ours_ops = [o for o in c.ours.ops]
         k = 0
-        for name, t in c.tflm["cmsis_nn"].ops:
-            if name == "RESHAPE":
+        for i, (name, t) in enumerate(c.tflm["cmsis_nn"].ops):
+            if name in _ALIAS_OPS:
                 continue
             if k < len(ours_ops) and ours_ops[k][0] == name:
                 if ours_ops[k][1] > t:
-                    slower.append(f"{m} #{k} {name} {ours_ops[k][1] / t:.2f}x")
+                    slower.append(f"{m} #{i} {name} {ours_ops[k][1] / t:.2f}x")
                 k += 1
     if live:
         lines.append("- never slower than CMSIS-NN on a single operator: " + (
