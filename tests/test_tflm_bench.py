@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tinyol import bench, tflm_bench
@@ -111,12 +112,15 @@ def test_arena_layout_splits_only_above_one_sram_block():
 
 @pytest.mark.slow
 @pytest.mark.qemu
-def test_bench_tflm_on_a_users_converted_model_with_flatten(tmp_path):
-    """`tinyol bench --model DIR --tflm ...` on a model this repo did not write: a Keras CNN with
-    Flatten converted by TensorFlow (SHAPE/STRIDED_SLICE/PACK/RESHAPE in backbone.tflite) and
-    exported by tinyol to a temp folder."""
+def test_bench_tflm_on_a_users_converted_model_with_flatten(tmp_path, capsys):
+    """`tinyol bench --model DIR --tflm ...` on a model this repo did not write: a Keras CNN
+    ending in Flatten, converted by TensorFlow as a user would (dynamic batch: SHAPE,
+    STRIDED_SLICE, PACK, RESHAPE in the file), exported by tinyol to a temp folder."""
     if not SHARED_TFLM.is_dir() or shutil.which("arm-none-eabi-g++") is None:
         pytest.skip("needs ../shared/tflm and arm-none-eabi-g++")
+    import json
+
+    from _kernel_util import convert
     from tinyol.export import import_tf
 
     import_tf()
@@ -134,36 +138,32 @@ def test_bench_tflm_on_a_users_converted_model_with_flatten(tmp_path):
     x = L.DepthwiseConv2D(3, padding="same")(x)
     x = L.Activation("tanh")(x)
     x = L.Flatten()(x)
-    x = L.Dense(16, activation="sigmoid")(x)
-    out = L.Dense(4, name="head")(x)
-    keras.Model(inp, out).save(tmp_path / "user.keras")
+    out = L.Dense(16, activation="sigmoid")(x)
+    (tmp_path / "user.tflite").write_bytes(convert(keras.Model(inp, out), (12, 12, 2)))
     mdir = tmp_path / "user_model"
-    assert cli_main(["export", str(tmp_path / "user.keras"), "--out", str(mdir), "--name", "user_cnn"]) == 0
+    assert cli_main(["export", str(tmp_path / "user.tflite"), "--out", str(mdir), "--name", "user_cnn",
+                     "--split", "none", "--classes", "4"]) == 0
     tfl_ops = [op.opname for op in load_model(mdir / "backbone.tflite").operators]
     assert {"SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "TANH", "LOGISTIC", "MAX_POOL_2D"} <= set(tfl_ops), tfl_ops
+    capsys.readouterr()
 
     rc = cli_main(["bench", "--model", str(mdir), "--tflm", str(SHARED_TFLM), "--tflm-variants", "cmsis_nn",
                    "--no-firmware", "--json"])
-    assert rc == 0
+    text = capsys.readouterr().out
+    assert rc == 0, text
     report = (mdir / "benchmarks.md").read_text()
     row = next(ln for ln in report.splitlines() if ln.startswith("| user_cnn |"))
     assert "byte-equal" in row
-
-    import pickle
-
-    from tinyol.paths import project_dir
-
-    state = pickle.loads((project_dir() / "build" / "bench" / "last_run.pkl").read_bytes())
-    c = state["compare"]["user_cnn"]
-    t = c.tflm["cmsis_nn"]
+    c = json.loads(text[text.index("\n{") + 1:])["tflm"]["user_cnn"]
+    t = c["tflm"]["cmsis_nn"]
     # TFLM ran every operator of the file, the shape-only chain included, in the file's order
-    assert [n for n, _ in t.ops] == tfl_ops
+    assert [n for n, _ in t["ops"]] == tfl_ops
     # ours ran every operator codegen kept (the shape chain and RESHAPE are gone)
-    assert [n for n, _ in c.ours.ops] == [n for n in tfl_ops if n not in
-                                          {"SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE"}]
+    assert [n for n, _ in c["ours"]["ops"]] == [n for n in tfl_ops if n not in
+                                                {"SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE"}]
     # the harness's TFLM output is TFLM's Python runtime's output for the same input
-    x = np.random.default_rng(0).integers(-128, 128, c.input_bytes, dtype=np.int8)
+    x = np.random.default_rng(0).integers(-128, 128, c["input_bytes"], dtype=np.int8)
     want = run_tflm(mdir / "backbone.tflite", x[None]).astype(np.int8).tobytes()
-    assert t.output == want == c.ours.output
-    assert t.arena and 0 < t.arena < 80 * 1024
-    assert abs(sum(v for _, v in t.ops) - t.instructions) < 0.02 * t.instructions
+    assert bytes.fromhex(t["output"]) == want == bytes.fromhex(c["ours"]["output"])
+    assert 0 < t["arena"] < 80 * 1024
+    assert abs(sum(v for _, v in t["ops"]) - t["instructions"]) < 0.02 * t["instructions"]

@@ -28,8 +28,9 @@ DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "
 @click.option("--tflm-variants", default="cmsis_nn,reference", show_default=True,
               help="TFLM builds to measure with --tflm.")
 @click.option("--no-firmware", is_flag=True,
-              help="Skip the firmware builds and runs (per-model predict/train rows): with --tflm, only "
-                   "the bare-metal harness side by side.")
+              help="Skip the firmware builds and runs (per-model rows, learner, streaming): with --tflm, only "
+                   "the bare-metal harness side by side. For the example models the report keeps the "
+                   "firmware results of the last run (build/bench/last_run.pkl), if there is one.")
 @click.option("--no-latent256", is_flag=True, help="Skip the learner benchmark at latent size 256.")
 @click.option("--stream/--no-stream", default=None,
               help="Also measure streaming throughput (default: on, off with --model).")
@@ -58,7 +59,7 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     if out is None:
         out = str(Path(model_dirs[0]) / "benchmarks.md") if model_dirs else "docs/benchmarks.md"
     if stream is None:
-        stream = not model_dirs
+        stream = not model_dirs and not no_firmware
     if rerender:
         from ..errors import TinyolError
 
@@ -92,7 +93,7 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
         results.append(bench.bench_model(str(d), "simd", echo=click.echo))
     work = project_dir() / "build" / "bench"  # the user's folder
     learner = None
-    if not model_dirs:
+    if not model_dirs and not no_firmware:
         click.echo("measuring the learner by part (harness) ...")
         learner = tflm_bench.run_learner_profile(work / "learner")
     compare = {}
@@ -120,9 +121,14 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     src = None
     if tflm_dir:
         src = os.path.relpath(Path(tflm_dir).resolve(), project_dir())
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
-                                    "src": src, "learner": learner}))
+    if no_firmware and not model_dirs and saved.is_file():
+        last = pickle.loads(saved.read_bytes())
+        results, stream_rows, learner = last["results"], last["stream"], last["learner"]
+        click.echo("firmware rows, learner and streaming: from the last run (build/bench/last_run.pkl)")
+    if not model_dirs:          # a user's model folder never replaces the example models' last run
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
+                                        "src": src, "learner": learner}))
     report = bench.render(results, stream_rows, compare=compare, tflm_source=src, learner=learner)
     Path(out).write_text(report)
     click.echo(f"wrote {out}")
