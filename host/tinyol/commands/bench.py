@@ -120,7 +120,8 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
                        f"{r['bytes_per_s']:.0f} bytes/s")
     src = None
     if tflm_dir:
-        src = os.path.relpath(Path(tflm_dir).resolve(), project_dir())
+        # as the user wrote it (../shared/tflm is a symlink: resolving it would show its target)
+        src = os.path.normpath(tflm_dir) if not os.path.isabs(tflm_dir) else os.path.relpath(tflm_dir, project_dir())
     if no_firmware and not model_dirs and saved.is_file():
         last = pickle.loads(saved.read_bytes())
         results, stream_rows, learner = last["results"], last["stream"], last["learner"]
