@@ -7,6 +7,7 @@ INFO record (linker symbols) and the exporter's manifest (our arena vs TFLM's).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .device import Device
 from .errors import TinyolError
 from .firmware import BuildConfig, build
 from .icount import Session
+from .model_folder import read_manifest
 from .paths import project_root
 
 BOARD = "nucleo_l476rg"
@@ -54,8 +56,6 @@ _ALIAS_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}      # models whose MACs are 
 
 
 def backbone_sha16(model_dir: Path) -> str | None:
-    import hashlib
-
     p = Path(model_dir) / "backbone.tflite"
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else None
 
@@ -98,7 +98,7 @@ def _fill_replay(dev: Device, rng: np.random.Generator, n: int) -> None:
 def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> ModelBench:
     root = project_root()
     path = Path(model_dir) if Path(model_dir).is_absolute() else root / model_dir
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_manifest(path)
     mem = manifest.get("memory", {})
     board = MODEL_BOARDS.get(manifest["name"]) or manifest.get("board") or BOARD
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),

@@ -20,7 +20,10 @@ A board is wrapped in a Flower client (:class:`BoardClient`, a ``NumPyClient``);
 host talks to it through a :class:`BoardProxy` (a Flower ``ClientProxy``), the server's
 view of a client. The same client wraps a real board, an emulated one or the numpy
 twin (:class:`TwinBoard`, tinyol.learner), so the experiment also runs in Flower's
-simulation engine (:func:`run_flower_simulation`) with hundreds of virtual boards.
+simulation engine (:func:`run_flower_simulation`) with hundreds of virtual boards, and
+over Flower's deployment engine (tinyol.fleet_app: a SuperNode per board on its gateway,
+a SuperLink aggregates). Two transports, one round: a board's part is
+``BoardClient.fit``, the server's part :func:`close_round` (Flower's strategy).
 
 Faults. A board that fails during a round (the link dies, it resets, a PULL is cut
 off) is dropped from that round: its result is a failure, never part of the
@@ -37,6 +40,7 @@ import concurrent.futures as cf
 import json
 import math
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +48,17 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .datasets import load_source
+from .device import Device
 from .errors import TinyolError
+from .learner import MODES, LearnerError, dequantize
+from .model_folder import check_device_model, input_q, quantize
+from .simulation import evaluate, latents, learner_settings, load_model, make_learner
+from .stage import CONV, DENSE, DWCONV, TRAIN_ALL, TRAIN_BIAS, stage_hash, trained_part
+from .stream import Stream
+
+# Lazy on purpose: Flower (flwr, the optional extra tinyol[fleet]) and matplotlib are imported
+# where they are used; both take seconds to load and a twin fleet without plots needs neither.
 
 STRATEGIES = ("fedavg", "fedavgm", "fedmedian", "fedtrimmedavg", "fedprox", "fedadam",
               "fedyogi", "fedadagrad", "none")
@@ -113,8 +127,13 @@ class Shape:
 
 
 def _layer_shapes(layer) -> list[tuple[int, ...]]:
-    """Flower arrays of one stage layer: W in tol_stage.h's layout, then b (none for GAP)."""
-    from .stage import CONV, DENSE, DWCONV
+    """Flower arrays of one stage layer: what of it trains (the lean stage): W in tol_stage.h's
+    layout, then b; b alone for a layer that trains its biases; none for a frozen layer or
+    one without parameters."""
+    if layer.kind in (DENSE, CONV, DWCONV) and layer.train == TRAIN_BIAS:
+        return [(layer.out_c,)]
+    if layer.train != TRAIN_ALL:
+        return []
     if layer.kind == DENSE:
         w = (layer.out_c, layer.in_size)
     elif layer.kind == CONV:
@@ -128,8 +147,9 @@ def _layer_shapes(layer) -> list[tuple[int, ...]]:
 
 @dataclass
 class StageParams:
-    """An adaptive stage's parameters (docs/adaptive.md): the flat float32 vector in the
-    device's order (layer after layer, W then b) and the last layer's active rows."""
+    """An adaptive stage's trained parameters (docs/adaptive.md): the flat float32 vector in
+    the device's order (layer after layer, W then b, only what trains) and the last layer's
+    active rows."""
     layers: list
     params: np.ndarray
     active: np.ndarray
@@ -137,7 +157,7 @@ class StageParams:
     def __post_init__(self):
         self.params = np.asarray(self.params, np.float32).reshape(-1)
         self.active = np.asarray(self.active).astype(bool).reshape(-1)
-        n = sum(l.n_params for l in self.layers)
+        n = sum(l.n_train for l in self.layers)
         if self.params.size != n or self.active.size != self.layers[-1].out_c:
             raise TinyolError(f"stage parameters do not fit the stage: {self.params.size} parameters and "
                               f"{self.active.size} flags for {n} and {self.layers[-1].out_c}")
@@ -170,7 +190,7 @@ class StageParams:
 
     @classmethod
     def from_image(cls, layers: list, image: bytes) -> "StageParams":
-        n = sum(l.n_params for l in layers)
+        n = sum(l.n_train for l in layers)
         rows = layers[-1].out_c
         if len(image) != 4 * n + rows:
             raise TinyolError(f"a stage image of {len(image)} bytes does not fit a stage of {n} parameters "
@@ -185,7 +205,6 @@ class StageParams:
 
     @property
     def shape(self) -> Shape:
-        from .stage import stage_hash
         return Shape("stage", rows=int(self.active.size), dim=int(self.layers[0].in_size),
                      params=int(self.params.size), layers=len(self.layers),
                      stage_hash=stage_hash(self.layers))
@@ -196,7 +215,7 @@ def initial_params(model) -> "Head | StageParams":
     its exported adaptive stage (first n_init classes active)."""
     if model.stage is not None:
         layers, params = model.stage
-        p = np.array(params, np.float32).reshape(-1)
+        p = trained_part(layers, np.array(params, np.float32).reshape(-1))
         last, k = layers[-1], model.n_init
         off = p.size - last.n_params  # the firmware zeroes the rows not active at export (tol_stage_reset)
         p[off + k * last.in_size:off + last.n_weights] = 0
@@ -256,7 +275,6 @@ def split_non_iid(y: np.ndarray, n_boards: int, spec: str = "iid", seed: int = 0
 
 def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) -> list[Shard]:
     """Load a source and deal it out to n boards (split_non_iid); Q = latents_of(X) if given."""
-    from .datasets import load_source
     X, y, _ = load_source(data)
     Q = latents_of(X) if latents_of is not None else None
     parts = split_non_iid(y, n, split, seed)
@@ -265,8 +283,6 @@ def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) ->
 
 def latents_fn(model_dir: str):
     """X -> the board's int8 latents (TFLM's runtime on the backbone; inputs quantized as the host does)."""
-    from .simulation import latents, load_model
-    from .device import quantize
     model = load_model(model_dir)
 
     def f(X):
@@ -314,14 +330,11 @@ class DeviceBoard(Board):
         self.dev = None
 
     def connect(self) -> None:
-        from .device import Device
-        from .stream import check_model
         self.close()
         dev = Device.open(self.url, timeout=max(self.timeout, 1.0))
         try:
-            check_model(dev.info, self.manifest, self.model_dir)
+            check_device_model(dev.info, self.manifest, self.model_dir)
             if self.learn_mode is not None:
-                from .learner import MODES
                 dev.set("mode", MODES[self.learn_mode])
         except BaseException:
             dev.close()
@@ -348,7 +361,6 @@ class DeviceBoard(Board):
         return self._d().info.boot_count
 
     def learn(self, rows) -> Learned:
-        from .stream import Stream
         dev = self._d()
         st = Stream(dev, self.manifest, mode="train", window=self.window, timeout=self.timeout,
                     model_dir=self.model_dir)
@@ -396,15 +408,12 @@ class DeviceBoard(Board):
 
     def prefill(self, shard: Shard) -> None:
         """REPLAY_ADD every sample: fill the board's replay buffer without training."""
-        from .device import quantize
-        from .stream import model_input_q
-        q = model_input_q(self.manifest)
+        q = input_q(self.manifest)
         dev = self._d()
         for x, label in zip(shard.X, shard.y):
             dev.replay_add(quantize(np.ravel(x), *q), int(label))
 
     def evaluate(self, shard: Shard) -> float:
-        from .stream import Stream
         st = Stream(self._d(), self.manifest, mode="eval", window=self.window, timeout=self.timeout,
                     model_dir=self.model_dir)
         s = st.run((i, shard.X[i], int(shard.y[i])) for i in range(len(shard)))
@@ -422,7 +431,6 @@ class TwinBoard(Board):
         return self.lrn.samples_seen
 
     def learn(self, rows) -> Learned:
-        from .learner import LearnerError
         out = Learned()
         for _, q, label in rows:
             pred, _ = self.lrn.predict(q)
@@ -453,7 +461,6 @@ class TwinBoard(Board):
 
     def push(self, params: "Head | StageParams") -> int:
         if self.is_stage:  # SET_STAGE's commit on the twin
-            from .learner import LearnerError
             if not isinstance(params, StageParams):
                 raise TinyolError(f"{self.name} trains an adaptive stage; it cannot take a one-layer head")
             try:
@@ -470,7 +477,6 @@ class TwinBoard(Board):
             self.lrn.replay_add(q, int(label))
 
     def evaluate(self, shard: Shard) -> float:
-        from .simulation import evaluate
         return float(np.mean(evaluate(self.lrn, shard.Q) == shard.y))
 
 
@@ -481,14 +487,12 @@ def _model_stage(model_dir) -> list | None:
             return None
     except (TypeError, OSError):
         return None
-    from .simulation import load_model
     return load_model(model_dir).stage[0]
 
 
 def make_twin(model, name: str, *, learn_mode: str | None = None, **over):
     """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings;
     `over`: learner_settings overrides, e.g. replay_capacity=200)."""
-    from .simulation import learner_settings, make_learner
     settings, replay = learner_settings(model, mode=learn_mode, **over)
     return TwinBoard(name, make_learner(model, settings, replay))
 
@@ -677,6 +681,70 @@ def aggregate(strategy, server_round: int, results: list[tuple[str, list[np.ndar
     return Head.from_ndarrays(arrays) if template is None else template.like(arrays)
 
 
+def write_params(path: Path, g: "Head | StageParams") -> None:
+    """An aggregate on disk (npz, written atomically): W, b, active, or a stage's flat
+    parameters, active and layer-list hash."""
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    if isinstance(g, StageParams):
+        np.savez(tmp, stage_params=g.params, active=g.active, stage_hash=np.int64(g.shape.stage_hash))
+    else:
+        np.savez(tmp, W=g.w, b=g.b, active=g.active)
+    os.replace(tmp, path)
+
+
+def read_params(path: Path, template: "Head | StageParams") -> tuple["Head | StageParams | None", str]:
+    """The inverse of write_params; None (and what was saved) when it does not fit `template`."""
+    z = np.load(path)
+    if "stage_params" in z.files:
+        saved = f"an adaptive stage 0x{int(z['stage_hash']):08x}"
+        if isinstance(template, StageParams) and int(z["stage_hash"]) == template.shape.stage_hash:
+            return StageParams(template.layers, z["stage_params"], z["active"]), saved
+        return None, saved
+    saved = f"a one-layer head W{list(z['W'].shape)}"
+    head = Head(z["W"], z["b"], z["active"].astype(bool))
+    if not isinstance(template, Head) or head.w.shape != template.w.shape:
+        return None, saved
+    return head, saved
+
+
+def ok_row(n: int, metrics: dict) -> dict:
+    """A round's log row for a board whose fit returned (both transports)."""
+    return {"status": "ok", "weight": n, **metrics}
+
+
+def dropped_row(error) -> dict:
+    """A round's log row for a board whose fit failed: the first line of why."""
+    return {"status": "dropped", "error": (str(error).splitlines() or [""])[0]}
+
+
+def close_round(strategy, r: int, results: list[tuple[str, list[np.ndarray], int, dict]],
+                failures: list, rows: dict, *, min_boards: int = 1, template=None):
+    """Close round r from what came back, whatever carried it (this host's threads, or
+    Flower's deployment engine, tinyol.fleet_app): the strategy aggregates the boards that
+    finished (if at least `min_boards` did), failures are Flower failures. Returns the
+    aggregate (None: nothing to push) and the round's log record."""
+    new = None
+    if strategy is not None and len(results) >= min_boards:
+        new = aggregate(strategy, r, results, failures, template=template)
+    record = {"round": r, "boards": rows, "aggregated": new is not None,
+              "aggregated_from": sorted(name for name, *_ in results) if new is not None else [],
+              "weights": {name: n for name, _, n, _ in results}}
+    return new, record
+
+
+def strategy_state(strategy) -> bytes:
+    """The strategy's own state (server momentum, Adam moments), pickled for a checkpoint."""
+    import pickle
+    return pickle.dumps({k: v for k, v in vars(strategy).items() if not callable(v)})
+
+
+def restore_strategy(strategy, state: "bytes | dict") -> None:
+    """Put a checkpoint's strategy state back (the inverse of strategy_state)."""
+    import pickle
+    vars(strategy).update(pickle.loads(state) if isinstance(state, bytes) else state)
+
+
 # --------------------------------------------------------------------------- the fleet loop
 class ShapeMismatch(TinyolError):
     """A board whose head or stage is not the fleet's (another export, another stage)."""
@@ -751,21 +819,14 @@ class Fleet:
         p = self._state_path()
         if p is None:
             return
-        import pickle
         p.parent.mkdir(parents=True, exist_ok=True)
         head = self.state_dir / f"global_head_r{self.version}.npz"
         if not head.exists():
-            tmp = self.state_dir / "global_head.tmp.npz"
-            g = self.global_head
-            if isinstance(g, StageParams):
-                np.savez(tmp, stage_params=g.params, active=g.active, stage_hash=np.int64(g.shape.stage_hash))
-            else:
-                np.savez(tmp, W=g.w, b=g.b, active=g.active)
-            os.replace(tmp, head)
+            write_params(head, self.global_head)
         strat = self.state_dir / f"strategy_r{self.version}.pkl"
         if self.strategy is not None and not strat.exists():
             tmp = strat.with_suffix(".tmp")
-            tmp.write_bytes(pickle.dumps({k: v for k, v in vars(self.strategy).items() if not callable(v)}))
+            tmp.write_bytes(strategy_state(self.strategy))
             os.replace(tmp, strat)
         state = {"round": self.round, "version": self.version, "pending_push": self.pending_push,
                  "head_file": head.name, "strategy_file": strat.name if self.strategy is not None else None,
@@ -782,23 +843,12 @@ class Fleet:
 
     def resume(self) -> bool:
         """Load the checkpoint if there is one; True when resumed."""
-        import pickle
         p = self._state_path()
         if p is None or not p.is_file():
             return False
         try:
             state = json.loads(p.read_text())
-            z = np.load(self.state_dir / state["head_file"])
-            if "stage_params" in z.files:
-                saved = f"an adaptive stage 0x{int(z['stage_hash']):08x}"
-                head = StageParams(self.template.layers, z["stage_params"], z["active"]) \
-                    if isinstance(self.template, StageParams) \
-                    and int(z["stage_hash"]) == self.template.shape.stage_hash else None
-            else:
-                saved = f"a one-layer head W{list(z['W'].shape)}"
-                head = Head(z["W"], z["b"], z["active"].astype(bool))
-                if not isinstance(self.template, Head) or head.w.shape != self.template.w.shape:
-                    head = None
+            head, saved = read_params(self.state_dir / state["head_file"], self.template)
             strat = pickle.loads((self.state_dir / state["strategy_file"]).read_bytes()) \
                 if state.get("strategy_file") else None
         except (OSError, ValueError, KeyError, pickle.UnpicklingError) as e:
@@ -813,7 +863,7 @@ class Fleet:
                               f"{self.cfg.strategy}", hint=f"resume with --strategy {state.get('strategy')}")
         self.global_head = head
         if strat is not None and self.strategy is not None:
-            vars(self.strategy).update(strat)
+            restore_strategy(self.strategy, strat)
         self.round, self.version = int(state["round"]), int(state["version"])
         self.pending_push = list(state.get("pending_push", []))
         self.log = list(state.get("log", []))
@@ -921,20 +971,19 @@ class Fleet:
                 m.alive = False
                 m.board.close()
                 failures.append(e)
-                rows[m.board.name] = {"status": "dropped", "error": str(e).splitlines()[0]}
+                rows[m.board.name] = dropped_row(e)
                 self.on_event("dropped", {"round": r, "board": m.board.name, "error": str(e)})
                 continue
             results.append((m.board.name, arrays, n, metrics))
-            rows[m.board.name] = {"status": "ok", "weight": n, **metrics}
+            rows[m.board.name] = ok_row(n, metrics)
         ok = {name for name, *_ in results}
         for m in self.members:
             if m.board.name in ok:
                 met = rows[m.board.name]
                 m.pos, m.seen = met["position"], met["samples_seen"]
                 m.holds = None  # it holds its own local head now
-        new = None
-        if self.strategy is not None and len(results) >= self.cfg.min_boards:
-            new = aggregate(self.strategy, r, results, failures, template=self.template)
+        new, record = close_round(self.strategy, r, results, failures, rows, min_boards=self.cfg.min_boards,
+                                  template=self.template)
         # per-board accuracy of the local heads, before they are overwritten
         last = (self.cfg.rounds is not None and r >= self.cfg.rounds) or \
             all(m.pos >= len(m.shard) or m.absent >= self.cfg.max_absent for m in self.members)
@@ -947,9 +996,6 @@ class Fleet:
             self.pending_push = sorted(m.board.name for m in self.members if m.alive)
         else:
             self.pending_push = []
-        record = {"round": r, "boards": rows, "aggregated": new is not None,
-                  "aggregated_from": sorted(ok) if new is not None else [],
-                  "weights": {name: n for name, _, n, _ in results}}
         self.log.append(record)
         self.checkpoint()                       # the aggregate is on disk before any PUSH
         self.on_event("aggregated", record)
@@ -1051,7 +1097,6 @@ def _jsonable(v):
 # --------------------------------------------------------------------------- Flower's simulation engine
 def head_accuracy(head: Head, Q: np.ndarray, y: np.ndarray, latent_q: tuple[float, int]) -> float:
     """Accuracy of a head on int8 latents (as the board predicts: inactive rows never win)."""
-    from .learner import dequantize
     z = dequantize(Q, *latent_q) @ head.w.T + head.b
     z[:, ~head.active] = -np.inf
     return float(np.mean(np.argmax(z, axis=1) == y))
@@ -1062,7 +1107,6 @@ def params_accuracy(model, params: "Head | StageParams", Q: np.ndarray, y: np.nd
     vectorised; a stage: the numpy twin of the firmware's stage with the image loaded)."""
     if isinstance(params, Head):
         return head_accuracy(params, Q, y, model.latent_q)
-    from .simulation import evaluate
     twin = make_twin(model, "eval")
     twin.push(params)
     return float(np.mean(evaluate(twin.lrn, Q) == np.asarray(y)))
@@ -1079,14 +1123,12 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
     in its node's ``context.state`` between rounds, as a real board keeps its RAM.
     Returns per-round records shaped like :class:`Fleet`'s log."""
     require_flower()
-    import pickle
 
     from flwr.client import ClientApp
     from flwr.common import ConfigRecord, ndarrays_to_parameters
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.simulation import run_simulation
 
-    from .simulation import load_model
     model = load_model(model_dir)
     initial = initial_params(model)
     rounds = cfg.rounds or max(1, max(-(-len(s) // cfg.k) for s in shards))

@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 from pathlib import Path
 
 import click
 
+from .. import bench, tflm_bench
+from ..errors import TinyolError
 from ..options import emit_json
 from ..paths import models_dir, project_dir
+from ..stream import bench_emulators
 
 DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "mobilenet_v1_vww")
 
@@ -51,18 +55,12 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     (total and per operator), arena, peak stack, flash, output bytes compared.
     Writes docs/benchmarks.md.
     """
-    import pickle
-
-    from .. import bench, tflm_bench
-
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
     if out is None:
         out = str(Path(model_dirs[0]) / "benchmarks.md") if model_dirs else "docs/benchmarks.md"
     if stream is None:
         stream = not model_dirs and not no_firmware
     if rerender:
-        from ..errors import TinyolError
-
         if not saved.is_file():
             raise TinyolError("no saved results to render", hint="run `tinyol bench` first")
         state = pickle.loads(saved.read_bytes())
@@ -102,7 +100,6 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
         libs = {}
         for v in [v for v in tflm_variants.split(",") if v]:
             if v not in tflm_bench.VARIANTS:
-                from ..errors import TinyolError
                 raise TinyolError(f"unknown TFLM variant {v!r}", hint=f"use {', '.join(tflm_bench.VARIANTS)}")
             libs[v] = tflm_bench.build_library(tree, v, echo=click.echo)
         for d in dirs:
@@ -111,8 +108,6 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
             compare[c.model] = c
     stream_rows = None
     if stream:
-        from ..stream import bench_emulators
-
         click.echo("measuring streaming throughput (native and QEMU, windows 1 and 4) ...")
         stream_rows = bench_emulators()
         for r in stream_rows:
