@@ -145,7 +145,8 @@ class CPort:
     host (tests/c/hal_capture.c + the digits model) and called in-process through ctypes.
 
     `drop_writes`: indices of write() calls whose bytes are lost (the device never sees them);
-    `drop_reads`: indices of device replies (one per write that produced output) to lose.
+    `drop_reads`: indices of device replies (one per write that produced output) to lose
+    (kept in `lost_reads`).
     """
 
     def __init__(self, lib, *, drop_writes=(), drop_reads=(), inject=b""):
@@ -158,6 +159,7 @@ class CPort:
         self.drop_writes, self.drop_reads = set(drop_writes), set(drop_reads)
         self.timeout = 0.01
         self.wire_log: list[bytes] = []
+        self.lost_reads: list[bytes] = []
         out = ctypes.create_string_buffer(1 << 16)
         self.buf += out.raw[: lib.tol_test_take(out, len(out))]  # the boot line, if any
 
@@ -173,6 +175,8 @@ class CPort:
         if n:
             if self.outputs not in self.drop_reads:
                 self.buf += out.raw[:n]
+            else:
+                self.lost_reads.append(out.raw[:n])
             self.outputs += 1
         return len(data)
 

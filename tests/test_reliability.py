@@ -78,6 +78,41 @@ def test_seq_zero_is_never_executed(lib):
     assert after.frames_ok == before.frames_ok + 1  # only the STATS itself
 
 
+def test_a_sample_past_a_gap_is_refused_unexecuted_until_the_gap_is_filled(lib):
+    """docs/protocol.md "Order": a SAMPLE 1-7 seqs ahead of the next expected one gets
+    ERR_ORDER and is neither executed nor cached; sent after the missing one it runs once.
+    A far seq (a new session) runs; a late seq behind the newest runs without moving it back."""
+    from tinyol.device import Result
+    dev, port = open_dev(lib)
+    seen = dev.stats().samples_seen
+    last = dev.link.seq                        # the newest seq the device handled (that STATS)
+
+    def seq(k: int) -> int:
+        return (last + k - 1) % 0xFFFF + 1     # seqs run 1..65535
+
+    def sample(k: int, label: int = 1) -> list[tuple[int, int, int]]:
+        payload = struct.pack("<HB", label, 0) + bytes([k % 7]) * dev.info.input_size
+        out = []
+        for f in exchange(port, Frame(Msg.SAMPLE, seq(k), payload).encode()):
+            out.append((f.type, f.seq, f.payload[0] if f.type == Msg.ERROR
+                        else Result.parse(f.payload).samples_seen))
+        return out
+
+    err = lambda k: [(Msg.ERROR, seq(k), Status.ERR_ORDER)]  # noqa: E731
+    ok = lambda k, n: [(Msg.SAMPLE | 0x80, seq(k), seen + n)]  # noqa: E731
+    assert sample(2) == err(2)                 # seq last+1 missing
+    assert sample(7) == err(7)                 # 6 ahead of the expected one
+    assert sample(2) == err(2)                 # still refused: nothing was cached
+    assert sample(1) == ok(1, 1)
+    assert sample(2) == ok(2, 2)               # runs now, once
+    assert sample(2) == ok(2, 2)               # a retransmission: the cached reply
+    assert sample(11) == ok(11, 3)             # 8 ahead: not a window's gap (a new session)
+    assert sample(5) == ok(5, 4)               # late, behind the newest: runs ...
+    assert sample(12) == ok(12, 5)             # ... and the newest is still last+11
+    assert sample(14) == err(14)
+    assert dev.stats().samples_seen == seen + 5
+
+
 def test_payload_over_the_advertised_maximum_is_refused(lib):
     dev, port = open_dev(lib)
     mx = dev.info.max_payload

@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from tinyol import emulator
-from tinyol._defs import Msg
+from tinyol._defs import Msg, Status
 from tinyol.datasets import load_source
 from tinyol.device import Device
 from tinyol.errors import TinyolError
-from tinyol.protocol import DeviceReset, Link
+from tinyol.protocol import DeviceReset, Deframer, Frame, Link
 from tinyol.stream import Stream, check_samples, stream
 
 MODEL = "models/digits"
@@ -66,10 +66,14 @@ def test_lost_frames_are_resent_and_learned_once(lib, digits, drops):
     s, recs = stream(dev, X, y, MANIFEST, window=4, timeout=0.05)
     st = dev.stats()
     assert st.samples_seen == len(y)                       # none twice, none skipped
-    assert sorted(r.samples_seen for r in recs) == list(range(1, len(y) + 1))
+    assert [r.samples_seen for r in recs] == list(range(1, len(y) + 1))  # and in order
     assert s.retries >= len(drops.get("drop_writes", ())) + len(drops.get("drop_reads", ()))
-    # a lost reply means the request was executed: its resend is answered from the cache
-    assert s.duplicates >= len(drops.get("drop_reads", ()))
+    # a lost reply to an executed request: its resend is answered from the cache (a lost
+    # ERR_ORDER refusal is not one: that request never ran, docs/protocol.md "Order")
+    lost = [f for b in port.lost_reads for f in Deframer().feed(b) if isinstance(f, Frame)]
+    executed = [f for f in lost if not (f.type == Msg.ERROR and f.payload[0] == Status.ERR_ORDER)]
+    assert len(lost) == len(drops.get("drop_reads", ()))
+    assert s.duplicates >= len(executed)
     assert st.class_counts == np.bincount(y, minlength=10).tolist()
 
 
@@ -292,3 +296,21 @@ def test_cli_ctrl_c_prints_summary_and_exits_130(native_url, tmp_path):
     assert p.returncode == 130, out
     assert out.startswith("samples      30 (interrupted)"), out
     assert "device       " in out
+
+
+@pytest.mark.parametrize("drop", [12, 39])
+def test_a_lost_sample_is_learned_in_stream_order(lib, digits, drop):
+    """One SAMPLE frame lost on the way to the device while three more are in flight (window
+    4): the device must not learn those before the lost one (it refuses them as a gap and the
+    host resends in order, go-back-N), so its predictions equal the numpy twin's, which learns
+    in stream order, and every sample is learned once, in order (docs/protocol.md, "Order")."""
+    X, y = digits
+    dev, port = open_dev(lib, drop_writes={drop})
+    s, recs = stream(dev, X, y, MANIFEST, window=4, timeout=0.05)
+    ref = reference_run(str(ROOT / MODEL), X, y)
+    assert s.retries >= 1 and s.duplicates == 0
+    assert [r.prediction for r in recs] == ref["predictions"].tolist()
+    assert [r.samples_seen for r in recs] == list(range(1, len(y) + 1))  # in order, none twice
+    st = dev.stats()
+    assert st.samples_seen == len(y)
+    assert st.class_counts == np.bincount(y, minlength=10).tolist()

@@ -27,6 +27,7 @@ class Status(enum.IntEnum):
     ERR_OVERFLOW = 16
     ERR_BUSY = 17
     ERR_IO = 18
+    ERR_ORDER = 19
 
 
 STATUS_TEXT = {
@@ -49,6 +50,7 @@ STATUS_TEXT = {
     Status.ERR_OVERFLOW: 'buffer too small',
     Status.ERR_BUSY: 'a staged head or stage push is not committed yet',
     Status.ERR_IO: 'a peripheral did not answer (bus timeout, NACK, wrong chip)',
+    Status.ERR_ORDER: 'an earlier request is missing: send it first',
 }
 
 

@@ -17,12 +17,12 @@ How a missing reply is noticed:
 * a ``tinyol boot`` line, or a ``samples_seen`` that repeats or goes back by
   more than a window, means the device reset: :class:`~tinyol.protocol.DeviceReset`.
 
-Order: on a clean link the device learns the samples in the order sent. When a
-request is lost, the ones sent after it may already have executed when its
-resend arrives, so within the window the device may learn a few samples in a
-different order than sent (each exactly once, none skipped). Every SAMPLE
-reply carries the device's sample counter after it, which gives the order the
-device really learned them in (``Record.samples_seen``, logged by `--log`).
+Order: the device learns the samples in the order sent, lost frames or not.
+When a request is lost on the way, the SAMPLEs sent after it reach the device
+first; it refuses them unexecuted with ``ERR_ORDER`` (docs/protocol.md, "Order")
+and the host sends the missing request again, then each refused one, in send
+order (go-back-N: :meth:`Pipeline._go_back`). Every SAMPLE reply carries the
+device's sample counter after it (``Record.samples_seen``, logged by `--log`).
 
 The device caches the replies of its last 8 executed requests. A resend is
 safe only while fewer than 8 others can have executed after the request, so a
@@ -86,6 +86,7 @@ class PipelineStats:
     resend_order: int = 0     # resent because a later reply arrived first
     resend_timeout: int = 0   # resent after the timeout
     resend_damage: int = 0    # resent at once because a damaged frame came back
+    resend_gap: int = 0       # resent because the device refused it as out of order (ERR_ORDER)
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
     damaged: int = 0          # frames from the device that failed their checks on the host
@@ -286,6 +287,9 @@ class Pipeline:
                 return
             else:
                 return  # no room in the device's cache yet: the timeout resends, then we retry
+        if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_ORDER:
+            self._go_back(p)  # refused, not executed: an earlier request is missing
+            return
         p.done, p.reply = True, f
         p.latency = time.monotonic() - p.t_first
         self._last_progress = time.monotonic()
@@ -297,6 +301,27 @@ class Pipeline:
             if not q.done and q.last_tx < p.first_tx:
                 self.stats.resend_order += 1
                 self._transmit(q)
+
+    def _go_back(self, p: _Pending) -> None:
+        """The device refused `p` unexecuted (ERR_ORDER): a request sent before it has not
+        reached the device. Resend the missing ones not sent again since `p` was, then `p`
+        (go-back-N): the device learns in the order sent, each sample once."""
+        missing = False
+        for q in self._queue:
+            if q is p:
+                break
+            if not q.done:
+                missing = True
+                if q.last_tx < p.last_tx:
+                    self.stats.resend_order += 1
+                    self._transmit(q)
+        if not missing:
+            raise TinyolError(
+                f"the device refuses request seq {p.frame.seq} as out of order (ERR_ORDER), but "
+                "every request sent before it was answered",
+                hint="another program may be talking to the device; restart the stream")
+        self.stats.resend_gap += 1
+        self._transmit(p)
 
     def _reissue(self, p: _Pending) -> None:
         """Send an idempotent request again under a fresh seq (its old reply is gone)."""

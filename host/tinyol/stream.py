@@ -255,8 +255,9 @@ class Stream:
             return Record(index, label, None, None, None, False, False, c.latency, name)
         r = Result.parse(c.payload)
         if self.mode == "train" and r.learned:
-            # after a loss, requests in flight may execute out of order (each exactly once):
-            # counters are then a permutation within the window, never repeated, never far back
+            # the device learns in send order (ERR_ORDER refuses a SAMPLE past a gap), but a
+            # resumed session's resends may run late (each exactly once): counters are then a
+            # permutation within the window, never repeated, never far back
             if r.samples_seen in self._counters or r.samples_seen <= self._base_seen \
                     or r.samples_seen < self._last_seen - DEVICE_CACHE:
                 raise DeviceReset(

@@ -93,6 +93,9 @@ typedef struct {
         uint8_t wire[TOL_APP_CACHE_WIRE];
     } cache[TOL_APP_REPLY_CACHE];
     uint8_t cache_next;
+    /* the seq of the newest request handled, for the order of learning (tol_app.c, "Order") */
+    uint16_t last_seq;
+    bool has_last_seq;
     tol_link_stats_t link;
     uint32_t boot_cycles;     /* cycle counter at tol_app_init */
     const tol_model_if_t *model; /* the application's model (tol_app_init) */

@@ -277,6 +277,39 @@ static void tol_app_send_link_error(uint16_t seq, tol_status_t status, uint8_t r
     }
 }
 
+/* ---- order ----------------------------------------------------------------------
+ * A pipelining host has up to TOL_APP_REPLY_CACHE - 1 requests in flight, with
+ * consecutive seqs. When one is lost on the way, the ones sent after it arrive first.
+ * A SAMPLE learns, so it must run in the order sent: a SAMPLE whose seq is a little
+ * ahead of the next expected one is refused with ERR_ORDER (not executed, not cached)
+ * and the host sends it again after the missing one (go-back-N, docs/protocol.md).
+ * Seqs further away (a new host session starts at a random seq) are taken as they
+ * come; a seq a little behind the newest is a late resend and does not move it back. */
+#define TOL_APP_SEQ_RING 65535u  /* seqs run 1..65535; 0 is reserved */
+#define TOL_APP_SEQ_LATE 64u     /* a seq this close behind the newest is a late resend */
+
+/* How far `to` is ahead of `from` on the seq ring (0..65534). */
+static uint32_t tol_app_seq_dist(uint16_t from, uint16_t to)
+{
+    return ((uint32_t)to + TOL_APP_SEQ_RING - (uint32_t)from) % TOL_APP_SEQ_RING;
+}
+
+static bool tol_app_out_of_order(const tol_app_t *app, const tol_frame_t *req)
+{
+    if (!app->has_last_seq || req->type != (uint8_t)TOL_MSG_SAMPLE) return false;
+    const uint16_t expected = (uint16_t)(app->last_seq % TOL_APP_SEQ_RING + 1u);
+    const uint32_t ahead = tol_app_seq_dist(expected, req->seq);
+    return ahead >= 1u && ahead < TOL_APP_REPLY_CACHE;
+}
+
+static void tol_app_note_seq(tol_app_t *app, uint16_t seq)
+{
+    if (seq == 0u) return;  /* reserved: never a request's */
+    const uint32_t behind = tol_app_seq_dist(seq, app->last_seq);
+    if (!app->has_last_seq || behind == 0u || behind >= TOL_APP_SEQ_LATE) app->last_seq = seq;
+    app->has_last_seq = true;
+}
+
 static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
 {
     tol_frame_t req;
@@ -289,6 +322,7 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
     }
     if (st != TOL_OK) {
         app->link.frames_bad++;
+        tol_app_note_seq(app, req.seq);  /* answered under its seq: not a gap */
         tol_app_send_link_error(req.seq, st, req.type);
         return;
     }
@@ -302,6 +336,7 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
         /* the receive buffer holds a little more than INFO.max_payload (COBS slack):
          * the advertised maximum is the limit */
         app->link.frames_bad++;
+        tol_app_note_seq(app, req.seq);
         tol_app_send_link_error(req.seq, TOL_ERR_LENGTH, req.type);
         return;
     }
@@ -320,6 +355,12 @@ static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)
         }
         return;
     }
+    if (tol_app_out_of_order(app, &req)) {
+        /* an earlier request is missing: not executed, not cached (the resend runs it) */
+        tol_app_send_link_error(req.seq, TOL_ERR_ORDER, req.type);
+        return;
+    }
+    tol_app_note_seq(app, req.seq);
     app->link.frames_ok++;
     uint16_t len = 0;
     st = tol_app_dispatch(app, &req, &len);
