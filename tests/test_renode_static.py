@@ -414,7 +414,7 @@ KEY1, KEY2 = 0x45670123, 0xCDEF89AB
 OPTKEY1, OPTKEY2 = 0x08192A3B, 0x4C5D6E7F
 CR_LOCK, CR_OPTLOCK = 1 << 31, 1 << 30
 CR_PG, CR_PER, CR_MER1, CR_BKER, CR_MER2, CR_STRT, CR_EOPIE = 1, 2, 4, 1 << 11, 1 << 15, 1 << 16, 1 << 24
-SR_EOP, SR_OPERR, SR_PGSERR = 1, 2, 1 << 7
+SR_EOP, SR_OPERR, SR_PGSERR, SR_BSY = 1, 2, 1 << 7, 1 << 16
 
 
 def cr_page(pnb, bank=0):
@@ -434,6 +434,16 @@ def flash_for(board, request_cls=LowerRequest):
 def unlock(flash):
     flash.write(F_KEYR, KEY1)
     flash.write(F_KEYR, KEY2)
+
+
+def wait_idle(flash, limit=10_000):
+    """Poll SR until BSY falls, as a driver does; the operation must have been busy first."""
+    polls = 0
+    while flash.read(F_SR) & SR_BSY:
+        polls += 1
+        assert polls < limit, "BSY never falls"
+    assert polls > 0, "an erase must keep SR.BSY set for a while"
+    return polls
 
 
 @pytest.mark.parametrize("request_cls", [LowerRequest, PascalRequest])
@@ -499,6 +509,7 @@ def test_flash_page_erase_fills_the_right_page(board, pnb, bank, address, page):
     flash, bus = flash_for(board)
     unlock(flash)
     flash.write(F_CR, cr_page(pnb, bank) | CR_STRT)
+    wait_idle(flash)
     assert bus.erased(address, page)
     assert bus.untouched(FLASH_BASE, address - FLASH_BASE)
     assert bus.untouched(address + page, FLASH_BASE + len(bus.flash) - address - page)
@@ -516,6 +527,7 @@ def test_flash_l4r5_single_bank_option_gives_8k_pages():
     assert not flash.read(F_CR) & CR_OPTLOCK
     flash.write(F_OPTR, flash.read(F_OPTR) & ~(1 << 22))  # DBANK = 0
     flash.write(F_CR, cr_page(2) | CR_STRT)
+    wait_idle(flash)
     assert bus.erased(0x08004000, 8 * KB)
     assert bus.untouched(FLASH_BASE, 0x4000) and bus.untouched(0x08006000, 0x1000)
 
@@ -536,6 +548,7 @@ def test_flash_mass_erase_bank1_only():
     flash, bus = flash_for("nucleo_l476rg")
     unlock(flash)
     flash.write(F_CR, CR_MER1 | CR_STRT | CR_EOPIE)
+    wait_idle(flash)
     assert bus.erased(FLASH_BASE, 512 * KB) and bus.untouched(0x08080000, 512 * KB)
     assert flash.read(F_SR) == SR_EOP
 
@@ -544,6 +557,7 @@ def test_flash_mass_erase_bank2():
     flash, bus = flash_for("nucleo_l4r5zi")
     unlock(flash)
     flash.write(F_CR, CR_MER2 | CR_STRT)
+    wait_idle(flash)
     assert bus.untouched(FLASH_BASE, 1024 * KB) and bus.erased(0x08100000, 1024 * KB)
 
 
@@ -551,6 +565,7 @@ def test_flash_sr_write_one_to_clear_and_eop():
     flash, _ = flash_for("nucleo_l476rg")
     unlock(flash)
     flash.write(F_CR, cr_page(1) | CR_STRT | CR_EOPIE)
+    wait_idle(flash)
     assert flash.read(F_SR) == SR_EOP
     flash.write(F_SR, 0)
     assert flash.read(F_SR) == SR_EOP, "writing 0 leaves flags alone"
@@ -568,6 +583,7 @@ def test_flash_pgserr_on_bad_sequence_blocks_erase_until_cleared():
     flash.write(F_SR, SR_PGSERR)
     assert flash.read(F_SR) == 0
     flash.write(F_CR, cr_page(1) | CR_STRT)
+    wait_idle(flash)
     assert bus.erased(0x08000800, 2 * KB)
 
 
