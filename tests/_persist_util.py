@@ -64,3 +64,12 @@ class StoreSim:
         slots = C.c_uint32()
         cap = self.lib.sim_capacity(C.byref(slots))
         return cap, slots.value
+
+
+def load_flash_model() -> dict:
+    """mcu/renode/flash.py's functions and constants (everything above its Renode dispatch):
+    the strict flash model, callable from CPython."""
+    src = (ROOT / "mcu/renode/flash.py").read_text()
+    scope: dict = {}
+    exec(compile(src.split("# ---- Renode request dispatch")[0], "flash.py", "exec"), scope)  # noqa: S102
+    return scope

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 
 import pytest
+from _persist_util import load_flash_model
 from conftest import ROOT
 
 unicorn = pytest.importorskip("unicorn")
@@ -49,15 +50,7 @@ GEOMETRIES = {
 }
 
 
-def load_model() -> dict:
-    """flash.py's functions and constants (everything above the Renode dispatch)."""
-    src = (ROOT / "mcu/renode/flash.py").read_text()
-    scope: dict = {}
-    exec(compile(src.split("# ---- Renode request dispatch")[0], "flash.py", "exec"), scope)  # noqa: S102
-    return scope
-
-
-M = load_model()
+M = load_flash_model()
 
 
 def store_of(g) -> tuple[int, int]:
