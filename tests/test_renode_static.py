@@ -657,10 +657,21 @@ def test_resc_structure(board):
     assert len(info["port"]) == 1
     assert info["terminal"] == [("console", "false")], "raw socket: no telnet negotiation"
     assert info["connect"] == [(BOARDS[board].console.lower(), "console")]
-    assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr"}
+    assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr", "flash_store"}
     for dev in info["pydevs"].values():
-        assert (RENODE_DIR / dev["file"]).is_file()
-        assert dev["size"] == 0x400 and dev["initable"] == "true"
+        assert (RENODE_DIR / dev["file"]).is_file() and dev["initable"] == "true"
+    for name in ("rcc", "flash_ctrl", "pwr"):
+        assert info["pydevs"][name]["size"] == 0x400
+    # flash.py also serves the store region (the last eighth of flash, stm32l4_common.ld's
+    # default) plus its 0x400-byte register window right after the end of flash; the code
+    # region before it stays plain memory, aliased at 0
+    flash, store = BOARDS[board].flash_bytes, BOARDS[board].flash_bytes // 8
+    dev = info["pydevs"]["flash_store"]
+    assert (dev["file"], dev["address"], dev["size"]) == ("flash.py", FLASH_BASE + flash - store, store + 0x400)
+    assert "sysbus Unregister sysbus.flash" in info["text"]
+    code = re.search(r'"flash_code: Memory.MappedMemory @ \{ sysbus 0x08000000; sysbus 0x00000000 \} '
+                     r'\{ size: (0x[0-9A-Fa-f]+) \}"', info["text"])
+    assert code and int(code.group(1), 16) == flash - store
     for repl in info["repls"]:
         assert (RENODE_DIR / repl).is_file()
     assert "sysbus LoadELF $elf" in info["text"]
@@ -705,8 +716,11 @@ def test_repl_addresses_and_irqs_match_board_header():
     bases, irqs = parse_board_header()
     repl = common_repl()
     pydevs = parse_resc("nucleo_l476rg")["pydevs"]
+    pydevs.pop("flash_store")              # per part: the store region (test_resc_structure)
     for board in BOARD_NAMES:
-        assert parse_resc(board)["pydevs"] == pydevs, "every board maps the same stand-ins"
+        mine = parse_resc(board)["pydevs"]
+        mine.pop("flash_store")
+        assert mine == pydevs, "every board maps the same stand-ins"
     for uart in ("USART1", "USART2", "USART3", "LPUART1"):
         assert repl[uart.lower()]["addresses"] == [bases[uart]], uart
         assert repl[uart.lower()]["irqs"] == [("nvic", irqs[uart])], uart

@@ -592,15 +592,96 @@ def _flash_write_on_bus(state, offset, value):
     flash_write(state, offset, value)
 
 
+# Two instances share one state in Renode. The array instance is registered over the store
+# region with CTRL_SIZE extra bytes (size = store bytes + CTRL_SIZE): the store is its array,
+# the extra window right after the end of flash holds the interface registers, with MAGIC at
+# MAGIC_OFFSET. The register instance at 0x40022000 (size CTRL_SIZE) forwards every access to
+# that window when it finds MAGIC there; otherwise it models the registers alone (pages are
+# then erased through the bus and the array is plain memory that every store lands in).
+CTRL_SIZE = 0x400
+MAGIC_OFFSET = 0x3FC
+MAGIC = 0x464C4F54                       # "TOLF"
+NMIPENDSET_ADDR = 0xE000ED04             # SCB ICSR; bit 31 pends NMI
+NMIPENDSET = 1 << 31
+
+
+def _pend_nmi(bus):
+    def pend():
+        bus.WriteDoubleWord(NMIPENDSET_ADDR, NMIPENDSET)
+    return pend
+
+
+def _array_instance_access(state, array_bytes):
+    offset = int(_req("offset"))
+    try:
+        length = int(_req("length"))
+    except AttributeError:
+        length = 4
+    if length <= 0 or length > 4:
+        length = 4
+    if offset < array_bytes:
+        if _req("isRead"):
+            _set_value(array_read(state, offset, length))
+        elif _req("isWrite"):
+            array_write(state, offset, int(_req("value")), length)
+        return
+    reg = offset - array_bytes
+    if reg == MAGIC_OFFSET and _req("isRead"):
+        _set_value(MAGIC)
+        return
+    if _req("isRead"):
+        _set_value(flash_read(state, reg & ~3))
+    elif _req("isWrite"):
+        flash_write(state, reg & ~3, int(_req("value")))
+
+
+def _forward_access(ctrl):
+    bus = _system_bus()
+    offset = int(_req("offset")) & ~3
+    if _req("isRead"):
+        _set_value(int(bus.ReadDoubleWord(ctrl + offset)))
+    elif _req("isWrite"):
+        bus.WriteDoubleWord(ctrl + offset, int(_req("value")) & 0xFFFFFFFF)
+
+
 try:
     tol_flash
 except NameError:
     tol_flash = None
 
-if tol_flash is None:
-    tol_flash = flash_reset()
-elif _req("isInit"):
-    tol_flash = flash_power_cut(tol_flash)   # a reset during BSY tears the operation
-if not _req("isInit"):
-    _access(tol_flash, flash_read, _flash_write_on_bus,
-            (FLASH_SR, FLASH_KEYR, FLASH_OPTKEYR, FLASH_PDKEYR, FLASH_ECCR))
+try:
+    tol_size = int(size)
+except NameError:
+    tol_size = CTRL_SIZE
+
+if tol_size > CTRL_SIZE:                                 # the array instance
+    if tol_flash is None:
+        tol_flash = flash_reset()
+        tol_flash["bus"] = _system_bus()
+        tol_flash["nmi_hook"] = _pend_nmi(tol_flash["bus"])
+        top = FLASH_BASE + _flash_kb(tol_flash) * 1024
+        flash_attach_array(tol_flash, top - (tol_size - CTRL_SIZE), tol_size - CTRL_SIZE)
+    elif _req("isInit"):
+        tol_flash = flash_power_cut(tol_flash)           # a reset during BSY tears the operation
+    if not _req("isInit"):
+        _array_instance_access(tol_flash, tol_size - CTRL_SIZE)
+else:                                                     # the register instance
+    if tol_flash is None:
+        tol_flash = flash_reset()
+        tol_flash["ctrl"] = None
+        bus = _system_bus()
+        try:
+            ctrl = FLASH_BASE + (int(bus.ReadWord(FLASHSIZE_ADDR)) & 0xFFFF) * 1024
+            if int(bus.ReadDoubleWord(ctrl + MAGIC_OFFSET)) == MAGIC:
+                tol_flash["ctrl"] = ctrl
+        except AttributeError:            # no bus, or one without the array instance's window
+            pass
+    elif _req("isInit") and tol_flash["ctrl"] is None:
+        tol_flash = flash_power_cut(tol_flash)
+        tol_flash["ctrl"] = None
+    if not _req("isInit"):
+        if tol_flash["ctrl"] is not None:
+            _forward_access(tol_flash["ctrl"])
+        else:
+            _access(tol_flash, flash_read, _flash_write_on_bus,
+                    (FLASH_SR, FLASH_KEYR, FLASH_OPTKEYR, FLASH_PDKEYR, FLASH_ECCR))
