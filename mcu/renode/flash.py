@@ -601,6 +601,8 @@ def _flash_write_on_bus(state, offset, value):
 CTRL_SIZE = 0x400
 MAGIC_OFFSET = 0x3FC
 MAGIC = 0x464C4F54                       # "TOLF"
+NMI_COUNT_OFFSET = 0x3F8                 # reads: NMIs raised so far (for tests; not on silicon)
+TEAR_OFFSET = 0x3F4                      # writes: tear the double-word at this array offset (tests)
 NMIPENDSET_ADDR = 0xE000ED04             # SCB ICSR; bit 31 pends NMI
 NMIPENDSET = 1 << 31
 
@@ -628,6 +630,14 @@ def _array_instance_access(state, array_bytes):
     reg = offset - array_bytes
     if reg == MAGIC_OFFSET and _req("isRead"):
         _set_value(MAGIC)
+        return
+    if reg == NMI_COUNT_OFFSET and _req("isRead"):
+        _set_value(state["nmi"])
+        return
+    if reg == TEAR_OFFSET and _req("isWrite"):
+        i = (int(_req("value")) % array_bytes) // 8
+        state["array"]["lo"][i] &= 0xFFFF0000
+        state["array"]["st"][i] = TORN
         return
     if _req("isRead"):
         _set_value(flash_read(state, reg & ~3))
