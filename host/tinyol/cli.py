@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
+import tomllib
+from pathlib import Path
 
 import click
 
@@ -23,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "flash": ("flash", "Build and upload the firmware to a board."),
     "emulate": ("emulate", "Run the firmware in QEMU, Renode or natively; print its serial URL."),
     "info": ("info", "Ask a device for its INFO record."),
+    "doctor": ("doctor", "Check a freshly flashed board: clock, baud, flash geometry, save/load."),
     "stream": ("stream", "Stream labelled samples to a device; show live accuracy."),
     "simulate": ("simulate", "Run a stream through the numpy reference learner."),
     "verify": ("verify", "Compare a device's backbone outputs with TFLM, bit for bit."),
@@ -36,6 +40,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "reset": ("reset", "Put a device's learner back to its exported state."),
     "compare": ("compare", "Compare two per-sample logs (device vs simulator) line by line."),
     "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
+    "record-to-resd": ("sensor", "Turn a labelled IMU recording into Renode sensor files + labels."),
+    "sensor-header": ("sensor", "Write a sensor firmware's window and scaling header from a model."),
+    "monitor": ("monitor", "Watch a sensor-driven board predict and learn live; send it labels."),
 }
 
 
@@ -52,7 +59,7 @@ class LazyGroup(click.Group):
         if name not in VERBS or not self._available(name):
             return None
         mod = importlib.import_module(f"tinyol.commands.{VERBS[name][0]}")
-        cmd = getattr(mod, f"cmd_{name}", None) or getattr(mod, "cmd")
+        cmd = getattr(mod, f"cmd_{name.replace('-', '_')}", None) or getattr(mod, "cmd")
         return cmd
 
     def format_commands(self, ctx, formatter):
@@ -69,10 +76,6 @@ def load_settings(path: str | None = None) -> dict:
     environment variables TINYOL_<VERB>_<OPTION> (e.g. TINYOL_STREAM_PORT),
     then command-line flags.
     """
-    import os
-    import tomllib
-    from pathlib import Path
-
     p = Path(path or os.environ.get("TINYOL_CONFIG") or "tinyol.toml")
     if not p.is_file():
         if path or os.environ.get("TINYOL_CONFIG"):

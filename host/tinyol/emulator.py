@@ -5,9 +5,11 @@ host client uses as for a real board. QEMU always runs under a time limit.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import signal as _signal
 import socket
 import subprocess
 import tempfile
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import renode as rn
 from .boards import BOARDS, NATIVE
 from .errors import TinyolError
 
@@ -171,8 +174,6 @@ def die_with_parent() -> None:
     """preexec_fn: the child gets SIGTERM when the process that started it dies (Linux
     PR_SET_PDEATHSIG), so a killed `tinyol emulate` or test run leaves no emulator behind.
     `timeout` passes the SIGTERM on to the emulator it runs."""
-    import ctypes
-    import signal as _signal
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(_signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -204,7 +205,7 @@ def _port_listening(port: int) -> bool:
 
 
 def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: float = 600.0,
-                 renode: str | None = None) -> Target:
+                 renode: str | None = None, imu: bool = False) -> Target:
     """Boot `elf` on `board` in Renode (mcu/renode/<board>.resc), headless, under a time limit.
 
     Renode's Monitor runs on a pipe that the returned Target holds open (`t.monitor`,
@@ -212,12 +213,11 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     quits when the Target is stopped. Its log goes to a temporary file (`t.output()`).
     Renode deletes stale $TMPDIR/renode-* folders at start-up, so it gets a private TMPDIR.
     """
-    from . import renode as rn
     port = port or free_port()
     t = Target([], url=rn.serial_url(port), timeout=timeout)
     t.tmpdir = tempfile.TemporaryDirectory(prefix="tinyol-renode-")
     log = Path(t.tmpdir.name) / "renode.log"
-    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log)
+    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu)
     t.argv = ["timeout", "-s", "TERM", str(int(timeout))] + cmd
     env = dict(os.environ, TMPDIR=t.tmpdir.name, RENODE_TMPDIR=t.tmpdir.name)
     t.logfile = _RenodeLog(log)
@@ -250,7 +250,8 @@ class _RenodeLog:
 
 
 def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
-          state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0) -> Target:
+          state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0,
+          imu: bool = False) -> Target:
     """Start a built firmware (tinyol.firmware.BuildResult) on the chosen emulator."""
     if emulator == "native" or board == NATIVE:
         # the native process answers INFO with the board it imitates (its name only: no
@@ -260,5 +261,5 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
     if emulator == "qemu":
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":
-        return start_renode(board, build.elf, port=port, timeout=timeout)
+        return start_renode(board, build.elf, port=port, timeout=timeout, imu=imu)
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")

@@ -4,8 +4,11 @@ from __future__ import annotations
 import json as _json
 
 import click
+from serial.tools import list_ports
 
 from .boards import BOARDS, NATIVE
+from .errors import TinyolError
+from .paths import example_model, user_path
 
 BOARD_NAMES = [*BOARDS, NATIVE]
 
@@ -24,8 +27,6 @@ def port_option(required: bool = True):
 
 def resolve_model_option(ctx, param, value):
     """--model: a path relative to the current directory; unset = the shipped digits example."""
-    from .paths import example_model, user_path
-
     return str(example_model("digits") if value is None else user_path(value))
 
 
@@ -46,9 +47,6 @@ def resolve_port(url: str) -> str:
     """`auto` -> the first ST-Link VCP found by USB VID/PID, else the URL unchanged."""
     if url != "auto":
         return url
-    from serial.tools import list_ports
-
-    from .errors import TinyolError
 
     ids = {b.usb_vid_pid for b in BOARDS.values()} | {(0x0483, 0x374E), (0x0483, 0x3752), (0x0483, 0x3753)}
     for p in sorted(list_ports.comports(), key=lambda p: p.device):
@@ -56,3 +54,13 @@ def resolve_port(url: str) -> str:
             return p.device
     raise TinyolError("no ST-Link virtual COM port found (USB VID 0483)",
                       hint="plug the board in, or pass --port /dev/ttyACM0 explicitly")
+
+
+def app_options(f):
+    """--app and --stride (`tinyol build`, `tinyol emulate`): which firmware to build."""
+    f = click.option("--stride", type=click.IntRange(min=1), default=None, metavar="ROWS",
+                     help="--app imu: rows between window starts (default: half a window).")(f)
+    return click.option("--app", type=click.Choice(["tinyol", "imu"]), default="tinyol",
+                        show_default=True,
+                        help="tinyol: the host streams samples (protocol firmware); imu: the "
+                             "board's own IMU feeds the learner (docs/sensor.md).")(f)

@@ -22,8 +22,14 @@ from pathlib import Path
 import click
 import numpy as np
 
+from .. import emulator as emu
+from ..datasets import load_source
+from ..device import Device
 from ..errors import TinyolError
+from ..firmware import BuildConfig, build
+from ..model_folder import load_manifest
 from ..options import resolve_model_option
+from ..plotting import plot_learning_curve
 from ..stream import Stream
 
 
@@ -70,13 +76,6 @@ def _train(dev, manifest, X, y, window, start=0, log=None, records=None):
 @click.option("--window", type=int, default=4, show_default=True, help="Requests in flight.")
 def cmd(emulator, board, model_dir, out, seed, prefill, compare, window):
     """Build, boot in QEMU, stream digits 5-9 and show the board learn them."""
-    from .. import emulator as emu
-    from ..datasets import load_source
-    from ..device import Device
-    from ..firmware import BuildConfig, build
-    from ..plotting import plot_learning_curve
-    from .stream import load_manifest
-
     t_start = time.monotonic()
     manifest = load_manifest(model_dir)
     known = manifest["head"].get("classes", [])

@@ -1,9 +1,11 @@
 """`tinyol export`: split a Keras model, quantize its backbone to int8, write C + head + config."""
 from __future__ import annotations
 
+import warnings
+
 import click
 
-from ..export import DEFAULT_LEARNER
+from ..export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
 def _split_arg(value):
@@ -46,10 +48,16 @@ def _split_arg(value):
               show_default=True)
 @click.option("--seed", type=int, default=DEFAULT_LEARNER["seed"], show_default=True,
               help="Device RNG seed (replay sampling).")
+@click.option("--stage-train", default=None, metavar="SPEC",
+              help="What of an adaptive stage (--split before the head) trains on the device: "
+                   "'all' (default), 'bias' (the classifier all, every other layer its biases), "
+                   "or LAYER[:all|bias|frozen],... (named layers as given, the others biases "
+                   "only). What does not train stays in flash: the lean stage "
+                   "(docs/adaptive.md).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        quiet):
+        stage_train, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -60,18 +68,16 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
       tinyol export kws_int8.tflite --out build/kws --max-classes 14 --board nucleo_l476rg
       tinyol export backbone.tflite --out build/bb --split none --classes 12
     """
-    import warnings
-
-    from ..export import export_model
-
     warnings.filterwarnings("ignore")
     echo = (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
-    m = export_model(model, out_dir, split=_split_arg(split), calib=calib, classes=classes,
-                     max_classes=max_classes, board=board, mode=mode, name=name,
-                     label_column=label_column, replay_capacity=replay_capacity,
-                     replay_bits=int(replay_bits), lr=lr, momentum=momentum,
-                     weight_decay=weight_decay, replay_n_new=replay_n_new,
-                     replay_n_old=replay_n_old, seed=seed, echo=echo)
+    settings = ExportSettings(split=_split_arg(split), calib=calib, classes=classes,
+                              max_classes=max_classes, board=board, mode=mode, name=name,
+                              label_column=label_column, replay_capacity=replay_capacity,
+                              replay_bits=int(replay_bits), lr=lr, momentum=momentum,
+                              weight_decay=weight_decay, replay_n_new=replay_n_new,
+                              replay_n_old=replay_n_old, seed=seed,
+                              stage_train=stage_train)
+    m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "
                f"{m['head']['mode']} head ({m['head']['init_classes']}/{m['head']['max_classes']} rows), "
