@@ -120,7 +120,9 @@ def _cut(t, dev, instructions: int):
     send_paused(t, dev.link, Msg.SAVE)
     mon.execute("sysbus.cpu PerformanceInMips 1")          # 1 µs of virtual time = 1 instruction
     before = _executed(mon)
-    coarse = instructions // 100 * 100                     # RunFor: whole 100-instruction quanta
+    # RunFor: whole 100-instruction quanta, stopping short (with flash.py serving the store a
+    # quantum can overshoot by one), then single steps to the exact count
+    coarse = max(0, instructions - 300) // 100 * 100
     if coarse:
         mon.execute(f'emulation RunFor "{coarse / 1e6:.4f}"')
     rest = instructions - (_executed(mon) - before)

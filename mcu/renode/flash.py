@@ -151,7 +151,7 @@ def flash_reset(state=None):
     if state is not None:
         for offset in OPTION_OFFSETS:
             regs[offset] = state["regs"][offset]
-        for key in ("array", "rng", "nmi_hook", "bus", "flash_kb"):
+        for key in ("array", "rng", "nmi_hook", "bus", "flash_kb", "nmi"):   # nmi: a test counter
             new[key] = state[key]
     return new
 
