@@ -662,11 +662,22 @@ def test_resc_structure(board):
     assert info["terminal"] == [("console", "false")], "raw socket: no telnet negotiation"
     assert info["connect"] == [(BOARDS[board].console.lower(), "console")]
     assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr", "gpio", "flash_store"}
+    # real GPIO ports a repl declares (the disco's port C, for its user button)
+    real_ports = [int(b, 16) for repl in info["repls"] for b in re.findall(
+        r"GPIOPort\.STM32_GPIOPort\s*@\s*sysbus\s*<\s*(0x[0-9A-Fa-f]+)", (RENODE_DIR / repl).read_text())]
     for name, dev in info["pydevs"].items():
-        assert (RENODE_DIR / dev["file"]).is_file() and dev["initable"] == "true"
-    # gpio.py: ports A..I, 0x400 each (tests/test_renode_link.py)
-    for name in ("rcc", "flash_ctrl", "pwr", "gpio"):
-        assert info["pydevs"][name]["size"] == (0x2400 if name == "gpio" else 0x400)
+        assert (RENODE_DIR / dev["file"]).is_file()
+        assert dev["initable"] == "true"
+        if name == "flash_store":
+            continue
+        if name != "gpio":
+            assert dev["size"] == 0x400
+            continue
+        # gpio.py: ports A..I, 0x400 each (tests/test_renode_link.py), ending below the first real
+        # port, and covering the console's pins
+        assert dev["size"] == min([0x2400] + [b - 0x48000000 for b in real_ports])
+        console_port = {"USART1": "B", "USART2": "A", "LPUART1": "G"}[BOARDS[board].console]
+        assert "ABCDEFGHI".index(console_port) * 0x400 < dev["size"], "the console's pins lie outside gpio.py"
     # flash.py also serves the store region (the last eighth of flash, stm32l4_common.ld's
     # default) plus its 0x400-byte register window right after the end of flash; the code
     # region before it stays plain memory, aliased at 0
@@ -725,7 +736,9 @@ def test_repl_addresses_and_irqs_match_board_header():
     for board in BOARD_NAMES:
         mine = parse_resc(board)["pydevs"]
         mine.pop("flash_store")
-        assert mine == pydevs, "every board maps the same stand-ins"
+        theirs = {k: dict(v, size=None) if k == "gpio" else v for k, v in mine.items()}
+        ours = {k: dict(v, size=None) if k == "gpio" else v for k, v in pydevs.items()}
+        assert theirs == ours, "every board maps the same stand-ins (gpio.py's extent: test_resc_structure)"
     for uart in ("USART1", "USART2", "USART3", "LPUART1"):
         assert repl[uart.lower()]["addresses"] == [bases[uart]], uart
         assert repl[uart.lower()]["irqs"] == [("nvic", irqs[uart])], uart
