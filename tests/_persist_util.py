@@ -17,6 +17,7 @@ def build_store_sim():
         [MCU / "include"])
     lib.sim_setup.argtypes = [C.c_uint32, C.c_uint32, C.c_uint8, C.c_uint32]
     lib.sim_mem.restype = C.POINTER(C.c_uint8)
+    lib.sim_states.restype = C.POINTER(C.c_uint8)
     lib.sim_steps.restype = C.c_long
     lib.sim_prog_errors.restype = C.c_long
     lib.sim_save.argtypes = [C.c_char_p, C.c_uint32, C.c_uint32, C.c_uint32, C.c_long, C.c_int, C.c_uint32,
@@ -37,10 +38,12 @@ class StoreSim:
         self.bytes = region_bytes
 
     def snapshot(self) -> bytes:
-        return C.string_at(self.lib.sim_mem(), self.bytes)
+        """The region's bytes, then one state byte per double-word (0 erased, 1 programmed, 2 torn)."""
+        return C.string_at(self.lib.sim_mem(), self.bytes) + C.string_at(self.lib.sim_states(), self.bytes // 8)
 
     def restore(self, image: bytes):
-        C.memmove(self.lib.sim_mem(), image, len(image))
+        C.memmove(self.lib.sim_mem(), image[:self.bytes], self.bytes)
+        C.memmove(self.lib.sim_states(), image[self.bytes:], self.bytes // 8)
 
     def save(self, payload: bytes, model_hash=0x1234, chunk=13, cut_at=-1, torn=False, seed=1):
         steps = C.c_long()
@@ -61,3 +64,12 @@ class StoreSim:
         slots = C.c_uint32()
         cap = self.lib.sim_capacity(C.byref(slots))
         return cap, slots.value
+
+
+def load_flash_model() -> dict:
+    """mcu/renode/flash.py's functions and constants (everything above its Renode dispatch):
+    the strict flash model, callable from CPython."""
+    src = (ROOT / "mcu/renode/flash.py").read_text()
+    scope: dict = {}
+    exec(compile(src.split("# ---- Renode request dispatch")[0], "flash.py", "exec"), scope)  # noqa: S102
+    return scope

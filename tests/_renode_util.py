@@ -4,12 +4,17 @@ Order: $TINYOL_RENODE, `renode` on PATH (a user's install from the Renode releas
 then the copy scripts/setup.sh unpacks into .tools/renode/ from ../shared/renode/.
 renode-test sits next to the launcher; its Python (robotframework 6.1 ...) is
 .tools/renode-py (made by setup), else $RENODE_PYTHON. Without a Renode every
-real-Renode test skips and says why.
+real-Renode test skips and says why; with one that is there but cannot run ($TINYOL_RENODE
+not executable, the shared tarball not unpacked, no mono, a launcher that fails to start)
+every real-Renode test fails with the reason: they are the only on-target check of saving
+on three of the four boards, so a broken install must not pass for an absent one.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -20,6 +25,7 @@ from tinyol.protocol import Frame, Msg
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".tools"
+SHARED_RENODE = ROOT.parent / "shared" / "renode"
 
 
 def renode_launcher() -> str | None:
@@ -33,6 +39,41 @@ def renode_launcher() -> str | None:
     if local and shutil.which("mono"):
         return str(local[-1])
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def renode_broken() -> str | None:
+    """Why a Renode that is available to this checkout cannot run (None: fine or absent)."""
+    env = os.environ.get("TINYOL_RENODE")
+    if env and not os.access(env, os.X_OK):
+        return f"TINYOL_RENODE={env} is not an executable"
+    launcher = renode_launcher()
+    if launcher is None:
+        if sorted(TOOLS.glob("renode/*/renode")) and not shutil.which("mono"):
+            return ".tools/renode is unpacked but `mono` is missing: apt-get install mono-runtime libmono-cil-dev"
+        if list(SHARED_RENODE.glob("renode-*.tar.*")):
+            return f"{SHARED_RENODE} holds Renode but .tools/renode is missing: run `make setup`"
+        return None
+    try:
+        r = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{launcher} --version: {e}"
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+        return f"{launcher} --version exited {r.returncode}: {' / '.join(tail)}"
+    return None
+
+
+def require_renode() -> str:
+    """The launcher; fails the test if Renode is there but broken, skips it if there is none."""
+    reason = renode_broken()
+    if reason:
+        pytest.fail(f"Renode is available but cannot run: {reason}")
+    launcher = renode_launcher()
+    if launcher is None:
+        pytest.skip(SKIP_REASON)
+    return launcher
 
 
 SKIP_REASON = ("no Renode: install Renode >= 1.15 from its releases and put `renode` on PATH, "
@@ -59,10 +100,7 @@ def renode_python() -> str | None:
 @pytest.fixture(autouse=True)
 def _use_found_renode(monkeypatch):
     """Every test of a module that imports this fixture runs with the found Renode."""
-    launcher = renode_launcher()
-    if launcher is None:
-        pytest.skip(SKIP_REASON)
-    monkeypatch.setenv("TINYOL_RENODE", launcher)
+    monkeypatch.setenv("TINYOL_RENODE", require_renode())
 
 
 def wait_boot(dev_link, timeout: float = 20.0) -> str:
@@ -106,5 +144,5 @@ def heads_equal(a, b) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-__all__ = ["Msg", "SKIP_REASON", "renode_launcher", "renode_test_launcher", "renode_python",
+__all__ = ["Msg", "SKIP_REASON", "renode_launcher", "renode_broken", "require_renode", "renode_test_launcher", "renode_python",
            "wait_boot", "send_paused", "run_until_reply", "random_head", "heads_equal"]

@@ -1,30 +1,26 @@
-"""Persistence against the Renode FLASH model (mcu/renode/flash.py) under CPython.
+"""Persistence against the Renode FLASH model (mcu/renode/flash.py), without Renode.
 
-Runs without Renode (the real runs, SAVE/reset/restore on every board and a power-cut
-sweep on the firmware itself, are tests/test_renode_real.py): (1) the register offsets, keys and bits
-that flash_stm32l4.c uses are cross-checked with the model's; (2) the driver's
-register sequence (transliterated below, using the C file's own constants) erases
-every store page of every board on the model, at the address the linker script's
-geometry says; (3) tol_store.c runs on top of that model (ctypes callbacks) and
-survives a power cut at every step of a save, like on the C flash simulator.
+(1) the register offsets, keys and bits that flash_stm32l4.c uses are cross-checked with the
+model's; (2) the linker script's store geometry agrees with boards.py; (3) the C driver itself,
+compiled for Cortex-M4 and run under Unicorn (tests/test_persist_unicorn.py, which also holds
+the power-cut sweeps), erases every store page of every geometry on the model. The real runs
+(SAVE/reset/restore on every board, power cuts on the firmware) are tests/test_renode_real.py.
 """
 from __future__ import annotations
 
-import ctypes as C
-import random
 import re
 import shutil
 import subprocess
 
 import pytest
-from conftest import ROOT, compile_shared
-from test_renode_static import FLASH_BASE, KB, Peripheral, flash_for
+from conftest import ROOT
+from test_renode_static import FLASH_BASE, KB
 
 from tinyol.boards import BOARDS
 
 DRIVER = ROOT / "mcu/boards/stm32l4/flash_stm32l4.c"
 LD_COMMON = ROOT / "mcu/boards/stm32l4/ld/stm32l4_common.ld"
-OK, ERR_FLASH, CUT = 0, 13, -1
+OK = 0
 
 
 def driver_constants() -> dict[str, int]:
@@ -68,8 +64,10 @@ def test_driver_register_map_matches_the_renode_model():
     assert not diffs
     # the model's write-1-to-clear set covers every flag the driver clears
     assert c["FL_SR_ERRORS"] | c["FL_SR_EOP"] == m["SR_W1C"]
-    # known difference: the model has no BSY flag (its erase is instantaneous), the driver polls it
-    assert c["FL_SR_BSY"] == 1 << 16 and "SR_BSY" not in m
+    assert c["FL_SR_BSY"] == m["SR_BSY"] == 1 << 16
+    assert (c["FL_ECCR"], c["FL_ECCR_ECCD"]) == (m["FLASH_ECCR"], m["ECCR_ECCD"])
+    assert (c["FL_OPTR"], c["FL_OPTR_DBANK"]) == (m["FLASH_OPTR"], m["OPTR_DBANK"])
+    assert c["FL_FLASHSIZE_ADDR"] == m["FLASHSIZE_ADDR"]
     # the driver's ACR cache bits are inside what the model's ACR reads back
     for bit in ("FL_ACR_ICEN", "FL_ACR_DCEN", "FL_ACR_ICRST", "FL_ACR_DCRST"):
         assert c[bit] & m["ACR_MASK"] == c[bit]
@@ -95,174 +93,28 @@ def test_linker_geometry_agrees_with_boards_py(board):
     assert g["bytes"] % (2 * g["page"]) == 0 and g["start"] % g["page"] == 0
 
 
-class Driver:
-    """flash_stm32l4.c's register sequence on the Renode model (flash.py + a mock system bus).
-    CPU stores into flash are plain memory writes there (Renode's MappedMemory)."""
-
-    def __init__(self, board: str):
-        self.k = driver_constants()
-        self.fl, self.bus = flash_for(board)
-        self.g = geometry(board)
-        self.steps, self.cut_at = 0, None
-
-    def step(self) -> bool:
-        """False when the power is cut at this step."""
-        if self.cut_at is not None and self.steps == self.cut_at:
-            return False
-        self.steps += 1
-        return True
-
-    def lock(self) -> bool:
-        k = self.k
-        self.fl.write(k["FL_CR"], k["FL_CR_LOCK"])
-        return bool(self.fl.read(k["FL_CR"]) & k["FL_CR_LOCK"])
-
-    def begin(self) -> int:
-        k = self.k
-        if not self.lock():
-            return ERR_FLASH
-        assert not self.fl.read(k["FL_SR"]) & k["FL_SR_BSY"]
-        self.fl.write(k["FL_SR"], k["FL_SR_ERRORS"] | k["FL_SR_EOP"])
-        self.fl.write(k["FL_KEYR"], k["FL_KEY1"])
-        self.fl.write(k["FL_KEYR"], k["FL_KEY2"])
-        return ERR_FLASH if self.fl.read(k["FL_CR"]) & k["FL_CR_LOCK"] else OK
-
-    def end(self, st: int) -> int:
-        k = self.k
-        sr = self.fl.read(k["FL_SR"])
-        self.fl.write(k["FL_SR"], sr & (k["FL_SR_ERRORS"] | k["FL_SR_EOP"]))
-        self.lock()
-        return st
-
-    def wait(self) -> int:
-        sr = self.fl.read(self.k["FL_SR"])
-        return ERR_FLASH if sr & self.k["FL_SR_ERRORS"] else OK
-
-    def mem(self, addr, n) -> bytes:
-        off = addr - FLASH_BASE
-        return bytes(self.bus.flash[off:off + n])
-
-    def erase(self, addr: int) -> int:
-        k, g = self.k, self.g
-        if not self.step():
-            return CUT
-        off = addr - FLASH_BASE
-        bank, pnb = off // g["bank"], (off % g["bank"]) // g["page"]
-        st = self.begin()
-        if st:
-            return st
-        cr = k["FL_CR_PER"] | ((pnb << k["FL_CR_PNB_POS"]) & k["FL_CR_PNB_MASK"]) | (k["FL_CR_BKER"] if bank else 0)
-        self.fl.write(k["FL_CR"], cr)
-        self.fl.write(k["FL_CR"], cr | k["FL_CR_STRT"])
-        st = self.wait()
-        self.fl.write(k["FL_CR"], 0)
-        st = self.end(st)
-        if st:
-            return st
-        return OK if self.mem(addr, g["page"]) == b"\xff" * g["page"] else ERR_FLASH
-
-    def program(self, addr: int, data: bytes) -> int:
-        k = self.k
-        if self.mem(addr, len(data)) != b"\xff" * len(data):
-            return ERR_FLASH
-        st = self.begin()
-        if st:
-            return st
-        self.fl.write(k["FL_CR"], k["FL_CR_PG"])
-        for i in range(0, len(data), 8):
-            if not self.step():
-                return CUT
-            off = addr + i - FLASH_BASE
-            self.bus.flash[off:off + 8] = data[i:i + 8]
-            st = self.wait()
-            if st:
-                break
-        self.fl.write(k["FL_CR"], 0)
-        st = self.end(st)
-        if st:
-            return st
-        return OK if self.mem(addr, len(data)) == data else ERR_FLASH
-
-
-@pytest.mark.parametrize("board", sorted(BOARDS))
-def test_driver_erases_every_store_page_on_the_model(board):
-    d = Driver(board)
-    g = d.g
-    pages = range(g["start"], g["start"] + g["bytes"], g["page"])
-    for addr in pages:
-        assert d.erase(addr) == OK
-    assert d.bus.erased(g["start"], g["bytes"])
-    assert d.bus.untouched(FLASH_BASE, g["start"] - FLASH_BASE), "an erase landed outside the store"
-    assert d.fl.read(d.k["FL_SR"]) == 0 and d.fl.read(d.k["FL_CR"]) & d.k["FL_CR_LOCK"]
+@pytest.mark.parametrize("board", ["disco_l475vg_iot01a", "nucleo_l432kc", "nucleo_l476rg", "nucleo_l4r5zi",
+                                   "nucleo_l4r5zi_dbank0"])
+def test_c_driver_erases_every_store_page_on_the_model(board, tmp_path_factory):
+    """flash_stm32l4.c itself (Cortex-M4 code under Unicorn, tests/test_persist_unicorn.py) against
+    flash.py: every page of the store is erased where the part's geometry puts it, nothing else."""
+    pytest.importorskip("unicorn")
+    if not shutil.which("arm-none-eabi-gcc"):
+        pytest.skip("arm-none-eabi-gcc not installed")
+    from test_persist_unicorn import GEOMETRIES, M, Board, build
+    b = Board(build(tmp_path_factory, board), board)
+    g = GEOMETRIES[board]
+    arr = b.state["array"]
+    n = len(arr["st"])
+    b.restore(([0] * n, [0] * n, [M["PROGRAMMED"]] * n))
+    for addr in range(b.store, b.store_end, g["page"]):
+        assert b.call("arm_erase", addr) == OK
+        i = (addr - b.store) // 8 + g["page"] // 8
+        assert set(arr["st"][:i]) == {M["ERASED"]} and set(arr["st"][i:]) <= {M["PROGRAMMED"]}, hex(addr)
+    assert b.state["regs"][M["FLASH_SR"]] == 0 and b.state["regs"][M["FLASH_CR"]] & M["CR_LOCK"]
     # dual-bank parts keep the store in bank 2 (read-while-write: code in bank 1 keeps running)
-    if g["bank"] < BOARDS[board].flash_bytes:
-        assert g["start"] >= FLASH_BASE + g["bank"]
-
-
-def test_driver_refuses_a_flash_interface_that_does_not_lock():
-    """QEMU's flash interface reads 0: the lock probe fails, nothing is attempted."""
-    d = Driver("nucleo_l476rg")
-    d.fl = Peripheral("flash.py", d.bus)
-    d.fl.read = lambda offset, length=4: 0  # registers read 0, like QEMU's unimplemented device
-    assert d.lock() is False
-    assert d.erase(d.g["start"]) == ERR_FLASH and d.bus.writes == 0
-
-
-@pytest.fixture(scope="module")
-def pylib():
-    lib = compile_shared([ROOT / "mcu/src/tol_store.c", ROOT / "mcu/src/tol_crc32.c", ROOT / "mcu/src/tol_status.c",
-                          ROOT / "tests/c/flash_sim_py.c"], [ROOT / "mcu/include"])
-    lib.py_save.argtypes = [C.c_char_p, C.c_uint32, C.c_uint32, C.c_uint32]
-    lib.py_boot.argtypes = [C.c_uint32, C.c_char_p, C.c_uint32, C.POINTER(C.c_uint32), C.POINTER(C.c_uint32)]
-    return lib
-
-
-ERASE = C.CFUNCTYPE(C.c_int, C.c_uint32)
-PROGRAM = C.CFUNCTYPE(C.c_int, C.c_uint32, C.POINTER(C.c_uint8), C.c_uint32)
-READ = C.CFUNCTYPE(None, C.c_uint32, C.POINTER(C.c_uint8), C.c_uint32)
-
-
-class Store:
-    def __init__(self, lib, board):
-        self.lib, self.d = lib, Driver(board)
-        d = self.d
-
-        def read(addr, dst, n):
-            C.memmove(dst, d.mem(addr, n), n)
-
-        self.cbs = (ERASE(d.erase), PROGRAM(lambda a, p, n: d.program(a, C.string_at(p, n))), READ(read))
-        lib.py_attach(d.g["start"], d.g["bytes"], d.g["page"], *self.cbs)
-
-    def save(self, data, cut_at=None):
-        self.d.steps, self.d.cut_at = 0, cut_at
-        rc = self.lib.py_save(data, len(data), 0x1234, 13)
-        self.d.cut_at = None
-        return rc, self.d.steps
-
-    def boot(self):
-        buf = C.create_string_buffer(64 * 1024)
-        n, seq = C.c_uint32(), C.c_uint32()
-        rc = self.lib.py_boot(0x1234, buf, len(buf), C.byref(n), C.byref(seq))
-        return rc, (buf.raw[:n.value] if rc == 0 else None), seq.value
-
-
-@pytest.mark.parametrize("board", ["nucleo_l476rg", "nucleo_l432kc", "nucleo_l4r5zi"])
-def test_store_survives_a_power_cut_at_every_step_on_the_renode_model(pylib, board):
-    st = Store(pylib, board)
-    assert st.boot()[0] == 14  # Renode's flash starts as 0x00: no record, no garbage
-    rnd = random.Random(board)
-    old, prev, new = (rnd.randbytes(900 + i) for i in range(3))
-    assert st.save(old)[0] == OK and st.save(prev)[0] == OK
-    image = bytes(st.d.bus.flash)
-    rc, total = st.save(new)
-    assert rc == OK and st.boot()[1] == new
-    for k in range(total):
-        st.d.bus.flash[:] = image
-        assert st.save(new, cut_at=k)[0] == CUT
-        rc, got, seq = st.boot()
-        assert (rc, got, seq) == (OK, prev, 2), f"cut at step {k}"
-    st.d.bus.flash[:] = image
-    assert st.save(new)[0] == OK and st.boot()[1:] == (new, 3)
+    if g["bank"] < g["kb"] * KB:
+        assert b.store >= FLASH_BASE + g["bank"]
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ def test_slots_alternate_and_newest_wins(sim):
         assert sim.save(d)[0] == STATUS["OK"]
         rc, got, seq, _ = sim.boot()
         assert (rc, got, seq) == (STATUS["OK"], d, i + 1)
-    mem = sim.snapshot()
+    mem = sim.snapshot()[:sim.bytes]
     half = len(mem) // 2
     assert sim.capacity()[1] == 2
     # slot 0 got saves 1, 3, 5; slot 1 got 2, 4: the older record is still intact in the other slot
@@ -80,7 +80,7 @@ def test_corrupted_payload_or_header_is_invalid(sim):
     sim.save(a)
     sim.save(b)
     img = bytearray(sim.snapshot())
-    half = len(img) // 2
+    half = sim.bytes // 2
     img[half + HEADER + 100] ^= 0x01  # one bit in the newest record's payload
     sim.restore(bytes(img))
     assert sim.boot()[1] == a
@@ -100,10 +100,10 @@ def test_wear_counts_and_erases_per_save(sim):
         steps.append(s)
     pages = -(-(HEADER + n) // PAGE)
     dwords = -(-(HEADER + n) // 8)
-    # first use of each slot: the pages are blank, no erase; afterwards every save erases `pages`
-    assert steps[:2] == [dwords, dwords]
-    assert steps[2:] == [pages + dwords] * 4
-    assert sim.boot()[3] == 4 * pages  # the region's page erases, carried from record to record
+    # every save erases the pages it needs, even on a slot's first use where they read 0xFF
+    # (erased-ness is never inferred from 0xFF: a double-word programmed with 0xFF is not erased)
+    assert steps == [pages + dwords] * 6
+    assert sim.boot()[3] == 6 * pages  # the region's page erases, carried from record to record
 
 
 def test_round_robin_spreads_wear_over_the_region(sim):
@@ -121,7 +121,7 @@ def test_round_robin_spreads_wear_over_the_region(sim):
         slots.append(sim.slot)
         steps.append(s)
     assert slots == [i % 8 for i in range(20)]
-    assert erases == 20 - 8  # the first lap found blank pages
+    assert erases == 20  # one page per save, the first lap included
     # the seven older records are still intact (any of them would do after a torn save)
     sim.setup(region_bytes=16 * 1024, max_record=HEADER + 2000)
     assert sim.save(payload(3000, 1))[0] == STATUS["ERR_OVERFLOW"]  # larger than announced: refused
@@ -208,8 +208,36 @@ def test_programming_a_written_double_word_is_refused(sim):
     # (can't reach tol_flash_program directly through the store), so call the HAL entry point
     import ctypes as C
     sim.lib.tol_flash_program.argtypes = [C.c_uint32, C.c_char_p, C.c_size_t]
-    assert sim.lib.tol_flash_program(0x08080000, b"\0" * 8, 8) == STATUS["ERR_FLASH"]
+    assert sim.lib.tol_flash_program(0x08080000, b"\x01" * 8, 8) == STATUS["ERR_FLASH"]
     assert sim.lib.sim_prog_errors() == 1 and sim.snapshot() == img
+    # a double-word programmed with 0xFF reads erased but is not: programming it again is refused
+    far = 0x08080000 + 16 * 1024 - 8
+    assert sim.lib.tol_flash_program(far, b"\xff" * 8, 8) == STATUS["OK"]
+    assert sim.snapshot()[:sim.bytes] == img[:sim.bytes], "0xFF programmed reads like erased"
+    assert sim.snapshot()[sim.bytes + (far - 0x08080000) // 8] == 1, "... but is programmed"
+    assert sim.lib.tol_flash_program(far, b"\x5a" * 8, 8) == STATUS["ERR_FLASH"]
+    assert sim.lib.sim_prog_errors() == 2
+    # all zeros is the one value silicon lets a programmed double-word take (RM: PROGERR ... "except
+    # if the data to write is 0x0000 0000")
+    assert sim.lib.tol_flash_program(far, b"\0" * 8, 8) == STATUS["OK"]
+
+
+def test_a_torn_double_word_reads_with_an_ecc_error(sim):
+    """Cut while the commit double-word programs (torn mode): reading it is an ECC error, and the
+    boot scan takes that slot as invalid (the previous record), never a fault."""
+    sim.setup()
+    old, new = payload(300, 1), payload(300, 2)
+    assert sim.save(old)[0] == STATUS["OK"]
+    img = sim.snapshot()
+    rc, total = sim.save(new)
+    assert rc == STATUS["OK"]
+    sim.restore(img)
+    assert sim.save(new, cut_at=total - 1, torn=True, seed=7)[0] == -1   # the commit is the last step
+    import ctypes as C
+    sim.lib.sim_ecc_errors.restype = C.c_long
+    rc, got, seq, _ = sim.boot()
+    assert (rc, got, seq) == (STATUS["OK"], old, 1)
+    assert sim.lib.sim_ecc_errors() >= 1, "the scan read the torn commit double-word"
 
 
 def test_store_compiles_for_cortex_m4():

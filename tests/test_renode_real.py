@@ -38,6 +38,7 @@ MODEL = "models/digits"
 MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
 FULL_BOARD = "nucleo_l476rg"
 MIPS = 100            # Renode's default PerformanceInMips of the Cortex-M (checked below)
+FLASH_END = 0x08000000 + BOARDS[FULL_BOARD].flash_bytes
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +48,9 @@ def digits():
     return X[perm], y[perm]
 
 
-def _renode(firmware, board):
+def _renode(firmware, board, timeout=300):
     fw = firmware(board, MODEL, test_build=False)
-    return emulator.start_renode(board, fw.elf, timeout=300)
+    return emulator.start_renode(board, fw.elf, timeout=timeout)
 
 
 def _probe(dev, X) -> list[tuple[int, float]]:
@@ -119,7 +120,9 @@ def _cut(t, dev, instructions: int):
     send_paused(t, dev.link, Msg.SAVE)
     mon.execute("sysbus.cpu PerformanceInMips 1")          # 1 µs of virtual time = 1 instruction
     before = _executed(mon)
-    coarse = instructions // 100 * 100                     # RunFor: whole 100-instruction quanta
+    # RunFor: whole 100-instruction quanta, stopping short (with flash.py serving the store a
+    # quantum can overshoot by one), then single steps to the exact count
+    coarse = max(0, instructions - 300) // 100 * 100
     if coarse:
         mon.execute(f'emulation RunFor "{coarse / 1e6:.4f}"')
     rest = instructions - (_executed(mon) - before)
@@ -131,7 +134,7 @@ def _cut(t, dev, instructions: int):
     mon.execute(f"sysbus.cpu PerformanceInMips {MIPS}")
     mon.execute("sysbus.cpu ExecutionMode Continuous")
     mon.execute("start")
-    return ran, wait_boot(dev.link)
+    return ran, wait_boot(dev.link, timeout=90)   # the boot reads the store through flash.py
 
 
 class _Sweep:
@@ -189,7 +192,8 @@ def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
     (first N that keeps the new record) and at every single instruction around it. Boot must restore the previous record or the new one, bit for bit,
     never garbage or the exported head."""
     X, y = digits
-    with _renode(firmware, FULL_BOARD) as t, Device.open(t.url, timeout=5) as dev:
+    # every store and load of the store region runs flash.py (IronPython): saves are slower
+    with _renode(firmware, FULL_BOARD, timeout=1200) as t, Device.open(t.url, timeout=5) as dev:
         mon = t.monitor
         assert int(mon.execute("sysbus.cpu PerformanceInMips"), 16) == MIPS
         exported = dev.get_head()
@@ -236,8 +240,55 @@ def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
         assert {o for _, o in fine} == {"old", "new"}, fine
         print("power cuts", coarse, "save length", length, "commit at", commit, "fine", fine)
 
+        # cuts inside the commit's BSY window tore it: those boots read a double ECC error, and
+        # the firmware's NMI handler took it (ECCD cleared) instead of faulting
+        window = FLASH_END + 0x400 - 8                        # flash.py's test counter: NMIs raised
+        nmis = int(mon.execute(f"sysbus ReadDoubleWord {window:#x}"), 16)
+        eccr = int(mon.execute("sysbus ReadDoubleWord 0x40022018"), 16)
+        print("NMIs from torn double-words", nmis, "ECCR", hex(eccr))
+        assert nmis > 0 and not eccr & (1 << 31), (nmis, hex(eccr))
+
         # after all that the store still takes a normal save
         assert sweep.dev.save().seq == sweep.seq + 1
+
+
+def test_store_refuses_bus_master_writes_and_survives_a_torn_commit(firmware):
+    """A debugger-style write into the store (the monitor's sysbus access) meets the same rules as
+    the CPU's: without FLASH_CR.PG it is a PGSERR and nothing lands; a byte write is SIZERR. A torn
+    commit double-word boots to the previous record through the NMI handler."""
+    with _renode(firmware, FULL_BOARD) as t, Device.open(t.url, timeout=5) as dev:
+        assert dev.store_status()[0] == "empty"
+        mon = t.monitor
+        store = FLASH_END - BOARDS[FULL_BOARD].flash_bytes // 8
+
+        def rd(addr):
+            return int(mon.execute(f"sysbus ReadDoubleWord {addr:#x}"), 16)
+
+        assert rd(store) == 0xFFFFFFFF and rd(0x40022010) == 0
+        mon.execute(f"sysbus WriteDoubleWord {store:#x} 0x12345678")
+        assert rd(store) == 0xFFFFFFFF and rd(0x40022010) == 1 << 7        # PGSERR
+        mon.execute("sysbus WriteDoubleWord 0x40022010 0xFFFF")
+        mon.execute(f"sysbus WriteByte {store + 8:#x} 0x12")
+        assert rd(store + 8) == 0xFFFFFFFF and rd(0x40022010) & (1 << 6)   # SIZERR
+        mon.execute("sysbus WriteDoubleWord 0x40022010 0xFFFF")
+        assert dev.save().seq == 1, "the firmware saves through the same model"
+        assert rd(store) == 0x534C4F54, "the commit double-word: magic TOLS"
+
+        # finding 3 on the firmware in Renode: tear the newest record's commit double-word (as a
+        # cut while it programs does; flash.py's test-only TEAR window), reset: the boot reads a
+        # double ECC error, the NMI handler takes it, and the previous record is loaded
+        r2 = dev.save()
+        slot_bytes = dev.stats().persist.pages_per_slot * BOARDS[FULL_BOARD].page_bytes
+        commit2 = store + r2.slot * slot_bytes
+        assert r2.seq == 2 and rd(commit2) == 0x534C4F54
+        nmis = rd(FLASH_END + 0x3F8)
+        mon.execute(f"sysbus WriteDoubleWord {FLASH_END + 0x3F4:#x} {commit2 - store:#x}")
+        mon.execute("machine Reset")
+        line = wait_boot(dev.link, timeout=90)
+        assert "store=loaded" in line, line
+        assert Device(dev.link).store_status() == ("loaded", 1)
+        assert rd(FLASH_END + 0x3F8) > nmis, "the boot read the torn double-word: NMI"
+        assert not rd(0x40022018) & (1 << 31), "the firmware's NMI handler cleared ECCR.ECCD"
 
 
 def test_emulate_keeps_serving_without_a_terminal(firmware, tmp_path):

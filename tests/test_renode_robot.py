@@ -11,7 +11,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
-from _renode_util import SKIP_REASON, renode_launcher, renode_python, renode_test_launcher
+from _renode_util import renode_python, renode_test_launcher, require_renode
 from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.renode]
@@ -20,8 +20,7 @@ SUITE = ROOT / "tests" / "renode" / "tinyol.robot"
 
 
 def test_robot_suite_passes_in_renode(firmware, tmp_path):
-    if renode_launcher() is None:
-        pytest.skip(SKIP_REASON)
+    require_renode()
     runner, python = renode_test_launcher(), renode_python()
     if runner is None or python is None:
         pytest.skip("renode-test or its Python (robotframework 6.1, .tools/renode-py: scripts/setup.sh) missing")

@@ -418,7 +418,7 @@ KEY1, KEY2 = 0x45670123, 0xCDEF89AB
 OPTKEY1, OPTKEY2 = 0x08192A3B, 0x4C5D6E7F
 CR_LOCK, CR_OPTLOCK = 1 << 31, 1 << 30
 CR_PG, CR_PER, CR_MER1, CR_BKER, CR_MER2, CR_STRT, CR_EOPIE = 1, 2, 4, 1 << 11, 1 << 15, 1 << 16, 1 << 24
-SR_EOP, SR_OPERR, SR_PGSERR = 1, 2, 1 << 7
+SR_EOP, SR_OPERR, SR_PGSERR, SR_BSY = 1, 2, 1 << 7, 1 << 16
 
 
 def cr_page(pnb, bank=0):
@@ -438,6 +438,16 @@ def flash_for(board, request_cls=LowerRequest):
 def unlock(flash):
     flash.write(F_KEYR, KEY1)
     flash.write(F_KEYR, KEY2)
+
+
+def wait_idle(flash, limit=10_000):
+    """Poll SR until BSY falls, as a driver does; the operation must have been busy first."""
+    polls = 0
+    while flash.read(F_SR) & SR_BSY:
+        polls += 1
+        assert polls < limit, "BSY never falls"
+    assert polls > 0, "an erase must keep SR.BSY set for a while"
+    return polls
 
 
 @pytest.mark.parametrize("request_cls", [LowerRequest, PascalRequest])
@@ -503,6 +513,7 @@ def test_flash_page_erase_fills_the_right_page(board, pnb, bank, address, page):
     flash, bus = flash_for(board)
     unlock(flash)
     flash.write(F_CR, cr_page(pnb, bank) | CR_STRT)
+    wait_idle(flash)
     assert bus.erased(address, page)
     assert bus.untouched(FLASH_BASE, address - FLASH_BASE)
     assert bus.untouched(address + page, FLASH_BASE + len(bus.flash) - address - page)
@@ -520,6 +531,7 @@ def test_flash_l4r5_single_bank_option_gives_8k_pages():
     assert not flash.read(F_CR) & CR_OPTLOCK
     flash.write(F_OPTR, flash.read(F_OPTR) & ~(1 << 22))  # DBANK = 0
     flash.write(F_CR, cr_page(2) | CR_STRT)
+    wait_idle(flash)
     assert bus.erased(0x08004000, 8 * KB)
     assert bus.untouched(FLASH_BASE, 0x4000) and bus.untouched(0x08006000, 0x1000)
 
@@ -540,6 +552,7 @@ def test_flash_mass_erase_bank1_only():
     flash, bus = flash_for("nucleo_l476rg")
     unlock(flash)
     flash.write(F_CR, CR_MER1 | CR_STRT | CR_EOPIE)
+    wait_idle(flash)
     assert bus.erased(FLASH_BASE, 512 * KB) and bus.untouched(0x08080000, 512 * KB)
     assert flash.read(F_SR) == SR_EOP
 
@@ -548,6 +561,7 @@ def test_flash_mass_erase_bank2():
     flash, bus = flash_for("nucleo_l4r5zi")
     unlock(flash)
     flash.write(F_CR, CR_MER2 | CR_STRT)
+    wait_idle(flash)
     assert bus.untouched(FLASH_BASE, 1024 * KB) and bus.erased(0x08100000, 1024 * KB)
 
 
@@ -555,6 +569,7 @@ def test_flash_sr_write_one_to_clear_and_eop():
     flash, _ = flash_for("nucleo_l476rg")
     unlock(flash)
     flash.write(F_CR, cr_page(1) | CR_STRT | CR_EOPIE)
+    wait_idle(flash)
     assert flash.read(F_SR) == SR_EOP
     flash.write(F_SR, 0)
     assert flash.read(F_SR) == SR_EOP, "writing 0 leaves flags alone"
@@ -572,6 +587,7 @@ def test_flash_pgserr_on_bad_sequence_blocks_erase_until_cleared():
     flash.write(F_SR, SR_PGSERR)
     assert flash.read(F_SR) == 0
     flash.write(F_CR, cr_page(1) | CR_STRT)
+    wait_idle(flash)
     assert bus.erased(0x08000800, 2 * KB)
 
 
@@ -645,13 +661,15 @@ def test_resc_structure(board):
     assert len(info["port"]) == 1
     assert info["terminal"] == [("console", "false")], "raw socket: no telnet negotiation"
     assert info["connect"] == [(BOARDS[board].console.lower(), "console")]
-    assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr", "gpio"}
+    assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr", "gpio", "flash_store"}
     # real GPIO ports a repl declares (the disco's port C, for its user button)
     real_ports = [int(b, 16) for repl in info["repls"] for b in re.findall(
         r"GPIOPort\.STM32_GPIOPort\s*@\s*sysbus\s*<\s*(0x[0-9A-Fa-f]+)", (RENODE_DIR / repl).read_text())]
     for name, dev in info["pydevs"].items():
         assert (RENODE_DIR / dev["file"]).is_file()
         assert dev["initable"] == "true"
+        if name == "flash_store":
+            continue
         if name != "gpio":
             assert dev["size"] == 0x400
             continue
@@ -660,6 +678,16 @@ def test_resc_structure(board):
         assert dev["size"] == min([0x2400] + [b - 0x48000000 for b in real_ports])
         console_port = {"USART1": "B", "USART2": "A", "LPUART1": "G"}[BOARDS[board].console]
         assert "ABCDEFGHI".index(console_port) * 0x400 < dev["size"], "the console's pins lie outside gpio.py"
+    # flash.py also serves the store region (the last eighth of flash, stm32l4_common.ld's
+    # default) plus its 0x400-byte register window right after the end of flash; the code
+    # region before it stays plain memory, aliased at 0
+    flash, store = BOARDS[board].flash_bytes, BOARDS[board].flash_bytes // 8
+    dev = info["pydevs"]["flash_store"]
+    assert (dev["file"], dev["address"], dev["size"]) == ("flash.py", FLASH_BASE + flash - store, store + 0x400)
+    assert "sysbus Unregister sysbus.flash" in info["text"]
+    code = re.search(r'"flash_code: Memory.MappedMemory @ \{ sysbus 0x08000000; sysbus 0x00000000 \} '
+                     r'\{ size: (0x[0-9A-Fa-f]+) \}"', info["text"])
+    assert code and int(code.group(1), 16) == flash - store
     for repl in info["repls"]:
         assert (RENODE_DIR / repl).is_file()
     assert "sysbus LoadELF $elf" in info["text"]
@@ -704,8 +732,11 @@ def test_repl_addresses_and_irqs_match_board_header():
     bases, irqs = parse_board_header()
     repl = common_repl()
     pydevs = parse_resc("nucleo_l476rg")["pydevs"]
+    pydevs.pop("flash_store")              # per part: the store region (test_resc_structure)
     for board in BOARD_NAMES:
-        theirs = {k: dict(v, size=None) if k == "gpio" else v for k, v in parse_resc(board)["pydevs"].items()}
+        mine = parse_resc(board)["pydevs"]
+        mine.pop("flash_store")
+        theirs = {k: dict(v, size=None) if k == "gpio" else v for k, v in mine.items()}
         ours = {k: dict(v, size=None) if k == "gpio" else v for k, v in pydevs.items()}
         assert theirs == ours, "every board maps the same stand-ins (gpio.py's extent: test_resc_structure)"
     for uart in ("USART1", "USART2", "USART3", "LPUART1"):

@@ -7,10 +7,13 @@
  * (a file-backed simulation with L4 semantics), tests/c/flash_sim.c (a
  * simulator that can cut the power after any step).
  *
- * L4 semantics every implementation follows: an erased byte reads 0xFF; the
- * programming unit is an aligned 64-bit double-word, and only a double-word
- * that reads all 0xFF may be programmed (otherwise a programming error and
- * nothing is written). Addresses are the CPU's (0x08000000 = start of flash).
+ * L4 semantics every implementation follows (docs/persistence.md): an erased
+ * byte reads 0xFF; the programming unit is an aligned 64-bit double-word, which
+ * can be programmed once between two erases of its page, whatever the value
+ * (one programmed with 0xFF is not erased: a second program is a programming
+ * error and nothing is written); a double-word whose programming or erase was
+ * cut by a power loss may fail its ECC check when read (tol_flash_read then
+ * says so). Addresses are the CPU's (0x08000000 = start of flash).
  */
 #ifndef TOL_FLASH_H
 #define TOL_FLASH_H
@@ -27,7 +30,7 @@
 typedef struct {
     uint32_t start;      /* address of the first byte */
     uint32_t bytes;      /* size, multiple of page_bytes */
-    uint32_t page_bytes; /* erase unit: 2048 (L43x/L47x), 4096 (L4R5 dual-bank) */
+    uint32_t page_bytes; /* erase unit: 2048 (L43x/L47x), 4096 / 8192 (L4R5 DBANK = 1 / 0) */
 } tol_flash_region_t;
 
 /*
@@ -48,7 +51,8 @@ tol_status_t tol_flash_erase_page(uint32_t addr);
  * controller error (e.g. a double-word that was not erased) or a mismatch. */
 tol_status_t tol_flash_program(uint32_t addr, const uint8_t *data, size_t n);
 
-/* Copy n bytes at `addr` (inside the region) to dst (out). */
-void tol_flash_read(uint32_t addr, uint8_t *dst, size_t n);
+/* Copy n bytes at `addr` (inside the region) to dst (out). TOL_ERR_FLASH if a
+ * double-word read failed its ECC check (its bytes in dst are then garbage). */
+tol_status_t tol_flash_read(uint32_t addr, uint8_t *dst, size_t n);
 
 #endif /* TOL_FLASH_H */

@@ -16,9 +16,12 @@
  * (tol_crc32.h). A record is valid when magic, header_crc, format, slot size,
  * length and payload_crc all check. Saves go round-robin: to the slot after
  * the newest valid record of this model (so never over it, and every page of
- * the region wears at the same rate). A save erases only the pages it needs,
+ * the region wears at the same rate). A save erases the pages it needs (each
+ * double-word is programmed once per erase),
  * programs the payload, then the header, and the commit double-word last: a
- * save cut short at any step leaves the previous record the newest valid one.
+ * save cut short at any step leaves the previous record the newest valid one;
+ * a double-word torn by the cut fails its ECC check when read, and the scan
+ * takes its slot as invalid.
  * `erases` carries the region's page-erase count forward (wear accounting).
  *
  * Usage (the app layer owns the tol_store_t):
@@ -92,7 +95,7 @@ uint32_t tol_store_capacity(const tol_store_t *s);
 
 /* Start a save of exactly payload_len bytes into the next slot (round-robin
  * after the newest record of this model) and erase the pages the record
- * needs (pages already erased are skipped). TOL_ERR_OVERFLOW if it does not
+ * needs (all of them: erased-ness is never inferred from 0xFF). TOL_ERR_OVERFLOW if it does not
  * fit a slot. */
 tol_status_t tol_store_begin(tol_store_t *s, uint32_t payload_len);
 

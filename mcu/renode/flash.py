@@ -1,38 +1,58 @@
-# tinyol: STM32L4 embedded-flash interface stand-in for Renode
-# (Python.PythonPeripheral at 0x40022000, 0x400 bytes). RM0351 section 3.7, RM0432 section 3.7.
+# tinyol: STM32L4 embedded-flash interface for Renode, with a strict model of the array
+# (RM0351 / RM0394 / RM0432 section 3). One semantics, used three ways:
+#   * Renode runs this file as a Python.PythonPeripheral at 0x40022000 (0x400 bytes): the
+#     interface registers;
+#   * the same functions serve the flash array when a host routes array accesses to them:
+#     tests/test_persist_unicorn.py maps the store region of the Cortex-M4 emulator onto
+#     array_read/array_write, so the firmware's own stores and loads (and any other bus
+#     master's) meet the rules below;
+#   * tests/test_flash_model.py checks each rule against what the reference manuals say.
 #
-# What is modelled:
-#   ACR      reads back (LATENCY, PRFTEN, ICEN, DCEN, ...): the firmware polls LATENCY.
-#   KEYR     unlock sequence 0x45670123 then 0xCDEF89AB clears CR.LOCK. A wrong key, or
-#            a wrong order, keeps CR locked until the next reset, as on silicon (later
-#            KEYR writes are ignored). KEYR writes while unlocked are ignored.
-#   OPTKEYR  0x08192A3B then 0x4C5D6E7F clears CR.OPTLOCK (only while CR is unlocked);
-#            a wrong sequence blocks it until reset. Option registers read back.
-#   CR       ignored while locked. Setting LOCK (or OPTLOCK) relocks. STRT starts:
-#              PER: erase page PNB of bank BKER -> the page reads 0xFF,
-#              MER1 / MER2: erase bank 1 / bank 2 (the whole array on single-bank parts).
-#            STRT self-clears; BSY is never seen set. SR.EOP is set when CR.EOPIE is set.
-#            PGSERR instead of the erase when PG is also set, when an error flag
-#            (PROGERR..FASTERR) is still pending, or when PNB is past the bank's last page.
-#   SR       error and EOP bits are write-1-to-clear. OPERR instead of an erase when the
-#            script cannot reach the system bus (it cannot reach the array).
-# Geometry comes from the part itself, like the firmware would get it: the flash size
-# register FLASHSIZE (16-bit, KB, at 0x1FFF75E0, provided by the per-chip .repl) and,
-# on 2 MB L4R/S parts, OPTR.DBANK: 2 KB pages on L43x/L45x (one bank) and L47x/L49x
-# (two 512 KB banks); 4 KB pages in two 1 MB banks on L4R5 with DBANK=1 (factory
-# default), 8 KB pages in one bank with DBANK=0.
+# Registers:
+#   ACR      reads back (LATENCY, PRFTEN, ICEN, DCEN, ...). DCRST/ICRST act only while the
+#            cache is disabled (RM: "can be written only when the cache is disabled").
+#   KEYR     0x45670123 then 0xCDEF89AB clears CR.LOCK; a wrong key or order keeps CR locked
+#            until the next reset. OPTKEYR likewise clears CR.OPTLOCK (only while CR is unlocked).
+#   CR       ignored while locked; LOCK/OPTLOCK set by a write, cleared only by keys. STRT with
+#            PER erases page PNB of bank BKER, with MER1/MER2 a bank. STRT self-clears.
+#   SR       BSY is set while an erase or a double-word program runs: for ERASE_POLLS or
+#            PROGRAM_POLLS reads of SR (each poll of the driver's wait loop is a few
+#            instructions). An array access or register write meanwhile stalls until the
+#            operation ends (as the AHB does). Error and EOP flags are write-1-to-clear.
+#   ECCR     ECCD (bit 31) with ADDR_ECC/BK_ECC of the first double ECC error, write-1-to-clear.
+#   OPTR...  read back, writable only while OPTLOCK is clear. OPTR.DBANK picks the L4R5 layout.
 #
-# Not modelled: programming errors raised by the CPU's own stores. Programming is done by
-# plain CPU stores into the Memory.MappedMemory flash; Renode executes them directly and
-# calls no script, so PROGERR/PGAERR/SIZERR/PGSERR/WRPERR on a store (e.g. without CR.PG)
-# never appear and such stores always land. Also not modelled: read-out/write protection,
-# fast programming (FSTPG), PCROP, ECC, option-byte loading, bank swapping (BFB2), timing.
+# Array (only the part a host attached with flash_attach_array; each double-word has a state
+# ERASED / PROGRAMMED / TORN):
+#   * programming is by aligned 64-bit double-words: a 32-bit store to the even word, then one
+#     to the odd word of the same double-word; the second store starts the program.
+#   * a store with CR.PG clear (or CR locked, or PER/MER set, or an error flag pending): PGSERR;
+#     a byte or half-word store: SIZERR; a second word of another double-word, or an odd word
+#     first: PGAERR; inside a WRP area: WRPERR; a double-word that is not ERASED (programmed
+#     since its erase, whatever its value, 0xFF included, or torn): PROGERR, except an all-zero
+#     double-word (RM: "except if the data to write is 0x0000 0000"). Nothing refused lands.
+#   * a read of a TORN double-word returns its bits, sets ECCR.ECCD and raises NMI (the host
+#     delivers it: state["nmi"] counts them, state["nmi_hook"] is called if set).
+#   * data-cache hazard (ST errata, read-while-write): a program or erase that completes while
+#     ACR.DCEN is set leaves the data cache with the old contents of the double-words it changed;
+#     reads with DCEN set return those until the data cache is reset (DCRST with DCEN clear).
+#   * flash_power_cut(state): the power fails now. A program in progress leaves its double-word
+#     TORN with some of its zero bits landed; an erase in progress leaves each double-word of
+#     the page erased, untouched or TORN. The interface, a half-written double-word and the
+#     cache are lost; the array keeps its bits. A Renode machine reset does the same.
+# Pages outside the attached array are erased through the system bus (plain memory there).
+#
+# Geometry comes from the part, as the firmware gets it: FLASHSIZE (16-bit, KB, 0x1FFF75E0)
+# and, on 2 MB L4R/S parts, OPTR.DBANK: 2 KB pages on L43x/L45x (one bank) and L47x/L49x (two
+# 512 KB banks); 4 KB pages in two 1 MB banks with DBANK=1 (factory default), 8 KB pages in one
+# bank with DBANK=0.
+# Not modelled: read-out protection, PCROP, fast programming, option-byte loading, bank swap,
+# single ECC errors, timing in seconds.
 #
 # Runs in Renode's IronPython 2 and must import nothing (no standard library on its path).
 # The file is executed again on every access in a scope that keeps its globals; state lives
 # in the global `tol_flash`. Renode's scope holds only `request`, `self` (this peripheral)
-# and `size`: erasing writes 0xFFFFFFFF words through `self.GetMachine().SystemBus`.
-# Keep this file ASCII-only.
+# and `size`: the bus is `self.GetMachine().SystemBus`. Keep this file ASCII-only.
 
 FLASH_ACR = 0x00
 FLASH_PDKEYR = 0x04
@@ -75,16 +95,29 @@ SR_MISERR = 1 << 8
 SR_FASTERR = 1 << 9
 SR_RDERR = 1 << 14
 SR_OPTVERR = 1 << 15
+SR_BSY = 1 << 16
 SR_W1C = (SR_EOP | SR_OPERR | SR_PROGERR | SR_WRPERR | SR_PGAERR | SR_SIZERR | SR_PGSERR
           | SR_MISERR | SR_FASTERR | SR_RDERR | SR_OPTVERR)
 SR_PROGRAM_ERRORS = SR_PROGERR | SR_WRPERR | SR_PGAERR | SR_SIZERR | SR_PGSERR | SR_MISERR | SR_FASTERR
 
+ECCR_ECCC = 1 << 30
+ECCR_ECCD = 1 << 31
+
 ACR_MASK = 0x7F0F                    # LATENCY[3:0], PRFTEN, ICEN, DCEN, ICRST, DCRST, RUN_PD, SLEEP_PD
+ACR_ICEN = 1 << 9
+ACR_DCEN = 1 << 10
+ACR_ICRST = 1 << 11
+ACR_DCRST = 1 << 12
 OPTR_DBANK = 1 << 22
 
 FLASH_BASE = 0x08000000
 FLASHSIZE_ADDR = 0x1FFF75E0          # flash size in KB, 16 bits (device electronic signature)
 DEFAULT_FLASH_KB = 1024              # used when FLASHSIZE cannot be read
+
+PROGRAM_POLLS = 3                    # SR reads that see BSY during a double-word program
+ERASE_POLLS = 24                     # ... during a page or bank erase
+ERASED, PROGRAMMED, TORN = 0, 1, 2   # double-word states
+ERASED_WORD = 0xFFFFFFFF
 
 # Reset values: factory-default option bytes (no protection, DBANK = 1).
 FLASH_RESET_VALUES = {
@@ -102,15 +135,35 @@ FLASH_RESET_VALUES = {
     0x4C: 0xFF00FFFF,                # WRP2AR
     0x50: 0xFF00FFFF,                # WRP2BR
 }
+OPTION_OFFSETS = (FLASH_OPTR, 0x24, 0x28, 0x2C, 0x30, 0x44, 0x48, 0x4C, 0x50)
 
 
-def flash_reset():
-    """Interface state after a system reset."""
+def flash_reset(state=None):
+    """Interface state after a system reset. With `state`, the option registers and the
+    attached array survive (they are non-volatile); everything else starts over."""
     regs = {}
     for offset in FLASH_RESET_VALUES:
         regs[offset] = FLASH_RESET_VALUES[offset]
-    return {"regs": regs, "key_stage": 0, "key_blocked": False,
-            "optkey_stage": 0, "optkey_blocked": False}
+    new = {"regs": regs, "key_stage": 0, "key_blocked": False, "optkey_stage": 0,
+           "optkey_blocked": False, "array": None, "half": None, "op": None, "busy": 0,
+           "stale": {}, "nmi": 0, "nmi_hook": None, "rng": 0x1234567, "bus": None,
+           "flash_kb": None}
+    if state is not None:
+        for offset in OPTION_OFFSETS:
+            regs[offset] = state["regs"][offset]
+        for key in ("array", "rng", "nmi_hook", "bus", "flash_kb", "nmi"):   # nmi: a test counter
+            new[key] = state[key]
+    return new
+
+
+def flash_attach_array(state, base, nbytes, fill=ERASED_WORD):
+    """Model the array bytes [base, base + nbytes) (double-word multiple). fill=0xFFFFFFFF:
+    erased (factory state); any other value: programmed with that word."""
+    n = nbytes // 8
+    st = ERASED
+    if fill != ERASED_WORD:
+        st = PROGRAMMED
+    state["array"] = {"base": base, "bytes": nbytes, "lo": [fill] * n, "hi": [fill] * n, "st": [st] * n}
 
 
 def flash_geometry(flash_kb, optr):
@@ -141,56 +194,176 @@ def flash_page_address(geometry, pnb, bank):
     return geometry["base"] + bank * geometry["bank_size"] + pnb * geometry["page"]
 
 
-def _fill_erased(bus, address, count):
+def _flash_kb(state):
+    if state["flash_kb"] is None:
+        bus = state["bus"]
+        kb = DEFAULT_FLASH_KB
+        if bus is not None:
+            kb = int(bus.ReadWord(FLASHSIZE_ADDR)) & 0xFFFF
+        state["flash_kb"] = kb
+    return state["flash_kb"]
+
+
+def _geometry(state):
+    return flash_geometry(_flash_kb(state), state["regs"][FLASH_OPTR])
+
+
+def _rand(state):
+    """xorshift32 (no `random` module in Renode's IronPython)."""
+    x = state["rng"]
+    x ^= (x << 13) & 0xFFFFFFFF
+    x ^= x >> 17
+    x ^= (x << 5) & 0xFFFFFFFF
+    if x == 0:
+        x = 1
+    state["rng"] = x
+    return x
+
+
+def _dwords_in(state, address, count):
+    """Indices of the attached array's double-words inside [address, address + count)."""
+    arr = state["array"]
+    if arr is None:
+        return range(0)
+    lo = max(address, arr["base"])
+    hi = min(address + count, arr["base"] + arr["bytes"])
+    if lo >= hi:
+        return range(0)
+    return range((lo - arr["base"]) // 8, (hi - arr["base"]) // 8)
+
+
+def _fill_erased_outside(state, address, count):
+    """Erase what lies outside the attached array through the system bus (plain memory)."""
+    bus = state["bus"]
+    arr = state["array"]
     end = address + count
+    if bus is None:
+        return
     while address < end:
-        bus.WriteDoubleWord(address, 0xFFFFFFFF)
+        inside = arr is not None and arr["base"] <= address < arr["base"] + arr["bytes"]
+        if not inside:
+            bus.WriteDoubleWord(address, ERASED_WORD)
         address += 4
 
 
-def _geometry_from_bus(state, bus):
-    flash_kb = int(bus.ReadWord(FLASHSIZE_ADDR)) & 0xFFFF
-    return flash_geometry(flash_kb, state["regs"].get(FLASH_OPTR, 0))
+def _remember_old(state, i):
+    """DCEN on while the array changes: the data cache keeps the double-word's old contents."""
+    arr = state["array"]
+    if state["regs"][FLASH_ACR] & ACR_DCEN and i not in state["stale"]:
+        state["stale"][i] = (arr["lo"][i], arr["hi"][i])
 
 
-def flash_locked(state):
-    return (state["regs"][FLASH_CR] & CR_LOCK) != 0
+def _finish(state):
+    """The operation in progress ends (BSY falls)."""
+    op = state["op"]
+    if op is None:
+        return
+    state["op"] = None
+    state["busy"] = 0
+    arr = state["array"]
+    regs = state["regs"]
+    if op["kind"] == "program":
+        i = op["i"]
+        _remember_old(state, i)
+        arr["lo"][i] = op["lo"]
+        arr["hi"][i] = op["hi"]
+        arr["st"][i] = PROGRAMMED
+    else:
+        for i in _dwords_in(state, op["address"], op["count"]):
+            _remember_old(state, i)
+            arr["lo"][i] = ERASED_WORD
+            arr["hi"][i] = ERASED_WORD
+            arr["st"][i] = ERASED
+        _fill_erased_outside(state, op["address"], op["count"])
+    if regs[FLASH_CR] & CR_EOPIE:
+        regs[FLASH_SR] |= SR_EOP
 
 
-def flash_read(state, offset):
-    """Value the CPU reads at `offset` (word aligned)."""
-    if offset in (FLASH_PDKEYR, FLASH_KEYR, FLASH_OPTKEYR):
-        return 0
-    return state["regs"].get(offset, 0)
+def flash_power_cut(state):
+    """The power fails now: tear the operation in progress, lose the volatile state."""
+    op = state["op"]
+    arr = state["array"]
+    if op is not None and op["kind"] == "program":
+        i = op["i"]
+        mask_lo = _rand(state) | 1            # at least one bit of the double-word lands
+        mask_hi = _rand(state)
+        arr["lo"][i] = arr["lo"][i] & ~(~op["lo"] & mask_lo) & 0xFFFFFFFF
+        arr["hi"][i] = arr["hi"][i] & ~(~op["hi"] & mask_hi) & 0xFFFFFFFF
+        arr["st"][i] = TORN
+    elif op is not None:
+        for i in _dwords_in(state, op["address"], op["count"]):
+            r = _rand(state) % 3
+            if r == 0:
+                arr["lo"][i] = ERASED_WORD
+                arr["hi"][i] = ERASED_WORD
+                arr["st"][i] = ERASED
+            elif r == 1:
+                arr["lo"][i] = arr["lo"][i] | _rand(state)
+                arr["hi"][i] = arr["hi"][i] | _rand(state)
+                arr["st"][i] = TORN
+    state["op"] = None
+    return flash_reset(state)
 
 
-def _start(state, cr, bus):
-    """CR.STRT was written: run the requested erase (or flag the sequence error)."""
+def _start_op(state, op, polls):
+    state["op"] = op
+    state["busy"] = polls
+
+
+def _start(state, cr):
+    """CR.STRT was written: start the requested erase (or flag the sequence error)."""
     regs = state["regs"]
     if not cr & (CR_PER | CR_MER1 | CR_MER2):
         return
     if (cr & CR_PG) or (regs[FLASH_SR] & SR_PROGRAM_ERRORS):
         regs[FLASH_SR] |= SR_PGSERR
         return
-    if bus is None:                       # no system bus in scope: cannot touch the array
+    if state["bus"] is None and state["array"] is None:   # cannot reach the array
         regs[FLASH_SR] |= SR_OPERR
         return
-    geometry = _geometry_from_bus(state, bus)
+    geometry = _geometry(state)
     if cr & CR_PER:
         pnb = (cr & CR_PNB_MASK) >> CR_PNB_SHIFT
-        bank = 1 if cr & CR_BKER else 0
+        bank = 0
+        if cr & CR_BKER:
+            bank = 1
         address = flash_page_address(geometry, pnb, bank)
         if address is None:
             regs[FLASH_SR] |= SR_PGSERR
             return
-        _fill_erased(bus, address, geometry["page"])
+        if _write_protected(state, geometry, address):
+            regs[FLASH_SR] |= SR_WRPERR
+            return
+        _start_op(state, {"kind": "erase", "address": address, "count": geometry["page"]}, ERASE_POLLS)
     else:
+        address = geometry["base"]
+        count = 0
         if cr & CR_MER1:
-            _fill_erased(bus, geometry["base"], geometry["bank_size"])
+            count = geometry["bank_size"]
         if (cr & CR_MER2) and geometry["banks"] == 2:
-            _fill_erased(bus, geometry["base"] + geometry["bank_size"], geometry["bank_size"])
-    if cr & CR_EOPIE:
-        regs[FLASH_SR] |= SR_EOP
+            if count == 0:
+                address = geometry["base"] + geometry["bank_size"]
+            count += geometry["bank_size"]
+        if count:
+            _start_op(state, {"kind": "erase", "address": address, "count": count}, ERASE_POLLS)
+
+
+def _write_protected(state, geometry, address):
+    """Inside a WRP area (WRPxyR: start page [7:0], end page [23:16] of its bank)?"""
+    regs = state["regs"]
+    off = address - geometry["base"]
+    bank = off // geometry["bank_size"]
+    page = (off % geometry["bank_size"]) // geometry["page"]
+    areas = (0x2C, 0x30)
+    if bank == 1:
+        areas = (0x4C, 0x50)
+    for reg in areas:
+        value = regs[reg]
+        start = value & 0xFF
+        end = (value >> 16) & 0xFF
+        if start <= page <= end:
+            return True
+    return False
 
 
 def _key_write(state, value):
@@ -221,12 +394,39 @@ def _optkey_write(state, value):
         state["optkey_blocked"] = True
 
 
-def flash_write(state, offset, value, bus):
-    """Apply a 32-bit CPU write of `value` at `offset`; `bus` erases the flash array."""
+def flash_locked(state):
+    return (state["regs"][FLASH_CR] & CR_LOCK) != 0
+
+
+def flash_read(state, offset):
+    """Value the CPU reads at register `offset` (word aligned)."""
+    if offset in (FLASH_PDKEYR, FLASH_KEYR, FLASH_OPTKEYR):
+        return 0
+    if offset == FLASH_SR:
+        sr = state["regs"][FLASH_SR]
+        if state["op"] is not None:
+            state["busy"] -= 1
+            if state["busy"] >= 0:
+                return sr | SR_BSY
+            _finish(state)
+            return state["regs"][FLASH_SR]
+        return sr
+    return state["regs"].get(offset, 0)
+
+
+def flash_write(state, offset, value, bus=None):
+    """Apply a 32-bit write of `value` at register `offset`."""
+    if bus is not None:
+        state["bus"] = bus
     regs = state["regs"]
     value = value & 0xFFFFFFFF
+    if offset != FLASH_SR:
+        _finish(state)                    # the bus stalls until the operation ends
     if offset == FLASH_ACR:
-        regs[FLASH_ACR] = value & ACR_MASK
+        acr = value & ACR_MASK
+        if acr & ACR_DCRST and not acr & ACR_DCEN:
+            state["stale"] = {}
+        regs[FLASH_ACR] = acr
     elif offset == FLASH_KEYR:
         _key_write(state, value)
     elif offset == FLASH_OPTKEYR:
@@ -235,6 +435,9 @@ def flash_write(state, offset, value, bus):
         pass
     elif offset == FLASH_SR:
         regs[FLASH_SR] &= ~(value & SR_W1C)
+    elif offset == FLASH_ECCR:
+        regs[FLASH_ECCR] &= ~(value & (ECCR_ECCC | ECCR_ECCD))
+        regs[FLASH_ECCR] = (regs[FLASH_ECCR] & ~(1 << 24)) | (value & (1 << 24))   # ECCIE
     elif offset == FLASH_CR:
         old = regs[FLASH_CR]
         if old & CR_LOCK:
@@ -244,13 +447,93 @@ def flash_write(state, offset, value, bus):
         regs[FLASH_CR] = cr & ~CR_ONE_SHOT
         if cr & CR_LOCK:
             state["key_stage"] = 0
+        if not cr & CR_PG:
+            state["half"] = None
         if cr & CR_STRT:
-            _start(state, cr, bus)
+            _start(state, cr)
     elif offset >= FLASH_OPTR:
         if not regs[FLASH_CR] & CR_OPTLOCK:
             regs[offset] = value
     else:
         regs[offset] = value
+
+
+def _eccd(state, i):
+    """A double ECC error at double-word i of the array: flag it and raise NMI."""
+    regs = state["regs"]
+    if not regs[FLASH_ECCR] & ECCR_ECCD:
+        geometry = _geometry(state)
+        off = state["array"]["base"] + 8 * i - geometry["base"]
+        bank = off // geometry["bank_size"]
+        bk_pos = 19
+        addr_mask = (1 << 19) - 1
+        if _flash_kb(state) >= 2048:      # RM0432: ADDR_ECC[20:0], BK_ECC bit 21
+            bk_pos = 21
+            addr_mask = (1 << 21) - 1
+        regs[FLASH_ECCR] = (regs[FLASH_ECCR] & (1 << 24)) | ECCR_ECCD | (bank << bk_pos) | (
+            (off % geometry["bank_size"]) & addr_mask)
+    state["nmi"] += 1
+    if state["nmi_hook"] is not None:
+        state["nmi_hook"]()
+
+
+def array_read(state, offset, length=4):
+    """`length` bytes (1, 2, 4) the bus reads at byte `offset` into the attached array."""
+    _finish(state)
+    arr = state["array"]
+    i = offset // 8
+    lo = arr["lo"][i]
+    hi = arr["hi"][i]
+    if state["regs"][FLASH_ACR] & ACR_DCEN and i in state["stale"]:
+        lo, hi = state["stale"][i]
+    if arr["st"][i] == TORN:
+        _eccd(state, i)
+    word = lo
+    if offset & 4:
+        word = hi
+    shift = (offset & 3) * 8
+    return (word >> shift) & ((1 << (8 * length)) - 1)
+
+
+def array_write(state, offset, value, length=4):
+    """A bus store of `length` bytes at byte `offset` into the attached array."""
+    _finish(state)
+    regs = state["regs"]
+    arr = state["array"]
+    cr = regs[FLASH_CR]
+    if length != 4:
+        regs[FLASH_SR] |= SR_SIZERR
+        state["half"] = None
+        return
+    if (cr & CR_LOCK) or not (cr & CR_PG) or (cr & (CR_PER | CR_MER1 | CR_MER2)) \
+            or (regs[FLASH_SR] & SR_PROGRAM_ERRORS):
+        regs[FLASH_SR] |= SR_PGSERR
+        state["half"] = None
+        return
+    geometry = _geometry(state)
+    if _write_protected(state, geometry, arr["base"] + offset):
+        regs[FLASH_SR] |= SR_WRPERR
+        state["half"] = None
+        return
+    i = offset // 8
+    if offset & 7 == 0:
+        if state["half"] is not None:
+            regs[FLASH_SR] |= SR_PGAERR
+            state["half"] = None
+            return
+        state["half"] = (i, value & 0xFFFFFFFF)
+        return
+    half = state["half"]
+    state["half"] = None
+    if offset & 7 != 4 or half is None or half[0] != i:
+        regs[FLASH_SR] |= SR_PGAERR
+        return
+    lo = half[1]
+    hi = value & 0xFFFFFFFF
+    if arr["st"][i] != ERASED and (lo | hi) != 0:
+        regs[FLASH_SR] |= SR_PROGERR
+        return
+    _start_op(state, {"kind": "program", "i": i, "lo": lo, "hi": hi}, PROGRAM_POLLS)
 
 
 # ---- Renode request dispatch ------------------------------------------------
@@ -304,7 +587,71 @@ def _system_bus():
 
 
 def _flash_write_on_bus(state, offset, value):
-    flash_write(state, offset, value, _system_bus())
+    if state["bus"] is None:
+        state["bus"] = _system_bus()
+    flash_write(state, offset, value)
+
+
+# Two instances share one state in Renode. The array instance is registered over the store
+# region with CTRL_SIZE extra bytes (size = store bytes + CTRL_SIZE): the store is its array,
+# the extra window right after the end of flash holds the interface registers, with MAGIC at
+# MAGIC_OFFSET. The register instance at 0x40022000 (size CTRL_SIZE) forwards every access to
+# that window when it finds MAGIC there; otherwise it models the registers alone (pages are
+# then erased through the bus and the array is plain memory that every store lands in).
+CTRL_SIZE = 0x400
+MAGIC_OFFSET = 0x3FC
+MAGIC = 0x464C4F54                       # "TOLF"
+NMI_COUNT_OFFSET = 0x3F8                 # reads: NMIs raised so far (for tests; not on silicon)
+TEAR_OFFSET = 0x3F4                      # writes: tear the double-word at this array offset (tests)
+NMIPENDSET_ADDR = 0xE000ED04             # SCB ICSR; bit 31 pends NMI
+NMIPENDSET = 1 << 31
+
+
+def _pend_nmi(bus):
+    def pend():
+        bus.WriteDoubleWord(NMIPENDSET_ADDR, NMIPENDSET)
+    return pend
+
+
+def _array_instance_access(state, array_bytes):
+    offset = int(_req("offset"))
+    try:
+        length = int(_req("length"))
+    except AttributeError:
+        length = 4
+    if length <= 0 or length > 4:
+        length = 4
+    if offset < array_bytes:
+        if _req("isRead"):
+            _set_value(array_read(state, offset, length))
+        elif _req("isWrite"):
+            array_write(state, offset, int(_req("value")), length)
+        return
+    reg = offset - array_bytes
+    if reg == MAGIC_OFFSET and _req("isRead"):
+        _set_value(MAGIC)
+        return
+    if reg == NMI_COUNT_OFFSET and _req("isRead"):
+        _set_value(state["nmi"])
+        return
+    if reg == TEAR_OFFSET and _req("isWrite"):
+        i = (int(_req("value")) % array_bytes) // 8
+        state["array"]["lo"][i] &= 0xFFFF0000
+        state["array"]["st"][i] = TORN
+        return
+    if _req("isRead"):
+        _set_value(flash_read(state, reg & ~3))
+    elif _req("isWrite"):
+        flash_write(state, reg & ~3, int(_req("value")))
+
+
+def _forward_access(ctrl):
+    bus = _system_bus()
+    offset = int(_req("offset")) & ~3
+    if _req("isRead"):
+        _set_value(int(bus.ReadDoubleWord(ctrl + offset)))
+    elif _req("isWrite"):
+        bus.WriteDoubleWord(ctrl + offset, int(_req("value")) & 0xFFFFFFFF)
 
 
 try:
@@ -312,8 +659,39 @@ try:
 except NameError:
     tol_flash = None
 
-if tol_flash is None or _req("isInit"):
-    tol_flash = flash_reset()
-if not _req("isInit"):
-    _access(tol_flash, flash_read, _flash_write_on_bus,
-            (FLASH_SR, FLASH_KEYR, FLASH_OPTKEYR, FLASH_PDKEYR))
+try:
+    tol_size = int(size)
+except NameError:
+    tol_size = CTRL_SIZE
+
+if tol_size > CTRL_SIZE:                                 # the array instance
+    if tol_flash is None:
+        tol_flash = flash_reset()
+        tol_flash["bus"] = _system_bus()
+        tol_flash["nmi_hook"] = _pend_nmi(tol_flash["bus"])
+        top = FLASH_BASE + _flash_kb(tol_flash) * 1024
+        flash_attach_array(tol_flash, top - (tol_size - CTRL_SIZE), tol_size - CTRL_SIZE)
+    elif _req("isInit"):
+        tol_flash = flash_power_cut(tol_flash)           # a reset during BSY tears the operation
+    if not _req("isInit"):
+        _array_instance_access(tol_flash, tol_size - CTRL_SIZE)
+else:                                                     # the register instance
+    if tol_flash is None:
+        tol_flash = flash_reset()
+        tol_flash["ctrl"] = None
+        bus = _system_bus()
+        try:
+            ctrl = FLASH_BASE + (int(bus.ReadWord(FLASHSIZE_ADDR)) & 0xFFFF) * 1024
+            if int(bus.ReadDoubleWord(ctrl + MAGIC_OFFSET)) == MAGIC:
+                tol_flash["ctrl"] = ctrl
+        except AttributeError:            # no bus, or one without the array instance's window
+            pass
+    elif _req("isInit") and tol_flash["ctrl"] is None:
+        tol_flash = flash_power_cut(tol_flash)
+        tol_flash["ctrl"] = None
+    if not _req("isInit"):
+        if tol_flash["ctrl"] is not None:
+            _forward_access(tol_flash["ctrl"])
+        else:
+            _access(tol_flash, flash_read, _flash_write_on_bus,
+                    (FLASH_SR, FLASH_KEYR, FLASH_OPTKEYR, FLASH_PDKEYR, FLASH_ECCR))

@@ -30,36 +30,42 @@ static uint32_t tol_store_round8_(uint32_t n)
     return (n + (TOL_FLASH_DWORD - 1u)) & ~(TOL_FLASH_DWORD - 1u);
 }
 
-/* CRC-32 of n bytes of flash at addr. */
-static uint32_t tol_store_flash_crc_(uint32_t addr, uint32_t n)
+/* CRC-32 of n bytes of flash at addr (out: *crc); TOL_ERR_FLASH on an ECC error. */
+static tol_status_t tol_store_flash_crc_(uint32_t addr, uint32_t n, uint32_t *crc)
 {
     uint8_t buf[TOL_STORE_CHUNK];
-    uint32_t crc = TOL_CRC32_INIT;
+    *crc = TOL_CRC32_INIT;
     while (n > 0u) {
         uint32_t k = n < TOL_STORE_CHUNK ? n : TOL_STORE_CHUNK;
-        tol_flash_read(addr, buf, k);
-        crc = tol_crc32(crc, buf, k);
+        TOL_TRY(tol_flash_read(addr, buf, k));
+        *crc = tol_crc32(*crc, buf, k);
         addr += k;
         n -= k;
     }
-    return crc;
+    return TOL_OK;
 }
 
-/* Check the record in `slot`; if valid fill *r (and *erases) and return true. */
+/* Check the record in `slot`; if valid fill *r (and *erases) and return true. A
+ * double-word that fails its ECC check (torn by a power cut) makes the slot invalid. */
 static bool tol_store_scan_slot_(const tol_store_t *s, uint8_t slot, tol_store_record_t *r, uint32_t *erases)
 {
     uint8_t h[TOL_STORE_HEADER_BYTES];
     uint32_t base = tol_store_slot_addr_(s, slot);
     /* the commit double-word first: an unfinished record stops here */
-    tol_flash_read(base, h, TOL_FLASH_DWORD);
+    if (tol_flash_read(base, h, TOL_FLASH_DWORD) != TOL_OK) return false;
     if (tol_store_u32_(h) != TOL_STORE_MAGIC) return false;
-    tol_flash_read(base + TOL_FLASH_DWORD, h + TOL_FLASH_DWORD, TOL_STORE_HEADER_BYTES - TOL_FLASH_DWORD);
+    if (tol_flash_read(base + TOL_FLASH_DWORD, h + TOL_FLASH_DWORD, TOL_STORE_HEADER_BYTES - TOL_FLASH_DWORD) !=
+        TOL_OK) {
+        return false;
+    }
     if (tol_crc32(TOL_CRC32_INIT, h + 8, TOL_STORE_HEADER_BYTES - 8u) != tol_store_u32_(h + 4)) return false;
     if ((uint32_t)h[8] + ((uint32_t)h[9] << 8) != TOL_STORE_FORMAT) return false;
     if (tol_store_u32_(h + 32) != s->slot_bytes) return false; /* written with another slot layout */
     uint32_t len = tol_store_u32_(h + 20);
     if (len > s->slot_bytes - TOL_STORE_HEADER_BYTES) return false;
-    if (tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, len) != tol_store_u32_(h + 24)) return false;
+    uint32_t crc;
+    if (tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, len, &crc) != TOL_OK) return false;
+    if (crc != tol_store_u32_(h + 24)) return false;
     r->slot = slot;
     r->model_hash = tol_store_u32_(h + 12);
     r->seq = tol_store_u32_(h + 16);
@@ -122,28 +128,12 @@ tol_status_t tol_store_read(const tol_store_t *s, const tol_store_record_t *rec,
 {
     TOL_TRY(s->flash);
     TOL_CHECK(offset <= rec->payload_len && n <= rec->payload_len - offset, TOL_ERR_RANGE);
-    tol_flash_read(rec->payload_addr + offset, dst, n);
-    return TOL_OK;
+    return tol_flash_read(rec->payload_addr + offset, dst, n);
 }
 
 uint32_t tol_store_capacity(const tol_store_t *s)
 {
     return s->flash == TOL_OK ? s->slot_bytes - TOL_STORE_HEADER_BYTES : 0u;
-}
-
-static bool tol_store_blank_(uint32_t addr, uint32_t n)
-{
-    uint8_t buf[TOL_STORE_CHUNK];
-    while (n > 0u) {
-        uint32_t k = n < TOL_STORE_CHUNK ? n : TOL_STORE_CHUNK;
-        tol_flash_read(addr, buf, k);
-        for (uint32_t i = 0; i < k; i++) {
-            if (buf[i] != 0xFFu) return false;
-        }
-        addr += k;
-        n -= k;
-    }
-    return true;
 }
 
 tol_status_t tol_store_begin(tol_store_t *s, uint32_t payload_len)
@@ -157,8 +147,9 @@ tol_status_t tol_store_begin(tol_store_t *s, uint32_t payload_len)
     uint32_t base = tol_store_slot_addr_(s, s->target);
     uint32_t need = TOL_STORE_HEADER_BYTES + tol_store_round8_(payload_len);
     uint32_t page = s->region.page_bytes;
+    /* every page the record needs is erased now, whatever it reads: a double-word
+     * programmed with 0xFF reads erased but cannot be programmed again */
     for (uint32_t off = 0; off < need; off += page) {
-        if (tol_store_blank_(base + off, page)) continue;
         TOL_TRY(tol_flash_erase_page(base + off));
         s->erases_boot++;
         s->erases++;
@@ -223,7 +214,9 @@ tol_status_t tol_store_commit(tol_store_t *s)
     s->writing = false;
     uint32_t base = tol_store_slot_addr_(s, s->target);
     /* what is in flash must be what we meant to write before the record is sealed */
-    TOL_CHECK(tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, s->len) == s->crc, TOL_ERR_FLASH);
+    uint32_t crc;
+    TOL_TRY(tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, s->len, &crc));
+    TOL_CHECK(crc == s->crc, TOL_ERR_FLASH);
     uint8_t h[TOL_STORE_HEADER_BYTES];
     memset(h, 0, sizeof(h));
     tol_store_put_u32_(h + 0, TOL_STORE_MAGIC);

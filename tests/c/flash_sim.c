@@ -2,14 +2,18 @@
  * flash_sim.c - tol_flash.h for host tests: an in-memory STM32L4 flash
  * region that can lose power after any step.
  *
- * Semantics: erase sets a page to 0xFF; programming works per aligned 64-bit
- * double-word and only on a double-word that reads all 0xFF (otherwise a
- * programming error: TOL_ERR_FLASH, nothing written). Every page erase and
+ * Semantics (the strict ones of docs/persistence.md, as mcu/renode/flash.py):
+ * erase sets a page to 0xFF; each aligned 64-bit double-word is erased,
+ * programmed or torn, and can be programmed once per erase whatever the value
+ * (0xFF included; all-zero is the exception, as on silicon); otherwise a
+ * programming error: TOL_ERR_FLASH, nothing written. A torn double-word reads
+ * back with an ECC error (tol_flash_read: TOL_ERR_FLASH). Every page erase and
  * every double-word program is one "step". With a cut armed at step k, step k
- * does not complete: in clean mode it has no effect, in torn mode it leaves a
- * random partial result (a program clears a random subset of the bits it
- * meant to clear; an erase sets a random subset of the page's bytes to 0xFF),
- * then control longjmps back to the test driver, like a reset would.
+ * does not complete: in clean mode it has no effect, in torn mode it is left
+ * half done (a program clears a random subset of the bits it meant to clear
+ * and its double-word is torn; an erase leaves each double-word of the page
+ * erased, untouched or torn), then control longjmps back to the test driver,
+ * like a reset would.
  *
  * Driver entry points (ctypes): sim_setup, sim_mem, sim_save, sim_boot, ...
  */
@@ -23,6 +27,8 @@
 #define SIM_MAX_BYTES (256u * 1024u)
 
 static uint8_t sim_mem_[SIM_MAX_BYTES];
+enum { SIM_ERASED = 0, SIM_PROGRAMMED = 1, SIM_TORN = 2 };
+static uint8_t sim_st_[SIM_MAX_BYTES / TOL_FLASH_DWORD]; /* state of each double-word */
 static uint32_t sim_bytes_ = 16u * 1024u;
 static uint32_t sim_page_ = 2048u;
 static uint32_t sim_max_record_; /* slot sizing passed to tol_store_init (0 = two slots) */
@@ -54,9 +60,19 @@ static void sim_step_(uint32_t off, const uint8_t *dword, uint32_t erase_bytes)
                     uint8_t clear = (uint8_t)(~dword[i] & sim_rand_()); /* some of the zeros land */
                     sim_mem_[off + i] = (uint8_t)(sim_mem_[off + i] & ~clear);
                 }
+                sim_st_[off / TOL_FLASH_DWORD] = SIM_TORN;
             } else {
-                for (uint32_t i = 0; i < erase_bytes; i++) {
-                    if (sim_rand_() & 1u) sim_mem_[off + i] = 0xFFu;
+                for (uint32_t d = off / TOL_FLASH_DWORD; d < (off + erase_bytes) / TOL_FLASH_DWORD; d++) {
+                    uint32_t r = sim_rand_() % 3u;
+                    if (r == 0u) {
+                        memset(sim_mem_ + d * TOL_FLASH_DWORD, 0xFF, TOL_FLASH_DWORD);
+                        sim_st_[d] = SIM_ERASED;
+                    } else if (r == 1u) {
+                        for (uint32_t i = 0; i < TOL_FLASH_DWORD; i++) {
+                            if (sim_rand_() & 1u) sim_mem_[d * TOL_FLASH_DWORD + i] = 0xFFu;
+                        }
+                        sim_st_[d] = SIM_TORN;
+                    }
                 }
             }
         }
@@ -81,6 +97,7 @@ tol_status_t tol_flash_erase_page(uint32_t addr)
     TOL_CHECK(off % sim_page_ == 0u, TOL_ERR_ARG);
     sim_step_(off, NULL, sim_page_);
     memset(sim_mem_ + off, 0xFF, sim_page_);
+    memset(sim_st_ + off / TOL_FLASH_DWORD, SIM_ERASED, sim_page_ / TOL_FLASH_DWORD);
     return TOL_OK;
 }
 
@@ -92,21 +109,31 @@ tol_status_t tol_flash_program(uint32_t addr, const uint8_t *data, size_t n)
     TOL_CHECK(off % TOL_FLASH_DWORD == 0u && n % TOL_FLASH_DWORD == 0u, TOL_ERR_ARG);
     for (size_t k = 0; k < n; k += TOL_FLASH_DWORD) {
         uint32_t o = off + (uint32_t)k;
-        for (uint32_t i = 0; i < TOL_FLASH_DWORD; i++) {
-            if (sim_mem_[o + i] != 0xFFu) {
-                sim_prog_errors_++;
-                return TOL_ERR_FLASH; /* PROGERR: double-word not erased */
-            }
+        static const uint8_t zero[TOL_FLASH_DWORD];
+        if (sim_st_[o / TOL_FLASH_DWORD] != SIM_ERASED && memcmp(data + k, zero, TOL_FLASH_DWORD) != 0) {
+            sim_prog_errors_++;
+            return TOL_ERR_FLASH; /* PROGERR: programmed since its erase (0xFF or not) */
         }
         sim_step_(o, data + k, 0u);
         memcpy(sim_mem_ + o, data + k, TOL_FLASH_DWORD);
+        sim_st_[o / TOL_FLASH_DWORD] = SIM_PROGRAMMED;
     }
     return TOL_OK;
 }
 
-void tol_flash_read(uint32_t addr, uint8_t *dst, size_t n)
+static long sim_ecc_errors_;
+
+tol_status_t tol_flash_read(uint32_t addr, uint8_t *dst, size_t n)
 {
-    memcpy(dst, sim_mem_ + (addr - SIM_BASE), n);
+    uint32_t off = addr - SIM_BASE;
+    memcpy(dst, sim_mem_ + off, n);
+    for (uint32_t d = off / TOL_FLASH_DWORD; n > 0u && d <= (off + (uint32_t)n - 1u) / TOL_FLASH_DWORD; d++) {
+        if (sim_st_[d] == SIM_TORN) {
+            sim_ecc_errors_++;
+            return TOL_ERR_FLASH; /* double ECC error (NMI on silicon) */
+        }
+    }
+    return TOL_OK;
 }
 
 /* ---- driver ---------------------------------------------------------------------- */
@@ -120,6 +147,8 @@ int sim_setup(uint32_t bytes, uint32_t page, uint8_t fill, uint32_t max_record)
     sim_bytes_ = bytes;
     sim_page_ = page;
     memset(sim_mem_, fill, sizeof(sim_mem_));
+    memset(sim_st_, fill == 0xFFu ? SIM_ERASED : SIM_PROGRAMMED, sizeof(sim_st_));
+    sim_ecc_errors_ = 0;
     sim_steps_ = 0;
     sim_cut_at_ = -1;
     sim_prog_errors_ = 0;
@@ -129,6 +158,8 @@ int sim_setup(uint32_t bytes, uint32_t page, uint8_t fill, uint32_t max_record)
 uint8_t *sim_mem(void) { return sim_mem_; }
 long sim_steps(void) { return sim_steps_; }
 long sim_prog_errors(void) { return sim_prog_errors_; }
+long sim_ecc_errors(void) { return sim_ecc_errors_; }
+uint8_t *sim_states(void) { return sim_st_; }
 
 /*
  * Save `payload` as a record of `hash`, appending it in pieces of `chunk`

@@ -1,16 +1,42 @@
 /*
  * flash_sim_arm.c - entry points for running the real STM32L4 flash driver
- * (flash_stm32l4.c) and tol_store.c as Cortex-M4 code in the Unicorn CPU
- * emulator, with the Renode FLASH model (mcu/renode/flash.py) answering the
- * register accesses (tests/test_persist_unicorn.py). No startup code: the test
- * loads the image into RAM and calls these functions directly.
+ * (flash_stm32l4.c), tol_store.c and the board's startup.c (its vector table:
+ * the NMI vector) as Cortex-M4 code in the Unicorn CPU emulator, with the
+ * strict flash model (mcu/renode/flash.py) serving the flash interface and the
+ * store region of the array (tests/test_persist_unicorn.py). No reset code
+ * runs: the test loads the image into RAM and calls these functions directly.
  */
 #include <string.h>
 
 #include "tol_flash.h"
+#include "tol_hal.h"
 #include "tol_store.h"
 
 static tol_store_t arm_store;
+volatile int arm_exit_code = -1;
+
+/* What startup.c needs from the app and the HAL. tol_hal_exit parks in
+ * arm_halt(), where the test sees a reset. */
+__attribute__((noinline, noreturn)) void arm_halt(void)
+{
+    for (;;) {
+        __asm volatile("nop");
+    }
+}
+void tol_hal_exit(int code)
+{
+    arm_exit_code = code;
+    arm_halt();
+}
+int tol_app_main(void) { return 0; }
+void tol_uart_isr(void) {}
+void tol_systick_isr(void) {}
+void tol_hal_uart_write(const uint8_t *data, size_t n)
+{
+    (void)data;
+    (void)n;
+}
+void tol_hal_uart_flush(void) {}
 
 /* Save payload[0..n) as a record of `hash` (appended in `chunk` pieces); the status. */
 int arm_save(const uint8_t *payload, uint32_t n, uint32_t hash, uint32_t chunk)
@@ -42,6 +68,7 @@ int arm_boot(uint32_t hash, uint8_t *dst, uint32_t cap, uint32_t *out)
 int arm_region(uint32_t *out)
 {
     tol_flash_region_t r;
+    memset(&r, 0, sizeof(r));
     tol_status_t s = tol_flash_region(&r);
     out[0] = r.start;
     out[1] = r.bytes;

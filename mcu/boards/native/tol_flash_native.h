@@ -7,7 +7,8 @@
  * or, with state_dir NULL, memory that does not survive a reset. Called by
  * tol_hal_init() before the model glue looks for a stored record.
  * Test hook: environment variable TINYOL_FLASH_CUT_AFTER=k ends the process
- * (exit code 75, like a power cut) instead of performing flash step k+1.
+ * (exit code 75, like a power cut) instead of performing flash step k+1;
+ * with TINYOL_FLASH_CUT_TORN=1 that step is left half done (torn).
  */
 void tol_flash_native_attach(const char *state_dir);
 

@@ -2,9 +2,11 @@
  * startup.c - vector table, reset handler and fault report for STM32L4.
  *
  * Reset: enable the FPU, copy .data from flash, zero .bss and .ram2, run
- * main(). Faults: print a "tinyol fault ..." line with the stacked PC/LR and
+ * main(). NMI: a flash double ECC error in the store is handed to
+ * flash_stm32l4.c (tol_flash_nmi), anything else is a fault. Faults: print a "tinyol fault ..." line with the stacked PC/LR and
  * the fault status registers over the console, then tol_hal_exit(3).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -20,6 +22,8 @@ void tol_fault_handler(void);
 void tol_fault_report(const uint32_t *frame);
 void tol_uart_isr(void);      /* hal_stm32l4.c */
 void tol_systick_isr(void);   /* hal_stm32l4.c */
+bool tol_flash_nmi(void);     /* flash_stm32l4.c: a double ECC error in the store, handled */
+void tol_nmi_handler(void);
 
 typedef void (*tol_vector_t)(void);
 
@@ -30,7 +34,7 @@ typedef void (*tol_vector_t)(void);
 __attribute__((section(".isr_vector"), used)) const tol_vector_t tol_vectors[16 + TOL_IRQ_COUNT] = {
     [0] = (tol_vector_t)(uintptr_t)_estack,
     [1] = tol_reset_handler,
-    [2] = tol_default_handler,        /* NMI */
+    [2] = tol_nmi_handler,            /* NMI */
     [3] = tol_fault_handler,          /* HardFault */
     [4] = tol_fault_handler,          /* MemManage */
     [5] = tol_fault_handler,          /* BusFault */
@@ -60,6 +64,13 @@ void tol_reset_handler(void)
     memset(_sram3, 0, (size_t)((uintptr_t)_eram3 - (uintptr_t)_sram3));
     (void)tol_app_main();
     tol_hal_exit(0);
+}
+
+/* NMI: a double ECC error while the store reads flash is the store's business (a
+ * torn double-word: that slot is invalid); anything else is reported as a fault. */
+void tol_nmi_handler(void)
+{
+    if (!tol_flash_nmi()) tol_fault_report(0);
 }
 
 void tol_default_handler(void)
