@@ -38,6 +38,7 @@ from typing import Iterator, TextIO
 import numpy as np
 
 from .errors import TinyolError
+from .sensor import window_starts
 
 # Lazy on purpose: scikit-learn is imported where a source needs it (digits, splits); it
 # takes about a second to load and `tinyol stream --data file.csv` does not need it.
@@ -281,8 +282,6 @@ def watch_windows() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """All windows of the watch set: X [N, 100, 6] float32, y [N], subject [N], class names.
     Recording r gives windows starting at 0, 50, 100, ... (the tail shorter than a window is
     dropped), recordings in the file's order."""
-    from .sensor import window_starts  # the one windowing rule, the device's too (tol_window.c)
-
     d = watch_recordings()
     xs, ys, subj = [], [], []
     for rec, lab, s in zip(d["X"], d["y"], d["subject"]):

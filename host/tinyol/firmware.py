@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import pio_core
+from . import pio_core, sensor as S
 from .boards import BOARDS, NATIVE
 from .errors import TinyolError
 from .model_folder import MANIFEST, check_format, read_manifest
@@ -193,8 +193,6 @@ def write_imu_config(cfg: BuildConfig, model_dir: Path, folder: Path) -> Path:
     """imu_config.h of the IMU firmware (mcu/app/imu) for this model: the window of the
     model's input length, every `cfg.stride` rows (half a window by default), and the scaling
     coefficients (tinyol.sensor.header); rewritten only when it changes."""
-    from . import sensor as S
-
     m = read_manifest(model_dir)
     sens = S.sensor("lsm6dsl")
     length = int(m["input"]["size"]) // len(sens.channels)

@@ -17,12 +17,18 @@ one windowing rule; the data sets (tinyol.datasets ``watch``) cut recordings wit
 """
 from __future__ import annotations
 
+import json
 import math
+import struct
 from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from pathlib import Path
 
 import numpy as np
 
+from . import __version__
 from .errors import TinyolError
+from .renode import monitor_path
 
 SHIFT = 20           # fraction bits of mul and add (TOL_WINDOW_SHIFT)
 MAX_CHANNELS = 8     # TOL_WINDOW_MAX_CHANNELS
@@ -130,8 +136,6 @@ def to_raw(x: np.ndarray, unit_per_lsb) -> np.ndarray:
 
 def header(model_manifest: dict, sens: Sensor, stride: int, source: str) -> str:
     """The C header a sensor firmware includes (examples/imu_learner: imu_config.h)."""
-    from . import __version__
-
     inp = model_manifest["input"]
     shape = [int(d) for d in inp["shape"]]
     c = len(sens.channels)
@@ -176,8 +180,6 @@ def load_recording(path: str, rate: float | None = None) -> dict:
     seconds, optional ``y`` [T] integer labels, -1 = none) or CSV (header with ax ay az
     [gx gy gz], optional t and label). Returns {"X", "y", "rate"}; the rate comes from
     ``rate`` or from evenly spaced timestamps (refused when they are not)."""
-    from pathlib import Path
-
     p = Path(path)
     if not p.is_file():
         raise TinyolError(f"{path}: no such file", hint="give a .npz or .csv IMU recording")
@@ -262,8 +264,6 @@ def window_labels(segs: list[tuple[int, int]], n_windows: int, length: int, stri
 
 def resd_bytes(sample_type: int, values: np.ndarray, period_ns: int, start_ns: int) -> bytes:
     """One RESD v1 file: header, one constant-frequency block of int32 triples, no metadata."""
-    import struct
-
     v = np.ascontiguousarray(values, "<i4")
     body = struct.pack("<QQQ", start_ns, period_ns, 0) + v.tobytes()
     head = b"RESD" + bytes([1, 0, 0, 0])
@@ -275,8 +275,6 @@ def lsm6dso_lsb(X: np.ndarray) -> np.ndarray:
     :func:`write_resd` at +-8 g / 2000 dps: micro-g / 1e6 * 32768 / 8, and 1e-5 rad/s as
     180 / pi (the double pi as a 15-digit decimal) degrees * 1000 / 70, each rounded half
     to even in decimal arithmetic (the model's C# decimal), saturated to int16."""
-    from decimal import ROUND_HALF_EVEN, Decimal, localcontext
-
     acc, gyr = resd_values(X)
     out = np.zeros((len(X), 6), np.int16)
     with localcontext() as ctx:
@@ -306,9 +304,6 @@ def write_resd(rec: dict, out_dir, sens: Sensor, source: str) -> dict:
     Rows are played one per output-data-rate tick of the sensor (52 Hz): a recording made at
     another rate is played faster or slower, row for row. The block starts RESD_LEAD_NS - P/2
     after the feed command, so every tick of Renode's feed thread lands mid-sample."""
-    import json
-    from pathlib import Path
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     period = int(round(1e9 / sens.rate_hz))
@@ -336,15 +331,11 @@ IMU_PATH = "sysbus.i2c2.imu_i2c.imu"   # the LSM6DSO model in mcu/renode/stm32l4
 
 def schedule_bytes(segs: list[tuple[int, int]]) -> bytes:
     """The 's' commands of the label schedule (row u32 LE, label u8)."""
-    import struct
-
     return b"".join(b"s" + struct.pack("<IB", int(r), int(l)) for r, l in segs)
 
 
 def go_bytes(rows: int) -> bytes:
     """The 'g' command: restart the FIFO, take `rows` rows (0: no limit)."""
-    import struct
-
     return b"g" + struct.pack("<I", int(rows))
 
 
@@ -353,10 +344,6 @@ def renode_feed_commands(sensor_dir) -> list[str]:
     start RESD_LEAD_NS after the command, sample k at the k-th tick of the sensor's 52 Hz.
     Renode 1.15.3 feeds at the FIFO batch rate the firmware set (FIFO_CTRL3), so run them
     after the firmware has configured the sensor (its boot line)."""
-    from pathlib import Path
-
-    from .renode import monitor_path
-
     d = Path(sensor_dir)
     return [f"{IMU_PATH} Feed{kind}SamplesFromRESD {monitor_path(d / name)} 0 {RESD_LEAD_NS} "
             f"CurrentVirtualTime 0"
@@ -368,9 +355,6 @@ def start_recording(target, sock, sensor_dir) -> dict:
     (a connected socket): send the label schedule, then with the machine paused feed the
     recording and send 'g' so the firmware starts with row 0 of it; resume. Returns the
     folder's sensor.json. Virtual time runs ahead when the core sleeps (AdvanceImmediately)."""
-    import json
-    from pathlib import Path
-
     meta = json.loads((Path(sensor_dir) / "sensor.json").read_text())
     sock.sendall(schedule_bytes(meta["schedule"]))
     target.monitor.execute("pause")

@@ -15,8 +15,12 @@ from dataclasses import asdict, dataclass
 
 import click
 
+from .. import __version__
+from ..boards import BOARDS
+from ..device import Device
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
+from ..protocol import DeviceError, Link, Msg, Status, open_serial
 
 BAUD_TOLERANCE = 0.025       # a UART receiver tolerates a few percent of baud error
 CLOCK_TOLERANCE = 0.025      # measured core clock vs the one the firmware assumes (MSI's spread)
@@ -37,8 +41,6 @@ def _mhz(hz: int) -> str:
 
 def _scan_baud(url: str, expected: int, timeout: float) -> int | None:
     """The baud rate at which the device answers INFO, on a real serial port (None: none)."""
-    from ..protocol import Link, Msg, open_serial
-
     for baud in SCAN_BAUDS:
         if baud == expected:
             continue
@@ -92,10 +94,6 @@ def check_clock(dev, emulated: bool, seconds: float) -> tuple[Check, dict]:
 def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seconds: float = 2.0,
                save: bool = True) -> tuple[list[Check], dict]:
     """All checks on the device at `url`; (checks, facts for --json)."""
-    from ..boards import BOARDS
-    from ..device import Device
-    from ..protocol import DeviceError, Link, Status, open_serial
-
     checks: list[Check] = []
     facts: dict = {"port": url, "baud": baud}
     serial_port = not url.startswith(("socket://", "loop://", "rfc2217://"))
@@ -114,8 +112,6 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
         checks.append(Check("link", "FAIL", detail))
         return checks, facts
     with dev:
-        from .. import __version__
-
         info = dev.info
         facts["info"] = asdict(info)
         checks.append(Check("link", "ok", f"INFO answered on {url}"))
@@ -181,8 +177,6 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
 
 def _learned_state(dev):
     """The learner's state as the host can read it back: the head (or the stage image)."""
-    from ..protocol import DeviceError, Status
-
     try:
         w, b, active = dev.get_head()
         return ("head", w.tobytes() + b.tobytes() + active.tobytes())
@@ -193,8 +187,6 @@ def _learned_state(dev):
 
 
 def check_save_load(dev, flash_ok: bool, save: bool) -> Check:
-    from ..protocol import DeviceError
-
     if "has_model" not in dev.info.flags:
         return Check("save/load", "skip", "firmware without a model: nothing to save")
     if not flash_ok:

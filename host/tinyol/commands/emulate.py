@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import socket
 import tempfile
 from pathlib import Path
 
 import click
 
-from .. import emulator
+from .. import emulator, sensor as S
+from ..errors import TinyolError
 from ..firmware import BuildConfig, build
 from ..options import app_options, board_option, model_option
 
@@ -65,8 +68,6 @@ def cmd(ctx, board, model, emu, port, state, icount, test_build, app, stride, se
 
 
 def _check_sensor(sensor_dir, app, emu, board, native):
-    from ..errors import TinyolError
-
     if app != "imu":
         raise TinyolError("--sensor feeds the IMU firmware", hint="add --app imu")
     if not native and (emu != "renode" or board != "disco_l475vg_iot01a"):
@@ -82,12 +83,6 @@ def _check_sensor(sensor_dir, app, emu, board, native):
 def _play(target, sensor_dir, native):
     """Wait for the boot line, send the label schedule and start the recording; then leave
     the console to the user (the firmware's lines wait for the next client)."""
-    import json
-    import socket
-
-    from .. import sensor as S
-    from ..errors import TinyolError
-
     host, port = target.url.split("//")[1].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=120) as sock:
         boot = sock.makefile("rb").readline().decode(errors="replace").strip()

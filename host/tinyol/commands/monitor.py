@@ -8,7 +8,9 @@ import time
 
 import click
 
+from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
+from ..protocol import open_serial
 
 
 class Tally:
@@ -55,9 +57,6 @@ def cmd(port, until, seconds, as_json):
     Example (after `tinyol emulate ... --app imu --sensor DIR`):
       tinyol monitor --port socket://127.0.0.1:PORT
     """
-    from ..errors import TinyolError
-    from ..protocol import open_serial
-
     ser = open_serial(resolve_port(port), timeout=0.1)
     tally = Tally()
     stop = threading.Event()

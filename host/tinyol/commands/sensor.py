@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from .. import sensor as S
+from ..model_folder import load_manifest
 from ..options import emit_json, json_option
 
 
@@ -26,8 +28,6 @@ def cmd_record_to_resd(recording, out_dir, rate, sensor_name, as_json):
       tinyol record-to-resd walk.npz --rate 50 --out build/walk
       tinyol emulate --emulator renode --board disco_l475vg_iot01a --sensor build/walk ...
     """
-    from .. import sensor as S
-
     rec = S.load_recording(recording, rate)
     meta = S.write_resd(rec, out_dir, S.sensor(sensor_name), Path(recording).name)
     if as_json:
@@ -46,9 +46,6 @@ def cmd_sensor_header(model_dir, sensor_name, stride, out):
     """Write the C header of a sensor firmware (imu_config.h): window length and stride, and
     the integer coefficients that turn the sensor's raw readings into the model's int8 input
     (sensitivity, the manifest's input.preprocess, input scale and zero point)."""
-    from .. import sensor as S
-    from .stream import load_manifest
-
     m = load_manifest(model_dir)
     text = S.header(m, S.sensor(sensor_name), stride, f"{Path(model_dir).name}/manifest.json")
     Path(out).write_text(text)
