@@ -20,28 +20,56 @@ FLOATS = ("confidence", "loss")
 
 
 def read_log(path: str) -> list[dict]:
+    """The records of a per-sample log; anything else is one clear error naming the line."""
+    hint = "give logs written by `tinyol stream --log` or `tinyol simulate --log`"
     out = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
                     continue
                 try:
-                    out.append(json.loads(line))
+                    rec = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise TinyolError(f"{path}, line {n}: not text (a binary file?)", hint=hint) from None
                 except json.JSONDecodeError as e:
-                    raise TinyolError(f"{path}, line {n}: not JSON ({e.msg})",
-                                      hint="give logs written by `tinyol stream --log` or "
-                                           "`tinyol simulate --log`") from None
+                    raise TinyolError(f"{path}, line {n}: not JSON ({e.msg})", hint=hint) from None
+                why = _bad_record(rec)
+                if why:
+                    raise TinyolError(f"{path}, line {n}: {why} (not a tinyol per-sample record)", hint=hint)
+                out.append(rec)
     except FileNotFoundError:
         raise TinyolError(f"log {path!r} not found") from None
-    if out and "index" not in out[0]:
-        raise TinyolError(f"{path}: records have no 'index' field (not a tinyol per-sample log)")
+    except IsADirectoryError:
+        raise TinyolError(f"log {path!r} is a folder, not a file", hint=hint) from None
+    except OSError as e:
+        raise TinyolError(f"cannot read log {path!r}: {e.strerror or e}") from None
     return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _bad_record(rec) -> str | None:
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__ if rec is not None else 'null'}, not an object"
+    if "index" not in rec:
+        return "no 'index' field"
+    for k in ("index", "samples_seen"):
+        if rec.get(k) is not None and not (isinstance(rec[k], int) and not isinstance(rec[k], bool)):
+            return f"{k} is {rec[k]!r}, not a whole number"
+    for k in FLOATS:
+        if rec.get(k) is not None and not _number(rec[k]):
+            return f"{k} is {rec[k]!r}, not a number"
+    return None
 
 
 def _close(a, b, rtol: float) -> bool:
     if a is None or b is None:
         return a is None and b is None
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)  # NaN is NaN: the same record agrees with itself
     if not (math.isfinite(a) and math.isfinite(b)):
         return a == b
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
@@ -87,6 +115,9 @@ def cmd(log_a, log_b, rtol, show, as_json):
       tinyol compare dev.jsonl sim.jsonl
     """
     a, b = read_log(log_a), read_log(log_b)
+    if not a and not b:
+        raise TinyolError(f"{log_a} and {log_b} hold no records: nothing to compare",
+                          hint="two empty logs prove nothing; check that the runs wrote their --log")
     res = compare(a, b, rtol)
     if as_json:
         emit_json(res)

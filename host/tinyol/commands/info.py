@@ -5,6 +5,7 @@ import dataclasses
 
 import click
 
+from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import Link
 
@@ -22,9 +23,16 @@ def memory_plan(model_dir: str, board: str) -> dict:
 
     b = get_board(board)
     m = load_manifest(model_dir)
-    plan = memory.plan(memory.Model.from_manifest(m), b.name, memory.board_regions(b),
-                       flash_bytes=b.flash_bytes)
-    return {"model": m["name"], "board": board, "fits": plan.fits,
+    try:
+        model = memory.Model.from_manifest(m)
+        name = str(m["name"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        what = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else f"a field of the wrong kind ({e})"
+        raise TinyolError(f"{model_dir}/manifest.json: {what}",
+                          hint="re-export the model (`tinyol export`); manifest.json is written by it, "
+                               "not by hand") from None
+    plan = memory.plan(model, b.name, memory.board_regions(b), flash_bytes=b.flash_bytes)
+    return {"model": name, "board": board, "fits": plan.fits,
             "learner_region": memory.REGION_TITLES[plan.learner_region],
             "learner_bytes": plan.model.learner(), "learner_parts": plan.model.parts(),
             "regions": {r.title: {"used": r.used, "size": r.size, "items": r.items}
@@ -66,8 +74,6 @@ def cmd(port, model_dir, board, as_json, timeout):
             click.echo(f"hint: {plan['advice']}")
         return
     if port is None:
-        from ..errors import TinyolError
-
         raise TinyolError("give --port URL (a device) or --model DIR (its memory, no device)")
     with Link.open(resolve_port(port), timeout=timeout) as link:
         info = link.info()

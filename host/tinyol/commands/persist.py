@@ -18,6 +18,7 @@ import numpy as np
 from .. import __version__
 from .._defs import Status
 from ..device import RATED_ERASE_CYCLES, Device
+from ..checks import output_file
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import DeviceError
@@ -136,8 +137,7 @@ def cmd_pull(port, out, timeout, retries):
     Example:
       tinyol pull --port socket://127.0.0.1:4321 --out head.npz
     """
-    if not out.resolve().parent.is_dir():
-        raise TinyolError(f"--out {out}: folder {out.parent} does not exist", hint="create it first")
+    output_file(out, "--out")
     with _open(port, timeout, retries) as dev:
         info = dev.info
         if info.stage_layers:  # an adaptive stage: the whole stage image (docs/adaptive.md)
@@ -234,9 +234,9 @@ def cmd_push(port, inp, force, timeout, retries):
     Example:
       tinyol push --port socket://127.0.0.1:4321 --in head.npz
     """
-    stage, stage_hash = _read_stage(inp)
+    stage, stage_hash, model_hash = _read_stage(inp)
     if stage is not None:
-        _push_stage(port, timeout, retries, inp, stage, stage_hash, force)
+        _push_stage(port, timeout, retries, inp, stage, stage_hash, model_hash, force)
         return
     head = read_head(inp)
     with _open(port, timeout, retries) as dev:
@@ -258,7 +258,7 @@ def cmd_push(port, inp, force, timeout, retries):
                f"(not yet saved: run `tinyol save` to keep it)")
 
 
-def _read_stage(inp: Path) -> tuple[bytes | None, int | None]:
+def _read_stage(inp: Path) -> tuple[bytes | None, int | None, int | None]:
     """An adaptive-stage image from a `tinyol pull` file, or (None, None) for anything else
     (read_head then reads it as a one-layer head, or explains what is wrong with it)."""
     try:
@@ -267,26 +267,39 @@ def _read_stage(inp: Path) -> tuple[bytes | None, int | None]:
                 return None, None
             image = z["stage_image"]
             stage_hash = int(z["stage_hash"]) if "stage_hash" in z.files else None
+            model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
     except Exception:  # noqa: BLE001 - not an .npz at all: read_head gives the one-line error
-        return None, None
+        return None, None, None
     if image.dtype != np.uint8 or image.ndim != 1:
         raise TinyolError(f"{inp}: stage_image must be a 1-D uint8 array, not {image.dtype} {image.shape}",
                           hint="push an .npz that `tinyol pull` wrote")
-    return bytes(image), stage_hash
+    return bytes(image), stage_hash, model_hash
 
 
 def _push_stage(port, timeout, retries, inp: Path, image: bytes, stage_hash: int | None,
-                force: bool) -> None:
-    """push for an adaptive stage: SET_STAGE slices, committed all at once by the device."""
+                model_hash: int | None, force: bool) -> None:
+    """push for an adaptive stage: SET_STAGE slices, committed all at once by the device. Its
+    size, model and stage are checked before the first slice is staged (a staged slice fences
+    the device until the push completes)."""
     with _open(port, timeout, retries) as dev:
         info = dev.info
         if not info.stage_layers:
             raise TinyolError(f"{inp} holds an adaptive stage but {info.model} on the device has a "
                               f"one-layer head", hint="push it to a firmware built from the same export")
+        want = 4 * info.stage_params + info.max_classes  # docs/protocol.md: GET_STAGE / SET_STAGE
+        if len(image) != want:
+            raise TinyolError(f"{inp} holds a stage image of {len(image)} bytes, the device's is {want} "
+                              f"({info.stage_params} parameters + {info.max_classes} flags); nothing was sent",
+                              hint="pull and push between devices running the same export")
         if stage_hash is not None and stage_hash != info.stage_hash and not force:
             raise TinyolError(f"stage mismatch: {inp} is for stage 0x{stage_hash:08x}, the device runs "
                               f"0x{info.stage_hash:08x}",
                               hint="a stage only fits the export it came from; --force pushes it anyway")
+        if model_hash is not None and model_hash != info.model_hash and not force:
+            raise TinyolError(
+                f"model hash mismatch: {inp} was pulled from model hash 0x{model_hash:08x}, the device "
+                f"runs {info.model} (0x{info.model_hash:08x})",
+                hint="a stage only fits the backbone it was trained on; --force pushes it anyway")
         try:
             n_active = dev.set_stage(image)
         except DeviceError as e:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._defs import Msg
 from ..device import Stats
+from ..checks import output_file
 from ..errors import TinyolError
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
 from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Journal, Record, Stream, Summary,
@@ -26,6 +27,9 @@ from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Journal, Record,
 
 def load_manifest(model_dir: str) -> dict:
     p = Path(model_dir) / "manifest.json"
+    if Path(model_dir).exists() and not Path(model_dir).is_dir():
+        raise TinyolError(f"--model {model_dir} is a file, not a model folder",
+                          hint="pass the directory written by `tinyol export` with --model")
     try:
         manifest = json.loads(p.read_text())
     except FileNotFoundError:
@@ -34,9 +38,13 @@ def load_manifest(model_dir: str) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TinyolError(f"{p}: not valid JSON ({e})",
                           hint="re-export the model (`tinyol export`) to write it again") from None
+    except OSError as e:
+        raise TinyolError(f"cannot read {p}: {e.strerror or e}") from None
     from ..stream import check_manifest
     from ..versions import check_model
 
+    if not isinstance(manifest, dict):
+        check_manifest(manifest, p)  # names what is wrong with it
     check_model(manifest, str(model_dir))
     check_manifest(manifest, p)
     return manifest
@@ -111,9 +119,8 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo,
 
 def _check_out_path(path, what: str) -> None:
     """Refuse before streaming when an output cannot be written (never create folders silently)."""
-    if path and not Path(path).resolve().parent.is_dir():
-        raise TinyolError(f"{what} {path}: folder {Path(path).parent} does not exist",
-                          hint="create it first, or write somewhere else")
+    if path:
+        output_file(path, what)
 
 
 def _resume_session(resume: str) -> Journal:
@@ -376,14 +383,28 @@ def cmd(port, data, prefill, prefill_limit, epochs, layout, mode, limit, shuffle
         return
     if as_json:
         emit_json(_clean(summary.as_dict()))
-        return
-    print_summary(summary, autoencoder=load_manifest(model)["head"]["mode"] == "autoencoder")
-    if plot and summary.per_class:
-        click.echo(f"plot         {plot}")
-    if log:
-        click.echo(f"log          {log}")
+    else:
+        print_summary(summary, autoencoder=load_manifest(model)["head"]["mode"] == "autoencoder")
+        if plot and summary.per_class:
+            click.echo(f"plot         {plot}")
+        if log:
+            click.echo(f"log          {log}")
     if summary.interrupted:
         sys.exit(130)  # like an interrupted shell command (cli.main ignores click's Exit codes)
+    if summary.rejected:  # a sample the device refused was not learned/predicted: not a success
+        raise refused_error(summary)
+
+
+def refused_error(s: Summary) -> TinyolError:
+    """The run failed: the device refused some samples (they were not learned or predicted)."""
+    n = sum(s.rejected.values())
+    why = ", ".join(f"{v} x {k}" for k, v in s.rejected.items())
+    busy = "ERR_BUSY" in s.rejected
+    return TinyolError(
+        f"the device refused {n} of {s.samples} samples ({why}): they were not "
+        + ("learned" if s.mode == "train" else "predicted"),
+        hint="a push was cut part way and fences the device: push again, or `tinyol load` / "
+             "`tinyol reset` to roll back" if busy else "see docs/protocol.md for the status codes")
 
 
 def _check_same_device(info, session: dict) -> None:
