@@ -71,3 +71,48 @@ def output_dir(path, what: str) -> Path:
         raise TinyolError(f"{what} {shown}: is a file, not a folder", hint="give a folder")
     _check_parent(p / "x", what, shown)
     return p
+
+
+# ---- numbers: refused by the option parser, before the verb runs ---------------------------
+import math  # noqa: E402
+
+import click  # noqa: E402
+
+F32_MAX = 3.4028234663852886e38
+U32_MAX = 0xFFFFFFFF
+
+
+class Number(click.ParamType):
+    """A finite float (NaN and +-Inf refused), optionally at least `min` (or above it, with
+    `min_open`) and at most `max`; `f32`: it must fit a float32 (what the device stores)."""
+
+    name = "number"
+
+    def __init__(self, min: float | None = None, max: float | None = None, *, min_open: bool = False,
+                 f32: bool = False):
+        self.min, self.max, self.min_open, self.f32 = min, max, min_open, f32
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            v = float(value)
+        else:
+            try:
+                v = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.f32 and abs(v) > F32_MAX:
+            self.fail(f"{value!r} does not fit a float32 (|x| <= 3.4e38)", param, ctx)
+        if self.min is not None and (v <= self.min if self.min_open else v < self.min):
+            self.fail(f"{value!r} must be {'>' if self.min_open else '>='} {self.min:g}", param, ctx)
+        if self.max is not None and v > self.max:
+            self.fail(f"{value!r} must be <= {self.max:g}", param, ctx)
+        return v
+
+    def __repr__(self):
+        return f"Number({self.min}, {self.max})"
+
+
+#: a timeout in seconds: finite, positive, at most a day
+TIMEOUT = Number(0.0, 86400.0, min_open=True)

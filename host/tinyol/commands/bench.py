@@ -45,7 +45,9 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
     import pickle
 
     from .. import bench, tflm_bench
+    from ..checks import output_file
 
+    output_file(out, "--out")  # before hours of measuring
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
     if rerender:
         from ..errors import TinyolError

@@ -12,6 +12,7 @@ import math
 
 import click
 
+from ..checks import Number
 from ..errors import TinyolError
 from ..options import emit_json, json_option
 
@@ -101,9 +102,9 @@ def compare(a: list[dict], b: list[dict], rtol: float = 1e-5) -> dict:
 @click.command("compare")
 @click.argument("log_a", metavar="A.jsonl")
 @click.argument("log_b", metavar="B.jsonl")
-@click.option("--rtol", type=float, default=1e-5, show_default=True,
+@click.option("--rtol", type=Number(0.0), default=1e-5, show_default=True,
               help="Relative tolerance for confidence and loss.")
-@click.option("--show", type=int, default=5, show_default=True, help="Differences to print.")
+@click.option("--show", type=click.IntRange(0), default=5, show_default=True, help="Differences to print.")
 @json_option
 def cmd(log_a, log_b, rtol, show, as_json):
     """Compare two per-sample logs line by line (exit 1 when they differ).
@@ -115,9 +116,10 @@ def cmd(log_a, log_b, rtol, show, as_json):
       tinyol compare dev.jsonl sim.jsonl
     """
     a, b = read_log(log_a), read_log(log_b)
-    if not a and not b:
-        raise TinyolError(f"{log_a} and {log_b} hold no records: nothing to compare",
-                          hint="two empty logs prove nothing; check that the runs wrote their --log")
+    for path, recs in ((log_a, a), (log_b, b)):
+        if not recs:
+            raise TinyolError(f"{path} holds no records: nothing to compare",
+                              hint="an empty log proves nothing; check that the run wrote its --log")
     res = compare(a, b, rtol)
     if as_json:
         emit_json(res)

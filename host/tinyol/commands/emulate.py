@@ -8,6 +8,7 @@ import tempfile
 import click
 
 from .. import emulator
+from ..checks import output_dir
 from ..firmware import BuildConfig, build
 from ..options import board_option, model_option
 
@@ -17,10 +18,10 @@ from ..options import board_option, model_option
 @model_option()
 @click.option("--emulator", "emu", type=click.Choice(["qemu", "renode", "native"]), default="qemu",
               show_default=True, help="What runs the firmware.")
-@click.option("--port", type=int, default=0, help="TCP port for the serial line (0: a free one).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="TCP port for the serial line (0: a free one).")
 @click.option("--state", type=click.Path(file_okay=False), default=None,
               help="native: directory for persistent state (boot counter, flash image).")
-@click.option("--icount", type=int, default=None, metavar="SHIFT",
+@click.option("--icount", type=click.IntRange(0, 10), default=None, metavar="SHIFT",
               help="qemu: deterministic time, one instruction = 2^SHIFT ns.")
 @click.option("--test-build", is_flag=True, hidden=True,
               help="A test build (EXIT ends the program; for test harnesses).")
@@ -34,6 +35,8 @@ def cmd(ctx, board, model, emu, port, state, icount, test_build):
     Ctrl-C stops the target.
     """
     verbose = ctx.find_root().obj.get("verbose", False)
+    if state:
+        output_dir(state, "--state")  # before the build: a bad path is named at once
     native = emu == "native" or board == "native"
     # a release build: any local client could end a test build with EXIT
     cfg = BuildConfig("native" if native else board, model, test_build=test_build)

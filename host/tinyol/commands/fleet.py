@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..checks import output_dir, output_file
+from ..checks import TIMEOUT, U32_MAX, Number, output_dir, output_file
 from ..errors import TinyolError
 from ..options import emit_json, json_option, model_option, resolve_port
 from ..stream import DEFAULT_WINDOW, DEVICE_CACHE
@@ -115,7 +115,7 @@ class EmulatedPool:
                                                "fedadam", "fedyogi", "fedadagrad", "none"]),
               default="fedavg", show_default=True,
               help="Flower strategy that aggregates the heads (none: local learning only).")
-@click.option("--server-lr", type=float, default=None, metavar="ETA",
+@click.option("--server-lr", type=Number(0.0, min_open=True), default=None, metavar="ETA",
               help="Server learning rate of fedadam/fedyogi/fedadagrad (eta, Flower's default 0.1) or "
                    "fedavgm (default 1.0); an adaptive stage wants a smaller one (docs/fleet.md).")
 @click.option("--learn", "learn_mode", type=click.Choice(["sgd", "replay"]), default=None,
@@ -129,13 +129,13 @@ class EmulatedPool:
 @click.option("--resume", is_flag=True, help="Carry on from the checkpoint in --state.")
 @click.option("--eval-every", type=click.IntRange(0), default=1, show_default=True,
               help="Measure accuracy every N rounds (0: never).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split and shuffles.")
+@click.option("--seed", type=click.IntRange(0, U32_MAX), default=0, show_default=True, help="Seed of the split and shuffles.")
 @click.option("--log", type=click.Path(dir_okay=False), default=None, help="One JSON record per round (jsonl).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="PNG: accuracy per board and of the fleet per round.")
 @click.option("--window", type=click.IntRange(1, DEVICE_CACHE), default=DEFAULT_WINDOW, show_default=True,
               help="Requests in flight per board.")
-@click.option("--timeout", type=float, default=1.0, show_default=True, help="Seconds before a resend.")
+@click.option("--timeout", type=TIMEOUT, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
 def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
         server_lr, learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,

@@ -5,6 +5,7 @@ import dataclasses
 
 import click
 
+from ..checks import TIMEOUT
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import Link
@@ -48,7 +49,7 @@ def memory_plan(model_dir: str, board: str) -> dict:
 @click.option("--board", "-b", default=None, metavar="BOARD",
               help="With --model: the board (default: the one it was exported for).")
 @json_option
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per attempt.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per attempt.")
 def cmd(port, model_dir, board, as_json, timeout):
     """Print the board, firmware, model, memory use and boot counter of a device; or, with
     --model (no device needed), the memory the model's firmware reserves on a board.

@@ -18,7 +18,7 @@ import numpy as np
 from .. import __version__
 from .._defs import Status
 from ..device import RATED_ERASE_CYCLES, Device
-from ..checks import output_file
+from ..checks import TIMEOUT, output_file
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import DeviceError
@@ -35,12 +35,12 @@ HINTS = {
                          "TOL_STORE_BYTES (docs/persistence.md)",
 }
 
-timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
+timeout_option = click.option("--timeout", type=TIMEOUT, default=30.0, show_default=True,
                               help="Seconds to wait for the reply (an erase takes ~25 ms per page).")
 
 
 retries_option = click.option(
-    "--retries", type=click.IntRange(min=0), default=5, show_default=True,
+    "--retries", type=click.IntRange(0, 100), default=5, show_default=True,
     help="Resends met by silence before giving up (each waits twice as long; a damaged reply "
          "is resent at once). Also [VERB] retries = N in tinyol.toml.")
 
@@ -126,7 +126,7 @@ def cmd_load(port, timeout, retries, as_json):
 @port_option()
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The .npz to write (W, b, active, metadata).")
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per request.")
 @retries_option
 def cmd_pull(port, out, timeout, retries):
     """Copy the device's current head to an .npz file.
@@ -225,7 +225,7 @@ def _cut_push(e: TinyolError, dev: Device, inp) -> TinyolError:
 @click.option("--in", "inp", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An .npz from `tinyol pull` (or a head_init.npz).")
 @click.option("--force", is_flag=True, help="Push even if the file's model hash differs from the device's.")
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per request.")
 @retries_option
 def cmd_push(port, inp, force, timeout, retries):
     """Write a head from an .npz file onto the device (SET_HEAD); `tinyol save` keeps it.
@@ -264,7 +264,7 @@ def _read_stage(inp: Path) -> tuple[bytes | None, int | None, int | None]:
     try:
         with np.load(inp, allow_pickle=False) as z:
             if "stage_image" not in z.files:
-                return None, None
+                return None, None, None
             image = z["stage_image"]
             stage_hash = int(z["stage_hash"]) if "stage_hash" in z.files else None
             model_hash = int(z["model_hash"]) if "model_hash" in z.files else None

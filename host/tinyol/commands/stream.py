@@ -18,7 +18,7 @@ import numpy as np
 
 from .._defs import Msg
 from ..device import Stats
-from ..checks import output_file
+from ..checks import Number, output_file
 from ..errors import TinyolError
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
 from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Journal, Record, Stream, Summary,
@@ -255,7 +255,10 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                 n_logged += 1
             if print_predictions:
                 lab = "" if r.label is None else f" label={r.label}"
-                echo(f"{r.index} prediction={r.prediction} confidence={r.confidence:.4f}{lab}")
+                if r.error:  # the device refused it: no prediction to show
+                    echo(f"{r.index} refused ({r.error}){lab}")
+                else:
+                    echo(f"{r.index} prediction={r.prediction} confidence={r.confidence:.4f}{lab}")
             if bar is not None:
                 bar.update(1)
                 if st.summary.per_class and st.summary.samples % 10 == 0:
@@ -311,7 +314,7 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
               help="First fill the replay buffer with these samples (REPLAY_ADD: no training).")
 @click.option("--prefill-limit", type=click.IntRange(min=1), default=None,
               help="Offer at most N --prefill samples (after --shuffle).")
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--epochs", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Send the source N times (reshuffled each epoch with --shuffle).")
 @click.option("--layout", type=click.Choice(["channels-first", "flat"]), default=None,
               help="How the source's samples map to the model input when their shapes differ "
@@ -332,13 +335,13 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
               help="int8: quantized on the host (4x less traffic); float32: on the device.")
 @click.option("--window", type=click.IntRange(1, DEVICE_CACHE), default=DEFAULT_WINDOW, show_default=True,
               help="Requests in flight (pipelining; the device caches 8 replies).")
-@click.option("--timeout", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
+@click.option("--timeout", type=Number(0.001, 3600.0), default=1.0, show_default=True,
               help="Initial (and largest) resend timeout in seconds; it adapts to the measured reply "
                    "time, as TCP's does.")
-@click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
+@click.option("--retries", type=click.IntRange(0, 100), default=8, show_default=True,
               help="Resends met by complete silence before the device counts as gone "
                    "(each waits twice as long as the one before).")
-@click.option("--patience", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+@click.option("--patience", type=Number(0.1, 86400.0), default=120.0, show_default=True,
               help="Seconds a live but damaged link may go without an answered request.")
 @click.option("--resume", default=None, metavar="LOG", type=click.Path(dir_okay=False),
               help="Continue an interrupted --train run from its --log (LOG.wal): every sample "
