@@ -186,3 +186,52 @@ def test_two_resumes_in_a_row_stay_exact(url, fresh, monkeypatch, capsys, tmp_pa
     code, _, err = run(capsys, "stream", "--port", url, "--resume", log, "--no-progress")
     assert code == 0, err
     assert_exactly_once(url, log, 50)
+
+
+# ---- reconcile's decision table, without a device -------------------------------------------
+def journal(n_logged, n_sent, *, checkpoint=(100, 0), end=None, checks=0, base=0):
+    """A run whose first n_logged samples are in the log (learned as base+1..), n_sent sent."""
+    from tinyol.stream import Journal
+    sent = [(i, 1000 + i) for i in range(n_sent)]
+    done = [(i, base + i + 1) for i in range(n_logged)]
+    return Journal({"base_seen": base}, sent, done, checkpoint, end, 0, 0, checks)
+
+
+def stats_now(samples_seen, frames_ok):
+    from tinyol.device import Stats
+    return Stats(frames_ok, 0, 0, 0, 0, samples_seen=samples_seen)
+
+
+def test_reconcile_decision_table():
+    from tinyol.protocol import DeviceReset
+    from tinyol.stream import reconcile
+    from tinyol.errors import TinyolError
+
+    # killed with 4 in flight, 2 of them learned; the device ran nothing else (+1: this STATS)
+    assert reconcile(journal(40, 44), stats_now(42, 100 + 42 + 1)) == 2
+    # none of those in flight learned: safe whatever ran since (no cache needed)
+    assert reconcile(journal(40, 44), stats_now(40, 100 + 999)) == 0
+    # one request more than the run's: another client (e.g. tinyol pull) took cache slots
+    with pytest.raises(TinyolError, match=r"executed 1 request\(s\) the run did not send"):
+        reconcile(journal(40, 44), stats_now(42, 100 + 42 + 2))
+    # ... unless the run wrote it down itself (an INFO check after a timeout)
+    assert reconcile(journal(40, 44, checks=1), stats_now(42, 100 + 42 + 1 + 1)) == 2
+    # more learned than were in flight
+    with pytest.raises(TinyolError, match="something else trained it"):
+        reconcile(journal(40, 44), stats_now(45, 100 + 45 + 1))
+    # the learner went back: a reset, named as one
+    with pytest.raises(DeviceReset, match="was reset since the interrupted run"):
+        reconcile(journal(40, 44), stats_now(12, 100 + 60))
+    # a clean end (its closing STATS), then 3 lines lost from the log: still in the cache
+    assert reconcile(journal(37, 40, end=(100 + 40 + 1, 40)), stats_now(40, 100 + 40 + 1 + 1)) == 3
+    # ... 7 lines lost: the oldest has 6 + the closing STATS + this STATS after it: gone
+    with pytest.raises(TinyolError, match="executed after the oldest"):
+        reconcile(journal(33, 40, end=(100 + 40 + 1, 40)), stats_now(40, 100 + 40 + 1 + 1))
+    # an older WAL without a checkpoint: cannot prove anything, refuse when it matters
+    with pytest.raises(TinyolError, match="no checkpoint"):
+        reconcile(journal(40, 44, checkpoint=None), stats_now(42, 143))
+    # the log and its WAL disagree on a row
+    j = journal(5, 6)
+    j.done[2] = (99, 3)
+    with pytest.raises(TinyolError, match="record 3 is row 99"):
+        reconcile(j, stats_now(5, 106))

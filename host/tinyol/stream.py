@@ -137,6 +137,7 @@ class Pipeline:
         url = getattr(link, "url", "") or ""
         self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
         self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
+        self.on_check: Callable[[], None] | None = None  # before an INFO check is transmitted
         self.info_check = True    # an INFO check after a timeout (off while resuming)
         self.rto = timeout
         self.rto_floor = min(timeout, self.RTO_MIN)
@@ -378,6 +379,8 @@ class Pipeline:
                 and self._may_send(DEVICE_CACHE):
             self._info_armed = False
             self.stats.info_checks += 1
+            if self.on_check is not None:
+                self.on_check()  # write-ahead: --resume counts the requests the run made
             self._new("info-check", Msg.INFO, b"", control=True)
         for p in late:
             if not p.done:
@@ -777,6 +780,7 @@ class Stream:
     def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
             on_record: Callable[[Record], None] | None = None, live: bool = False,
             on_send: Callable[[object, int], None] | None = None,
+            on_check: Callable[[], None] | None = None,
             resumed: "Resumed | None" = None) -> Summary:
         """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
 
@@ -802,6 +806,7 @@ class Stream:
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
                         retries=self.retries, patience=self.patience)
         pipe.on_send = on_send
+        pipe.on_check = on_check
         self.pipeline = pipe
         t0 = time.monotonic()
 
@@ -903,6 +908,7 @@ class Journal:
     end: tuple[int, int] | None          # (frames_ok, records) at its clean end (after its last STATS)
     log_keep: int                        # bytes of LOG that are whole lines
     log_size: int                        # bytes of LOG (more than log_keep: its last line was cut)
+    checks: int = 0                      # INFO checks the last session made (after timeouts)
 
     @property
     def pending(self) -> list[int]:
@@ -944,6 +950,11 @@ class WriteAhead:
     def sent(self, tag, seq: int) -> None:
         self._f.write(json.dumps({"sent": tag[0], "seq": seq}) + "\n")
 
+    def check(self) -> None:
+        """An INFO check (after a timeout) is about to be sent: one request that is no sample."""
+        if self._wrote_checkpoint:
+            self._f.write('{"check": 1}\n')
+
     def end(self, frames_ok: int, records: int) -> None:
         """The session ended cleanly (finished or Ctrl-C); its closing STATS saw `frames_ok`."""
         if self._wrote_header:
@@ -963,7 +974,7 @@ class WriteAhead:
             if not p.is_file():
                 raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of an "
                                   f"interrupted --train run (and its write-ahead log LOG{WAL_SUFFIX})")
-        session, sent, done, checkpoint, end = None, [], [], None, None
+        session, sent, done, checkpoint, end, checks = None, [], [], None, None, 0
         raw = logp.read_bytes()
         keep = raw.rfind(b"\n") + 1  # whole lines end with a newline; a cut one does not
         for p, data in ((wal, wal.read_bytes()), (logp, raw[:keep])):
@@ -983,7 +994,9 @@ class WriteAhead:
                         session = session or d["session"]
                     elif p is wal and "checkpoint" in d:
                         checkpoint = (int(d["checkpoint"]["frames_ok"]), int(d["checkpoint"]["records"]))
-                        end = None
+                        end, checks = None, 0
+                    elif p is wal and "check" in d:
+                        checks += 1
                     elif p is wal and "end" in d:
                         end = (int(d["end"]["frames_ok"]), int(d["end"]["records"]))
                     elif p is wal and "sent" in d:
@@ -1001,7 +1014,7 @@ class WriteAhead:
                                            "unchanged") from None
         if session is None:
             raise TinyolError(f"{wal}: no session header (not written by `tinyol stream --log`)")
-        return Journal(session, sent, done, checkpoint, end, keep, len(raw))
+        return Journal(session, sent, done, checkpoint, end, keep, len(raw), checks)
 
 
 def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
@@ -1055,22 +1068,22 @@ def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
         frames, records = j.checkpoint
         others = "request(s) the run did not send (another client, e.g. `tinyol pull`)"
         if j.end is not None:  # a clean end: its closing STATS was its only request besides samples
-            ran, ours = j.end[0] - frames, j.end[1] - records + 1
+            ran, ours = j.end[0] - frames, j.end[1] - records + 1 + j.checks
             since = stats.frames_ok - j.end[0] - 1        # this STATS not counted
             if ran != ours:
-                why = f"the run made {ran - ours} check(s) after timeouts"
+                why = f"the device executed {ran - ours} request(s) during the run that it did not log"
             elif since:
                 why = f"the device executed {since} {others} since the run ended"
         else:
             ran = stats.frames_ok - frames - 1            # executed since the checkpoint, this STATS not counted
-            ours = d - records + k                        # the run's: new records + the learned in flight
+            ours = d - records + k + j.checks             # the run's: new records, learned in flight, checks
             if ran > ours:
-                why = f"the device executed {ran - ours} {others}, or the run's own check after a timeout"
+                why = f"the device executed {ran - ours} {others}"
             elif ran < ours:
                 why = f"the device's request counter went back ({ran} < {ours}): it restarted"
         if why is None:
             after = (seen - extra[0] + sum(v is None for _, v in j.done[records:])
-                     + (j.end is not None) + 1)
+                     + j.checks + (j.end is not None) + 1)
             if after > DEVICE_CACHE - 1:
                 why = f"{after} requests executed after the oldest of them (the cache keeps {DEVICE_CACHE})"
     if why:

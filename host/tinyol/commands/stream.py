@@ -266,7 +266,7 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
 
         try:
             st.run(rows, on_record=on_record, live=X is None, on_send=on_send if wal else None,
-                   resumed=resumed)
+                   on_check=wal.check if wal else None, resumed=resumed)
             if wal and st.end_frames is not None:
                 wal.checkpoint(st.base_frames, n_logged)  # when this session sent no new sample
                 wal.end(st.end_frames, n_logged)
