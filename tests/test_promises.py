@@ -246,3 +246,36 @@ def test_push_of_a_wrong_stage_is_refused_before_the_first_slice(stage_url, tmp_
     if edit == "model":
         code, _, err = run(capsys, "push", "--port", stage_url, "--in", bad, "--force")
         assert code == 0, err
+
+
+# ---- fleet --emulate leaves no temporary flash behind ---------------------------------------
+@pytest.mark.parametrize("outcome", ["success", "error", "ctrl-c"])
+def test_fleet_emulate_leaves_nothing_in_the_temp_folder(firmware, tmp_path, monkeypatch, capsys, outcome):
+    import tempfile
+
+    from tinyol import fleet as F
+    from tinyol.errors import TinyolError
+
+    firmware("native", model="models/digits")  # built once for the session
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    started = []
+    real_run = F.Fleet.run
+
+    def fleet_run(self, **kw):
+        started.append(sorted(p.name for p in tmp.iterdir()))  # the boards' flash is there now
+        if outcome == "error":
+            raise TinyolError("a board caught fire")
+        if outcome == "ctrl-c":
+            raise KeyboardInterrupt
+        return real_run(self, **kw)
+
+    monkeypatch.setattr(F.Fleet, "run", fleet_run)
+    code = main(["fleet", "--emulate", "1", "--rounds", "1", "--every", "5", "--eval", "",
+                 "--data", "digits:5-9@train"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert code == {"success": 0, "error": 1, "ctrl-c": 130}[outcome], err
+    assert started and started[0], "the fleet's boards kept their flash somewhere else"
+    assert list(tmp.iterdir()) == [], f"left behind: {list(tmp.iterdir())}"
