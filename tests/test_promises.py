@@ -71,7 +71,7 @@ def test_compare_of_two_empty_logs_is_not_same(tmp_path, capsys):
     (tmp_path / "a.jsonl").write_text("")
     (tmp_path / "b.jsonl").write_text("\n")
     code, out, err = run(capsys, "compare", tmp_path / "a.jsonl", tmp_path / "b.jsonl")
-    assert code == 1 and "hold no records" in err and "same" not in out
+    assert code == 1 and "holds no records" in err and "same" not in out
 
 
 def test_compare_nan_confidence_agrees_with_itself(tmp_path, capsys):
