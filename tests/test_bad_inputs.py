@@ -32,6 +32,8 @@ from tinyol.checks import Number
 from tinyol.cli import group, main
 from tinyol.device import Device
 
+pytestmark = pytest.mark.slow  # ~500 cases, some import TensorFlow: `make test`, not test-fast
+
 MODEL = str(ROOT / "models" / "digits")
 ALARM_S = 60
 

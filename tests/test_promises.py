@@ -249,6 +249,7 @@ def test_push_of_a_wrong_stage_is_refused_before_the_first_slice(stage_url, tmp_
 
 
 # ---- fleet --emulate leaves no temporary flash behind ---------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("outcome", ["success", "error", "ctrl-c"])
 def test_fleet_emulate_leaves_nothing_in_the_temp_folder(firmware, tmp_path, monkeypatch, capsys, outcome):
     import tempfile
