@@ -76,7 +76,7 @@ def wait_boot(dev_link, timeout: float = 20.0) -> str:
 def send_paused(target, link, msg: int, payload: bytes = b"") -> Frame:
     """Pause the machine and put a request into its console UART (it is read on resume)."""
     target.monitor.execute("pause")
-    frame = Frame(int(msg), link._next_seq(), payload)
+    frame = Frame(int(msg), link.next_seq(), payload)
     link.send_frame(frame)
     time.sleep(0.1)   # the socket terminal hands the bytes to the UART in its own thread
     return frame

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from tinyol.simulation import latents, learner_settings, load_model, make_learner
-from tinyol.device import quantize
+from tinyol.model_folder import quantize
 
 
 class FaultProxy:

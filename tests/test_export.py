@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tinyol.cli import main as cli_main
-from tinyol.export import c_float
+from tinyol.cwriter import c_float
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"

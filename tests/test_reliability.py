@@ -107,7 +107,7 @@ def test_reset_restarts_the_autosave_period(lib, digits):
 
 def _autosave_after_reset(dev, X, y):
     q = MANIFEST["input"]
-    from tinyol.device import quantize
+    from tinyol.model_folder import quantize
     xs = [quantize(X[i].ravel(), q["scale"], q["zero_point"]) for i in range(12)]
     for i in range(3):
         dev.sample(xs[i], int(y[i]))
@@ -138,7 +138,7 @@ def test_cut_push_leaves_a_fenced_head_that_is_never_learned_or_saved(lib, digit
     w, b, _ = dev.get_head()
     mixed = int(np.sum(np.any(w != w0, axis=1)))
     assert 0 < mixed < len(w0)  # the device really holds a partly written head ...
-    from tinyol.device import quantize
+    from tinyol.model_folder import quantize
     q = MANIFEST["input"]
     x = quantize(X[0].ravel(), q["scale"], q["zero_point"])
     seen = dev.stats().samples_seen

@@ -54,7 +54,7 @@ def _renode(firmware, board):
 
 def _probe(dev, X) -> list[tuple[int, float]]:
     """Predictions (class, confidence) on probe inputs: no learning."""
-    from tinyol.device import quantize
+    from tinyol.model_folder import quantize
     q = [quantize(x.ravel(), float(MANIFEST["input"]["scale"]), int(MANIFEST["input"]["zero_point"]))
          for x in X]
     return [(r.prediction, r.value) for r in (dev.predict(x) for x in q)]

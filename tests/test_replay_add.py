@@ -10,7 +10,8 @@ from tinyol import emulator
 from tinyol._defs import Status
 from tinyol.simulation import latents, learner_settings, load_model, make_learner
 from tinyol.datasets import load_source
-from tinyol.device import Device, quantize
+from tinyol.device import Device
+from tinyol.model_folder import quantize
 from tinyol.protocol import DeviceError
 
 MODEL = ROOT / "models" / "digits"

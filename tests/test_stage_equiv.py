@@ -9,6 +9,7 @@ import pytest
 
 from _learner_util import make_stream
 from _stage_util import CStage, build_stage_lib, c_layers
+from tinyol.errors import TinyolError
 from tinyol.learner import (MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR,
                             LearnerError, Settings)
 from tinyol.stage import (ACT_RELU, ACT_RELU6, CONV, DENSE, DWCONV, GAP, Layer, Stage,
@@ -162,7 +163,7 @@ def test_stage_bytes_model_matches_c(lib):
     bad = [dense(24, 16), dense(15, CMAX)]
     cc = CStageConfig(c_layers(bad), 2, 8, 0, 0, None, 0, 0, 1, 0, 0.05, 0, 1)
     assert lib.tol_stage_bytes(C.byref(cc)) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(TinyolError, match="inconsistent stage layers"):
         stage_bytes(bad)
 
 

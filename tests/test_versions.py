@@ -91,7 +91,7 @@ def test_older_firmware_is_named_at_connect(lib):
 
 def test_model_from_incompatible_tinyol_is_refused(tmp_path, monkeypatch):
     from tinyol.cli import main
-    from tinyol.commands.stream import load_manifest
+    from tinyol.model_folder import load_manifest
 
     model = tmp_path / "old"
     shutil.copytree(ROOT / "models" / "digits", model)
@@ -109,3 +109,25 @@ def test_model_from_incompatible_tinyol_is_refused(tmp_path, monkeypatch):
         assert f"exported by tinyol {exported}" in str(e.value)
         monkeypatch.chdir(tmp_path)
         assert main(["build", "--board", "native", "--model", "old"]) != 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["stream", "--model", "models/digits", "--data", "digits", "--limit", "3"],
+    ["set"], ["save"], ["load"], ["reset"], ["pull", "--out", "{tmp}/head.npz"],
+    ["push", "--in", "models/digits/head_init.npz"],
+], ids=lambda a: a[0])
+def test_every_verb_names_an_older_firmware(lib, argv, tmp_path, monkeypatch, capsys):
+    """Every command that talks to a device connects through Link.info: an older firmware
+    gets the explained version error, not a parse failure or a wrong answer."""
+    import tinyol.protocol
+    from tinyol.cli import main
+
+    assert lib.sim_setup(64 * 1024, 2048, 0xFF, 0) == 0
+    lib.tol_test_init()
+    monkeypatch.setattr(tinyol.protocol, "open_serial", lambda url, **kw: OlderFirmware(lib))
+    monkeypatch.chdir(ROOT)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main([*argv, "--port", "loop://", "--timeout", "0.2"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: the device speaks protocol v{VERSION - 1} (firmware {__version__})" in err
+    assert "older than this host" in err and "hint: rebuild and flash it" in err

@@ -7,6 +7,7 @@ INFO record (linker symbols) and the exporter's manifest (our arena vs TFLM's).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .device import Device
 from .errors import TinyolError
 from .firmware import BuildConfig, build
 from .icount import Session
+from .model_folder import read_manifest
 from .paths import project_root
 
 BOARD = "nucleo_l476rg"
@@ -51,8 +53,6 @@ FC_BOUND = {"anomaly"}      # models whose MACs are (almost) all FULLY_CONNECTED
 
 
 def backbone_sha16(model_dir: Path) -> str | None:
-    import hashlib
-
     p = Path(model_dir) / "backbone.tflite"
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else None
 
@@ -93,7 +93,7 @@ def _fill_replay(dev: Device, rng: np.random.Generator, n: int) -> None:
 def bench_model(model_dir: str, kernels: str, *, echo=print, seed: int = 0) -> ModelBench:
     root = project_root()
     path = Path(model_dir) if Path(model_dir).is_absolute() else root / model_dir
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_manifest(path)
     mem = manifest.get("memory", {})
     board = MODEL_BOARDS.get(manifest["name"], BOARD)
     r = ModelBench(manifest["name"], kernels, int(mem.get("macs", 0)),

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
+import tomllib
+from pathlib import Path
 
 import click
 
@@ -69,10 +72,6 @@ def load_settings(path: str | None = None) -> dict:
     environment variables TINYOL_<VERB>_<OPTION> (e.g. TINYOL_STREAM_PORT),
     then command-line flags.
     """
-    import os
-    import tomllib
-    from pathlib import Path
-
     p = Path(path or os.environ.get("TINYOL_CONFIG") or "tinyol.toml")
     if not p.is_file():
         if path or os.environ.get("TINYOL_CONFIG"):

@@ -27,14 +27,20 @@ source keeps the original class numbers, and ``class_names[label]`` is always th
 """
 from __future__ import annotations
 
+import csv
+import importlib.util
 import io
 import os
 import sys
+from pathlib import Path
 from typing import Iterator, TextIO
 
 import numpy as np
 
 from .errors import TinyolError
+
+# Lazy on purpose: scikit-learn is imported where a source needs it (digits, splits); it
+# takes about a second to load and `tinyol stream --data file.csv` does not need it.
 
 SPLIT_SEED = 0
 TEST_FRACTION = 0.3
@@ -233,9 +239,6 @@ def _ts_file(path) -> tuple[np.ndarray, list[str], list[str]]:
 
 
 def _basicmotions() -> tuple[np.ndarray, np.ndarray, list[str]]:
-    import importlib.util
-    from pathlib import Path
-
     spec = importlib.util.find_spec("aeon")  # the data files only: aeon is not imported
     base = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "BasicMotions" \
         if spec is not None and spec.submodule_search_locations else None
@@ -253,9 +256,6 @@ def watch_recordings() -> dict:
     """seglearn's watch_dataset.npy as stored: a dict with X (list of [n, 6] float64
     recordings), y, subject, side, X_labels, y_labels. Read from the installed package's files;
     seglearn itself is not imported (nor are its dependencies needed)."""
-    import importlib.util
-    from pathlib import Path
-
     spec = importlib.util.find_spec("seglearn")
     path = Path(list(spec.submodule_search_locations)[0]) / "data" / "watch_dataset.npy" \
         if spec is not None and spec.submodule_search_locations else None
@@ -330,8 +330,6 @@ def _is_number(tok: str) -> bool:
 
 
 def _csv(path: str, label_column) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
-    import csv
-
     try:
         with open(path, newline="", encoding="utf-8") as f:
             rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]

@@ -13,21 +13,13 @@ import numpy as np
 
 from ._defs import SETTING_TYPE, Msg, Setting
 from .errors import TinyolError
+from .model_folder import quantize  # noqa: F401  (tinyol.device.quantize, as before)
 from .protocol import DeviceReset, Info, Link
 
 INPUT_INT8, INPUT_FLOAT32 = 0, 1
 FLAG_LEARNED, FLAG_NEW_CLASS, FLAG_ANOMALY = 0x01, 0x02, 0x04
 NO_LABEL = 0xFFFF
 CYCLES_INVALID = 0xFFFFFFFF
-
-
-def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
-    """float -> int8 as the device's float path does: round half away from zero, saturate."""
-    x = np.asarray(x, dtype=np.float32)
-    if not np.all(np.isfinite(x)):
-        raise TinyolError("input contains NaN or Inf")
-    q = np.sign(x / np.float32(scale)) * np.floor(np.abs(x / np.float32(scale)) + np.float32(0.5))
-    return np.clip(q + zero_point, -128, 127).astype(np.int8)
 
 
 @dataclass
@@ -164,7 +156,7 @@ class Device:
         self.link = link
         # the handshake does not wait a slow request's timeout (e.g. SAVE's 30 s): a port
         # without a tinyol device behind it is named within seconds
-        self.info: Info = Info.parse(link.request(Msg.INFO, timeout=min(link.timeout, 0.5)))
+        self.info: Info = link.info(timeout=min(link.timeout, 0.5))
         self._boot = self.info.boot_count
 
     @classmethod

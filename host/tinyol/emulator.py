@@ -5,9 +5,11 @@ host client uses as for a real board. QEMU always runs under a time limit.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import signal as _signal
 import socket
 import subprocess
 import tempfile
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import renode as rn
 from .boards import BOARDS, NATIVE
 from .errors import TinyolError
 
@@ -171,8 +174,6 @@ def die_with_parent() -> None:
     """preexec_fn: the child gets SIGTERM when the process that started it dies (Linux
     PR_SET_PDEATHSIG), so a killed `tinyol emulate` or test run leaves no emulator behind.
     `timeout` passes the SIGTERM on to the emulator it runs."""
-    import ctypes
-    import signal as _signal
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(_signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -212,7 +213,6 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     quits when the Target is stopped. Its log goes to a temporary file (`t.output()`).
     Renode deletes stale $TMPDIR/renode-* folders at start-up, so it gets a private TMPDIR.
     """
-    from . import renode as rn
     port = port or free_port()
     t = Target([], url=rn.serial_url(port), timeout=timeout)
     t.tmpdir = tempfile.TemporaryDirectory(prefix="tinyol-renode-")

@@ -37,6 +37,7 @@ import concurrent.futures as cf
 import json
 import math
 import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,17 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .datasets import load_source
+from .device import Device
 from .errors import TinyolError
+from .learner import MODES, LearnerError, dequantize
+from .model_folder import check_device_model, input_q, quantize
+from .simulation import evaluate, latents, learner_settings, load_model, make_learner
+from .stage import CONV, DENSE, DWCONV, stage_hash
+from .stream import Stream
+
+# Lazy on purpose: Flower (flwr, the optional extra tinyol[fleet]) and matplotlib are imported
+# where they are used; both take seconds to load and a twin fleet without plots needs neither.
 
 STRATEGIES = ("fedavg", "fedavgm", "fedmedian", "fedtrimmedavg", "fedprox", "fedadam",
               "fedyogi", "fedadagrad", "none")
@@ -114,7 +125,6 @@ class Shape:
 
 def _layer_shapes(layer) -> list[tuple[int, ...]]:
     """Flower arrays of one stage layer: W in tol_stage.h's layout, then b (none for GAP)."""
-    from .stage import CONV, DENSE, DWCONV
     if layer.kind == DENSE:
         w = (layer.out_c, layer.in_size)
     elif layer.kind == CONV:
@@ -185,7 +195,6 @@ class StageParams:
 
     @property
     def shape(self) -> Shape:
-        from .stage import stage_hash
         return Shape("stage", rows=int(self.active.size), dim=int(self.layers[0].in_size),
                      params=int(self.params.size), layers=len(self.layers),
                      stage_hash=stage_hash(self.layers))
@@ -256,7 +265,6 @@ def split_non_iid(y: np.ndarray, n_boards: int, spec: str = "iid", seed: int = 0
 
 def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) -> list[Shard]:
     """Load a source and deal it out to n boards (split_non_iid); Q = latents_of(X) if given."""
-    from .datasets import load_source
     X, y, _ = load_source(data)
     Q = latents_of(X) if latents_of is not None else None
     parts = split_non_iid(y, n, split, seed)
@@ -265,8 +273,6 @@ def load_shards(data: str, n: int, split: str, seed: int, *, latents_of=None) ->
 
 def latents_fn(model_dir: str):
     """X -> the board's int8 latents (TFLM's runtime on the backbone; inputs quantized as the host does)."""
-    from .simulation import latents, load_model
-    from .device import quantize
     model = load_model(model_dir)
 
     def f(X):
@@ -314,14 +320,11 @@ class DeviceBoard(Board):
         self.dev = None
 
     def connect(self) -> None:
-        from .device import Device
-        from .stream import check_model
         self.close()
         dev = Device.open(self.url, timeout=max(self.timeout, 1.0))
         try:
-            check_model(dev.info, self.manifest, self.model_dir)
+            check_device_model(dev.info, self.manifest, self.model_dir)
             if self.learn_mode is not None:
-                from .learner import MODES
                 dev.set("mode", MODES[self.learn_mode])
         except BaseException:
             dev.close()
@@ -348,7 +351,6 @@ class DeviceBoard(Board):
         return self._d().info.boot_count
 
     def learn(self, rows) -> Learned:
-        from .stream import Stream
         dev = self._d()
         st = Stream(dev, self.manifest, mode="train", window=self.window, timeout=self.timeout,
                     model_dir=self.model_dir)
@@ -396,15 +398,12 @@ class DeviceBoard(Board):
 
     def prefill(self, shard: Shard) -> None:
         """REPLAY_ADD every sample: fill the board's replay buffer without training."""
-        from .device import quantize
-        from .stream import model_input_q
-        q = model_input_q(self.manifest)
+        q = input_q(self.manifest)
         dev = self._d()
         for x, label in zip(shard.X, shard.y):
             dev.replay_add(quantize(np.ravel(x), *q), int(label))
 
     def evaluate(self, shard: Shard) -> float:
-        from .stream import Stream
         st = Stream(self._d(), self.manifest, mode="eval", window=self.window, timeout=self.timeout,
                     model_dir=self.model_dir)
         s = st.run((i, shard.X[i], int(shard.y[i])) for i in range(len(shard)))
@@ -422,7 +421,6 @@ class TwinBoard(Board):
         return self.lrn.samples_seen
 
     def learn(self, rows) -> Learned:
-        from .learner import LearnerError
         out = Learned()
         for _, q, label in rows:
             pred, _ = self.lrn.predict(q)
@@ -453,7 +451,6 @@ class TwinBoard(Board):
 
     def push(self, params: "Head | StageParams") -> int:
         if self.is_stage:  # SET_STAGE's commit on the twin
-            from .learner import LearnerError
             if not isinstance(params, StageParams):
                 raise TinyolError(f"{self.name} trains an adaptive stage; it cannot take a one-layer head")
             try:
@@ -470,7 +467,6 @@ class TwinBoard(Board):
             self.lrn.replay_add(q, int(label))
 
     def evaluate(self, shard: Shard) -> float:
-        from .simulation import evaluate
         return float(np.mean(evaluate(self.lrn, shard.Q) == shard.y))
 
 
@@ -481,14 +477,12 @@ def _model_stage(model_dir) -> list | None:
             return None
     except (TypeError, OSError):
         return None
-    from .simulation import load_model
     return load_model(model_dir).stage[0]
 
 
 def make_twin(model, name: str, *, learn_mode: str | None = None, **over):
     """A TwinBoard with the learner the firmware of `model` would run (its manifest's settings;
     `over`: learner_settings overrides, e.g. replay_capacity=200)."""
-    from .simulation import learner_settings, make_learner
     settings, replay = learner_settings(model, mode=learn_mode, **over)
     return TwinBoard(name, make_learner(model, settings, replay))
 
@@ -751,7 +745,6 @@ class Fleet:
         p = self._state_path()
         if p is None:
             return
-        import pickle
         p.parent.mkdir(parents=True, exist_ok=True)
         head = self.state_dir / f"global_head_r{self.version}.npz"
         if not head.exists():
@@ -782,7 +775,6 @@ class Fleet:
 
     def resume(self) -> bool:
         """Load the checkpoint if there is one; True when resumed."""
-        import pickle
         p = self._state_path()
         if p is None or not p.is_file():
             return False
@@ -1051,7 +1043,6 @@ def _jsonable(v):
 # --------------------------------------------------------------------------- Flower's simulation engine
 def head_accuracy(head: Head, Q: np.ndarray, y: np.ndarray, latent_q: tuple[float, int]) -> float:
     """Accuracy of a head on int8 latents (as the board predicts: inactive rows never win)."""
-    from .learner import dequantize
     z = dequantize(Q, *latent_q) @ head.w.T + head.b
     z[:, ~head.active] = -np.inf
     return float(np.mean(np.argmax(z, axis=1) == y))
@@ -1062,7 +1053,6 @@ def params_accuracy(model, params: "Head | StageParams", Q: np.ndarray, y: np.nd
     vectorised; a stage: the numpy twin of the firmware's stage with the image loaded)."""
     if isinstance(params, Head):
         return head_accuracy(params, Q, y, model.latent_q)
-    from .simulation import evaluate
     twin = make_twin(model, "eval")
     twin.push(params)
     return float(np.mean(evaluate(twin.lrn, Q) == np.asarray(y)))
@@ -1079,14 +1069,12 @@ def run_flower_simulation(model_dir: str, shards: list[Shard], eval_shard: Shard
     in its node's ``context.state`` between rounds, as a real board keeps its RAM.
     Returns per-round records shaped like :class:`Fleet`'s log."""
     require_flower()
-    import pickle
 
     from flwr.client import ClientApp
     from flwr.common import ConfigRecord, ndarrays_to_parameters
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.simulation import run_simulation
 
-    from .simulation import load_model
     model = load_model(model_dir)
     initial = initial_params(model)
     rounds = cfg.rounds or max(1, max(-(-len(s) // cfg.k) for s in shards))

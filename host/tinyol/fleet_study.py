@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from . import fleet as F
+from .datasets import load_source
 from .simulation import load_model
 
 OLD, NEW = list(range(5)), list(range(5, 10))
@@ -51,7 +52,6 @@ PREFILL_N = 100  # latents of the pre-training classes 0-4 in each board's buffe
 
 
 def data(model_dir: str):
-    from .datasets import load_source
     f = F.latents_fn(model_dir)
     X, y, _ = load_source("digits:5-9@train")
     Xo, yo, _ = load_source("digits:0-4@train")

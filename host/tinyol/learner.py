@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from .errors import TinyolError
+
 F32 = np.float32
 
 # tol_learn_mode_t
@@ -321,7 +323,7 @@ class Head:
         w = np.asarray(w, F32).reshape(self.rows, self.dim)
         b = np.asarray(b, F32).reshape(self.rows)
         if not (np.isfinite(w).all() and np.isfinite(b).all()):
-            raise ValueError("non-finite head")
+            raise TinyolError("non-finite head")
         self.w, self.b = w.copy(), b.copy()
         self.vw[:] = 0
         self.vb[:] = 0
@@ -339,9 +341,9 @@ class Replay:
     def __init__(self, capacity: int, dim: int, bits: int, n_classes: int, policy: int,
                  scale: float, zero_point: int, prng: Prng):
         if bits not in (32, 8, 7):
-            raise ValueError("replay bits must be 32, 8 or 7")
+            raise TinyolError(f"replay bits must be 32, 8 or 7, not {bits}")
         if policy not in (POLICY_RESERVOIR, POLICY_BALANCED, POLICY_AR1):
-            raise ValueError("unknown replay policy")
+            raise TinyolError(f"unknown replay policy {policy}")
         self.capacity, self.dim, self.bits = int(capacity), int(dim), int(bits)
         self.n_classes, self.policy = int(n_classes), int(policy)
         self.scale, self.zero_point = F32(scale), int(zero_point)
@@ -424,9 +426,9 @@ class Replay:
         labels = [int(v) for v in labels]
         n = len(labels)
         if not 1 <= n <= REPLAY_MAX_BATCH:
-            raise ValueError("batch size out of range")
+            raise TinyolError(f"replay batch of {n} is out of range 1..{REPLAY_MAX_BATCH}")
         if any(y >= self.n_classes or y < 0 for y in labels):
-            raise ValueError("label out of range")
+            raise TinyolError(f"label out of range 0..{self.n_classes - 1}")
         if self.policy != POLICY_AR1:
             for i in range(n):
                 self._offer(xs[i], labels[i])
@@ -539,7 +541,7 @@ class Config:
                              self.replay_bits, self.max_new, self.max_old, self.no_momentum)
 
 
-class LearnerError(Exception):
+class LearnerError(TinyolError):
     """Carries the C status name (e.g. 'TOL_ERR_LABEL')."""
 
     def __init__(self, status: str):

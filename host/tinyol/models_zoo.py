@@ -26,18 +26,25 @@ counts they give are what matters.
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from .datasets import load_source
+from .errors import TinyolError
+from .export import export_model, import_tf
+from .paths import models_dir as shipped
+
+# Lazy on purpose: TensorFlow/Keras and scikit-learn are imported where a model is trained or
+# scored; they take seconds to load.
+
 SEED = 1234
 
 
 def _keras():
-    from .export import import_tf
-
     import_tf()
     import keras
 
@@ -191,7 +198,6 @@ class Recipe:
 
 def _train_digits(model) -> dict:
     keras = _keras()
-    from .datasets import load_source
 
     Xtr, ytr, _ = load_source("digits:0-4@train")
     Xte, yte, _ = load_source("digits:0-4@test")
@@ -220,7 +226,6 @@ def imu_model(n_classes: int = 3):
 
 def _train_imu(model) -> dict:
     keras = _keras()
-    from .datasets import load_source
 
     Xtr, ytr, _ = load_source("basicmotions:0-2@train")
     Xte, yte, _ = load_source("basicmotions:0-2@test")
@@ -235,7 +240,6 @@ def _train_imu(model) -> dict:
 
 def _train_anomaly(model) -> dict:
     keras = _keras()
-    from .datasets import load_source
 
     Xtr, _, _ = load_source("sensor@train")
     Xte, yte, _ = load_source("sensor:anomalies@test")
@@ -277,16 +281,11 @@ RECIPES: dict[str, Recipe] = {
 
 def models_dir() -> Path:
     """The example models' directory of this installation (see paths.py)."""
-    from .paths import models_dir as shipped
-
     return shipped()
 
 
 def build(name: str, out_root: Path | None = None, echo=print) -> dict:
     """Train/seed, save and export one example model. Returns the export manifest."""
-    from .errors import TinyolError
-    from .export import export_model
-
     if name not in RECIPES:
         raise TinyolError(f"unknown example model {name!r}", hint="choose from: " + ", ".join(RECIPES))
     r = RECIPES[name]
@@ -312,8 +311,6 @@ def build(name: str, out_root: Path | None = None, echo=print) -> dict:
 def reexport(name: str, out_root: Path | None = None, echo=print) -> dict:
     """Export the committed ``models/<name>/<name>.keras`` again (no training). Models committed
     without their .keras (random-weight benchmarks) are rebuilt from their seed instead."""
-    from .export import export_model
-
     r = RECIPES[name]
     out = Path(out_root or models_dir()) / name
     keras_path = out / f"{name}.keras"
@@ -331,9 +328,6 @@ def main(argv: list[str] | None = None) -> int:
               "  names:  " + ", ".join(RECIPES), file=sys.stderr)
         return 2
     names = argv[1:] or list(RECIPES)
-    from .errors import TinyolError
-
-    import warnings
 
     warnings.filterwarnings("ignore")
     try:

@@ -4,8 +4,11 @@ from __future__ import annotations
 import json as _json
 
 import click
+from serial.tools import list_ports
 
 from .boards import BOARDS, NATIVE
+from .errors import TinyolError
+from .paths import example_model, user_path
 
 BOARD_NAMES = [*BOARDS, NATIVE]
 
@@ -24,8 +27,6 @@ def port_option(required: bool = True):
 
 def resolve_model_option(ctx, param, value):
     """--model: a path relative to the current directory; unset = the shipped digits example."""
-    from .paths import example_model, user_path
-
     return str(example_model("digits") if value is None else user_path(value))
 
 
@@ -46,9 +47,6 @@ def resolve_port(url: str) -> str:
     """`auto` -> the first ST-Link VCP found by USB VID/PID, else the URL unchanged."""
     if url != "auto":
         return url
-    from serial.tools import list_ports
-
-    from .errors import TinyolError
 
     ids = {b.usb_vid_pid for b in BOARDS.values()} | {(0x0483, 0x374E), (0x0483, 0x3752), (0x0483, 0x3753)}
     for p in sorted(list_ports.comports(), key=lambda p: p.device):

@@ -14,6 +14,8 @@ import json
 import pathlib
 import shutil
 
+# Lazy on purpose: SCons (the optional extra tinyol[fw]) is imported where the core is seeded.
+
 PKG_VERSION = "4.41101.0"
 LAUNCHER = '''"""scons launcher seeded by tinyol (tinyol.pio_core)."""
 import os

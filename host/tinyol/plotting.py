@@ -9,6 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import TinyolError
+
+# Lazy on purpose: matplotlib is imported where a plot is drawn; it takes about a second to
+# load and only --plot needs it.
+
 
 def accuracy_curves(labels, predictions, window: int = 50) -> dict:
     """Running (cumulative) and windowed accuracy over samples, overall and per class.
@@ -49,7 +54,7 @@ def plot_learning_curve(records, path, *, title: str = "prequential accuracy", w
     rows = [(get(r, "label"), get(r, "prediction")) for r in records
             if get(r, "label") is not None and get(r, "prediction") is not None]
     if not rows:
-        raise ValueError("no labelled predictions to plot")
+        raise TinyolError("no labelled predictions to plot", hint="--plot needs labelled rows")
     y, p = zip(*rows)
     cur = accuracy_curves(y, p, window)
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)

@@ -13,10 +13,12 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ._defs import MSG_TEXT, STATUS_TEXT, Msg, Status
+import serial
+
+from ._defs import MSG_TEXT, STATUS_TEXT, VERSION, Msg, Status
+from . import versions
 from .errors import TinyolError
 
-VERSION = 1
 HEADER = struct.Struct("<BBHH")  # version, type, seq, length
 CRC_BYTES = 4
 REPLY_FLAG = 0x80
@@ -284,6 +286,13 @@ class Info:
         )
 
 
+def info_reply(payload: bytes) -> Info:
+    """An INFO reply's payload as Info, after checking the firmware speaks our protocol
+    version (before parsing: another version may lay INFO out differently)."""
+    versions.check_firmware(payload)
+    return Info.parse(payload)
+
+
 # ---- the link -------------------------------------------------------------------------
 
 
@@ -299,8 +308,6 @@ class LinkStats:
 
 def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
     """Open a pyserial URL (/dev/ttyACM0, socket://host:port, loop://) with a clear error."""
-    import serial
-
     try:
         return serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
     except (serial.SerialException, OSError, ValueError) as e:
@@ -314,8 +321,6 @@ def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
 def read_available(port) -> tuple[bytes, Exception | None]:
     """Whatever arrived (waiting up to the port's timeout for the first byte), and the error
     if the port failed or closed meanwhile; bytes read before the error are kept."""
-    import serial
-
     data = b""
     try:
         data = port.read(1)
@@ -368,9 +373,43 @@ class Link:
     def __exit__(self, *exc):
         self.close()
 
-    def _next_seq(self) -> int:
+    # ---- the parts a request is made of (Link.request, and tinyol.pipeline's Pipeline)
+    def next_seq(self) -> int:
+        """A fresh sequence number for a new request."""
         self.seq = self.seq % 0xFFFF + 1  # 1..65535, never 0 (0 = link-level error)
         return self.seq
+
+    def write(self, wire: bytes) -> None:
+        """Send encoded frame bytes (counted in stats.bytes_out); a failed port: DeviceGone."""
+        try:
+            self.port.write(wire)
+        except (serial.SerialException, OSError) as e:
+            raise DeviceGone(f"the device went away: {e}",
+                             hint="it was unplugged, reset into a bootloader, or the emulator "
+                                  "stopped") from None
+        self.stats.bytes_out += len(wire)
+
+    def read(self, wait: float | None = None) -> bytes:
+        """Whatever arrived, waiting up to `wait` s (at most 50 ms; None: the port's timeout)
+        for the first byte. A port that failed or closed: PortBusy or DeviceGone (see gone)."""
+        if wait is not None:
+            self.port.timeout = min(0.05, max(0.001, wait))
+        data, gone = read_available(self.port)
+        if gone is not None:
+            self.gone(gone, data)
+        return data
+
+    def receive(self, data: bytes) -> Iterator[Frame]:
+        """Feed received bytes: yields each complete frame, handles device text lines (boot,
+        busy, fault) on the way; counts stats.bytes_in and damaged frames (stats.garbage_frames)."""
+        self.stats.bytes_in += len(data)
+        for item in self.deframer.feed(data):
+            if isinstance(item, str):
+                self._handle_line(item)
+            else:
+                yield item
+            self.stats.garbage_frames = self.deframer.garbage
+        self.stats.garbage_frames = self.deframer.garbage
 
     def _handle_line(self, line: str) -> None:
         self.stats.device_lines.append(line)
@@ -384,31 +423,19 @@ class Link:
             self.on_line(line)
 
     def send_frame(self, frame: Frame) -> None:
-        wire = frame.encode()
-        self.port.write(wire)
-        self.stats.bytes_out += len(wire)
+        self.write(frame.encode())
 
     def poll(self, deadline: float, stop_on_damage: bool = False) -> Iterator[Frame]:
         """Yield frames received until the deadline (or, with `stop_on_damage`, until a
         damaged frame arrives: the reply it was is lost, waiting longer is pointless)."""
-        import serial
-
         while time.monotonic() < deadline:
-            data, gone = read_available(self.port)
-            if gone is not None:
-                self.gone(gone, data)
+            data = self.read()
             if not data:
                 continue
-            self.stats.bytes_in += len(data)
             self.observed.bytes_in += len(data)
             g = self.deframer.garbage
-            for item in self.deframer.feed(data):
-                if isinstance(item, str):
-                    self._handle_line(item)
-                else:
-                    yield item
+            yield from self.receive(data)
             self.observed.damaged += self.deframer.garbage - g
-            self.stats.garbage_frames = self.deframer.garbage
             if stop_on_damage and self.deframer.garbage != g:
                 return
 
@@ -431,7 +458,7 @@ class Link:
         a damaged frame is repeated at once, without backing off (the device is there; the
         line damages frames). Without a usable reply: LinkTimeout naming what was observed
         (silence, damage, late replies)."""
-        frame = Frame(int(msg), self._next_seq(), bytes(payload))
+        frame = Frame(int(msg), self.next_seq(), bytes(payload))
         self.stats.requests += 1
         wait = self.timeout if timeout is None else timeout
         self.observed = obs = Observed()
@@ -477,17 +504,16 @@ class Link:
         msg_, hint = diagnose(what, attempt, obs, self.url)
         raise LinkTimeout(msg_, hint=hint)
 
-    def info(self) -> Info:
-        from . import versions
-
+    def info(self, timeout: float | None = None) -> Info:
+        """INFO, the one way in: a device speaking another protocol version gets the explained
+        error (versions.check_firmware), whoever asks (Device, `tinyol info`, the pipeline)."""
         try:
-            payload = self.request(Msg.INFO)
+            payload = self.request(Msg.INFO, timeout=timeout)
         except DeviceError as e:
             if e.status == Status.ERR_VERSION:
                 raise versions.protocol_mismatch(None) from None
             raise
-        versions.check_firmware(payload)  # before parsing: another version may lay INFO out differently
-        return Info.parse(payload)
+        return info_reply(payload)
 
     def wait_boot(self, timeout: float = 10.0) -> str | None:
         """Wait for a `tinyol boot ...` line (e.g. right after starting an emulator)."""

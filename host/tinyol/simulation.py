@@ -8,7 +8,6 @@ Used by `tinyol simulate` (commands/simulate.py), the studies and the fleet.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -16,8 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TinyolError
 from . import learner as L
+from .datasets import load_source
+from .errors import TinyolError
+from .model_folder import check_learner, check_manifest, read_manifest
+from .stage import Layer, Stage, StageConfig, chain_ok
+
+# Lazy on purpose: TFLM's runtime and scipy are imported where they are used; they take
+# seconds to load and `tinyol simulate` on stored latents needs neither.
 
 
 # --------------------------------------------------------------------------- model dir
@@ -56,16 +61,14 @@ def load_model(model_dir: str | os.PathLike) -> Model:
     if (p / "stage_init.npz").exists():
         return _load_stage_model(p)
     try:
-        manifest = json.loads((p / "manifest.json").read_text())
+        manifest = read_manifest(p)
         tflite = (p / "backbone.tflite").read_bytes()
         npz = np.load(p / "head_init.npz")
     except FileNotFoundError as e:
         raise TinyolError(f"{p}: not a tinyol model directory (missing {Path(e.filename).name})",
                           hint="create one with `tinyol export`") from None
-    except (json.JSONDecodeError, ValueError) as e:
+    except ValueError as e:
         raise TinyolError(f"{p}: unreadable model files ({e})") from None
-    from .stream import check_manifest
-
     check_manifest(manifest, f"{p}/manifest.json")
     check_learner(manifest, f"{p}/manifest.json")
     W = np.asarray(npz["W"], np.float32)
@@ -77,41 +80,17 @@ def load_model(model_dir: str | os.PathLike) -> Model:
     return Model(p, manifest, tflite, W, b, n_init)
 
 
-# Bounds of the learner section: what the firmware's u16 fields and the device's RAM allow,
-# checked before the twin sizes a replay buffer or a head from them.
-_LEARNER_BOUNDS = {"replay_capacity": (0, 0xFFFF), "replay_bits": (7, 32), "replay_n_new": (1, 0xFFFF),
-                   "replay_n_old": (0, 0xFFFF)}
-
-
-def check_learner(manifest: dict, where: str) -> None:
-    """The manifest's learner settings and head sizes are numbers a board could hold."""
-    L_ = manifest.get("learner", {})
-    if not isinstance(L_, dict):
-        raise TinyolError(f"{where}: learner is not a JSON object", hint="re-export the model")
-    for k, (lo, hi) in _LEARNER_BOUNDS.items():
-        v = L_.get(k)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi):
-            raise TinyolError(f"{where}: learner.{k} = {v!r} is not an integer {lo}..{hi}",
-                              hint="re-export the model (`tinyol export`); manifest.json is written by it")
-    dim = manifest.get("latent", {}).get("dim")
-    if not isinstance(dim, int) or not 1 <= dim <= 0xFFFF:
-        raise TinyolError(f"{where}: latent.dim = {dim!r} is not an integer 1..65535",
-                          hint="re-export the model (`tinyol export`)")
-
-
 def _load_stage_model(p: Path) -> Model:
     """A model directory with an adaptive stage (export --split before the head)."""
-    from .stage import Layer, chain_ok
-
     try:
-        manifest = json.loads((p / "manifest.json").read_text())
+        manifest = read_manifest(p)
         tflite = (p / "backbone.tflite").read_bytes()
         npz = np.load(p / "stage_init.npz")
         layers = [Layer(*[int(v) for v in (row[0], row[8], row[9], row[10], row[11], row[12],
                                            row[13], row[1], row[2], row[3], row[4], row[5],
                                            row[6], row[7])]) for row in npz["layers"]]
         params = np.asarray(npz["params"], np.float32)
-    except (FileNotFoundError, KeyError, ValueError, json.JSONDecodeError) as e:
+    except (FileNotFoundError, KeyError, ValueError) as e:
         raise TinyolError(f"{p}: unreadable model files ({e})",
                           hint="re-create it with `tinyol export`") from None
     if not chain_ok(layers) or params.size != sum(l.n_params for l in layers) \
@@ -174,7 +153,6 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
 def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
     ls, lz = model.latent_q
     if model.stage is not None:  # the adaptive stage's twin (tinyol.stage)
-        from .stage import Stage, StageConfig
 
         layers, params = model.stage
         scfg = StageConfig(layers=layers, init_params=params, init_classes=model.n_init,
@@ -325,7 +303,6 @@ def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray
 
 
 def load_data(spec: str):
-    from .datasets import load_source
     return load_source(spec)
 
 

@@ -17,8 +17,10 @@ import math
 
 import numpy as np
 
-from .learner import (MAX_OLD, MODE_FROZEN, MODE_REPLAY, REPLAY_MAX_BATCH, LearnerError,
-                      Prng, Replay, Settings, dequantize, expf, max_old_eff, seqsum)
+from .errors import TinyolError
+from .learner import (MAX_OLD, MODE_FROZEN, MODE_REPLAY, REPLAY_MAX_BATCH, LearnerError, Prng, Replay,
+                      Settings, dequantize, expf, max_old_eff, seqsum)
+from .memory import stage_parts
 
 F32 = np.float32
 DENSE, CONV, DWCONV, GAP = 0, 1, 2, 3
@@ -135,10 +137,8 @@ def stage_memory(layers, replay_capacity: int = 0, replay_bits: int = 8, max_new
     """The stage's RAM, part by part (bytes); ``total`` == tol_stage_bytes(). The formula is
     tinyol.memory's (:func:`tinyol.memory.stage_parts`), the one memory model of the exporter,
     the build and `tinyol info`."""
-    from .memory import stage_parts
-
     if not chain_ok(layers):
-        raise ValueError("inconsistent stage layers")
+        raise TinyolError("inconsistent stage layers: each layer must take its predecessor's output")
     del max_old  # the batch is processed sample by sample: n_old costs no memory
     p = stage_parts([l.as_tuple() for l in layers], replay_capacity, replay_bits, max_new,
                     not no_momentum)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cwriter import banner, float_array
 from .errors import TinyolError
 from .stage import (ACT_NONE, ACT_RELU, ACT_RELU6, CONV, DENSE, DWCONV, GAP, Layer, chain_ok,
                     stage_hash)
@@ -200,18 +201,8 @@ def grow_rows(layers: list[Layer], params: np.ndarray, rows: int,
     return layers[:-1] + [new_last], np.concatenate([params[:off], W2.ravel(), b2]).astype(np.float32)
 
 
-def _c_floats(values: np.ndarray, per_line: int = 8) -> str:
-    from .export import c_float
-
-    vals = [c_float(v) for v in np.asarray(values, np.float32).reshape(-1)]
-    lines = [", ".join(vals[i:i + per_line]) for i in range(0, len(vals), per_line)]
-    return "    " + ",\n    ".join(lines) + "\n" if lines else ""
-
-
 def write_stage_init(out: Path, source: str, layers: list[Layer], params: np.ndarray) -> None:
     """stage_init.c: the layer list and the exported parameters."""
-    from .export import banner
-
     rows = []
     for l in layers:
         rows.append("    {.kind = %d, .act = %d, .kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, "
@@ -226,7 +217,7 @@ def write_stage_init(out: Path, source: str, layers: list[Layer], params: np.nda
             + "const tol_stage_layer_t tol_stage_layers[TOL_STAGE_LAYERS] = {\n"
             + "\n".join(rows) + "\n};\n\n"
             + "const float tol_stage_init_params[TOL_STAGE_PARAMS] = {\n"
-            + _c_floats(params) + "};\n")
+            + float_array(params) + "};\n")
     (out / "stage_init.c").write_text(text, encoding="utf-8")
 
 

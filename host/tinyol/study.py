@@ -26,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from . import learner as L
-from . import simulation as S
+from . import __version__, learner as L, simulation as S
+from .datasets import load_source
+
+# Lazy on purpose: scikit-learn is imported where a split is made (about a second to load).
 
 SIZES = (20, 50, 100, 200)
 BITS = (32, 8, 7)
@@ -50,7 +51,6 @@ class Data:
 
 
 def load(model_dir: str) -> Data:
-    from .datasets import load_source
     model = S.load_model(model_dir)
     Xtr, ytr, _ = load_source("digits@train")
     Xte, yte, _ = load_source("digits@test")

@@ -36,10 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from . import learner as L
-from . import simulation as S
+from . import __version__, learner as L, simulation as S
+from .bench import bench_model
+from .datasets import WATCH_STRIDE, WATCH_TEST_SUBJECTS, WATCH_WINDOW, load_source, save_npz, watch_recordings
+from .export import export_model
+from .learner import row_bytes
 from .paths import project_root
+from .stage import stage_bytes
+
+# Lazy on purpose: Keras is imported where a network is built or trained (seconds to load).
 
 SEEDS = 3
 CAPACITY, BITS, LR = 200, 8, 0.03
@@ -69,8 +74,6 @@ def watch_user_split() -> dict:
 
     Returns index arrays into `watch@test` (calib, test, gap) and, per window, the recording
     (index in the file), its first sample and its part (0 calib, 1 test, 2 gap)."""
-    from .datasets import WATCH_STRIDE, WATCH_TEST_SUBJECTS, WATCH_WINDOW, watch_recordings
-
     d = watch_recordings()
     rec, start, part = [], [], []
     for r, (x, s) in enumerate(zip(d["X"], d["subject"])):
@@ -132,7 +135,6 @@ class Dataset:
         self.Xtr, self.ytr, self.Xte, self.yte = Xtr, ytr, Xte, yte
         self.old, self.new, self.cuts, self.make_joint = old, new, cuts, make_joint
         self.calib = work / f"{name}_calib.npz"
-        from .datasets import save_npz
 
         m = np.isin(ytr, old)
         save_npz(str(self.calib), Xtr[m].reshape(m.sum(), -1), ytr[m])
@@ -140,8 +142,6 @@ class Dataset:
 
 
 def digits_dataset(work: Path) -> Dataset:
-    from .datasets import load_source
-
     Xtr, ytr, _ = load_source("digits@train")
     Xte, yte, _ = load_source("digits@test")
     Xtr, Xte = Xtr.reshape(-1, 8, 8, 1), Xte.reshape(-1, 8, 8, 1)
@@ -164,8 +164,6 @@ def digits_dataset(work: Path) -> Dataset:
 
 
 def watch_dataset(work: Path, echo) -> Dataset:
-    from .datasets import load_source
-
     Xtr, ytr, names = load_source("watch@train")
     Xte, yte, _ = load_source("watch@test")
     rng = np.random.default_rng(0)
@@ -189,8 +187,6 @@ def watch_dataset(work: Path, echo) -> Dataset:
 
 # --------------------------------------------------------------------------- runs
 def export_cut(ds: Dataset, cut: str, out: Path, capacity: int, bits: int) -> S.Model:
-    from .export import export_model
-
     export_model(str(ds.keras_path), str(out), split=None if cut == "head" else cut,
                  calib=str(ds.calib), max_classes=ds.n_classes, replay_capacity=capacity,
                  replay_bits=bits, name=f"{ds.name}_{cut}")
@@ -223,8 +219,6 @@ def run(ds: Dataset, model: S.Model, Qtr, Qte, *, seed: int, mode: str, lr: floa
 def learner_ram(model: S.Model, capacity: int, bits: int) -> int:
     """The firmware's static learner buffer for this export."""
     if model.stage is not None:
-        from .stage import stage_bytes
-
         return stage_bytes(model.stage[0], capacity, bits, 1, 0, True)
     D, C = model.W.shape[1], model.W.shape[0]
     return L.learner_bytes(D, C, capacity, bits, 1, 0, True)  # momentum 0: no buffers
@@ -244,8 +238,6 @@ def cut_row(model: S.Model, cut: str) -> dict:
 
 def bench_cut(ds: Dataset, cut: str, work: Path, echo) -> dict:
     """Train-step / predict instructions of this cut on QEMU (tinyol bench's measurement)."""
-    from .bench import bench_model
-
     out = work / f"bench_{ds.name}_{cut}"
     try:
         export_cut(ds, cut, out, BENCH_CAPACITY, BITS)
@@ -297,7 +289,6 @@ def study_dataset(ds: Dataset, seeds: int, work: Path, echo, bench: bool) -> dic
     for bits in (32, 8, 7):
         accs = row["replay"] if bits == BITS else [
             run(ds, model, Qtr, Qte, seed=s, mode="replay", lr=LR, bits=bits) for s in range(seeds)]
-        from .learner import row_bytes
 
         ram = learner_ram(model, CAPACITY, bits)
         out["bits"][bits] = {"acc": accs, "slot": row_bytes(row["latent_dim"], bits) + 2,
@@ -308,8 +299,6 @@ def study_dataset(ds: Dataset, seeds: int, work: Path, echo, bench: bool) -> dic
 def users_dataset(work: Path, echo) -> tuple[Dataset, dict]:
     """The new-users scenario's data and pre-trained network (all 7 exercises, subjects 1-7).
     Dataset.Xte/yte are the new users' windows (all of them; the split says which are which)."""
-    from .datasets import load_source
-
     Xtr, ytr, names = load_source("watch@train")
     Xu, yu, _ = load_source("watch@test")
     Xtr, Xu = Xtr[:, None], Xu[:, None]

@@ -20,6 +20,9 @@ import numpy as np
 
 from .errors import TinyolError
 
+# Lazy on purpose: TFLM's schema module (it loads the tflite_micro package) and flatbuffers
+# (TensorFlow's) are imported where a model is parsed or written.
+
 _SCHEMA = None
 
 

@@ -22,11 +22,13 @@ import math
 
 import numpy as np
 
+from .errors import TinyolError
+
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 I16_MIN, I16_MAX = -(1 << 15), (1 << 15) - 1
 
 
-class Unsupported(ValueError):
+class Unsupported(TinyolError):
     """The quantization parameters are outside what TFLM's int8 kernel accepts."""
 
 

@@ -1,19 +1,22 @@
 """Versions that must agree, checked where the parts meet (docs/project.md, "Versions").
 
-* **Protocol** (``protocol.VERSION``, in every frame header and INFO byte 0): the
-  host and the firmware speak it or the host stops at connect time, saying which side
-  is older. Within one protocol version any firmware and host work together.
+* **Protocol** (``VERSION``, generated into _defs.py from tol_proto.h; in every frame
+  header and INFO byte 0): the host and the firmware speak it or the host stops at connect
+  time (:func:`check_firmware`, called by ``Link.info``), saying which side is older.
+  Within one protocol version any firmware and host work together.
 * **Firmware** (``TOL_FW_VERSION_NUM``, INFO): the tinyol release the firmware was
   built from; shown by ``tinyol info`` and named in every version error.
 * **Model** (``tinyol_version`` in an export's manifest.json, ``model_format``
   below): the release that exported it. A model exported by a release with another
-  model format cannot be built or streamed: re-export it.
+  model format cannot be built or streamed: re-export it (checked by
+  ``model_folder.check_format``).
 """
 from __future__ import annotations
 
 import struct
 
 from . import __version__
+from ._defs import VERSION
 from .errors import TinyolError
 
 #: Model directories this release can build and stream: exported by releases with this
@@ -33,30 +36,12 @@ def model_format(version: str) -> tuple[int, int]:
     return (major, minor) if major == 0 else (major, 0)
 
 
-def check_model(manifest: dict, where: str) -> None:
-    """Refuse a model exported by a tinyol with another model format (no version: accepted,
-    it predates versioned manifests)."""
-    exported = manifest.get("tinyol_version")
-    if exported is None:
-        return
-    if model_format(exported) != model_format(__version__):
-        older = parse(exported) < parse(__version__)
-        raise TinyolError(
-            f"{where} was exported by tinyol {exported}; this tinyol {__version__} reads models of "
-            f"format {'.'.join(map(str, model_format(__version__)))}.x only",
-            hint=("re-export it with this tinyol: tinyol export MODEL.keras --out DIR" if older else
-                  f"upgrade tinyol to {exported} or newer (pip install -U tinyol), or re-export "
-                  "the model with this one"))
-
-
 def fw_version(num: int) -> str:
     return f"{num >> 16}.{(num >> 8) & 0xFF}.{num & 0xFF}"
 
 
 def check_firmware(info_payload: bytes) -> None:
     """INFO's first bytes: protocol version u8, flags u8, max payload u16, firmware u32."""
-    from .protocol import VERSION
-
     if len(info_payload) < 8:
         return  # Info.parse reports the short reply
     proto, fw = info_payload[0], struct.unpack_from("<I", info_payload, 4)[0]
@@ -65,8 +50,6 @@ def check_firmware(info_payload: bytes) -> None:
 
 
 def protocol_mismatch(device_proto: int | None, device_fw: str | None = None) -> TinyolError:
-    from .protocol import VERSION
-
     fw = f"firmware {device_fw}" if device_fw else "its firmware"
     if device_proto is None:  # the device refused our frames (ERR_VERSION): it cannot read them
         return TinyolError(

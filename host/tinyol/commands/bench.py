@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 from pathlib import Path
 
 import click
 
+from .. import bench, tflm_bench
+from ..checks import output_file
+from ..errors import TinyolError
 from ..options import emit_json
 from ..paths import models_dir, project_dir
+from ..stream import bench_emulators
 
 DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "mobilenet_v1_vww")
 
@@ -42,16 +47,9 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
     (total and per operator), arena, peak stack, flash, output bytes compared.
     Writes docs/benchmarks.md.
     """
-    import pickle
-
-    from .. import bench, tflm_bench
-    from ..checks import output_file
-
     output_file(out, "--out")  # before hours of measuring
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
     if rerender:
-        from ..errors import TinyolError
-
         if not saved.is_file():
             raise TinyolError("no saved results to render", hint="run `tinyol bench` first")
         state = pickle.loads(saved.read_bytes())
@@ -78,7 +76,6 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
         libs = {}
         for v in [v for v in tflm_variants.split(",") if v]:
             if v not in tflm_bench.VARIANTS:
-                from ..errors import TinyolError
                 raise TinyolError(f"unknown TFLM variant {v!r}", hint=f"use {', '.join(tflm_bench.VARIANTS)}")
             libs[v] = tflm_bench.build_library(tree, v, echo=click.echo)
         for name in names:
@@ -87,8 +84,6 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
                                                      work / "tflm" / name, echo=click.echo)
     stream_rows = None
     if stream:
-        from ..stream import bench_emulators
-
         click.echo("measuring streaming throughput (native and QEMU, windows 1 and 4) ...")
         stream_rows = bench_emulators()
         for r in stream_rows:

@@ -22,9 +22,15 @@ from pathlib import Path
 import click
 import numpy as np
 
+from .. import emulator as emu
 from ..checks import U32_MAX, output_dir
+from ..datasets import load_source
+from ..device import Device
 from ..errors import TinyolError
+from ..firmware import BuildConfig, build
+from ..model_folder import load_manifest
 from ..options import resolve_model_option
+from ..plotting import plot_learning_curve
 from ..stream import Stream
 
 
@@ -71,13 +77,6 @@ def _train(dev, manifest, X, y, window, start=0, log=None, records=None):
 @click.option("--window", type=click.IntRange(1, 7), default=4, show_default=True, help="Requests in flight.")
 def cmd(emulator, board, model_dir, out, seed, prefill, compare, window):
     """Build, boot in QEMU, stream digits 5-9 and show the board learn them."""
-    from .. import emulator as emu
-    from ..datasets import load_source
-    from ..device import Device
-    from ..firmware import BuildConfig, build
-    from ..plotting import plot_learning_curve
-    from .stream import load_manifest
-
     t_start = time.monotonic()
     output_dir(out, "--out")
     manifest = load_manifest(model_dir)

@@ -1,11 +1,12 @@
 """`tinyol export`: split a Keras model, quantize its backbone to int8, write C + head + config."""
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from ..checks import U32_MAX, Number
-
-from ..export import DEFAULT_LEARNER
+from ..export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
 def _split_arg(value):
@@ -62,18 +63,15 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
       tinyol export kws_int8.tflite --out build/kws --max-classes 14 --board nucleo_l476rg
       tinyol export backbone.tflite --out build/bb --split none --classes 12
     """
-    import warnings
-
-    from ..export import export_model
-
     warnings.filterwarnings("ignore")
     echo = (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
-    m = export_model(model, out_dir, split=_split_arg(split), calib=calib, classes=classes,
-                     max_classes=max_classes, board=board, mode=mode, name=name,
-                     label_column=label_column, replay_capacity=replay_capacity,
-                     replay_bits=int(replay_bits), lr=lr, momentum=momentum,
-                     weight_decay=weight_decay, replay_n_new=replay_n_new,
-                     replay_n_old=replay_n_old, seed=seed, echo=echo)
+    settings = ExportSettings(split=_split_arg(split), calib=calib, classes=classes,
+                              max_classes=max_classes, board=board, mode=mode, name=name,
+                              label_column=label_column, replay_capacity=replay_capacity,
+                              replay_bits=int(replay_bits), lr=lr, momentum=momentum,
+                              weight_decay=weight_decay, replay_n_new=replay_n_new,
+                              replay_n_old=replay_n_old, seed=seed)
+    m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "
                f"{m['head']['mode']} head ({m['head']['init_classes']}/{m['head']['max_classes']} rows), "

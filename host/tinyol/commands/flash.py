@@ -1,6 +1,7 @@
 """`tinyol flash`: build and upload the firmware to a board."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -19,15 +20,13 @@ PROTOCOLS = ("stlink", "openocd", "pyocd", "mbed")
 
 def _upload_module():
     sys.path.insert(0, str(mcu_dir() / "platform" / "common"))
-    import tinyol_upload
+    import tinyol_upload  # not a package module: it lives in the firmware's platform folder
 
     return tinyol_upload
 
 
 def upload_argv(board: str, method: str, bin_path: Path, elf_path: Path, port: str | None) -> list[str]:
     """The exact command that flashes the image (the same function the PlatformIO builder uses)."""
-    import json
-
     manifest = json.loads((platform_dir("stm32l4") / "boards" / f"{board}.json").read_text())
     try:
         return _upload_module().upload_command(method, board, str(bin_path), str(elf_path), port,

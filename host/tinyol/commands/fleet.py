@@ -15,9 +15,15 @@ from pathlib import Path
 import click
 import numpy as np
 
+from .. import emulator as E, fleet as F
 from ..checks import TIMEOUT, U32_MAX, Number, output_dir, output_file
+from ..datasets import load_source
 from ..errors import TinyolError
+from ..firmware import BuildConfig, build
+from ..fleet import Shard
+from ..model_folder import load_manifest
 from ..options import emit_json, json_option, model_option, resolve_port
+from ..simulation import load_model
 from ..stream import DEFAULT_WINDOW, DEVICE_CACHE
 
 
@@ -27,8 +33,6 @@ class EmulatedPool:
 
     def __init__(self, n: int, model: str, *, emulator: str = "native", board: str = "nucleo_l476rg",
                  state_dir: Path | None = None, timeout: float = 3600.0):
-        from .. import emulator as E
-        from ..firmware import BuildConfig, build
         native = emulator == "native"
         self.E, self.native, self.board, self.timeout = E, native, board, timeout
         self.fw = build(BuildConfig("native" if native else board, model, None, not native))
@@ -150,9 +154,6 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
       tinyol fleet --port /dev/ttyACM0 --port /dev/ttyACM1 --save --state run/
       tinyol fleet --simulation 200 --split classes:1 --every 5
     """
-    from .. import fleet as F
-    from .stream import load_manifest
-
     F.require_flower()
     chosen = [x for x in (bool(ports), emulate, twins, simulation) if x]
     if len(chosen) != 1:
@@ -191,8 +192,6 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         eval_shard = ev
     prefills = [None] * n
     if prefill:
-        from ..datasets import load_source
-        from ..fleet import Shard
         Xp, yp, _ = load_source(prefill)
         Qp = latents_of(Xp) if latents_of is not None else None
         rng = np.random.default_rng(seed + 1)
@@ -234,7 +233,6 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
             records = F.run_flower_simulation(model, shards, eval_shard, cfg, learn_mode=learn_mode,
                                               on_event=on_event, prefills=prefills, ray_address=ray_address)
         else:
-            from .simulate import load_model
             m = load_model(model)
             initial = F.initial_params(m)  # the exported head, or adaptive stage
             if twins:

@@ -5,8 +5,11 @@ import dataclasses
 
 import click
 
+from .. import memory
+from ..boards import get_board
 from ..checks import TIMEOUT
 from ..errors import TinyolError
+from ..model_folder import load_manifest
 from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import Link
 
@@ -18,10 +21,6 @@ def _kb(n: int) -> str:
 def memory_plan(model_dir: str, board: str) -> dict:
     """The firmware's memory for `model_dir` on `board` (tinyol.memory, the model `tinyol export`
     checks and the build places the learner with)."""
-    from .. import memory
-    from ..boards import get_board
-    from .stream import load_manifest
-
     b = get_board(board)
     m = load_manifest(model_dir)
     try:
@@ -60,8 +59,6 @@ def cmd(port, model_dir, board, as_json, timeout):
       tinyol info --model models/digits --board nucleo_l432kc
     """
     if model_dir is not None:
-        from .stream import load_manifest
-
         board = board or load_manifest(model_dir).get("board") or "nucleo_l476rg"
         plan = memory_plan(model_dir, board)
         if as_json:

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import click
 
+from .. import __version__
 from ..checks import output_dir
 from ..errors import TinyolError
 from ..firmware import project_ini_text
 from ..options import board_option
 from ..paths import example_model, user_path
+from ..pio_core import seed
 
 README = """# {name}: a tinyol project
 
@@ -76,8 +78,6 @@ def cmd(ctx, directory, board, update):
     Example:
       tinyol init my-learner --board nucleo_l432kc && cd my-learner && tinyol build
     """
-    from .. import __version__
-
     d = user_path(directory)
     model = "models/digits"
     if update:
@@ -129,8 +129,6 @@ def cmd(ctx, directory, board, update):
         else:
             kept.append(".gitignore")
     try:  # PlatformIO's core for `pio run` in this folder, offline (tool-scons from the scons package)
-        from ..pio_core import seed
-
         seed(d / ".pio-core", echo=lambda m: None)
     except ImportError:
         click.echo("note: SCons is not installed; `tinyol build` needs it (pip install 'tinyol[fw]')")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zipfile
 from pathlib import Path
 
 import click
@@ -201,7 +202,6 @@ def read_head(path: Path) -> dict:
 
 
 def zipfile_error():
-    import zipfile
     return zipfile.BadZipFile
 
 

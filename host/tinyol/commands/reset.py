@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..checks import TIMEOUT
-
+from ..device import Device
 from ..options import emit_json, json_option, port_option, resolve_port
 
 
@@ -21,8 +21,6 @@ def cmd(port, as_json, timeout):
     Example:
       tinyol reset --port socket://127.0.0.1:4321
     """
-    from ..device import Device
-
     with Device(resolve_port(port), timeout=timeout) as dev:
         dev.reset()
         st = dev.stats()

@@ -5,8 +5,10 @@ import click
 
 from .._defs import SETTING_TEXT, Setting
 from ..checks import TIMEOUT, U32_MAX, Number
+from ..device import Device
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
+from ..protocol import DeviceError
 
 MODES = {"frozen": 0, "sgd": 1, "replay": 2}
 MODE_NAMES = {v: k for k, v in MODES.items()}
@@ -54,8 +56,6 @@ def read_all(dev) -> dict:
 
 def apply(dev, changes: dict) -> dict:
     """Apply {option name: value} in OPTIONS order; refusals become one line + hint."""
-    from ..protocol import DeviceError
-
     for name, s, _, _ in OPTIONS:
         if name not in changes or changes[name] is None:
             continue
@@ -92,8 +92,6 @@ def cmd(port, as_json, timeout, **values):
       tinyol set --port /dev/ttyACM0 --threshold-k 4
       tinyol set --port /dev/ttyACM0 --json
     """
-    from ..device import Device
-
     changes = {k.replace("_", "-"): v for k, v in values.items() if v is not None}
     with Device(resolve_port(port), timeout=timeout) as dev:
         now = apply(dev, changes) if changes else read_all(dev)

@@ -15,16 +15,9 @@ from ..checks import U32_MAX, Number
 import numpy as np
 
 from .. import learner as L
-from ..simulation import (
-    load_model,
-    quantize_input,
-    latents,
-    learner_settings,
-    make_learner,
-    run_classifier,
-    run_anomaly,
-    load_data,
-)
+from ..datasets import check_labels, fit_layout
+from ..simulation import (latents, learner_settings, load_data, load_model, make_learner, quantize_input,
+                          run_anomaly, run_classifier)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -116,7 +109,6 @@ def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, cl
         replay_bits=None if replay_bits is None else int(replay_bits),
         replay_n_new=replay_n_new, replay_n_old=replay_n_old, policy=policy, seed=seed,
         mode=mode, threshold_k=threshold_k, warmup=warmup)
-    from ..datasets import check_labels, fit_layout
 
     shape = model.manifest["input"]["shape"]
     n_out = int(model.W.shape[0])

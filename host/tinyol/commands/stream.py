@@ -7,7 +7,6 @@ detected); docs/streaming.md describes it.
 """
 from __future__ import annotations
 
-import json
 import math
 import struct
 import sys
@@ -15,39 +14,19 @@ from pathlib import Path
 
 import click
 import numpy as np
+from tqdm import tqdm
 
 from .._defs import Msg
-from ..device import Stats
 from ..checks import Number, output_file
+from ..datasets import check_labels, fit_layout, iter_source, load_source
+from ..device import Device, Result, Stats
 from ..errors import TinyolError
+from ..model_folder import input_q, load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
+from ..plotting import plot_learning_curve
+from ..protocol import DeviceError, DeviceReset, Link
 from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Journal, Record, Stream, Summary,
-                      WriteAhead, check_samples, encode_input, model_input_q, reconcile, resend_pending)
-
-
-def load_manifest(model_dir: str) -> dict:
-    p = Path(model_dir) / "manifest.json"
-    if Path(model_dir).exists() and not Path(model_dir).is_dir():
-        raise TinyolError(f"--model {model_dir} is a file, not a model folder",
-                          hint="pass the directory written by `tinyol export` with --model")
-    try:
-        manifest = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise TinyolError(f"{model_dir}: no manifest.json (not a tinyol model directory)",
-                          hint="pass the directory written by `tinyol export` with --model") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TinyolError(f"{p}: not valid JSON ({e})",
-                          hint="re-export the model (`tinyol export`) to write it again") from None
-    except OSError as e:
-        raise TinyolError(f"cannot read {p}: {e.strerror or e}") from None
-    from ..stream import check_manifest
-    from ..versions import check_model
-
-    if not isinstance(manifest, dict):
-        check_manifest(manifest, p)  # names what is wrong with it
-    check_model(manifest, str(model_dir))
-    check_manifest(manifest, p)
-    return manifest
+                      WriteAhead, check_samples, encode_input, reconcile, resend_pending)
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,
@@ -57,8 +36,6 @@ def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_c
     index is the row's position in the source (before shuffling), so logs of different runs can
     be compared row by row. input_shape: the model's (checked, see datasets.fit_layout). epochs:
     the source is sent that many times (reshuffled each epoch with seed + epoch)."""
-    from ..datasets import fit_layout, iter_source, load_source
-
     if data == "-":  # live: one sample a line from stdin, sent as it arrives
         def rows():
             for i, (x, lab) in enumerate(iter_source("-", label_column=label_column)):
@@ -147,10 +124,6 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
     `resume`: the --log of an interrupted train run; its session (source, order, model,
     settings) is taken from LOG.wal, the samples it left in flight are settled first, and
     the rest is streamed, appending to LOG."""
-    from ..datasets import check_labels
-    from ..device import Device
-    from ..protocol import Link
-
     session = journal = None
     if resume:
         journal = _resume_session(resume)
@@ -198,9 +171,9 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             raise TinyolError(f"{resume}{WAL_SUFFIX} sent rows that {data} (as the run read it) does "
                               "not hold in that order: the source changed since the run",
                               hint="resume with the same source files, or start the stream again")
-        input_q = model_input_q(manifest)
+        q = input_q(manifest)
         payloads = {p: ((ordered[p][0], ordered[p][2]), struct.pack("<H", ordered[p][2])
-                        + encode_input(ordered[p][1], encoding, input_q)) for p in journal.pending}
+                        + encode_input(ordered[p][1], encoding, q)) for p in journal.pending}
         try:
             learned_in_flight = reconcile(journal, Stats.parse(link.request(Msg.STATS)), resume)
             if learned_in_flight == 0:  # the reply cache is not needed: check the boot first
@@ -235,7 +208,6 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             check_samples(X, y if mode in ("train", "eval") else None, dev.info, mode)
         bar = None
         if progress:
-            from tqdm import tqdm
             bar = tqdm(total=total, unit="sample", desc=mode, leave=False, dynamic_ncols=True,
                        file=sys.stderr)
 
@@ -278,7 +250,6 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             if wal:
                 wal.close()
             if plot and st.records and st.summary.per_class:
-                from ..plotting import plot_learning_curve
                 plot_learning_curve(st.records, plot, title=title or f"{mode}: {data} on {dev.info.board}",
                                     class_names=names)
     return st.summary, st.records
@@ -287,12 +258,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
 def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tuple[int, int]:
     """REPLAY_ADD every row of `pre` (load_rows' result): the device stores each latent in its
     replay buffer (its policy decides which stay) without training. Returns (fill, capacity)."""
-    from ..device import quantize
-    from ..protocol import DeviceError
-    from ..stream import model_input_q
-
     rows, total = pre[0], pre[1]
-    q = model_input_q(manifest)
+    q = input_q(manifest)
     fill = cap = 0
     for n, (i, x, lab) in enumerate(rows):
         try:
@@ -412,8 +379,6 @@ def refused_error(s: Summary) -> TinyolError:
 
 def _check_same_device(info, session: dict) -> None:
     """The device must run the log's model and must not have restarted since."""
-    from ..protocol import DeviceReset
-
     if info.model_hash != int(session["model_hash"]):
         raise TinyolError(f"the device now runs another model (hash 0x{info.model_hash:08x}, the log's "
                           f"is 0x{int(session['model_hash']):08x}): cannot resume")
@@ -427,8 +392,6 @@ def _check_same_device(info, session: dict) -> None:
 def _check_resumed(dev, session: dict, resumed) -> None:
     """The device must be where the log says: same boot, same model, and its sample
     counter at the last sample the log (and the settled in-flight ones) accounts for."""
-    from ..device import Result
-
     _check_same_device(dev.info, session)
     counters = list(resumed.counters)
     for c in resumed.completions:

@@ -14,21 +14,24 @@ import click
 import numpy as np
 
 from ..checks import U32_MAX
+from ..codegen import run_tflm
+from ..datasets import load_source
+from ..device import Device
 from ..errors import TinyolError
+from ..model_folder import load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
+from ..stream import embed_all
 
 
 def verify_inputs(manifest: dict, n: int, data: str | None, random_inputs: bool,
                   seed: int) -> tuple[np.ndarray, str]:
     """int8 inputs [n, input_size] and a description of where they came from."""
-    from ..device import quantize
 
     size = int(manifest["input"].get("size") or np.prod(manifest["input"]["shape"]))
     spec = data
     if spec is None and not random_inputs:
         spec = str(manifest.get("calibration", "")).split(" ")[0] or None
     if spec and not random_inputs:
-        from ..datasets import load_source
         try:
             X, _, _ = load_source(spec)
         except TinyolError:
@@ -73,11 +76,6 @@ def cmd(port, model, n, data, random_inputs, seed, window, as_json):
     Example:
       tinyol verify --port socket://127.0.0.1:4321 --model models/digits --n 200
     """
-    from ..codegen import run_tflm
-    from ..device import Device
-    from ..stream import embed_all
-    from .stream import load_manifest
-
     manifest = load_manifest(model)
     tflite = Path(model) / "backbone.tflite"
     if not tflite.is_file():
