@@ -32,7 +32,8 @@ unsigned shim_replay_fill(const tol_stage_t *S) { return S->replay.fill; }
 
 class CLayer(C.Structure):
     _fields_ = [(n, C.c_uint8) for n in ("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl")] + \
-               [(n, C.c_uint16) for n in ("in_h", "in_w", "in_c", "out_h", "out_w", "out_c")]
+               [(n, C.c_uint16) for n in ("in_h", "in_w", "in_c", "out_h", "out_w", "out_c")] + \
+               [("train", C.c_uint8)]
 
 
 class CStageConfig(C.Structure):
@@ -121,7 +122,7 @@ class CStage:
         self.mem = np.zeros(self.nbytes // 4 + 1, np.uint32)
         self._check(lib.tol_stage_init(self.state, self.mem.ctypes.data, self.nbytes,
                                        C.byref(self.ccfg)))
-        self.n_params = n
+        self.n_params = sum(l.n_train for l in cfg.layers)  # params[]: the trained ones
         self.rows = cfg.layers[-1].out_c
 
     def _check(self, status: int) -> None:

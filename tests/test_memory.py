@@ -261,6 +261,10 @@ def stage_dirs(tmp_path_factory):
     dirs["small_stage"] = tmp / "small_stage"
     export_model(str(src), str(dirs["small_stage"]), split="d1", name="small_stage", max_classes=8,
                  board="nucleo_l432kc")
+    # the lean stage (d1 trains its biases only, its weights stay in flash)
+    dirs["lean_stage"] = tmp / "lean_stage"
+    export_model(str(src), str(dirs["lean_stage"]), split="d1", name="lean_stage", max_classes=8,
+                 board="nucleo_l432kc", stage_train="bias")
     return dirs
 
 
@@ -286,3 +290,18 @@ def test_stage_fits_equals_links(stage_dirs):
     got = [(f, l if f else None, r) for _, _, _, f, l, r in report]
     assert got == [(True, True, "RAM"), (False, None, "RAM"), (True, True, "RAM2"),
                    (True, True, "RAM3")], report
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_lean_stage_fits_equals_links(stage_dirs):
+    """The lean stage's budget is the linker's too: the automatically sized capacity links,
+    one slot more does not; the trained parameters alone take RAM (d1's 1,152 weights not)."""
+    man = json.loads((stage_dirs["lean_stage"] / "manifest.json").read_text())
+    assert man["stage"]["trained"] == 24 + 8 * 25 and man["stage"]["memory"]["weights"] == 4 * 224
+    full = json.loads((stage_dirs["small_stage"] / "manifest.json").read_text())
+    assert man["learner"]["replay_capacity"] > full["learner"]["replay_capacity"]
+    report = _sweep(stage_dirs, [("nucleo_l432kc", "lean_stage", {}, False),
+                                 ("nucleo_l432kc", "lean_stage", {"replay_capacity": "auto+1"},
+                                  False)])
+    assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]

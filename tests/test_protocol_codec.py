@@ -23,7 +23,8 @@ CORE = [MCU / "src" / f for f in ("tol_crc32.c", "tol_cobs.c", "tol_proto.c", "t
 
 @pytest.fixture(scope="module")
 def lib():
-    lib = compile_shared(CORE + [ROOT / "tests/c/hal_capture.c", MCU / "app/nomodel/nomodel.c"],
+    lib = compile_shared(CORE + [ROOT / "tests/c/hal_capture.c", ROOT / "tests/c/flash_region_fixed.c",
+                          MCU / "app/nomodel/nomodel.c"],
                          [MCU / "include", MCU / "app/nomodel"], {"TOL_TEST_BUILD": 0})
     lib.tol_crc32.restype = ctypes.c_uint32
     lib.tol_crc32.argtypes = [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]
@@ -113,6 +114,26 @@ def test_c_device_answers_python_info(lib):
     info = Info.parse(frames[0].payload)
     assert info.board == "hosttest" and info.model == "none" and info.proto_version == 1
     assert info.max_payload >= 256 and info.cpu_hz == 80_000_000
+
+
+def test_c_device_answers_python_board(lib):
+    """BOARD (0x12): C reply parsed by tinyol.device.BoardReport; values from the test HAL
+    (tests/c/hal_capture.c) and the fixed flash region (tests/c/flash_region_fixed.c)."""
+    from tinyol.device import BoardReport
+
+    lib.tol_test_init()
+    reports = []
+    for seq in (7, 8):
+        frames = [f for f in roundtrip(lib, Frame(Msg.BOARD, seq).encode()) if isinstance(f, Frame)]
+        assert len(frames) == 1 and frames[0].type == Msg.BOARD | 0x80 and frames[0].seq == seq
+        assert len(frames[0].payload) == 34
+        reports.append(BoardReport.parse(frames[0].payload))
+    a, b = reports
+    assert (a.cpu_hz, a.sysclk_hz, a.uart_baud) == (80_000_000, 80_000_000, 115_200)
+    assert (a.store_start, a.store_bytes, a.flash_page_bytes, a.flash_status) == (0x080E0000, 0x20000, 2048, 0)
+    assert b.cycles > a.cycles and b.cycles_epoch == a.cycles_epoch   # the counter moves between requests
+    frames = [f for f in roundtrip(lib, Frame(Msg.BOARD, 9, b"\x00").encode()) if isinstance(f, Frame)]
+    assert frames[0].type == Msg.ERROR and frames[0].payload[0] == Status.ERR_LENGTH
 
 
 def test_boot_line_is_text_not_frame(lib):

@@ -205,6 +205,10 @@ def parse_repl(path):
             if m:
                 current["irqs"].append((m.group(1), int(m.group(2))))
                 continue
+            m = re.fullmatch(r"(\w*)\s*->\s*(\w+)@(\d+)", body)  # a named or the default GPIO out
+            if m:
+                current.setdefault("gpio", []).append((m.group(1), m.group(2), int(m.group(3))))
+                continue
             m = re.fullmatch(r"(\w+):\s*(.+)", body)
             assert m, f"{path.name}: cannot parse attribute {body!r}"
             value = m.group(2)
@@ -641,10 +645,11 @@ def test_resc_structure(board):
     assert len(info["port"]) == 1
     assert info["terminal"] == [("console", "false")], "raw socket: no telnet negotiation"
     assert info["connect"] == [(BOARDS[board].console.lower(), "console")]
-    assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr"}
-    for dev in info["pydevs"].values():
+    assert set(info["pydevs"]) == {"rcc", "flash_ctrl", "pwr", "gpio"}
+    for name, dev in info["pydevs"].items():
         assert (RENODE_DIR / dev["file"]).is_file()
-        assert dev["size"] == 0x400 and dev["initable"] == "true"
+        # gpio.py: ports A..I, 0x400 each (tests/test_renode_link.py)
+        assert dev["size"] == (0x2400 if name == "gpio" else 0x400) and dev["initable"] == "true"
     for repl in info["repls"]:
         assert (RENODE_DIR / repl).is_file()
     assert "sysbus LoadELF $elf" in info["text"]

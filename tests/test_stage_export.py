@@ -53,6 +53,23 @@ def _models(keras):
     h = L.GlobalAveragePooling1D()(h)
     m = keras.Model(inp, L.Dense(CMAX)(h))
     out["conv1d_reshape_gap1d"] = (m, "cut")
+    # the models users bring (issue 19): a plain Sequential Conv1D classifier, pooling after
+    # every convolution, BN + ReLU, Flatten, Dropout; cut at the first convolution
+    bn, init = _bn(keras, rng, 4)
+    m = keras.Sequential([keras.Input((20, 3)), L.Conv1D(4, 3, name="cut"), bn, L.ReLU(),
+                          L.MaxPooling1D(2), L.Conv1D(6, 3, padding="same", activation="relu"),
+                          L.AveragePooling1D(3, strides=2, padding="same"), L.Flatten(),
+                          L.Dense(8, activation="relu"), L.Dropout(0.3), L.Dense(CMAX)])
+    init()
+    out["sequential_conv1d_bn_maxpool_avgpool_dropout"] = (m, "cut")
+    # 2-D pools: MaxPooling2D 'same' with overlapping windows, GlobalMaxPooling2D
+    inp = keras.Input((7, 6, 2))
+    h = L.MaxPooling2D(3, strides=2, padding="same", name="cut")(inp)
+    h = L.Conv2D(5, 2, activation="relu")(h)
+    h = L.AveragePooling2D(2, strides=1)(h)
+    h = L.GlobalMaxPooling2D()(h)
+    m = keras.Model(inp, L.Dense(CMAX)(h))
+    out["maxpool2d_same_at_cut_avgpool2d_gmp"] = (m, "cut")
     return out
 
 
@@ -68,7 +85,7 @@ def test_stage_forward_matches_keras():
         st = Stage(StageConfig(layers=layers, init_params=params, init_classes=CMAX))
         x = rng.uniform(0, 2, size=(6,) + tuple(model.inputs[0].shape[1:])).astype(np.float32)
         # the latent is the cut layer's input = the model input here
-        ref = keras.Model(model.inputs, head.output)(x, training=False).numpy()
+        ref = model(x, training=False).numpy()
         if head.activation.__name__ == "softmax":
             ref = np.log(ref)  # compare logits up to a per-row constant
             got = np.stack([st.forward(xi.ravel())[-1] for xi in x])
@@ -93,8 +110,20 @@ def test_unsupported_layer_and_board_fit_are_refused(tmp_path):
     m = keras.Model(inp, L.Dense(3, name="head")(h))
     path = tmp_path / "m.keras"
     m.save(path)
-    with pytest.raises(TinyolError, match="MaxPooling2D.*cannot be in the adaptive stage"):
-        export_model(str(path), str(tmp_path / "a"), split="pool")
+    # a layer tinyol cannot train (LeakyReLU) and a real branch are refused, naming the layer
+    from tinyol.stage_export import stage_from_keras
+    bad = keras.Sequential([keras.Input((8, 3)), L.Conv1D(4, 3, name="c"),
+                            L.LeakyReLU(name="leaky"), L.Flatten(), L.Dense(3, name="head")])
+    with pytest.raises(TinyolError, match=r"'leaky' \(LeakyReLU\) cannot be in the adaptive stage"):
+        stage_from_keras(bad, bad.get_layer("c"), bad.get_layer("head"))
+    inp = keras.Input((8, 3))
+    h = L.Conv1D(4, 3, padding="same", name="c")(inp)
+    h2 = L.Conv1D(4, 1, name="side")(h)
+    h = L.Add(name="merge")([h, h2])
+    h = L.Flatten()(h)
+    bad = keras.Model(inp, L.Dense(3, name="head")(h))
+    with pytest.raises(TinyolError, match=r"'merge' \(Add\) merges 2 inputs \(c, side\)"):
+        stage_from_keras(bad, bad.get_layer("side"), bad.get_layer("head"))
     # c2 + fc + head on the small board: 8.9 k parameters (weights + gradients 71 KB)
     with pytest.raises(TinyolError, match="does not fit nucleo_l432kc") as e:
         export_model(str(path), str(tmp_path / "b"), split="c2", board="nucleo_l432kc")
@@ -106,3 +135,31 @@ def test_unsupported_layer_and_board_fit_are_refused(tmp_path):
     assert man["stage"]["params"] == 256 * 32 + 32 + 3 * 32 + 3
     assert man["stage"]["layers"] == ["dense+relu [1x1x256] -> [1x1x32]", "dense [1x1x32] -> [1x1x3]"]
     assert (tmp_path / "c" / "stage_init.c").exists() and not (tmp_path / "c" / "head_init.c").exists()
+
+
+def test_sequential_cut_anywhere_matches_keras(tmp_path):
+    """Issue 19: a Sequential model saved and loaded (Keras then gives its layers one inbound
+    node per rebuild) cuts at every layer before the head; the backbone Keras builds up to the
+    cut feeds the stage, and the two together compute the model."""
+    keras = pytest.importorskip("keras")
+    from tinyol.export import load_keras
+    from tinyol.stage_export import stage_from_keras
+
+    L = keras.layers
+    m = keras.Sequential([keras.Input((20, 3)), L.Conv1D(4, 3, name="c1"),
+                          L.BatchNormalization(name="bn"), L.ReLU(name="relu"),
+                          L.MaxPooling1D(2, name="p1"), L.Conv1D(6, 3, activation="relu", name="c2"),
+                          L.MaxPooling1D(2, name="p2"), L.Flatten(name="flat"),
+                          L.Dense(8, activation="relu", name="embed"), L.Dropout(0.3, name="drop"),
+                          L.Dense(CMAX, name="head")])
+    m.save(tmp_path / "seq.keras")
+    m = load_keras(str(tmp_path / "seq.keras"))
+    x = np.random.default_rng(3).normal(size=(5, 20, 3)).astype(np.float32)
+    ref = m(x, training=False).numpy()
+    for cut in ("c1", "p1", "c2", "p2", "flat", "embed"):
+        first = m.get_layer(cut)
+        layers, params = stage_from_keras(m, first, m.get_layer("head"))
+        lat = keras.Model(m.inputs, first.input)(x, training=False).numpy().reshape(5, -1)
+        st = Stage(StageConfig(layers=layers, init_params=params, init_classes=CMAX))
+        got = np.stack([st.forward(v)[-1] for v in lat])
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-4, err_msg=cut)

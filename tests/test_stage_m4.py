@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from _learner_util import make_stream
-from test_stage_equiv import CMAX, SETTINGS, STAGES, dense, make_cfg
+from test_stage_equiv import CMAX, LEAN, SETTINGS, STAGES, dense, make_cfg
 from tinyol.learner import LearnerError
 from tinyol.stage import ACT_RELU, Stage, stage_bytes
 
@@ -27,6 +27,12 @@ CASES = {
     "conv_c8_c12_momentum_wd_clip": (STAGES["conv_c8_c12_blocks"], "replay_7bit_momentum_wd_clip"),
     "dw_mult2_c8_gap_f32_batch": (STAGES["dw_mult2_c8_gap"], "replay_f32_ar1_batch"),
     "conv1x1_dw_stride2_sgd": (STAGES["conv1x1_dw_stride2_flatten"], "sgd"),
+    # pooling and the lean stage (biases only, frozen layers read from flash)
+    "conv1d_maxpool_chain": (STAGES["conv1d_maxpool_chain"], "replay_i8"),
+    "maxpool_avgpool_gmp": (STAGES["avgpool_at_cut_gmaxpool"], "replay_i8"),
+    "lean_frozen_bias_all_momentum": (LEAN["conv1d_pool_chain_frozen_bias_all"],
+                                      "replay_7bit_momentum_wd_clip"),
+    "lean_bias_only": (LEAN["conv1d_pool_chain_bias_only"], "replay_i8"),
 }
 
 
@@ -45,7 +51,7 @@ def _header(cfg, pq, py, q, y) -> str:
     p = np.asarray(cfg.init_params, np.float32)
     defs = dict(SC_MEM=stage_bytes(layers, cfg.replay_capacity, cfg.replay_bits, cfg.max_new,
                                    cfg.max_old, cfg.no_momentum),
-                SC_P=p.size, SC_N=len(y), SC_PREFILL=len(py), SC_BITS=cfg.replay_bits,
+                SC_P=sum(l.n_train for l in layers), SC_N=len(y), SC_PREFILL=len(py), SC_BITS=cfg.replay_bits,
                 SC_POLICY=cfg.replay_policy, SC_NO_MOMENTUM=int(cfg.no_momentum),
                 SC_INIT=cfg.init_classes, SC_CAP=cfg.replay_capacity, SC_MAX_NEW=cfg.max_new,
                 SC_SEED=cfg.seed, SC_N_NEW=s.n_new, SC_N_OLD=s.n_old, SC_MODE=s.mode)

@@ -121,3 +121,18 @@ def test_new_users_results_were_measured_on_that_split():
     assert [(c["cut"], c["params"], c["ram"]) for c in u["cuts"]] == \
         [(c["cut"], c["params"], c["ram"]) for c in ci["cuts"]]
     assert np.mean(u["joint"]) > max(np.mean(c["replay"]) for c in u["cuts"])
+
+
+def test_lean_section_is_rendered_from_the_committed_results():
+    """docs/study.md's lean-stage section is tinyol.study_lean's rendering of
+    docs/study_lean.json, before the depth section; every row was measured (3 orders)."""
+    from tinyol import study_lean as SL
+
+    res = json.loads((ROOT / "docs" / "study_lean.json").read_text())
+    doc = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
+    i, j = doc.index(SL.MARK_BEGIN), doc.index(SL.MARK_END)
+    assert j < doc.index(SD.MARK_BEGIN)
+    assert doc[i:j + len(SL.MARK_END)] + "\n" == SL.markdown(res, 3)
+    for r in res:
+        for row in r["rows"]:
+            assert len(row["acc"]) == 3 and row["trained"] <= row["params"]

@@ -26,6 +26,7 @@ class Status(enum.IntEnum):
     ERR_MODEL = 15
     ERR_OVERFLOW = 16
     ERR_BUSY = 17
+    ERR_IO = 18
 
 
 STATUS_TEXT = {
@@ -47,6 +48,7 @@ STATUS_TEXT = {
     Status.ERR_MODEL: 'stored record belongs to another model',
     Status.ERR_OVERFLOW: 'buffer too small',
     Status.ERR_BUSY: 'a staged head or stage push is not committed yet',
+    Status.ERR_IO: 'a peripheral did not answer (bus timeout, NACK, wrong chip)',
 }
 
 
@@ -70,6 +72,7 @@ class Msg(enum.IntEnum):
     REPLAY_ADD = 0x0F
     GET_STAGE = 0x10
     SET_STAGE = 0x11
+    BOARD = 0x12
     ERROR = 0x7F
 
 
@@ -91,6 +94,7 @@ MSG_TEXT = {
     Msg.REPLAY_ADD: 'input + label: store its latent for replay, no training',
     Msg.GET_STAGE: "dump a slice of the adaptive stage's parameters",
     Msg.SET_STAGE: 'stage a slice of the adaptive stage; the last one commits',
+    Msg.BOARD: 'clock, console baud and flash geometry as the firmware set them up',
     Msg.ERROR: 'error reply: status u8, request type u8, detail u16',
 }
 

@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "flash": ("flash", "Build and upload the firmware to a board."),
     "emulate": ("emulate", "Run the firmware in QEMU, Renode or natively; print its serial URL."),
     "info": ("info", "Ask a device for its INFO record."),
+    "doctor": ("doctor", "Check a freshly flashed board: clock, baud, flash geometry, save/load."),
     "stream": ("stream", "Stream labelled samples to a device; show live accuracy."),
     "simulate": ("simulate", "Run a stream through the numpy reference learner."),
     "verify": ("verify", "Compare a device's backbone outputs with TFLM, bit for bit."),
@@ -39,6 +40,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "reset": ("reset", "Put a device's learner back to its exported state."),
     "compare": ("compare", "Compare two per-sample logs (device vs simulator) line by line."),
     "fleet": ("fleet", "Many boards learn together; Flower aggregates their heads."),
+    "record-to-resd": ("sensor", "Turn a labelled IMU recording into Renode sensor files + labels."),
+    "sensor-header": ("sensor", "Write a sensor firmware's window and scaling header from a model."),
+    "monitor": ("monitor", "Watch a sensor-driven board predict and learn live; send it labels."),
 }
 
 
@@ -55,7 +59,7 @@ class LazyGroup(click.Group):
         if name not in VERBS or not self._available(name):
             return None
         mod = importlib.import_module(f"tinyol.commands.{VERBS[name][0]}")
-        cmd = getattr(mod, f"cmd_{name}", None) or getattr(mod, "cmd")
+        cmd = getattr(mod, f"cmd_{name.replace('-', '_')}", None) or getattr(mod, "cmd")
         return cmd
 
     def format_commands(self, ctx, formatter):

@@ -281,11 +281,13 @@ def watch_windows() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """All windows of the watch set: X [N, 100, 6] float32, y [N], subject [N], class names.
     Recording r gives windows starting at 0, 50, 100, ... (the tail shorter than a window is
     dropped), recordings in the file's order."""
+    from .sensor import window_starts  # the one windowing rule, the device's too (tol_window.c)
+
     d = watch_recordings()
     xs, ys, subj = [], [], []
     for rec, lab, s in zip(d["X"], d["y"], d["subject"]):
         rec = np.asarray(rec, np.float32)
-        starts = range(0, len(rec) - WATCH_WINDOW + 1, WATCH_STRIDE)
+        starts = window_starts(len(rec), WATCH_WINDOW, WATCH_STRIDE)
         xs.extend(rec[i:i + WATCH_WINDOW] for i in starts)
         ys.extend([int(lab)] * len(starts))
         subj.extend([int(s)] * len(starts))

@@ -145,6 +145,28 @@ class LoadResult:
         return cls(seq, n, slot, active, seen)
 
 
+@dataclass
+class BoardReport:
+    """BOARD reply (docs/protocol.md): the clock, console and flash as the firmware set them up."""
+    cycles: int            # cycle counter now (at cpu_hz)
+    cycles_epoch: int      # changes when the counter was disturbed (QEMU receive workaround)
+    cpu_hz: int            # the clock the firmware assumes (its cycle counter and UART maths)
+    sysclk_hz: int         # SYSCLK as the clock registers read back (0: unknown, native)
+    uart_baud: int         # console baud from BRR and that clock (0: unknown, native)
+    flash_page_bytes: int  # erase unit of the store region (tol_flash_region)
+    store_start: int       # first byte of the store region
+    store_bytes: int       # its size
+    flash_status: int      # tol_flash_region's status: 0 ok, else why saving is unavailable
+
+    FMT = struct.Struct("<IIIIIIIIBx")
+
+    @classmethod
+    def parse(cls, p: bytes) -> "BoardReport":
+        if len(p) < cls.FMT.size:
+            raise TinyolError(f"BOARD reply of {len(p)} bytes, expected {cls.FMT.size}")
+        return cls(*cls.FMT.unpack_from(p))
+
+
 class Device:
     """Request/reply access to one device over a Link; detects resets."""
 
@@ -291,6 +313,10 @@ class Device:
     def bench(self, region: int, param: int = 0) -> int | None:
         ticks, valid = struct.unpack_from("<IB", self.link.request(Msg.BENCH, struct.pack("<BH", region, param)))
         return ticks if valid else None
+
+    def board(self) -> BoardReport:
+        """BOARD: cycle counter, clock, console baud and flash geometry (`tinyol doctor`)."""
+        return BoardReport.parse(self.link.request(Msg.BOARD))
 
     # ---- persistence (docs/persistence.md) ---------------------------------------------
     def save(self, replay: bool = True, timeout: float = 30.0) -> SaveResult:

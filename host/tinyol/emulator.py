@@ -205,7 +205,7 @@ def _port_listening(port: int) -> bool:
 
 
 def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: float = 600.0,
-                 renode: str | None = None) -> Target:
+                 renode: str | None = None, imu: bool = False) -> Target:
     """Boot `elf` on `board` in Renode (mcu/renode/<board>.resc), headless, under a time limit.
 
     Renode's Monitor runs on a pipe that the returned Target holds open (`t.monitor`,
@@ -217,7 +217,7 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     t = Target([], url=rn.serial_url(port), timeout=timeout)
     t.tmpdir = tempfile.TemporaryDirectory(prefix="tinyol-renode-")
     log = Path(t.tmpdir.name) / "renode.log"
-    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log)
+    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu)
     t.argv = ["timeout", "-s", "TERM", str(int(timeout))] + cmd
     env = dict(os.environ, TMPDIR=t.tmpdir.name, RENODE_TMPDIR=t.tmpdir.name)
     t.logfile = _RenodeLog(log)
@@ -250,7 +250,8 @@ class _RenodeLog:
 
 
 def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
-          state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0) -> Target:
+          state_dir: Path | None = None, icount_shift: int | None = None, timeout: float = 600.0,
+          imu: bool = False) -> Target:
     """Start a built firmware (tinyol.firmware.BuildResult) on the chosen emulator."""
     if emulator == "native" or board == NATIVE:
         # the native process answers INFO with the board it imitates (its name only: no
@@ -260,5 +261,5 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
     if emulator == "qemu":
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":
-        return start_renode(board, build.elf, port=port, timeout=timeout)
+        return start_renode(board, build.elf, port=port, timeout=timeout, imu=imu)
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")

@@ -613,6 +613,7 @@ class ExportSettings:
     replay_n_new: int = DEFAULT_LEARNER["replay_n_new"]
     replay_n_old: int = DEFAULT_LEARNER["replay_n_old"]
     seed: int = DEFAULT_LEARNER["seed"]
+    stage_train: str | None = None      # lean stage: all, bias or LAYER[:all|bias|frozen],...
 
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
@@ -776,6 +777,9 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
             elif s.classes > W.shape[0]:
                 W = np.vstack([W, np.zeros((s.classes - W.shape[0], W.shape[1]), np.float32)])
                 b = np.concatenate([b, np.zeros(s.classes - b.shape[0], np.float32)])
+        if first is None and s.stage_train not in (None, "all"):
+            raise TinyolError("--stage-train applies to an adaptive stage (a --split layer before "
+                              "the head)", hint="give --split LAYER before the head, or drop --stage-train")
         if first is None:
             echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
                  f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
@@ -783,7 +787,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
             if head_mode != "classifier":
                 raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
 
-            stage = stage_from_keras(model, first, head)
+            stage = stage_from_keras(model, first, head, train=s.stage_train)
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
                  f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in stage[0]))
@@ -863,8 +867,10 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                    replay_capacity=int(capacity), replay_bits=int(s.replay_bits),
                    replay_n_new=int(s.replay_n_new), replay_n_old=int(s.replay_n_old), seed=int(s.seed))
     if stage is not None:
-        echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters, "
-             f"{mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
+        trained = sum(l.n_train for l in stage[0])
+        echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
+             + (f" ({trained} train, the rest stays in flash)" if trained < mm.stage_params else "")
+             + f", {mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
     if s.board is not None:
         check_fit(mm, s.board, name=s.name)
         for line in board_plan(mm, s.board).lines():
@@ -932,7 +938,7 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     layers = None
     if m.get("stage"):
         layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w",
-                                    "in_c", "out_h", "out_w", "out_c"), d)))
+                                    "in_c", "out_h", "out_w", "out_c", "train"), d)))
                   for d in m["stage"]["descriptors"]]
     init_bytes = 4 * int(m["stage"]["params"]) if layers else 4 * rows * dim + 4 * rows
     mm = memory_model(input_size=int(m["input"]["size"]), dim=dim, rows=rows, autoencoder=ae,

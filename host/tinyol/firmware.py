@@ -31,6 +31,8 @@ class BuildConfig:
     model: str = DEFAULT_MODEL   # model directory: absolute, or see paths.resolve_model
     kernels: str | None = None   # simd (boards) / ref (native) when None
     test_build: bool = False
+    app: str = "tinyol"          # tinyol: the protocol firmware; imu: the board's IMU (docs/sensor.md)
+    stride: int | None = None    # app imu: rows between window starts (None: half a window)
 
     def model_key(self) -> str:
         """The model as the variant name knows it: relative to the project or to the
@@ -46,7 +48,9 @@ class BuildConfig:
 
     def variant(self) -> str:
         key = f"{self.model_key()}|{self.kernels}|{self.test_build}"
-        tag = "test" if self.test_build else "rel"
+        if self.app != "tinyol":
+            key += f"|{self.app}|{self.stride}"
+        tag = ("test" if self.test_build else "rel") + ("" if self.app == "tinyol" else f"-{self.app}")
         name = Path(self.model).name or "model"
         return f"{name}-{self.kernels or 'default'}-{tag}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
@@ -138,6 +142,12 @@ def build_env(cfg: BuildConfig) -> dict[str, str]:
     env["PLATFORMIO_CACHE_DIR"] = str(project_dir() / ".pio" / ".cache")
     env["TINYOL_MODEL"] = str(resolve_model(cfg.model))
     env["TINYOL_TEST_BUILD"] = "yes" if cfg.test_build else "no"
+    env["TINYOL_APP"] = cfg.app
+    if cfg.app == "imu":
+        # beside the build folder, not in it: PlatformIO empties that when its configuration changes
+        env["TINYOL_APP_INCLUDE"] = env["PLATFORMIO_BUILD_DIR"] + "-app"
+    else:
+        env.pop("TINYOL_APP_INCLUDE", None)
     if cfg.kernels:
         env["TINYOL_KERNELS"] = cfg.kernels
     else:
@@ -161,6 +171,10 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
         check_format(manifest, str(cfg.model))
     proj, ini = ensure_project(echo)
     env = build_env(cfg)
+    if cfg.app == "imu":
+        write_imu_config(cfg, model_dir, Path(env["TINYOL_APP_INCLUDE"]))
+    elif cfg.app != "tinyol":
+        raise TinyolError(f"unknown app {cfg.app!r}", hint="choose tinyol or imu")
     argv = [*pio_command(), "run", "-d", str(proj), "-c", str(ini), "-e", cfg.board]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     out = proc.stdout + proc.stderr
@@ -176,3 +190,20 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
                           hint="rerun with -v for the full PlatformIO output")
     result = BuildResult(cfg, Path(env["PLATFORMIO_BUILD_DIR"]) / cfg.board)
     return result
+
+
+def write_imu_config(cfg: BuildConfig, model_dir: Path, folder: Path) -> Path:
+    """imu_config.h of the IMU firmware (mcu/app/imu) for this model: the window of the
+    model's input length, every `cfg.stride` rows (half a window by default), and the scaling
+    coefficients (tinyol.sensor.header); rewritten only when it changes."""
+    from . import sensor as S
+
+    m = read_manifest(model_dir)
+    sens = S.sensor("lsm6dsl")
+    length = int(m["input"]["size"]) // len(sens.channels)
+    text = S.header(m, sens, cfg.stride or max(1, length // 2), f"{model_dir.name}/manifest.json")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "imu_config.h"
+    if not out.is_file() or out.read_text() != text:
+        out.write_text(text)
+    return out

@@ -51,7 +51,7 @@ from .errors import TinyolError
 from .learner import MODES, LearnerError, dequantize
 from .model_folder import check_device_model, input_q, quantize
 from .simulation import evaluate, latents, learner_settings, load_model, make_learner
-from .stage import CONV, DENSE, DWCONV, stage_hash
+from .stage import CONV, DENSE, DWCONV, TRAIN_ALL, TRAIN_BIAS, stage_hash, trained_part
 from .stream import Stream
 
 # Lazy on purpose: Flower (flwr, the optional extra tinyol[fleet]) and matplotlib are imported
@@ -124,7 +124,13 @@ class Shape:
 
 
 def _layer_shapes(layer) -> list[tuple[int, ...]]:
-    """Flower arrays of one stage layer: W in tol_stage.h's layout, then b (none for GAP)."""
+    """Flower arrays of one stage layer: what of it trains (the lean stage): W in tol_stage.h's
+    layout, then b; b alone for a layer that trains its biases; none for a frozen layer or
+    one without parameters."""
+    if layer.kind in (DENSE, CONV, DWCONV) and layer.train == TRAIN_BIAS:
+        return [(layer.out_c,)]
+    if layer.train != TRAIN_ALL:
+        return []
     if layer.kind == DENSE:
         w = (layer.out_c, layer.in_size)
     elif layer.kind == CONV:
@@ -138,8 +144,9 @@ def _layer_shapes(layer) -> list[tuple[int, ...]]:
 
 @dataclass
 class StageParams:
-    """An adaptive stage's parameters (docs/adaptive.md): the flat float32 vector in the
-    device's order (layer after layer, W then b) and the last layer's active rows."""
+    """An adaptive stage's trained parameters (docs/adaptive.md): the flat float32 vector in
+    the device's order (layer after layer, W then b, only what trains) and the last layer's
+    active rows."""
     layers: list
     params: np.ndarray
     active: np.ndarray
@@ -147,7 +154,7 @@ class StageParams:
     def __post_init__(self):
         self.params = np.asarray(self.params, np.float32).reshape(-1)
         self.active = np.asarray(self.active).astype(bool).reshape(-1)
-        n = sum(l.n_params for l in self.layers)
+        n = sum(l.n_train for l in self.layers)
         if self.params.size != n or self.active.size != self.layers[-1].out_c:
             raise TinyolError(f"stage parameters do not fit the stage: {self.params.size} parameters and "
                               f"{self.active.size} flags for {n} and {self.layers[-1].out_c}")
@@ -180,7 +187,7 @@ class StageParams:
 
     @classmethod
     def from_image(cls, layers: list, image: bytes) -> "StageParams":
-        n = sum(l.n_params for l in layers)
+        n = sum(l.n_train for l in layers)
         rows = layers[-1].out_c
         if len(image) != 4 * n + rows:
             raise TinyolError(f"a stage image of {len(image)} bytes does not fit a stage of {n} parameters "
@@ -205,7 +212,7 @@ def initial_params(model) -> "Head | StageParams":
     its exported adaptive stage (first n_init classes active)."""
     if model.stage is not None:
         layers, params = model.stage
-        p = np.array(params, np.float32).reshape(-1)
+        p = trained_part(layers, np.array(params, np.float32).reshape(-1))
         last, k = layers[-1], model.n_init
         off = p.size - last.n_params  # the firmware zeroes the rows not active at export (tol_stage_reset)
         p[off + k * last.in_size:off + last.n_weights] = 0

@@ -107,9 +107,19 @@ def learner_bytes(dim: int, outputs: int, capacity: int, bits: int, n_new: int, 
 
 
 # the adaptive stage (tol_stage.h): a layer is a tol_stage_layer_t as a tuple in the C field order
-# (kind, act, kh, kw, sh, sw, pt, pl, in_h, in_w, in_c, out_h, out_w, out_c), as the manifest's
-# stage.descriptors and tinyol.stage.Layer.as_tuple() give it
+# (kind, act, kh, kw, sh, sw, pt, pl, in_h, in_w, in_c, out_h, out_w, out_c[, train]), as the
+# manifest's stage.descriptors and tinyol.stage.Layer.as_tuple() give it (train: 0 all, 1 biases
+# only, 2 frozen; absent in exports before the lean stage = 0)
 STAGE_DENSE, STAGE_CONV, STAGE_DWCONV, STAGE_GAP = 0, 1, 2, 3
+
+
+def stage_layer_trained(t) -> int:
+    """tol_stage_layer_trained: the parameters of one layer that train (and take RAM)."""
+    train = t[14] if len(t) > 14 else 0
+    p = stage_layer_params(t)
+    if p == 0 or train == 2:
+        return 0
+    return t[13] if train == 1 else p
 
 
 def stage_layer_params(t) -> int:
@@ -130,7 +140,7 @@ def stage_parts(layers, capacity: int, bits: int, n_new: int, momentum: bool) ->
     buffers of the largest layer input/output, the probabilities), the queue of n_new fresh
     latents (+ one replayed latent), per-class counters and flags, the replay buffer. The
     batch is processed sample by sample: n_old costs no memory."""
-    p = sum(stage_layer_params(t) for t in layers)
+    p = sum(stage_layer_trained(t) for t in layers)  # what does not train stays in flash
     ins = [t[8] * t[9] * t[10] for t in layers]
     outs = [t[11] * t[12] * t[13] for t in layers]
     rows, d, max_new = layers[-1][13], ins[0], n_new
@@ -291,9 +301,11 @@ class Plan:
         if m.stage:
             last_in = m.stage[-1][8] * m.stage[-1][9] * m.stage[-1][10]
             per = 4 * (last_in + 1) * (3 if m.momentum else 2)
+            trained = sum(stage_layer_trained(t) for t in m.stage)
+            lean = "" if trained < m.stage_params else " or --stage-train bias (what does not train stays in flash)"
             tips.append((p["stage weights"] + p["gradients"],
-                         f"cut later (--split nearer the head): the adaptive stage's "
-                         f"{m.stage_params} parameters take {p['stage weights'] + p['gradients']} B "
+                         f"cut later (--split nearer the head){lean}: the adaptive stage's "
+                         f"{trained} trained parameters take {p['stage weights'] + p['gradients']} B "
                          f"(weights + gradients)"))
             tips.append((per * m.outputs, f"lower --max-classes (now {m.outputs}: {per} B per class)"))
         if p["replay buffer"]:

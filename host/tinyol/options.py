@@ -54,3 +54,13 @@ def resolve_port(url: str) -> str:
             return p.device
     raise TinyolError("no ST-Link virtual COM port found (USB VID 0483)",
                       hint="plug the board in, or pass --port /dev/ttyACM0 explicitly")
+
+
+def app_options(f):
+    """--app and --stride (`tinyol build`, `tinyol emulate`): which firmware to build."""
+    f = click.option("--stride", type=click.IntRange(min=1), default=None, metavar="ROWS",
+                     help="--app imu: rows between window starts (default: half a window).")(f)
+    return click.option("--app", type=click.Choice(["tinyol", "imu"]), default="tinyol",
+                        show_default=True,
+                        help="tinyol: the host streams samples (protocol firmware); imu: the "
+                             "board's own IMU feeds the learner (docs/sensor.md).")(f)

@@ -90,6 +90,7 @@ def renode_command(
     start: bool = True,
     hide_log: bool = True,
     log_file: str | os.PathLike | None = None,
+    imu: bool = False,
 ) -> list[str]:
     """Command line that boots `elf` on `board` in Renode, headless, with the console
     UART served raw (no telnet negotiation) on TCP `port` of 127.0.0.1.
@@ -103,6 +104,8 @@ def renode_command(
     `log_file` makes Renode write its log there (``logFile @path``, the first command).
     With ``--console`` Renode quits when its stdin ends: keep stdin open (a pipe, as
     ``start_renode`` does) or run it from a terminal.
+    `imu=True` (B-L475E-IOT01A only) adds the board's IMU on I2C2 (<board>_imu.resc; Renode
+    compiles its I2C front end at start-up, about 10 s more; docs/sensor.md).
     """
     if renode is None:
         renode = require_renode()
@@ -119,6 +122,12 @@ def renode_command(
         cmd.append("--hide-log")
     if log_file is not None:
         cmd += ["-e", f"logFile {monitor_path(log_file)}"]
+    if imu:
+        imu_script = script.with_name(f"{board}_imu.resc")
+        if not imu_script.is_file():
+            raise TinyolError(f"no IMU model for {board} in Renode",
+                              hint="the B-L475E-IOT01A (disco_l475vg_iot01a) has one: docs/sensor.md")
+        cmd += ["-e", f"set imu {monitor_path(imu_script)}"]
     cmd += [
         "-e", f"set elf {monitor_path(elf_path)}",
         "-e", f"set port {port}",

@@ -88,7 +88,7 @@ def _load_stage_model(p: Path) -> Model:
         npz = np.load(p / "stage_init.npz")
         layers = [Layer(*[int(v) for v in (row[0], row[8], row[9], row[10], row[11], row[12],
                                            row[13], row[1], row[2], row[3], row[4], row[5],
-                                           row[6], row[7])]) for row in npz["layers"]]
+                                           row[6], row[7], *row[14:15])]) for row in npz["layers"]]
         params = np.asarray(npz["params"], np.float32)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TinyolError(f"{p}: unreadable model files ({e})",

@@ -23,9 +23,13 @@ from .learner import (MAX_OLD, MODE_FROZEN, MODE_REPLAY, REPLAY_MAX_BATCH, Learn
 from .memory import stage_parts
 
 F32 = np.float32
-DENSE, CONV, DWCONV, GAP = 0, 1, 2, 3
-KINDS = {DENSE: "dense", CONV: "conv", DWCONV: "dwconv", GAP: "gap"}
+DENSE, CONV, DWCONV, GAP, MAXPOOL, AVGPOOL, GMAXPOOL = 0, 1, 2, 3, 4, 5, 6
+KINDS = {DENSE: "dense", CONV: "conv", DWCONV: "dwconv", GAP: "gap", MAXPOOL: "maxpool",
+         AVGPOOL: "avgpool", GMAXPOOL: "globalmaxpool"}
+LINEAR = (DENSE, CONV, DWCONV)  # the kinds with parameters
 ACT_NONE, ACT_RELU, ACT_RELU6 = 0, 1, 2
+TRAIN_ALL, TRAIN_BIAS, TRAIN_FROZEN = 0, 1, 2  # tol_stage_train_t: what of a layer trains
+TRAINS = {TRAIN_ALL: "all", TRAIN_BIAS: "bias", TRAIN_FROZEN: "frozen"}
 ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
 MAX_LAYERS = 16
 STATE_HEADER = 72
@@ -49,6 +53,7 @@ class Layer:
     sw: int = 1
     pt: int = 0
     pl: int = 0
+    train: int = TRAIN_ALL
 
     @property
     def in_size(self) -> int:
@@ -70,21 +75,33 @@ class Layer:
 
     @property
     def n_params(self) -> int:
-        return 0 if self.kind == GAP else self.n_weights + self.out_c
+        return self.n_weights + self.out_c if self.kind in LINEAR else 0
+
+    @property
+    def n_train(self) -> int:
+        """tol_stage_layer_trained: the parameters that train (the last n_train of W, b)."""
+        if self.kind not in LINEAR or self.train == TRAIN_FROZEN:
+            return 0
+        return self.out_c if self.train == TRAIN_BIAS else self.n_params
 
     def ok(self) -> bool:
         """tol_stage_layer_ok_."""
         if min(self.in_h, self.in_w, self.in_c, self.out_c) <= 0 or self.act not in ACTS:
             return False
+        if self.train not in TRAINS or (self.train and self.kind not in LINEAR):
+            return False
         if self.kind == DENSE:
             return self.out_h == 1 and self.out_w == 1
-        if self.kind == GAP:
+        if self.kind in (GAP, GMAXPOOL):
             return (self.out_h == 1 and self.out_w == 1 and self.out_c == self.in_c
                     and self.act == ACT_NONE)
-        if self.kind in (CONV, DWCONV):
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
             if min(self.kh, self.kw, self.sh, self.sw) <= 0:
                 return False
             if self.kind == DWCONV and self.out_c % self.in_c:
+                return False
+            if self.kind in (MAXPOOL, AVGPOOL) and (self.out_c != self.in_c
+                                                    or self.act != ACT_NONE):
                 return False
             if self.pt >= self.kh or self.pl >= self.kw or self.out_h <= 0 or self.out_w <= 0:
                 return False
@@ -95,15 +112,18 @@ class Layer:
     def describe(self) -> str:
         k = KINDS[self.kind]
         act = "" if self.act == ACT_NONE else f"+{ACTS[self.act]}"
-        if self.kind in (CONV, DWCONV):
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
             k += f"{self.kh}x{self.kw}/{self.sh}"
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL) and self.sw != self.sh:
+            k += f"x{self.sw}"
+        tr = "" if self.train == TRAIN_ALL else f" ({TRAINS[self.train]})"
         return (f"{k}{act} [{self.in_h}x{self.in_w}x{self.in_c}] -> "
-                f"[{self.out_h}x{self.out_w}x{self.out_c}]")
+                f"[{self.out_h}x{self.out_w}x{self.out_c}]{tr}")
 
     def as_tuple(self) -> tuple:
         """The C struct's field order."""
         return (self.kind, self.act, self.kh, self.kw, self.sh, self.sw, self.pt, self.pl,
-                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c)
+                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c, self.train)
 
 
 def chain_ok(layers) -> bool:
@@ -113,18 +133,36 @@ def chain_ok(layers) -> bool:
     for i, l in enumerate(layers):
         if not l.ok() or (i and l.in_size != layers[i - 1].out_size):
             return False
-    return layers[-1].kind == DENSE and layers[-1].act == ACT_NONE and layers[0].in_size <= 0xFFFF
+    return (layers[-1].kind == DENSE and layers[-1].act == ACT_NONE
+            and layers[-1].train == TRAIN_ALL and layers[0].in_size <= 0xFFFF)
 
 
 def n_params(layers) -> int:
+    """P: every exported parameter (init_params)."""
     return sum(l.n_params for l in layers)
 
 
+def n_trained(layers) -> int:
+    """T: the parameters that train (the device's params[], the stage image)."""
+    return sum(l.n_train for l in layers)
+
+
+def trained_part(layers, params: np.ndarray) -> np.ndarray:
+    """The trained parameters (T) out of the exported ones (P), layer after layer."""
+    out, off = [], 0
+    for l in layers:
+        out.append(params[off + l.n_params - l.n_train:off + l.n_params])
+        off += l.n_params
+    return np.concatenate(out).astype(F32) if out else np.zeros(0, F32)
+
+
 def stage_hash(layers) -> int:
-    """tol_stage_hash: FNV-1a over every field as 4 little-endian bytes."""
+    """tol_stage_hash: FNV-1a over every field as 4 little-endian bytes (`train` only when
+    not 0)."""
     h = 2166136261
     for l in layers:
-        for f in l.as_tuple():
+        t = l.as_tuple()
+        for f in (t if l.train else t[:14]):
             for b in range(4):
                 h ^= (int(f) >> (8 * b)) & 0xFF
                 h = (h * 16777619) & 0xFFFFFFFF
@@ -164,7 +202,14 @@ def _connections(l: Layer):
         o, i = np.meshgrid(np.arange(l.out_c), np.arange(l.in_size), indexing="ij")
         o, i = o.ravel(), i.ravel()
         return o, i, o * l.in_size + i
-    if l.kind == CONV:
+    if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+        if l.kind == GMAXPOOL:  # one window over the whole input
+            l = dataclasses.replace(l, kh=l.in_h, kw=l.in_w, sh=1, sw=1, pt=0, pl=0)
+        oy, ox, co, ky, kx = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
+                                         np.arange(l.out_c), np.arange(l.kh), np.arange(l.kw),
+                                         indexing="ij")
+        ci = co
+    elif l.kind == CONV:
         oy, ox, co, ky, kx, ci = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
                                              np.arange(l.out_c), np.arange(l.kh),
                                              np.arange(l.kw), np.arange(l.in_c), indexing="ij")
@@ -180,7 +225,9 @@ def _connections(l: Layer):
     oy, ox, co, ky, kx, ci, iy, ix = (a[ok] for a in (oy, ox, co, ky, kx, ci, iy, ix))
     out = (oy * l.out_w + ox) * l.out_c + co
     inp = (iy * l.in_w + ix) * l.in_c + ci
-    if l.kind == CONV:
+    if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+        w = np.zeros_like(out)
+    elif l.kind == CONV:
         w = ((co * l.kh + ky) * l.kw + kx) * l.in_c + ci
     else:
         w = (ky * l.kw + kx) * l.out_c + co
@@ -207,6 +254,19 @@ def _pair(table: np.ndarray, ia: np.ndarray, na: int, ib: np.ndarray, nb: int):
     # transposed ([entry, key]): the sums run down axis 0, one vector add per entry
     return (np.ascontiguousarray(np.where(table >= 0, ia[t], na).T),
             np.ascontiguousarray(np.where(table >= 0, ib[t], nb).T))
+
+
+class _PoolTables:
+    """A pooling layer: each output's window taps (input indices, (ky, kx) order, -1 = none)
+    and the tap count; backward groups the (output, input) connections by input."""
+
+    def __init__(self, l: Layer):
+        o, i, _ = _connections(l)
+        by_out = _group(o, l.out_size)
+        self.taps = np.where(by_out >= 0, i[np.maximum(by_out, 0)], -1)
+        self.n = (self.taps >= 0).sum(axis=1).astype(F32)
+        self.conn_out, self.conn_in = o, i
+        self.by_in = _group(i, l.in_size)
 
 
 class _Tables:
@@ -243,6 +303,34 @@ def _act(act: int, v: np.ndarray) -> np.ndarray:
     if act == ACT_RELU6:
         v = np.where(v > 6, F32(6.0), v).astype(F32)
     return v
+
+
+def _argmax(t: _PoolTables, x: np.ndarray) -> np.ndarray:
+    """Per output: the input index of the first largest tap (the C scan: strictly larger
+    replaces)."""
+    v = np.where(t.taps >= 0, x[np.maximum(t.taps, 0)], F32(-np.inf))
+    return t.taps[np.arange(t.taps.shape[0]), np.argmax(v, axis=1)]
+
+
+def _pool_forward(l: Layer, t: _PoolTables, x: np.ndarray) -> np.ndarray:
+    if l.kind == AVGPOOL:
+        terms = np.where(t.taps >= 0, x[np.maximum(t.taps, 0)], F32(-0.0)).astype(F32)
+        s = _acc(np.zeros(l.out_size, F32), np.ascontiguousarray(terms.T))
+        return (s / t.n).astype(F32)
+    return x[_argmax(t, x)].astype(F32)
+
+
+def _pool_backward(l: Layer, t: _PoolTables, x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The input delta: each output's delta to its arg-max (max) or d / n to every tap (avg),
+    added per input in connection order ((oy, ox, c), then taps)."""
+    if l.kind == AVGPOOL:
+        share = (d / t.n).astype(F32)[t.conn_out]
+    else:
+        arg = _argmax(t, x)
+        share = np.where(t.conn_in == arg[t.conn_out], d[t.conn_out], F32(-0.0)).astype(F32)
+    share = np.concatenate([share, _NEG0])
+    terms = share[np.where(t.by_in >= 0, t.by_in, share.size - 1)]
+    return _acc(np.zeros(l.in_size, F32), np.ascontiguousarray(terms.T))
 
 
 # --------------------------------------------------------------------------- stage
@@ -301,14 +389,22 @@ class Stage:
         _check_settings(cfg, cfg.settings)
         self.cfg = cfg
         self.layers = layers
-        self.n_params = n_params(layers)
+        if cfg.init_params is None and n_trained(layers) != n_params(layers):
+            raise LearnerError("TOL_ERR_ARG")  # what does not train is read from the export
+        self.n_params = n_trained(layers)  # T: params[] holds the trained parameters only
         self.latent = layers[0].in_size
         self.rows = layers[-1].out_c
-        self.offsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
-        self.tables = [(_Tables(l) if l.kind != GAP else None) for l in layers]
+        # offsets of each layer's trained parameters in params[], and of all of them in the export
+        self.offsets = np.concatenate([[0], np.cumsum([l.n_train for l in layers])]).astype(int)
+        self.poffsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
+        self.first_trained = min(i for i, l in enumerate(layers) if l.n_train)
+        self.tables = [(_Tables(l) if l.kind in LINEAR else
+                        _PoolTables(l) if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL) else None)
+                       for l in layers]
         is_w = np.zeros(self.n_params, bool)
         for l, off in zip(layers, self.offsets):
-            is_w[off:off + l.n_weights] = True
+            if l.train == TRAIN_ALL:
+                is_w[off:off + l.n_weights] = True
         self.is_w = is_w
         self.prng = Prng(cfg.seed)
         self.replay = (Replay(cfg.replay_capacity, self.latent, cfg.replay_bits, self.rows,
@@ -328,8 +424,15 @@ class Stage:
         return self.params[off + l.n_weights:off + l.n_params]
 
     def layer_params(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        l, off = self.layers[i], self.offsets[i]
-        return self.params[off:off + l.n_weights], self.params[off + l.n_weights:off + l.n_params]
+        """Layer i's weights and biases: the trained ones from params[], the others from the
+        export (tol_stage_wb_)."""
+        l, off, poff = self.layers[i], self.offsets[i], self.poffsets[i]
+        exp = self._init
+        w = (self.params[off:off + l.n_weights] if l.train == TRAIN_ALL
+             else exp[poff:poff + l.n_weights])
+        b = (self.params[off + l.n_train - l.out_c:off + l.n_train] if l.train != TRAIN_FROZEN
+             else exp[poff + l.n_weights:poff + l.n_params])
+        return w, b
 
     @property
     def n_active(self) -> int:
@@ -339,8 +442,9 @@ class Stage:
         cfg = self.cfg
         self.settings = dataclasses.replace(cfg.settings)
         self.prng.seed(cfg.seed)
-        self.params = (np.zeros(self.n_params, F32) if cfg.init_params is None
-                       else np.asarray(cfg.init_params, F32).reshape(self.n_params).copy())
+        self._init = (np.zeros(n_params(self.layers), F32) if cfg.init_params is None
+                      else np.asarray(cfg.init_params, F32).reshape(n_params(self.layers)).copy())
+        self.params = trained_part(self.layers, self._init)
         k = cfg.init_classes
         self.last_w[k:] = 0
         self.last_b[k:] = 0
@@ -378,6 +482,8 @@ class Stage:
             s = np.add.accumulate(np.concatenate([np.zeros((1, l.in_c), F32),
                                                   x.reshape(npx, l.in_c)]), axis=0, dtype=F32)[-1]
             return (s * (F32(1.0) / F32(npx))).astype(F32)
+        if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+            return _pool_forward(l, t, x)
         w, b = self.layer_params(i)
         bias = b[np.arange(l.out_size) % l.out_c]
         return _act(l.act, _acc(bias, _terms(t.fwd, w, x)))
@@ -408,7 +514,8 @@ class Stage:
         t = np.zeros(self.rows, F32)
         t[label] = 1
         d = np.where(self.active, ((p - t) * F32(weight)).astype(F32), F32(0.0)).astype(F32)
-        for i in range(len(self.layers) - 1, -1, -1):
+        first = self.first_trained  # backward ends at the first layer that trains
+        for i in range(len(self.layers) - 1, first - 1, -1):
             l, tb, off = self.layers[i], self.tables[i], self.offsets[i]
             y = outs[i]
             inp = outs[i - 1] if i > 0 else np.asarray(x, F32)
@@ -419,13 +526,19 @@ class Stage:
                 npx = l.in_h * l.in_w
                 d = np.tile((d * (F32(1.0) / F32(npx))).astype(F32), npx)
                 continue
+            if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+                if i > first:
+                    d = _pool_backward(l, tb, inp, d)
+                continue
             g = self.grads
-            gw = g[off:off + l.n_weights]
-            gb = g[off + l.n_weights:off + l.n_params]
-            w = self.params[off:off + l.n_weights]
-            g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, inp))
-            g[off + l.n_weights:off + l.n_params] = _acc(gb, _terms(tb.gb, d, _ONE))
-            if i > 0:
+            w, _ = self.layer_params(i)
+            if l.train == TRAIN_ALL:
+                gw = g[off:off + l.n_weights]
+                g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, inp))
+            if l.train != TRAIN_FROZEN:
+                bo = off + l.n_train - l.out_c
+                g[bo:bo + l.out_c] = _acc(g[bo:bo + l.out_c], _terms(tb.gb, d, _ONE))
+            if i > first:
                 d = _acc(np.zeros(l.in_size, F32), _terms(tb.dx, d, w))
 
     def _step(self) -> bool:

@@ -25,6 +25,11 @@ _Static_assert(TOL_STAGE_STATE_REPLAY == TOL_LEARNER_STATE_REPLAY &&
                    TOL_STAGE_STATE_MOMENTUM == TOL_LEARNER_STATE_MOMENTUM,
                "SAVE reports the parts with the learner's bits");
 
+#ifndef TOL_STAGE_TRAINED /* exports before the lean stage: every parameter trains */
+#define TOL_STAGE_TRAINED TOL_STAGE_PARAMS
+#endif
+_Static_assert(TOL_STAGE_TRAINED <= TOL_STAGE_PARAMS, "trained parameters");
+
 extern const tol_stage_layer_t tol_stage_layers[TOL_STAGE_LAYERS];
 extern const float tol_stage_init_params[TOL_STAGE_PARAMS];
 
@@ -114,7 +119,7 @@ tol_status_t tol_model_learner_set_settings(const tol_learner_settings_t *s)
  * replay buffer) plus the record header: the store's slot size. */
 uint32_t tol_model_learner_record_max(void)
 {
-    return TOL_STORE_HEADER_BYTES + TOL_STAGE_STATE_HEADER + 8u * (uint32_t)TOL_STAGE_PARAMS +
+    return TOL_STORE_HEADER_BYTES + TOL_STAGE_STATE_HEADER + 8u * (uint32_t)TOL_STAGE_TRAINED +
            5u * (uint32_t)TOL_HEAD_MAX_CLASSES + (4u * TOL_LATENT_DIM + 2u) * (uint32_t)TOL_REPLAY_N_NEW +
            (uint32_t)TOL_REPLAY_CAPACITY * ((uint32_t)TOL_REPLAY_ROW_BYTES(TOL_LATENT_DIM, TOL_REPLAY_BITS) + 2u) +
            6u * (uint32_t)TOL_HEAD_MAX_CLASSES;
@@ -223,12 +228,12 @@ tol_status_t tol_model_learner_set(const uint8_t *req, uint16_t n, uint8_t *repl
     return TOL_OK;
 }
 
-/* INFO's stage block: layers:u8 params:u32 bytes:u32 hash:u32 */
+/* INFO's stage block: layers:u8 params:u32 (the trained ones: the image's) bytes:u32 hash:u32 */
 uint16_t tol_model_learner_info(uint8_t *out, uint16_t cap)
 {
     if (cap < 13u) return 0u;
     out[0] = (uint8_t)TOL_STAGE_LAYERS;
-    tol_put_u32(out + 1, (uint32_t)TOL_STAGE_PARAMS);
+    tol_put_u32(out + 1, (uint32_t)TOL_STAGE_TRAINED);
     tol_put_u32(out + 5, (uint32_t)TOL_MODEL_LEARNER_BYTES);
     tol_put_u32(out + 9, (uint32_t)TOL_STAGE_HASH);
     return 13u;

@@ -24,6 +24,8 @@ typedef struct {
     uint32_t flash_used;    /* bytes of flash taken by the image */
     uint32_t flash_total;   /* bytes of flash */
     bool emulated;          /* running under QEMU/Renode/native rather than on silicon */
+    uint32_t sysclk_hz;     /* SYSCLK as the clock registers read back after set-up (0: unknown, native) */
+    uint32_t uart_baud;     /* console baud from the UART's BRR and that clock (0: unknown, native) */
 } tol_hal_info_t;
 
 /* Bring up clocks, the console UART (interrupt-driven receive) and the cycle counter. */

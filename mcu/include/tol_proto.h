@@ -44,6 +44,7 @@
     X(TOL_MSG_REPLAY_ADD, 0x0F, "input + label: store its latent for replay, no training") \
     X(TOL_MSG_GET_STAGE, 0x10, "dump a slice of the adaptive stage's parameters")  \
     X(TOL_MSG_SET_STAGE, 0x11, "stage a slice of the adaptive stage; the last one commits") \
+    X(TOL_MSG_BOARD,    0x12, "clock, console baud and flash geometry as the firmware set them up") \
     X(TOL_MSG_ERROR,    0x7F, "error reply: status u8, request type u8, detail u16")
 
 /* Learner settings addressed by SET/GET: X(name, key, type, description);

@@ -14,6 +14,15 @@
  *   DWCONV  y[oy][ox][co] = act(b[co] + sum_{ky,kx} W[ky][kx][co] x[iy][ix][co / M]),
  *           M = out_c / in_c (depth multiplier)
  *   GAP     y[c] = (sum_p x[p][c]) * (1.0f / (float)(in_h*in_w))   (no params)
+ *   MAXPOOL y[oy][ox][c] = max over the window's taps inside the input (kh x kw,
+ *           strides, padding pt/pl as CONV; padded taps are skipped)
+ *   AVGPOOL y[oy][ox][c] = (sum of those taps, (ky, kx) order, from 0.0f) / (float)n,
+ *           n = taps inside the input (padding not counted, as TensorFlow)
+ *   GMAXPOOL y[c] = max_p x[p][c]
+ * Pooling layers have no parameters, out_c = in_c and no activation. Max:
+ * the first largest tap in (ky, kx) order (strictly larger replaces) takes the
+ * whole delta; backward adds it into dx per output element in (oy, ox, c) order.
+ * Avg: every tap in the window gets d / (float)n, added in the same order.
  * act: none, ReLU or ReLU6 (fused). BatchNormalization is folded into the
  * preceding layer at export; Flatten/Reshape/Dropout are no-ops in HWC.
  * The last layer is a DENSE classifier without activation whose rows grow
@@ -43,11 +52,16 @@
  * Zero deltas are skipped in backward (adding +-0 to a sum that starts at
  * +0.0f never changes it).
  *
+ * Sparse update (the lean stage): each layer trains all its parameters, only
+ * its biases, or nothing (tol_stage_layer_t.train). What does not train is read
+ * from cfg->init_params (flash); backward stops at the first layer that trains.
+ *
  * Memory (caller owns it, 4-byte aligned, tol_stage_bytes() bytes; the
  * exporter computes the same number with tinyol.stage.stage_bytes):
- *   params   float[P]   all layers' W then b, layer after layer
- *   grads    float[P]
- *   momentum float[P]   unless no_momentum
+ *   params   float[T]   the trained parameters: per layer W (if ALL) then b (if
+ *                       ALL or BIAS), layer after layer (T = P: all of them)
+ *   grads    float[T]
+ *   momentum float[T]   unless no_momentum
  *   acts     float[sum of layer outputs]    kept for backprop
  *   delta    float[2][max layer in/out size]
  *   probs    float[rows]
@@ -72,6 +86,9 @@ typedef enum {
     TOL_STAGE_CONV = 1,
     TOL_STAGE_DWCONV = 2,
     TOL_STAGE_GAP = 3,
+    TOL_STAGE_MAXPOOL = 4,
+    TOL_STAGE_AVGPOOL = 5,
+    TOL_STAGE_GMAXPOOL = 6,
 } tol_stage_kind_t;
 
 typedef enum {
@@ -79,6 +96,15 @@ typedef enum {
     TOL_STAGE_ACT_RELU = 1,
     TOL_STAGE_ACT_RELU6 = 2,
 } tol_stage_act_t;
+
+/* What of a layer trains (sparse update, docs/adaptive.md "The lean stage"). The
+ * parameters that do not train stay where the export put them (cfg->init_params, in
+ * flash on the device): they take no RAM, no gradient, no momentum. */
+typedef enum {
+    TOL_STAGE_TRAIN_ALL = 0,    /* weights and biases */
+    TOL_STAGE_TRAIN_BIAS = 1,   /* biases only */
+    TOL_STAGE_TRAIN_FROZEN = 2, /* nothing (forward and backward through it only) */
+} tol_stage_train_t;
 
 /* Most layers in one stage. */
 #define TOL_STAGE_MAX_LAYERS 16u
@@ -92,6 +118,7 @@ typedef struct {
     uint8_t pt, pl;   /* padding before the first row / column */
     uint16_t in_h, in_w, in_c;
     uint16_t out_h, out_w, out_c;
+    uint8_t train;    /* tol_stage_train_t (layers without parameters: 0); last layer: ALL */
 } tol_stage_layer_t;
 
 typedef struct {
@@ -116,11 +143,11 @@ typedef struct {
     tol_learner_settings_t set;
     tol_replay_t replay;
     tol_prng_t prng;
-    uint32_t n_params;  /* P */
+    uint32_t n_params;  /* T: the trained parameters (= P when every layer trains all) */
     uint32_t latent;    /* inputs of layer 0 */
     uint16_t rows;      /* outputs of the last layer (C_max) */
     uint16_t n_active;
-    float *params, *grads, *mom; /* mom NULL without momentum buffers */
+    float *params, *grads, *mom; /* [T] trained parameters; mom NULL without momentum buffers */
     float *acts;                 /* every layer's output, layer after layer */
     float *delta[2];
     float *probs;                /* [rows] softmax of the last forward (predict/learn) */
@@ -134,9 +161,13 @@ typedef struct {
     uint32_t push_fill;          /* staged image bytes (tol_stage_push_write), 0 = none */
 } tol_stage_t;
 
-/* Parameters of one layer (weights + biases) and of a whole stage. */
+/* Parameters of one layer (weights + biases) and of a whole stage (P: the
+ * exported parameters, cfg->init_params[P]). */
 uint32_t tol_stage_layer_params(const tol_stage_layer_t *l);
 uint32_t tol_stage_params(const tol_stage_layer_t *layers, uint8_t n_layers);
+/* The parameters that train (T): per layer all (TRAIN_ALL), its biases (TRAIN_BIAS) or none. */
+uint32_t tol_stage_layer_trained(const tol_stage_layer_t *l);
+uint32_t tol_stage_trained(const tol_stage_layer_t *layers, uint8_t n_layers);
 
 /* Bytes of caller memory tol_stage_init needs for this configuration (the
  * memory layout at the top). 0 if the layers are inconsistent. */
@@ -200,8 +231,8 @@ tol_status_t tol_stage_state_write(tol_stage_t *S, uint8_t parts, uint32_t offse
 tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts);
 
 /* ---- the stage image (GET_STAGE / SET_STAGE, `tinyol pull` / `push`): every
- * parameter (float32 LE, params[] order) then the last layer's active flags
- * (uint8[rows]); tol_stage_image_bytes() = 4 P + rows. */
+ * trained parameter (float32 LE, params[] order) then the last layer's active
+ * flags (uint8[rows]); tol_stage_image_bytes() = 4 T + rows. */
 uint32_t tol_stage_image_bytes(const tol_stage_t *S);
 /* Copy image bytes [offset, offset + n) to dst; TOL_ERR_RANGE outside the image. */
 tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n);
@@ -216,8 +247,9 @@ tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t
  * cases); else parameters and flags replaced, momentum and queue cleared. */
 tol_status_t tol_stage_push_commit(tol_stage_t *S);
 
-/* Checksum of a layer list (FNV-1a over the descriptors' fields): which
- * stage a stored state belongs to. */
+/* Checksum of a layer list (FNV-1a over the descriptors' fields; `train` only
+ * when not 0, so a stage that trains everything keeps its hash): which stage a
+ * stored state belongs to. */
 uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers);
 
 #endif /* TOL_STAGE_H */

@@ -28,7 +28,8 @@
     X(TOL_ERR_NO_RECORD,  14, "no valid stored record")                      \
     X(TOL_ERR_MODEL,      15, "stored record belongs to another model")      \
     X(TOL_ERR_OVERFLOW,   16, "buffer too small")                           \
-    X(TOL_ERR_BUSY,       17, "a staged head or stage push is not committed yet")
+    X(TOL_ERR_BUSY,       17, "a staged head or stage push is not committed yet") \
+    X(TOL_ERR_IO,         18, "a peripheral did not answer (bus timeout, NACK, wrong chip)")
 
 #define TOL_STATUS_ENUM_(name, value, desc) name = (value),
 typedef enum { TOL_STATUS_LIST(TOL_STATUS_ENUM_) TOL_STATUS_COUNT_ } tol_status_t;

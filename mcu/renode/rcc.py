@@ -9,6 +9,19 @@
 #   CRRCR: HSI48RDY follows HSI48ON.  CIFR reads 0, CICR is write-only.
 #   Every other register reads back what was last written (reset values per RM0351).
 #
+# Strict where a first boot on silicon goes wrong (checked only when the script can reach
+# the system bus, i.e. in Renode; the CPython unit tests of the bare register file run
+# without one):
+#   PLLON with a PLL outside its documented ranges (source off or none, PLLM, PLLN, PLLR,
+#         VCO input and output, PLLCLK above the part's maximum) is refused: PLLRDY stays 0.
+#   A SYSCLK switch (CFGR.SW) to a clock whose HCLK needs more flash wait states than
+#         FLASH_ACR.LATENCY holds, for the voltage range in PWR_CR1.VOS (and CR5.R1MODE on
+#         the L4R5), is refused: SWS keeps the old clock, as if the switch never completed.
+#   Limits: RM0351 (L47x) / RM0394 (L43x) section 3.3.3 and 6.2.5, RM0432 (L4R5) 3.3.3
+#         and 6.2.5; the part is told by FLASHSIZE (2048 KB: L4R5). A refusal is visible to
+#         tests at RCC+0x3F4 (reason code, RCC_DIAG_*) and RCC+0x3F8 (the frequency asked for);
+#         RCC+0x3F0 reads the SYSCLK in effect (Hz). Those three words are reserved on silicon.
+#
 # Runs in Renode's IronPython 2 and must import nothing: Renode puts no standard library
 # on the script's path. The whole file is executed again on every bus access, in a scope
 # that keeps its globals, so the state lives in the global `tol_rcc`. The register logic
@@ -88,11 +101,46 @@ RCC_RESET_VALUES = {
 }
 
 
+# ---- clock-tree limits ------------------------------------------------------
+RCC_DIAG_SYSCLK = 0x3F0        # SYSCLK in effect, Hz (read-only)
+RCC_DIAG_REASON = 0x3F4        # why the last PLLON / SW change was refused (0: none)
+RCC_DIAG_HZ = 0x3F8            # the frequency that change asked for, Hz
+RCC_DIAG_OK = 0
+RCC_DIAG_LATENCY = 1           # too few FLASH_ACR.LATENCY wait states for the new HCLK
+RCC_DIAG_PLL_RANGE = 2         # PLLM/PLLN/PLLR/VCO/PLLCLK outside the documented ranges
+RCC_DIAG_SOURCE_OFF = 3        # the clock switched to (or the PLL's input) is not ready
+
+MHZ = 1000000
+MSI_RANGES_HZ = (100000, 200000, 400000, 800000, 1000000, 2000000, 4000000, 8000000,
+                 16000000, 24000000, 32000000, 48000000)
+HSE_HZ = 8000000               # the ST-LINK's 8 MHz MCO on the Nucleo boards (bypass)
+AHB_DIVIDERS = {8: 2, 9: 4, 10: 8, 11: 16, 12: 64, 13: 128, 14: 256, 15: 512}
+
+# Highest HCLK for 0, 1, 2 ... wait states: (part, voltage range) -> table.
+# RM0351/RM0394 table "Number of wait states according to CPU clock (HCLK) frequency";
+# RM0432 the same table with range 1 boost (R1MODE = 0) and normal mode.
+WAIT_STATE_LIMITS = {
+    ("L4", 1): (16 * MHZ, 32 * MHZ, 48 * MHZ, 64 * MHZ, 80 * MHZ),
+    ("L4", 2): (6 * MHZ, 12 * MHZ, 18 * MHZ, 26 * MHZ),
+    ("L4R", 0): (20 * MHZ, 40 * MHZ, 60 * MHZ, 80 * MHZ, 100 * MHZ, 120 * MHZ),   # range 1 boost
+    ("L4R", 1): (20 * MHZ, 40 * MHZ, 60 * MHZ, 80 * MHZ),                         # range 1 normal
+    ("L4R", 2): (8 * MHZ, 16 * MHZ, 26 * MHZ),
+}
+# PLL limits: (PLLM max, PLLN min, PLLN max, VCO input min/max, VCO output min/max)
+PLL_LIMITS = {
+    "L4": (8, 8, 86, 4 * MHZ, 16 * MHZ, 64 * MHZ, 344 * MHZ),
+    "L4R": (16, 8, 127, 2660000, 16 * MHZ, 64 * MHZ, 344 * MHZ),
+}
+
+
 def rcc_reset():
     """Register file after a power-on reset: {offset: value}."""
     regs = {}
     for offset in RCC_RESET_VALUES:
         regs[offset] = RCC_RESET_VALUES[offset]
+    regs[RCC_DIAG_SYSCLK] = MSI_RANGES_HZ[6]
+    regs[RCC_DIAG_REASON] = RCC_DIAG_OK
+    regs[RCC_DIAG_HZ] = 0
     return regs
 
 
@@ -103,22 +151,150 @@ def rcc_read(regs, offset):
     return regs.get(offset, 0)
 
 
+def msi_hz(regs):
+    cr = regs.get(RCC_CR, 0)
+    if cr & (1 << 3):                      # MSIRGSEL: range from CR.MSIRANGE
+        index = (cr >> 4) & 0xF
+    else:                                  # else CSR.MSISRANGE (after reset / standby)
+        index = (regs.get(RCC_CSR, 0) >> 8) & 0xF
+    if index < len(MSI_RANGES_HZ):
+        return MSI_RANGES_HZ[index]
+    return 0
+
+
+def pll_input_hz(regs):
+    """(frequency, ready) of the PLL's source (PLLCFGR.PLLSRC)."""
+    src = regs.get(RCC_PLLCFGR, 0) & 3
+    cr = regs.get(RCC_CR, 0)
+    if src == 1:
+        return msi_hz(regs), (cr & CR_MSIRDY) != 0
+    if src == 2:
+        return 16 * MHZ, (cr & CR_HSIRDY) != 0
+    if src == 3:
+        return HSE_HZ, (cr & CR_HSERDY) != 0
+    return 0, False
+
+
+def pll_check(regs, part):
+    """(reason, PLLCLK Hz) for the PLL as PLLCFGR configures it."""
+    cfg = regs.get(RCC_PLLCFGR, 0)
+    m_max, n_min, n_max, in_min, in_max, vco_min, vco_max = PLL_LIMITS[part]
+    f_in, ready = pll_input_hz(regs)
+    m = ((cfg >> 4) & 0xF) + 1
+    n = (cfg >> 8) & 0x7F
+    r = 2 * (((cfg >> 25) & 3) + 1)
+    if not ready or f_in == 0:
+        return RCC_DIAG_SOURCE_OFF, 0
+    vco_in = f_in // m
+    vco = vco_in * n
+    pllclk = vco // r
+    if m > m_max or n < n_min or n > n_max:
+        return RCC_DIAG_PLL_RANGE, pllclk
+    if vco_in < in_min or vco_in > in_max or vco < vco_min or vco > vco_max:
+        return RCC_DIAG_PLL_RANGE, pllclk
+    if pllclk > WAIT_STATE_LIMITS[(part, 0 if part == "L4R" else 1)][-1]:
+        return RCC_DIAG_PLL_RANGE, pllclk
+    return RCC_DIAG_OK, pllclk
+
+
+def sysclk_for(regs, sw, part):
+    """(reason, Hz) of the clock that SW selects."""
+    cr = regs.get(RCC_CR, 0)
+    if sw == 0:
+        return (RCC_DIAG_OK if cr & CR_MSIRDY else RCC_DIAG_SOURCE_OFF), msi_hz(regs)
+    if sw == 1:
+        return (RCC_DIAG_OK if cr & CR_HSIRDY else RCC_DIAG_SOURCE_OFF), 16 * MHZ
+    if sw == 2:
+        return (RCC_DIAG_OK if cr & CR_HSERDY else RCC_DIAG_SOURCE_OFF), HSE_HZ
+    if not cr & CR_PLLRDY:
+        return RCC_DIAG_SOURCE_OFF, 0
+    reason, hz = pll_check(regs, part)
+    return reason, hz
+
+
+def wait_states_needed(hclk, part, vrange):
+    """Fewest FLASH_ACR.LATENCY wait states for `hclk`, or None above the range's maximum."""
+    limits = WAIT_STATE_LIMITS[(part, vrange)]
+    for ws in range(len(limits)):
+        if hclk <= limits[ws]:
+            return ws
+    return None
+
+
+def rcc_board(bus):
+    """(part, voltage-range key, FLASH_ACR.LATENCY) read over the bus; None without a bus."""
+    if bus is None:
+        return None
+    part = "L4"
+    if bus.ReadWord(0x1FFF75E0) >= 2048:
+        part = "L4R"
+    vos = (bus.ReadDoubleWord(0x40007000) >> 9) & 3     # PWR_CR1.VOS: 1 range 1, 2 range 2
+    vrange = 2
+    if vos == 1:
+        vrange = 1
+        if part == "L4R" and not bus.ReadDoubleWord(0x40007080) & (1 << 8):
+            vrange = 0                                  # PWR_CR5.R1MODE = 0: boost
+    latency = bus.ReadDoubleWord(0x40022000) & 0xF
+    return part, vrange, latency
+
+
+def _refuse(regs, reason, hz):
+    regs[RCC_DIAG_REASON] = reason
+    regs[RCC_DIAG_HZ] = hz & 0xFFFFFFFF
+
+
+def rcc_switch(regs, value, board):
+    """CFGR write: the new SWS (the switch completes, or is refused and SWS stays)."""
+    sw = value & CFGR_SW_MASK
+    old_sws = (regs.get(RCC_CFGR, 0) & CFGR_SWS_MASK) >> 2
+    if board is None:
+        return sw
+    part, vrange, latency = board
+    reason, hz = sysclk_for(regs, sw, part)
+    if reason == RCC_DIAG_OK:
+        hpre = (value >> 4) & 0xF
+        hclk = hz
+        if hpre in AHB_DIVIDERS:
+            hclk = hz // AHB_DIVIDERS[hpre]
+        needed = wait_states_needed(hclk, part, vrange)
+        if needed is None:
+            reason = RCC_DIAG_PLL_RANGE
+        elif latency < needed:
+            reason = RCC_DIAG_LATENCY
+    if reason != RCC_DIAG_OK:
+        _refuse(regs, reason, hz)
+        return old_sws
+    regs[RCC_DIAG_SYSCLK] = hz
+    return sw
+
+
 def _mirror(value, on_bit, rdy_bit):
     if value & on_bit:
         return value | rdy_bit
     return value & ~rdy_bit
 
 
-def rcc_write(regs, offset, value):
-    """Apply a 32-bit CPU write of `value` at `offset` (word aligned)."""
+def rcc_write(regs, offset, value, board=None):
+    """Apply a 32-bit CPU write of `value` at `offset` (word aligned). `board`: what
+    rcc_board() read over the bus (None: no clock-tree checks)."""
     value = value & 0xFFFFFFFF
     if offset == RCC_CR:
         for pair in CR_READY_PAIRS:
             value = _mirror(value, pair[0], pair[1])
+        if value & CR_PLLON and board is not None:
+            saved = regs.get(RCC_CR, 0)
+            regs[RCC_CR] = value                    # the PLL source's ready bit as now written
+            reason, hz = pll_check(regs, board[0])
+            regs[RCC_CR] = saved
+            if reason != RCC_DIAG_OK:
+                _refuse(regs, reason, hz)
+                value = value & ~CR_PLLRDY          # the PLL never locks
         regs[RCC_CR] = value
     elif offset == RCC_CFGR:
-        sw = value & CFGR_SW_MASK
-        regs[RCC_CFGR] = (value & ~CFGR_SWS_MASK) | (sw << 2)
+        sws = rcc_switch(regs, value, board)
+        regs[RCC_CFGR] = (value & ~CFGR_SWS_MASK) | (sws << 2)
+    elif offset in (RCC_DIAG_SYSCLK, RCC_DIAG_REASON, RCC_DIAG_HZ):
+        pass
     elif offset == RCC_BDCR:
         regs[RCC_BDCR] = _mirror(value, BDCR_LSEON, BDCR_LSERDY)
     elif offset == RCC_CSR:
@@ -184,5 +360,45 @@ except NameError:
 
 if tol_rcc is None or _req("isInit"):
     tol_rcc = rcc_reset()
+
+
+def _bus():
+    try:
+        return self.GetMachine().SystemBus
+    except Exception:
+        return None
+
+
+RCC_DIAG_TEXT = {
+    RCC_DIAG_LATENCY: "too few flash wait states (FLASH_ACR.LATENCY) for the new HCLK",
+    RCC_DIAG_PLL_RANGE: "PLL or SYSCLK outside its documented range (PLLM/PLLN/PLLR, VCO in/out, max clock)",
+    RCC_DIAG_SOURCE_OFF: "the clock (or the PLL's input) is not on and ready",
+}
+
+
+def rcc_refusal_text(regs, board):
+    """One line for the Renode log naming a refusal (empty when there is none)."""
+    reason = regs.get(RCC_DIAG_REASON, 0)
+    if reason == RCC_DIAG_OK:
+        return ""
+    text = "tinyol rcc: refused: %s; asked for %d Hz" % (RCC_DIAG_TEXT.get(reason, "?"), regs.get(RCC_DIAG_HZ, 0))
+    if board is not None:
+        text = text + ", FLASH_ACR.LATENCY=%d, voltage range key %d, part %s" % (board[2], board[1], board[0])
+    return text
+
+
+def _rcc_write_on_board(regs, offset, value):
+    board = None
+    if offset == RCC_CR or offset == RCC_CFGR:
+        board = rcc_board(_bus())
+    before = (regs.get(RCC_DIAG_REASON, 0), regs.get(RCC_DIAG_HZ, 0))
+    rcc_write(regs, offset, value, board)
+    if (regs.get(RCC_DIAG_REASON, 0), regs.get(RCC_DIAG_HZ, 0)) != before:
+        try:
+            self.ErrorLog(rcc_refusal_text(regs, board))
+        except Exception:
+            pass
+
+
 if not _req("isInit"):
-    _access(tol_rcc, rcc_read, rcc_write, (RCC_CIFR, RCC_CICR))
+    _access(tol_rcc, rcc_read, _rcc_write_on_board, (RCC_CIFR, RCC_CICR))

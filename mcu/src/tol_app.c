@@ -147,6 +147,30 @@ static tol_status_t tol_app_on_stats(tol_app_t *app, const tol_frame_t *req, uin
     return TOL_OK;
 }
 
+/* BOARD: what `tinyol doctor` checks (docs/protocol.md). The cycle counter and its
+ * epoch let the host measure the core clock against its own; sysclk/baud are read back
+ * from the clock and UART registers; the store's geometry is tol_flash_region()'s. */
+static tol_status_t tol_app_on_board(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
+{
+    TOL_CHECK(req->length == 0u, TOL_ERR_LENGTH);
+    const tol_hal_info_t *hi = tol_hal_info();
+    uint8_t *p = tol_app_reply_buf(app);
+    tol_flash_region_t r = {0u, 0u, 0u};
+    tol_status_t flash = tol_flash_region(&r);
+    tol_put_u32(p + 0, tol_hal_cycles());
+    tol_put_u32(p + 4, tol_hal_cycles_epoch());
+    tol_put_u32(p + 8, hi->cpu_hz);
+    tol_put_u32(p + 12, hi->sysclk_hz);
+    tol_put_u32(p + 16, hi->uart_baud);
+    tol_put_u32(p + 20, r.page_bytes);
+    tol_put_u32(p + 24, r.start);
+    tol_put_u32(p + 28, r.bytes);
+    p[32] = (uint8_t)flash;
+    p[33] = 0u;
+    *len = 34u;
+    return TOL_OK;
+}
+
 /* EXIT with this code provokes a fault instead (test builds): checks the fault report. */
 #define TOL_EXIT_CODE_FAULT 0xFEu
 
@@ -217,6 +241,8 @@ static tol_status_t tol_app_dispatch(tol_app_t *app, const tol_frame_t *req, uin
         return tol_app_on_exit(app, req, len);
     case TOL_MSG_BENCH:
         return tol_app_on_bench(app, req, len);
+    case TOL_MSG_BOARD:
+        return tol_app_on_board(app, req, len);
     case TOL_MSG_SAMPLE:
     case TOL_MSG_PREDICT:
     case TOL_MSG_EMBED:

@@ -30,9 +30,15 @@ static uint32_t tol_stage_n_weights_(const tol_stage_layer_t *l)
     }
 }
 
+/* 1 for the layers with parameters (DENSE, CONV, DWCONV). */
+static int tol_stage_linear_(const tol_stage_layer_t *l)
+{
+    return l->kind == TOL_STAGE_DENSE || l->kind == TOL_STAGE_CONV || l->kind == TOL_STAGE_DWCONV;
+}
+
 uint32_t tol_stage_layer_params(const tol_stage_layer_t *l)
 {
-    return l->kind == TOL_STAGE_GAP ? 0u : tol_stage_n_weights_(l) + l->out_c;
+    return tol_stage_linear_(l) ? tol_stage_n_weights_(l) + l->out_c : 0u;
 }
 
 uint32_t tol_stage_params(const tol_stage_layer_t *layers, uint8_t n_layers)
@@ -42,20 +48,41 @@ uint32_t tol_stage_params(const tol_stage_layer_t *layers, uint8_t n_layers)
     return p;
 }
 
+uint32_t tol_stage_layer_trained(const tol_stage_layer_t *l)
+{
+    if (!tol_stage_linear_(l) || l->train == (uint8_t)TOL_STAGE_TRAIN_FROZEN) return 0u;
+    return l->train == (uint8_t)TOL_STAGE_TRAIN_BIAS ? l->out_c : tol_stage_layer_params(l);
+}
+
+uint32_t tol_stage_trained(const tol_stage_layer_t *layers, uint8_t n_layers)
+{
+    uint32_t t = 0;
+    for (uint8_t i = 0; i < n_layers; i++) t += tol_stage_layer_trained(&layers[i]);
+    return t;
+}
+
 /* 1 if layer l is well formed (output shape from input shape and kernel). */
 static int tol_stage_layer_ok_(const tol_stage_layer_t *l)
 {
     if (l->in_h == 0u || l->in_w == 0u || l->in_c == 0u || l->out_c == 0u) return 0;
+    if (l->train > (uint8_t)TOL_STAGE_TRAIN_FROZEN || (l->train != 0u && !tol_stage_linear_(l))) return 0;
     if (l->act > (uint8_t)TOL_STAGE_ACT_RELU6) return 0;
     switch (l->kind) {
     case TOL_STAGE_DENSE:
         return l->out_h == 1u && l->out_w == 1u;
     case TOL_STAGE_GAP:
+    case TOL_STAGE_GMAXPOOL:
         return l->out_h == 1u && l->out_w == 1u && l->out_c == l->in_c && l->act == 0u;
+    case TOL_STAGE_MAXPOOL:
+    case TOL_STAGE_AVGPOOL:
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV:
         if (l->kh == 0u || l->kw == 0u || l->sh == 0u || l->sw == 0u) return 0;
         if (l->kind == TOL_STAGE_DWCONV && (l->out_c % l->in_c) != 0u) return 0;
+        if ((l->kind == TOL_STAGE_MAXPOOL || l->kind == TOL_STAGE_AVGPOOL) &&
+            (l->out_c != l->in_c || l->act != 0u)) {
+            return 0; /* a window over each channel, no activation */
+        }
         if (l->pt >= l->kh || l->pl >= l->kw || l->out_h == 0u || l->out_w == 0u) return 0;
         /* every output window starts inside the padded input */
         return (uint32_t)(l->out_h - 1u) * l->sh < (uint32_t)l->in_h + l->pt &&
@@ -73,14 +100,15 @@ static int tol_stage_chain_ok_(const tol_stage_layer_t *layers, uint8_t n)
         if (i > 0u && tol_stage_in_size_(&layers[i]) != tol_stage_out_size_(&layers[i - 1u])) return 0;
     }
     const tol_stage_layer_t *last = &layers[n - 1u];
-    return last->kind == TOL_STAGE_DENSE && last->act == 0u && tol_stage_in_size_(&layers[0]) <= 0xFFFFu;
+    return last->kind == TOL_STAGE_DENSE && last->act == 0u && last->train == 0u &&
+           tol_stage_in_size_(&layers[0]) <= 0xFFFFu;
 }
 
 size_t tol_stage_bytes(const tol_stage_config_t *cfg)
 {
     if (!tol_stage_chain_ok_(cfg->layers, cfg->n_layers)) return 0u;
     const uint8_t n = cfg->n_layers;
-    const size_t p = tol_stage_params(cfg->layers, n);
+    const size_t p = tol_stage_trained(cfg->layers, n);
     size_t acts = 0, maxsz = 0;
     for (uint8_t i = 0; i < n; i++) {
         const size_t in = tol_stage_in_size_(&cfg->layers[i]);
@@ -149,8 +177,12 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
     TOL_CHECK(cfg->init_classes <= last->out_c, TOL_ERR_ARG);
     TOL_TRY(tol_stage_check_settings_(cfg, &cfg->settings));
     TOL_CHECK(mem_bytes >= tol_stage_bytes(cfg), TOL_ERR_OVERFLOW);
+    /* parameters that do not train are read from the export */
+    TOL_CHECK(cfg->init_params != NULL ||
+                  tol_stage_trained(cfg->layers, cfg->n_layers) == tol_stage_params(cfg->layers, cfg->n_layers),
+              TOL_ERR_ARG);
     S->cfg = *cfg;
-    S->n_params = tol_stage_params(cfg->layers, cfg->n_layers);
+    S->n_params = tol_stage_trained(cfg->layers, cfg->n_layers);
     S->latent = tol_stage_in_size_(&cfg->layers[0]);
     S->rows = last->out_c;
     size_t acts = 0, maxsz = 0;
@@ -199,10 +231,35 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
     return TOL_OK;
 }
 
-/* Offset of the last layer's parameters in params[]. */
+/* Offset of the last layer's parameters in params[] (it trains all of them). */
 static uint32_t tol_stage_last_offset_(const tol_stage_t *S)
 {
-    return tol_stage_params(S->cfg.layers, (uint8_t)(S->cfg.n_layers - 1u));
+    return tol_stage_trained(S->cfg.layers, (uint8_t)(S->cfg.n_layers - 1u));
+}
+
+/* Layer l's weights and biases: trained ones in params[] at *toff, the others in the
+ * export at *poff; both offsets move past the layer. */
+static void tol_stage_wb_(const tol_stage_t *S, const tol_stage_layer_t *l, uint32_t *poff,
+                          uint32_t *toff, const float **w, const float **b)
+{
+    const uint32_t nw = tol_stage_n_weights_(l);
+    const float *exp = S->cfg.init_params != NULL ? S->cfg.init_params + *poff : NULL;
+    switch (l->train) {
+    case TOL_STAGE_TRAIN_BIAS:
+        *w = exp;
+        *b = &S->params[*toff];
+        break;
+    case TOL_STAGE_TRAIN_FROZEN:
+        *w = exp;
+        *b = exp != NULL ? exp + nw : NULL;
+        break;
+    default:
+        *w = &S->params[*toff];
+        *b = *w + nw;
+        break;
+    }
+    *poff += tol_stage_layer_params(l);
+    *toff += tol_stage_layer_trained(l);
 }
 
 void tol_stage_reset(tol_stage_t *S)
@@ -211,7 +268,15 @@ void tol_stage_reset(tol_stage_t *S)
     S->set = c->settings;
     tol_prng_seed(&S->prng, c->seed);
     if (c->init_params != NULL) {
-        memcpy(S->params, c->init_params, (size_t)S->n_params * sizeof(float));
+        /* the trained parts of the export, layer after layer */
+        uint32_t poff = 0, toff = 0;
+        for (uint8_t i = 0; i < c->n_layers; i++) {
+            const tol_stage_layer_t *l = &c->layers[i];
+            const uint32_t np = tol_stage_layer_params(l), nt = tol_stage_layer_trained(l);
+            memcpy(&S->params[toff], &c->init_params[poff + np - nt], (size_t)nt * sizeof(float));
+            poff += np;
+            toff += nt;
+        }
     } else {
         memset(S->params, 0, (size_t)S->n_params * sizeof(float));
     }
@@ -311,10 +376,92 @@ static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_
     *k1 = (uint32_t)(hi > lo ? hi : lo);
 }
 
-static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *x,
-                                     float *y)
+/* ---- pooling (no parameters; windows placed as a convolution's, padded taps skipped) ---- */
+
+/* The window of output (oy, ox): taps [ky0, ky1) x [kx0, kx1) inside the input, and the
+ * input position of tap (ky0, kx0). */
+typedef struct {
+    uint32_t ky0, ky1, kx0, kx1, iy0, ix0;
+} tol_stage_win_t;
+
+static tol_stage_win_t tol_stage_win_(const tol_stage_layer_t *l, uint32_t oy, uint32_t ox)
 {
-    const float *b = w + tol_stage_n_weights_(l);
+    tol_stage_win_t w;
+    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &w.ky0, &w.ky1);
+    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &w.kx0, &w.kx1);
+    w.iy0 = oy * l->sh + w.ky0 - l->pt;
+    w.ix0 = ox * l->sw + w.kx0 - l->pl;
+    return w;
+}
+
+/* Index in x of the first largest tap of channel c in window w (strictly larger replaces). */
+static size_t tol_stage_argmax_(const tol_stage_layer_t *l, const tol_stage_win_t *w,
+                                const float *x, uint32_t c)
+{
+    size_t best = ((size_t)w->iy0 * l->in_w + w->ix0) * l->in_c + c;
+    for (uint32_t iy = w->iy0; iy < w->iy0 + (w->ky1 - w->ky0); iy++) {
+        for (uint32_t ix = w->ix0; ix < w->ix0 + (w->kx1 - w->kx0); ix++) {
+            const size_t k = ((size_t)iy * l->in_w + ix) * l->in_c + c;
+            if (x[k] > x[best]) best = k;
+        }
+    }
+    return best;
+}
+
+/* MAXPOOL / AVGPOOL forward (back = 0), or backward (back = 1: dx += the share of d). */
+static void tol_stage_pool_(const tol_stage_layer_t *l, const float *x, float *y, const float *d,
+                            float *dx, int back)
+{
+    const uint32_t cn = l->in_c;
+    const int avg = l->kind == TOL_STAGE_AVGPOOL;
+    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+            const tol_stage_win_t w = tol_stage_win_(l, oy, ox);
+            const size_t o = ((size_t)oy * l->out_w + ox) * cn;
+            const float n = (float)((w.ky1 - w.ky0) * (w.kx1 - w.kx0));
+            for (uint32_t c = 0; c < cn; c++) {
+                if (!avg) {
+                    const size_t k = tol_stage_argmax_(l, &w, x, c);
+                    if (back) {
+                        dx[k] += d[o + c];
+                    } else {
+                        y[o + c] = x[k];
+                    }
+                    continue;
+                }
+                const float g = back ? d[o + c] / n : 0.0f;
+                float sum = 0.0f;
+                for (uint32_t iy = w.iy0; iy < w.iy0 + (w.ky1 - w.ky0); iy++) {
+                    for (uint32_t ix = w.ix0; ix < w.ix0 + (w.kx1 - w.kx0); ix++) {
+                        const size_t k = ((size_t)iy * l->in_w + ix) * cn + c;
+                        if (back) {
+                            dx[k] += g;
+                        } else {
+                            sum += x[k];
+                        }
+                    }
+                }
+                if (!back) y[o + c] = sum / n;
+            }
+        }
+    }
+}
+
+/* GMAXPOOL: index in x of channel c's first largest value. */
+static size_t tol_stage_gargmax_(const tol_stage_layer_t *l, const float *x, uint32_t c)
+{
+    const uint32_t np = (uint32_t)l->in_h * l->in_w;
+    size_t best = c;
+    for (uint32_t p = 1; p < np; p++) {
+        const size_t k = (size_t)p * l->in_c + c;
+        if (x[k] > x[best]) best = k;
+    }
+    return best;
+}
+
+static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w, const float *b,
+                                     const float *x, float *y)
+{
     switch (l->kind) {
     case TOL_STAGE_DENSE: {
         const uint32_t n = tol_stage_in_size_(l);
@@ -395,6 +542,13 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
         }
         break;
     }
+    case TOL_STAGE_MAXPOOL:
+    case TOL_STAGE_AVGPOOL:
+        tol_stage_pool_(l, x, y, NULL, NULL, 0);
+        break;
+    case TOL_STAGE_GMAXPOOL:
+        for (uint32_t c = 0; c < l->in_c; c++) y[c] = x[tol_stage_gargmax_(l, x, c)];
+        break;
     default:
         break;
     }
@@ -410,15 +564,14 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
     }
 }
 
-/* Add this sample's gradient to g (layer's slice), and, if dx != NULL, write
- * the input delta dx from the output delta d. x: the layer's input. Output
- * elements whose delta is zero (ReLU-masked, inactive rows) are skipped: their
- * terms are +-0, which leave sums that start at +0.0f unchanged. */
+/* Add this sample's gradient to g (weights, NULL if they do not train) and gb
+ * (biases, NULL if they do not train), and, if dx != NULL, write the input delta dx
+ * from the output delta d. x: the layer's input. Output elements whose delta is zero
+ * (ReLU-masked, inactive rows) are skipped: their terms are +-0, which leave sums that
+ * start at +0.0f unchanged. */
 static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w, const float *x,
-                                      const float *d, float *g, float *dx)
+                                      const float *d, float *g, float *gb, float *dx)
 {
-    const uint32_t nw = tol_stage_n_weights_(l);
-    float *gb = g + nw;
     if (dx != NULL) memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
     switch (l->kind) {
     case TOL_STAGE_DENSE: {
@@ -426,8 +579,8 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         for (uint32_t o = 0; o < l->out_c; o++) {
             const float dv = d[o];
             if (dv == 0.0f) continue;
-            tol_stage_axpy_(&g[(size_t)o * n], dv, x, n);
-            gb[o] += dv;
+            if (g != NULL) tol_stage_axpy_(&g[(size_t)o * n], dv, x, n);
+            if (gb != NULL) gb[o] += dv;
             if (dx != NULL) tol_stage_axpy_(dx, dv, &w[(size_t)o * n], n);
         }
         break;
@@ -451,7 +604,8 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
                 for (uint32_t co = 0; co < cout; co++) {
                     const float dv = dp[co];
                     if (dv == 0.0f) continue;
-                    gb[co] += dv;
+                    if (gb != NULL) gb[co] += dv;
+                    if (g == NULL && dx == NULL) continue;
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
                         const size_t xrow = ((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin;
                         if (dw) {
@@ -459,14 +613,14 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
                             for (uint32_t kx = kx0; kx < kx1; kx++) {
                                 const size_t k = ((size_t)ky * l->kw + kx) * cout + co;
                                 const size_t xo = xrow + (size_t)(kx - kx0) * cin + ci;
-                                g[k] = tol_fmac_mla(g[k], dv, x[xo]);
+                                if (g != NULL) g[k] = tol_fmac_mla(g[k], dv, x[xo]);
                                 if (dx != NULL) dx[xo] = tol_fmac_mla(dx[xo], dv, w[k]);
                             }
                         } else {
                             /* one contiguous run per kernel row (each gW and dx element
                              * takes one term from this output element: order-free) */
                             const size_t k = (size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin;
-                            tol_stage_axpy_(&g[k], dv, &x[xrow], run);
+                            if (g != NULL) tol_stage_axpy_(&g[k], dv, &x[xrow], run);
                             if (dx != NULL) tol_stage_axpy_(&dx[xrow], dv, &w[k], run);
                         }
                     }
@@ -484,6 +638,14 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         }
         break;
     }
+    case TOL_STAGE_MAXPOOL:
+    case TOL_STAGE_AVGPOOL:
+        if (dx != NULL) tol_stage_pool_(l, x, NULL, d, dx, 1);
+        break;
+    case TOL_STAGE_GMAXPOOL:
+        if (dx == NULL) break;
+        for (uint32_t c = 0; c < l->in_c; c++) dx[tol_stage_gargmax_(l, x, c)] += d[c];
+        break;
     default:
         break;
     }
@@ -494,12 +656,13 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
 static float *tol_stage_forward_(tol_stage_t *S, const float *x)
 {
     const float *in = x;
-    const float *w = S->params;
+    uint32_t poff = 0, toff = 0;
     float *out = S->acts;
     for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
         const tol_stage_layer_t *l = &S->cfg.layers[i];
-        tol_stage_layer_forward_(l, w, in, out);
-        w += tol_stage_layer_params(l);
+        const float *w, *b;
+        tol_stage_wb_(S, l, &poff, &toff, &w, &b);
+        tol_stage_layer_forward_(l, w, b, in, out);
         in = out;
         out += tol_stage_out_size_(l);
     }
@@ -538,20 +701,35 @@ static void tol_stage_grad_add_(tol_stage_t *S, const float *x, uint16_t label, 
         const float t = (r == label) ? 1.0f : 0.0f;
         d[r] = S->active[r] ? (S->probs[r] - t) * weight : 0.0f;
     }
-    /* offsets of each layer's parameters and output */
-    uint32_t poff = S->n_params;
+    /* each layer's weights and biases (trained or exported), its trained offset, its
+     * output's offset; backward ends at the first layer that trains (sparse update) */
+    const float *ws[TOL_STAGE_MAX_LAYERS], *bs[TOL_STAGE_MAX_LAYERS];
+    uint32_t toffs[TOL_STAGE_MAX_LAYERS];
+    uint32_t poff = 0, toff = 0;
+    uint8_t first = (uint8_t)(n - 1u);
     size_t aoff = 0;
-    for (uint8_t i = 0; i < n; i++) aoff += tol_stage_out_size_(&S->cfg.layers[i]);
-    int cur = 0;
-    for (uint8_t i = n; i-- > 0u;) {
+    for (uint8_t i = 0; i < n; i++) {
         const tol_stage_layer_t *l = &S->cfg.layers[i];
-        poff -= tol_stage_layer_params(l);
+        toffs[i] = toff;
+        if (tol_stage_layer_trained(l) > 0u && i < first) first = i;
+        tol_stage_wb_(S, l, &poff, &toff, &ws[i], &bs[i]);
+        aoff += tol_stage_out_size_(l);
+    }
+    int cur = 0;
+    for (uint8_t i = n; i-- > first;) {
+        const tol_stage_layer_t *l = &S->cfg.layers[i];
         aoff -= tol_stage_out_size_(l);
         const float *y = &S->acts[aoff];
         const float *in = i > 0u ? &S->acts[aoff - tol_stage_in_size_(l)] : x;
         tol_stage_act_backward_(l->act, y, S->delta[cur], tol_stage_out_size_(l));
-        float *dx = i > 0u ? S->delta[1 - cur] : NULL;
-        tol_stage_layer_backward_(l, &S->params[poff], in, S->delta[cur], &S->grads[poff], dx);
+        float *dx = i > first ? S->delta[1 - cur] : NULL;
+        float *g = &S->grads[toffs[i]];
+        const int all = l->train == (uint8_t)TOL_STAGE_TRAIN_ALL;
+        float *gw = all ? g : NULL;
+        float *gb = !tol_stage_linear_(l) || l->train == (uint8_t)TOL_STAGE_TRAIN_FROZEN
+                        ? NULL
+                        : (all ? g + tol_stage_n_weights_(l) : g);
+        tol_stage_layer_backward_(l, ws[i], in, S->delta[cur], gw, gb, dx);
         cur = 1 - cur;
     }
 }
@@ -596,8 +774,9 @@ static tol_status_t tol_stage_step_(tol_stage_t *S)
         uint32_t off = 0;
         for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
             const tol_stage_layer_t *l = &S->cfg.layers[i];
-            const uint32_t nw = tol_stage_n_weights_(l);
-            const uint32_t np = tol_stage_layer_params(l);
+            const uint32_t np = tol_stage_layer_trained(l);
+            /* the trained weights (decayed) then biases */
+            const uint32_t nw = l->train == (uint8_t)TOL_STAGE_TRAIN_ALL ? tol_stage_n_weights_(l) : 0u;
             float *mom = S->mom != NULL ? &S->mom[off] : NULL;
             chk = tol_stage_sgd_(&S->params[off], mom, &S->grads[off], nw, lr, mu, wd, 1, chk, commit);
             chk = tol_stage_sgd_(&S->params[off + nw], mom != NULL ? mom + nw : NULL, &S->grads[off + nw],
@@ -757,9 +936,10 @@ uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
     uint32_t h = 2166136261u;
     for (uint8_t i = 0; i < n_layers; i++) {
         const tol_stage_layer_t *l = &layers[i];
-        const uint32_t f[14] = {l->kind, l->act, l->kh, l->kw, l->sh, l->sw, l->pt, l->pl,
-                                l->in_h, l->in_w, l->in_c, l->out_h, l->out_w, l->out_c};
-        for (int k = 0; k < 14; k++) {
+        const uint32_t f[15] = {l->kind, l->act, l->kh, l->kw, l->sh, l->sw, l->pt, l->pl,
+                                l->in_h, l->in_w, l->in_c, l->out_h, l->out_w, l->out_c, l->train};
+        const int nf = l->train != 0u ? 15 : 14;
+        for (int k = 0; k < nf; k++) {
             for (int b = 0; b < 4; b++) {
                 h ^= (uint8_t)(f[k] >> (8 * b));
                 h *= 16777619u;

@@ -13,7 +13,8 @@ static uint8_t out_buf[1 << 16];
 static size_t out_len;
 static uint32_t fake_cycles;
 static int exit_code = -1;
-static tol_hal_info_t info = {.board = "hosttest", .boot_count = 1, .cpu_hz = 80000000u, .emulated = true};
+static tol_hal_info_t info = {.board = "hosttest", .boot_count = 1, .cpu_hz = 80000000u, .emulated = true,
+                              .sysclk_hz = 80000000u, .uart_baud = 115200u};
 static tol_app_t app;
 
 void tol_hal_init(void) {}

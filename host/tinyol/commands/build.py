@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..firmware import BuildConfig, build
-from ..options import board_option, model_option
+from ..options import app_options, board_option, model_option
 
 
 @click.command("build")
@@ -13,16 +13,18 @@ from ..options import board_option, model_option
 @click.option("--kernels", type=click.Choice(["simd", "ref"]), default=None,
               help="int8 kernel implementation (default: simd on boards, ref on native).")
 @click.option("--test-build", is_flag=True, help="Semihosting exit and the EXIT message (QEMU tests).")
+@app_options
 @click.pass_context
-def cmd(ctx, board, model, kernels, test_build):
+def cmd(ctx, board, model, kernels, test_build, app, stride):
     """Build the firmware for BOARD with PlatformIO, offline.
 
     \b
     Example:
       tinyol build --board nucleo_l476rg
       tinyol build --board native --model models/anomaly
+      tinyol build --board disco_l475vg_iot01a --model models/imu --app imu
     """
     verbose = ctx.find_root().obj.get("verbose", False)
-    res = build(BuildConfig(board, model, kernels, test_build), verbose=verbose, echo=click.echo)
+    res = build(BuildConfig(board, model, kernels, test_build, app, stride), verbose=verbose, echo=click.echo)
     target = res.program if board == "native" else res.elf
     click.echo(f"built {target}")

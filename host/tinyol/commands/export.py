@@ -49,10 +49,16 @@ def _split_arg(value):
               show_default=True)
 @click.option("--seed", type=click.IntRange(0, U32_MAX), default=DEFAULT_LEARNER["seed"], show_default=True,
               help="Device RNG seed (replay sampling).")
+@click.option("--stage-train", default=None, metavar="SPEC",
+              help="What of an adaptive stage (--split before the head) trains on the device: "
+                   "'all' (default), 'bias' (the classifier all, every other layer its biases), "
+                   "or LAYER[:all|bias|frozen],... (named layers as given, the others biases "
+                   "only). What does not train stays in flash: the lean stage "
+                   "(docs/adaptive.md).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        quiet):
+        stage_train, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -70,7 +76,8 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               label_column=label_column, replay_capacity=replay_capacity,
                               replay_bits=int(replay_bits), lr=lr, momentum=momentum,
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
-                              replay_n_old=replay_n_old, seed=seed)
+                              replay_n_old=replay_n_old, seed=seed,
+                              stage_train=stage_train)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "

@@ -22,6 +22,14 @@
 #define TOL_BAUD 115200u
 #endif
 #define TOL_CPU_HZ 80000000u
+/* The clock tree for TOL_CPU_HZ. Overridable only to build deliberately broken firmware
+ * for the emulator and `tinyol doctor` tests (a wrong PLLN, too few wait states). */
+#ifndef TOL_FLASH_LATENCY
+#define TOL_FLASH_LATENCY 4u /* 80 MHz, voltage range 1: RM0351 table 11 (the L4R5 needs 3) */
+#endif
+#ifndef TOL_PLL_N
+#define TOL_PLL_N 40u /* MSI 4 MHz / M 1 * N 40 = VCO 160 MHz; / R 2 = 80 MHz */
+#endif
 #define TOL_RX_RING_BYTES 2048u /* power of two */
 
 extern uint32_t _sdata[], _enoinit[], _sram2[], _eram2[], _estack[], _sstack[];
@@ -62,12 +70,12 @@ static void tol_clock_init(void)
 {
     /* 4 wait states are required at 80 MHz in voltage range 1 (RM0351 table 12) */
     uint32_t acr = TOL_REG(TOL_FLASH_R_BASE, FLASH_ACR);
-    acr = (acr & ~FLASH_ACR_LATENCY_MASK) | 4u | FLASH_ACR_PRFTEN | FLASH_ACR_ICEN | FLASH_ACR_DCEN;
+    acr = (acr & ~FLASH_ACR_LATENCY_MASK) | TOL_FLASH_LATENCY | FLASH_ACR_PRFTEN | FLASH_ACR_ICEN | FLASH_ACR_DCEN;
     TOL_REG(TOL_FLASH_R_BASE, FLASH_ACR) = acr;
     /* Silicon applies the latency within a few cycles and reads it back; QEMU
      * does not implement FLASH_ACR (reads 0), hence the bounded wait. */
     for (uint32_t tries = 0; tries < 1000u; tries++) {
-        if ((TOL_REG(TOL_FLASH_R_BASE, FLASH_ACR) & FLASH_ACR_LATENCY_MASK) == 4u) break;
+        if ((TOL_REG(TOL_FLASH_R_BASE, FLASH_ACR) & FLASH_ACR_LATENCY_MASK) == TOL_FLASH_LATENCY) break;
     }
     /* MSI is the reset clock (4 MHz); make sure it is on and ready */
     TOL_REG(TOL_RCC_BASE, RCC_CR) |= RCC_CR_MSION;
@@ -78,7 +86,7 @@ static void tol_clock_init(void)
     }
     /* VCO = 4 MHz / 1 * 40 = 160 MHz; SYSCLK = VCO / 2 = 80 MHz */
     TOL_REG(TOL_RCC_BASE, RCC_PLLCFGR) = RCC_PLLCFGR_SRC_MSI | (0u << RCC_PLLCFGR_M_POS) |
-                                         (40u << RCC_PLLCFGR_N_POS) | RCC_PLLCFGR_REN |
+                                         (TOL_PLL_N << RCC_PLLCFGR_N_POS) | RCC_PLLCFGR_REN |
                                          (0u << RCC_PLLCFGR_R_POS);
     TOL_REG(TOL_RCC_BASE, RCC_CR) |= RCC_CR_PLLON;
     while ((TOL_REG(TOL_RCC_BASE, RCC_CR) & RCC_CR_PLLRDY) == 0u) {
@@ -87,6 +95,30 @@ static void tol_clock_init(void)
     TOL_REG(TOL_RCC_BASE, RCC_CFGR) = (cfgr & ~RCC_CFGR_SW_MASK) | RCC_CFGR_SW_PLL;
     while ((TOL_REG(TOL_RCC_BASE, RCC_CFGR) & RCC_CFGR_SWS_MASK) != RCC_CFGR_SWS_PLL) {
     }
+}
+
+/* SYSCLK as the RCC registers read back (what the silicon runs at, whatever TOL_CPU_HZ
+ * says): MSI (range from CR.MSIRANGE or CSR.MSISRANGE), HSI16, or the PLL from MSI/HSI16.
+ * 0 when the source is one this firmware never uses (HSE). */
+static uint32_t tol_sysclk_readback(void)
+{
+    static const uint32_t msi_khz[12] = {100u, 200u, 400u, 800u, 1000u, 2000u,
+                                         4000u, 8000u, 16000u, 24000u, 32000u, 48000u};
+    uint32_t cr = TOL_REG(TOL_RCC_BASE, RCC_CR);
+    uint32_t range = (cr & RCC_CR_MSIRGSEL) != 0u ? (cr >> RCC_CR_MSIRANGE_POS) & 0xFu
+                                                  : (TOL_REG(TOL_RCC_BASE, RCC_CSR) >> RCC_CSR_MSISRANGE_POS) & 0xFu;
+    uint32_t msi = range < 12u ? msi_khz[range] * 1000u : 0u;
+    uint32_t sws = (TOL_REG(TOL_RCC_BASE, RCC_CFGR) & RCC_CFGR_SWS_MASK) >> 2;
+    if (sws == 0u) return msi;
+    if (sws == 1u) return 16000000u;
+    if (sws != 3u) return 0u;
+    uint32_t pll = TOL_REG(TOL_RCC_BASE, RCC_PLLCFGR);
+    uint32_t src = pll & 3u;
+    uint32_t in = src == 1u ? msi : (src == 2u ? 16000000u : 0u);
+    uint32_t m = ((pll >> RCC_PLLCFGR_M_POS) & 0xFu) + 1u;
+    uint32_t n = (pll >> RCC_PLLCFGR_N_POS) & 0x7Fu;
+    uint32_t r = 2u * (((pll >> RCC_PLLCFGR_R_POS) & 3u) + 1u);
+    return (uint32_t)((uint64_t)in / m * n / r);
 }
 
 static void tol_pin_af(const tol_pin_t *pin, bool pull_up)
@@ -192,6 +224,14 @@ void tol_hal_init(void)
     tol_info.flash_used = (uint32_t)((uintptr_t)_eflash_used - (uintptr_t)_flash_origin);
     tol_info.flash_total = (uint32_t)(uintptr_t)_flash_length;
     tol_info.emulated = !tol_use_dwt;
+    /* the console's real baud: the UART's clock (SYSCLK, APB prescalers at 1) over BRR */
+    tol_info.sysclk_hz = tol_sysclk_readback();
+    uint32_t brr = TOL_REG(tol_board.uart_base, USART_BRR);
+    if (brr != 0u) {
+        tol_info.uart_baud = tol_board.uart_is_lpuart
+                                 ? (uint32_t)(((uint64_t)tol_info.sysclk_hz * 256u + brr / 2u) / brr)
+                                 : (tol_info.sysclk_hz + brr / 2u) / brr;
+    }
     __asm volatile("cpsie i" ::: "memory");
 }
 

@@ -29,6 +29,7 @@
 #define TOL_GPIOE_BASE   0x48001000u
 #define TOL_GPIOF_BASE   0x48001400u
 #define TOL_GPIOG_BASE   0x48001800u
+#define TOL_I2C2_BASE    0x40005800u
 
 /* ---- interrupt numbers (position in the vector table minus 16) --------- */
 #define TOL_USART1_IRQN  37
@@ -41,6 +42,8 @@
 #define RCC_CR        0x00u
 #define RCC_CR_MSION      (1u << 0)
 #define RCC_CR_MSIRDY     (1u << 1)
+#define RCC_CR_MSIRGSEL   (1u << 3)
+#define RCC_CR_MSIRANGE_POS 4u
 #define RCC_CR_HSION      (1u << 8)
 #define RCC_CR_HSIRDY     (1u << 10)
 #define RCC_CR_PLLON      (1u << 24)
@@ -65,6 +68,8 @@
 #define RCC_APB1ENR2_LPUART1EN (1u << 0)
 #define RCC_APB2ENR   0x60u
 #define RCC_APB2ENR_USART1EN  (1u << 14)
+#define RCC_CSR       0x94u
+#define RCC_CSR_MSISRANGE_POS 8u
 
 /* ---- FLASH interface ----------------------------------------------------- */
 #define FLASH_ACR     0x00u

@@ -7,6 +7,10 @@ Project options read from platformio.ini (all optional):
                                       (mcu/app/nomodel: firmware without a model)
   custom_kernels = simd | ref          int8 kernel implementation
   custom_test_build = yes | no         semihosting exit + EXIT message
+  custom_app     = tinyol | imu        tinyol: the protocol firmware (host streams samples);
+                                      imu: the board's own IMU feeds the learner (mcu/app/imu,
+                                      docs/sensor.md; needs TINYOL_APP_INCLUDE, the folder
+                                      holding the imu_config.h `tinyol build --app imu` writes)
   custom_tinyol_firmware = yes | no   no: the project is your own firmware (its
                                       src_dir, the tinyol library via lib_deps);
                                       the platform adds only the board support
@@ -14,7 +18,7 @@ Project options read from platformio.ini (all optional):
                                       HAL; entry point tol_app_main), see
                                       examples/sensor_learner
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
-TINYOL_TEST_BUILD.
+TINYOL_TEST_BUILD, TINYOL_APP.
 """
 import importlib.util
 import json
@@ -50,7 +54,8 @@ def board_support(env, family, board_id, test_build):
     )
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
-        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", exit_impl, "board_%s.c" % board_id]
+        files = ["startup.c", "hal_stm32l4.c", "flash_stm32l4.c", "i2c_stm32l4.c", exit_impl,
+                 "board_%s.c" % board_id]
     else:
         files = ["*.c"]
     env.BuildSources(os.path.join("$BUILD_DIR", "board"), board_dir, src_filter=["-<*>"] + ["+<%s>" % f for f in files])
@@ -133,8 +138,24 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
         CCFLAGS=["-O2", "-g", "-ffunction-sections", "-fdata-sections"] + STRICT,
         CFLAGS=["-std=c11"] + CORE_STRICT,
     )
-    src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels, "+<app/main.c>"]
-    if os.path.isfile(os.path.join(model_dir, "backbone.h")):
+    app = option(env, "custom_app", "tinyol", "TINYOL_APP")
+    if app not in ("tinyol", "imu"):
+        raise SystemExit("tinyol: custom_app must be tinyol or imu, not %r" % app)
+    src = ["-<*>", "+<src/>", "-<src/kernels/>", "+<src/kernels/%s/>" % kernels]
+    if app == "imu":
+        # the sensor firmware over tinyol.h: no protocol app, the IMU driver (I2C) or a file
+        inc = os.environ.get("TINYOL_APP_INCLUDE")
+        if not inc or not os.path.isfile(os.path.join(inc, "imu_config.h")):
+            raise SystemExit("tinyol: custom_app = imu needs TINYOL_APP_INCLUDE, a folder with "
+                             "imu_config.h (`tinyol build --app imu` writes it)")
+        env.Append(CPPPATH=[inc])
+        src += ["-<src/tol_app.c>", "+<embed/>", "+<app/imu/main.c>"]
+        src += (["+<app/imu/imu_lsm6dsx.c>", "+<boards/stm32l4/i2c_stm32l4.c>"] if family == "stm32l4"
+                else ["+<app/imu/imu_file.c>"])
+        env.Append(CPPPATH=[os.path.join(mcu, "app", "imu")])
+    else:
+        src += ["+<app/main.c>"]
+    if app == "tinyol" and os.path.isfile(os.path.join(model_dir, "backbone.h")):
         # a model directory without backbone.h brings its own glue; the one glue (model.c)
         # drives the learner of the export: the adaptive stage when the directory has
         # stage_init.c (export --split before the head), else the one-layer head
@@ -154,6 +175,6 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     # flatbuffer for users who run TFLM, not needed by our AOT backbone
     env.BuildSources(os.path.join("$BUILD_DIR", "model"), model_dir, src_filter=["+<*.c>", "-<model_data.c>"])
     shown = os.path.relpath(model_dir, project) if model_dir.startswith(project + os.sep) else model_dir
-    print("tinyol: model=%s kernels=%s test_build=%s" % (shown, kernels,
-                                                       "yes" if test_build else "no"))
+    print("tinyol: model=%s kernels=%s test_build=%s app=%s" % (shown, kernels,
+                                                              "yes" if test_build else "no", app))
     return {"model_dir": model_dir, "kernels": kernels, "test_build": test_build}
