@@ -77,6 +77,10 @@ CASES = {
     # SIMD depthwise blocks: stride 2 with a partial clamp, 5x5 border/interior, tail channels
     "dw_3x3_stride2_relu6": _seq((9, 10, 8), dw(3, strides=2, padding="same", activation="relu6")),
     "dw_5x5_same_c6": _seq((7, 8, 6), dw(5, padding="same")),
+    # maps that are mostly border run pixel by pixel (SIMD): mobilenet's last 3x3x1024 shape, and
+    # stride 2 onto a 3x3 map with a clamp
+    "dw_3x3_same_tiny": _seq((3, 3, 12), dw(3, padding="same")),
+    "dw_3x3_s2_small_relu6": _seq((6, 5, 8), dw(3, strides=2, padding="same", activation="relu6")),
     # FULLY_CONNECTED (+ Flatten's shape ops and RESHAPE)
     "fc_flatten": _seq((4, 4, 3), layers.Flatten(), layers.Dense(10, bias_initializer=RB)),
     "fc_relu_odd": _seq((37,), layers.Dense(13, activation="relu", bias_initializer=RB)),
@@ -99,7 +103,7 @@ CASES = {
 }
 
 FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
-        "dw_3x3_same", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
+        "dw_3x3_same", "dw_3x3_same_tiny", "dw_3x3_s2_small_relu6", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
         "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
 
@@ -143,15 +147,16 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
-    path = _model(models, "conv_3x3_same_relu")
-    x = random_inputs((9, 7, 5), 3, seed=7)
-    want = codegen.run_tflm(path, x).reshape(3, -1)
-    counts = {}
-    for impl in IMPLS:
-        got, instr = run_on_m4(path, impl, x, tmp_path)
-        assert np.array_equal(got, want), impl
-        counts[impl] = instr
-    assert counts["simd"] < counts["ref"], counts
+    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny"):
+        path = _model(models, name)
+        x = random_inputs(CASES[name][1], 3, seed=7)
+        want = codegen.run_tflm(path, x).reshape(3, -1)
+        counts = {}
+        for impl in IMPLS:
+            got, instr = run_on_m4(path, impl, x, tmp_path / name)
+            assert np.array_equal(got, want), (name, impl)
+            counts[impl] = instr
+        assert counts["simd"] < counts["ref"], (name, counts)
 
 
 # ----------------------------------------------------------------------------- requantization

@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tinyol import bench, tflm_bench
@@ -69,3 +70,100 @@ def test_digits_side_by_side_with_tflm_cmsis_nn(tmp_path):
     assert abs(sum(v for _, v in c.ours.ops) - c.ours.instructions) < 100
     assert t.arena == bench.TFLM_ANCHORS[c.sha16]["arena"]
     assert 0 < c.ours.stack < 8192 and 0 < t.stack < 8192
+
+
+def test_harness_table_covers_every_operator_the_exporter_accepts():
+    # the exporter's own table and shape-only set (codegen), not the harness's: a new op there
+    # without a registration here would make `bench --tflm` fail on the user's model again
+    from tinyol import codegen
+
+    accepted = set(codegen._OPS) | (codegen._SHAPE_OPS - {"REDUCE_PROD"})
+    assert accepted <= set(tflm_bench.HARNESS_OPS), accepted - set(tflm_bench.HARNESS_OPS)
+    # each resolver method is one TFLM really has (its header in the shared tree, when present)
+    hdr = next(iter(sorted((ROOT / "build" / "tflm").glob("src-*/tflm/tensorflow/lite/micro/"
+                                                        "micro_mutable_op_resolver.h"))), None)
+    if hdr is not None:
+        text = hdr.read_text()
+        for name, (method, _) in tflm_bench.HARNESS_OPS.items():
+            assert f"TfLiteStatus {method}(" in text, name
+            assert f"Register_{name}()" in text, name
+
+
+def test_model_ops_and_unknown_operator_is_one_clear_error(monkeypatch):
+    import tinyol.tflite_model as tm
+    from tinyol.errors import TinyolError
+
+    tfl = (ROOT / "models" / "ds_cnn" / "backbone.tflite").read_bytes()
+    assert set(tflm_bench.model_ops(tfl)) == {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "RESHAPE"}
+    m = tm.parse_model(tfl)
+    m.operators[0].opname = "TRANSPOSE"
+    monkeypatch.setattr(tm, "parse_model", lambda raw, origin="<bytes>": m)
+    with pytest.raises(TinyolError) as e:
+        tflm_bench.model_ops(tfl)
+    assert "TRANSPOSE" in str(e.value) and e.value.hint
+
+
+def test_arena_layout_splits_only_above_one_sram_block():
+    assert tflm_bench.arena_layout(4096) == (4096, 0)
+    assert tflm_bench.arena_layout(tflm_bench.ARENA_ONE_BLOCK) == (tflm_bench.ARENA_ONE_BLOCK, 0)
+    big, persist = tflm_bench.arena_layout(tflm_bench.ARENA_ONE_BLOCK + 16)
+    assert persist > 0 and big + persist > tflm_bench.ARENA_ONE_BLOCK
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_bench_tflm_on_a_users_converted_model_with_flatten(tmp_path, capsys):
+    """`tinyol bench --model DIR --tflm ...` on a model this repo did not write: a Keras CNN
+    ending in Flatten, converted by TensorFlow as a user would (dynamic batch: SHAPE,
+    STRIDED_SLICE, PACK, RESHAPE in the file), exported by tinyol to a temp folder."""
+    if not SHARED_TFLM.is_dir() or shutil.which("arm-none-eabi-g++") is None:
+        pytest.skip("needs ../shared/tflm and arm-none-eabi-g++")
+    import json
+
+    from _kernel_util import convert
+    from tinyol.export import import_tf
+
+    import_tf()
+    import keras
+
+    from tinyol.cli import main as cli_main
+    from tinyol.codegen import run_tflm
+    from tinyol.tflite_model import load_model
+
+    keras.utils.set_random_seed(3)
+    L = keras.layers
+    inp = keras.Input((12, 12, 2))
+    x = L.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    x = L.MaxPooling2D(2)(x)
+    x = L.DepthwiseConv2D(3, padding="same")(x)
+    x = L.Activation("tanh")(x)
+    x = L.Flatten()(x)
+    out = L.Dense(16, activation="sigmoid")(x)
+    (tmp_path / "user.tflite").write_bytes(convert(keras.Model(inp, out), (12, 12, 2)))
+    mdir = tmp_path / "user_model"
+    assert cli_main(["export", str(tmp_path / "user.tflite"), "--out", str(mdir), "--name", "user_cnn",
+                     "--split", "none", "--classes", "4"]) == 0
+    tfl_ops = [op.opname for op in load_model(mdir / "backbone.tflite").operators]
+    assert {"SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE", "TANH", "LOGISTIC", "MAX_POOL_2D"} <= set(tfl_ops), tfl_ops
+    capsys.readouterr()
+
+    rc = cli_main(["bench", "--model", str(mdir), "--tflm", str(SHARED_TFLM), "--tflm-variants", "cmsis_nn",
+                   "--no-firmware", "--json"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    report = (mdir / "benchmarks.md").read_text()
+    row = next(ln for ln in report.splitlines() if ln.startswith("| user_cnn |"))
+    assert "byte-equal" in row
+    c = json.loads(text[text.index("\n{") + 1:])["tflm"]["user_cnn"]
+    t = c["tflm"]["cmsis_nn"]
+    # TFLM ran every operator of the file, the shape-only chain included, in the file's order
+    assert [n for n, _ in t["ops"]] == tfl_ops
+    # ours ran every operator codegen kept (the shape chain and RESHAPE are gone)
+    assert [n for n, _ in c["ours"]["ops"]] == [n for n in tfl_ops if n not in
+                                                {"SHAPE", "STRIDED_SLICE", "PACK", "RESHAPE"}]
+    # the harness's TFLM output is TFLM's Python runtime's output for the same input
+    x = np.random.default_rng(0).integers(-128, 128, c["input_bytes"], dtype=np.int8)
+    want = run_tflm(mdir / "backbone.tflite", x[None]).astype(np.int8).tobytes()
+    assert bytes.fromhex(t["output"]) == want == bytes.fromhex(c["ours"]["output"])
+    assert 0 < t["arena"] < 80 * 1024
+    assert abs(sum(v for _, v in t["ops"]) - t["instructions"]) < 0.02 * t["instructions"]

@@ -43,6 +43,9 @@ VERBS: dict[str, tuple[str, str]] = {
     "record-to-resd": ("sensor", "Turn a labelled IMU recording into Renode sensor files + labels."),
     "sensor-header": ("sensor", "Write a sensor firmware's window and scaling header from a model."),
     "monitor": ("monitor", "Watch a sensor-driven board predict and learn live; send it labels."),
+    "superlink": ("deploy", "A fleet's server: Flower's SuperLink (TLS, authenticated nodes) runs tinyol's app."),
+    "gateway": ("deploy", "A fleet's gateway: one Flower SuperNode per board on this machine."),
+    "certs": ("deploy", "Make a test fleet's CA, SuperLink certificate and SuperNode keys."),
 }
 
 

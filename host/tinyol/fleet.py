@@ -20,7 +20,10 @@ A board is wrapped in a Flower client (:class:`BoardClient`, a ``NumPyClient``);
 host talks to it through a :class:`BoardProxy` (a Flower ``ClientProxy``), the server's
 view of a client. The same client wraps a real board, an emulated one or the numpy
 twin (:class:`TwinBoard`, tinyol.learner), so the experiment also runs in Flower's
-simulation engine (:func:`run_flower_simulation`) with hundreds of virtual boards.
+simulation engine (:func:`run_flower_simulation`) with hundreds of virtual boards, and
+over Flower's deployment engine (tinyol.fleet_app: a SuperNode per board on its gateway,
+a SuperLink aggregates). Two transports, one round: a board's part is
+``BoardClient.fit``, the server's part :func:`close_round` (Flower's strategy).
 
 Faults. A board that fails during a round (the link dies, it resets, a PULL is cut
 off) is dropped from that round: its result is a failure, never part of the
@@ -678,6 +681,70 @@ def aggregate(strategy, server_round: int, results: list[tuple[str, list[np.ndar
     return Head.from_ndarrays(arrays) if template is None else template.like(arrays)
 
 
+def write_params(path: Path, g: "Head | StageParams") -> None:
+    """An aggregate on disk (npz, written atomically): W, b, active, or a stage's flat
+    parameters, active and layer-list hash."""
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    if isinstance(g, StageParams):
+        np.savez(tmp, stage_params=g.params, active=g.active, stage_hash=np.int64(g.shape.stage_hash))
+    else:
+        np.savez(tmp, W=g.w, b=g.b, active=g.active)
+    os.replace(tmp, path)
+
+
+def read_params(path: Path, template: "Head | StageParams") -> tuple["Head | StageParams | None", str]:
+    """The inverse of write_params; None (and what was saved) when it does not fit `template`."""
+    z = np.load(path)
+    if "stage_params" in z.files:
+        saved = f"an adaptive stage 0x{int(z['stage_hash']):08x}"
+        if isinstance(template, StageParams) and int(z["stage_hash"]) == template.shape.stage_hash:
+            return StageParams(template.layers, z["stage_params"], z["active"]), saved
+        return None, saved
+    saved = f"a one-layer head W{list(z['W'].shape)}"
+    head = Head(z["W"], z["b"], z["active"].astype(bool))
+    if not isinstance(template, Head) or head.w.shape != template.w.shape:
+        return None, saved
+    return head, saved
+
+
+def ok_row(n: int, metrics: dict) -> dict:
+    """A round's log row for a board whose fit returned (both transports)."""
+    return {"status": "ok", "weight": n, **metrics}
+
+
+def dropped_row(error) -> dict:
+    """A round's log row for a board whose fit failed: the first line of why."""
+    return {"status": "dropped", "error": (str(error).splitlines() or [""])[0]}
+
+
+def close_round(strategy, r: int, results: list[tuple[str, list[np.ndarray], int, dict]],
+                failures: list, rows: dict, *, min_boards: int = 1, template=None):
+    """Close round r from what came back, whatever carried it (this host's threads, or
+    Flower's deployment engine, tinyol.fleet_app): the strategy aggregates the boards that
+    finished (if at least `min_boards` did), failures are Flower failures. Returns the
+    aggregate (None: nothing to push) and the round's log record."""
+    new = None
+    if strategy is not None and len(results) >= min_boards:
+        new = aggregate(strategy, r, results, failures, template=template)
+    record = {"round": r, "boards": rows, "aggregated": new is not None,
+              "aggregated_from": sorted(name for name, *_ in results) if new is not None else [],
+              "weights": {name: n for name, _, n, _ in results}}
+    return new, record
+
+
+def strategy_state(strategy) -> bytes:
+    """The strategy's own state (server momentum, Adam moments), pickled for a checkpoint."""
+    import pickle
+    return pickle.dumps({k: v for k, v in vars(strategy).items() if not callable(v)})
+
+
+def restore_strategy(strategy, state: "bytes | dict") -> None:
+    """Put a checkpoint's strategy state back (the inverse of strategy_state)."""
+    import pickle
+    vars(strategy).update(pickle.loads(state) if isinstance(state, bytes) else state)
+
+
 # --------------------------------------------------------------------------- the fleet loop
 class ShapeMismatch(TinyolError):
     """A board whose head or stage is not the fleet's (another export, another stage)."""
@@ -755,17 +822,11 @@ class Fleet:
         p.parent.mkdir(parents=True, exist_ok=True)
         head = self.state_dir / f"global_head_r{self.version}.npz"
         if not head.exists():
-            tmp = self.state_dir / "global_head.tmp.npz"
-            g = self.global_head
-            if isinstance(g, StageParams):
-                np.savez(tmp, stage_params=g.params, active=g.active, stage_hash=np.int64(g.shape.stage_hash))
-            else:
-                np.savez(tmp, W=g.w, b=g.b, active=g.active)
-            os.replace(tmp, head)
+            write_params(head, self.global_head)
         strat = self.state_dir / f"strategy_r{self.version}.pkl"
         if self.strategy is not None and not strat.exists():
             tmp = strat.with_suffix(".tmp")
-            tmp.write_bytes(pickle.dumps({k: v for k, v in vars(self.strategy).items() if not callable(v)}))
+            tmp.write_bytes(strategy_state(self.strategy))
             os.replace(tmp, strat)
         state = {"round": self.round, "version": self.version, "pending_push": self.pending_push,
                  "head_file": head.name, "strategy_file": strat.name if self.strategy is not None else None,
@@ -787,17 +848,7 @@ class Fleet:
             return False
         try:
             state = json.loads(p.read_text())
-            z = np.load(self.state_dir / state["head_file"])
-            if "stage_params" in z.files:
-                saved = f"an adaptive stage 0x{int(z['stage_hash']):08x}"
-                head = StageParams(self.template.layers, z["stage_params"], z["active"]) \
-                    if isinstance(self.template, StageParams) \
-                    and int(z["stage_hash"]) == self.template.shape.stage_hash else None
-            else:
-                saved = f"a one-layer head W{list(z['W'].shape)}"
-                head = Head(z["W"], z["b"], z["active"].astype(bool))
-                if not isinstance(self.template, Head) or head.w.shape != self.template.w.shape:
-                    head = None
+            head, saved = read_params(self.state_dir / state["head_file"], self.template)
             strat = pickle.loads((self.state_dir / state["strategy_file"]).read_bytes()) \
                 if state.get("strategy_file") else None
         except (OSError, ValueError, KeyError, pickle.UnpicklingError) as e:
@@ -812,7 +863,7 @@ class Fleet:
                               f"{self.cfg.strategy}", hint=f"resume with --strategy {state.get('strategy')}")
         self.global_head = head
         if strat is not None and self.strategy is not None:
-            vars(self.strategy).update(strat)
+            restore_strategy(self.strategy, strat)
         self.round, self.version = int(state["round"]), int(state["version"])
         self.pending_push = list(state.get("pending_push", []))
         self.log = list(state.get("log", []))
@@ -920,20 +971,19 @@ class Fleet:
                 m.alive = False
                 m.board.close()
                 failures.append(e)
-                rows[m.board.name] = {"status": "dropped", "error": str(e).splitlines()[0]}
+                rows[m.board.name] = dropped_row(e)
                 self.on_event("dropped", {"round": r, "board": m.board.name, "error": str(e)})
                 continue
             results.append((m.board.name, arrays, n, metrics))
-            rows[m.board.name] = {"status": "ok", "weight": n, **metrics}
+            rows[m.board.name] = ok_row(n, metrics)
         ok = {name for name, *_ in results}
         for m in self.members:
             if m.board.name in ok:
                 met = rows[m.board.name]
                 m.pos, m.seen = met["position"], met["samples_seen"]
                 m.holds = None  # it holds its own local head now
-        new = None
-        if self.strategy is not None and len(results) >= self.cfg.min_boards:
-            new = aggregate(self.strategy, r, results, failures, template=self.template)
+        new, record = close_round(self.strategy, r, results, failures, rows, min_boards=self.cfg.min_boards,
+                                  template=self.template)
         # per-board accuracy of the local heads, before they are overwritten
         last = (self.cfg.rounds is not None and r >= self.cfg.rounds) or \
             all(m.pos >= len(m.shard) or m.absent >= self.cfg.max_absent for m in self.members)
@@ -946,9 +996,6 @@ class Fleet:
             self.pending_push = sorted(m.board.name for m in self.members if m.alive)
         else:
             self.pending_push = []
-        record = {"round": r, "boards": rows, "aggregated": new is not None,
-                  "aggregated_from": sorted(ok) if new is not None else [],
-                  "weights": {name: n for name, _, n, _ in results}}
         self.log.append(record)
         self.checkpoint()                       # the aggregate is on disk before any PUSH
         self.on_event("aggregated", record)

@@ -13,6 +13,7 @@
 
 #include "bench_case.h"
 #include "bench_rt.h"
+#include "tensorflow/lite/micro/cortex_m_generic/debug_log_callback.h"
 #include "tensorflow/lite/micro/micro_allocator.h"
 #include "tensorflow/lite/micro/micro_interpreter.h"
 #include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
@@ -20,8 +21,8 @@
 
 namespace {
 
-constexpr int kMaxOps = 128;
-constexpr int kOpTypes = 9;
+constexpr int kMaxOps = 256;
+constexpr int kOpTypes = TOL_BENCH_N_OP_TYPES;
 
 // The arena: one block in SRAM1, or (TOL_BENCH_SPLIT_ARENA) TFLM's persistent
 // allocations in SRAM2 and the activations in SRAM1, for models whose single
@@ -60,33 +61,21 @@ TFLMRegistration timed(TFLMRegistration r) {
 
 using Resolver = tflite::MicroMutableOpResolver<kOpTypes>;
 
-// K indices match kOpNames below
-const char* const kOpNames[kOpTypes] = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED",
-                                        "AVERAGE_POOL_2D", "MAX_POOL_2D", "ADD",
-                                        "MEAN", "SOFTMAX", "RESHAPE"};
+// The model's operators (bench_case.h, written by tflm_bench.py from its table of every
+// operator tinyol exports): X(K, builtin name, resolver method). K indexes kOpNames.
+#define TOL_OP_NAME(K, NAME, ADD) #NAME,
+const char* const kOpNames[kOpTypes] = {TOL_BENCH_OPS(TOL_OP_NAME)};
+#undef TOL_OP_NAME
 
 void add_ops(Resolver& r, bool timing) {
-  if (timing) {
-    r.AddConv2D(timed<0>(tflite::Register_CONV_2D()));
-    r.AddDepthwiseConv2D(timed<1>(tflite::Register_DEPTHWISE_CONV_2D()));
-    r.AddFullyConnected(timed<2>(tflite::Register_FULLY_CONNECTED()));
-    r.AddAveragePool2D(timed<3>(tflite::Register_AVERAGE_POOL_2D()));
-    r.AddMaxPool2D(timed<4>(tflite::Register_MAX_POOL_2D()));
-    r.AddAdd(timed<5>(tflite::Register_ADD()));
-    r.AddMean(timed<6>(tflite::Register_MEAN()));
-    r.AddSoftmax(timed<7>(tflite::Register_SOFTMAX()));
-    r.AddReshape(timed<8>(tflite::Register_RESHAPE()));
-  } else {
-    r.AddConv2D();
-    r.AddDepthwiseConv2D();
-    r.AddFullyConnected();
-    r.AddAveragePool2D();
-    r.AddMaxPool2D();
-    r.AddAdd();
-    r.AddMean();
-    r.AddSoftmax();
-    r.AddReshape();
+#define TOL_OP_ADD(K, NAME, ADD) \
+  if (timing) {                  \
+    r.ADD(timed<K>(tflite::Register_##NAME())); \
+  } else {                       \
+    r.ADD();                     \
   }
+  TOL_BENCH_OPS(TOL_OP_ADD)
+#undef TOL_OP_ADD
 }
 
 tflite::MicroInterpreter* make_interpreter(const tflite::Model* model, const Resolver& resolver) {
@@ -144,7 +133,10 @@ int run(const tflite::Model* model, bool timing) {
 
 }  // namespace
 
+static void log_line(const char* s) { tol_bench_puts(s); }
+
 extern "C" int tol_bench_main(void) {
+  RegisterDebugLogCallback(log_line);  // TFLM's own messages (e.g. why AllocateTensors failed)
   const tflite::Model* model = tflite::GetModel(tol_bench_model);
   int rc = run(model, false);
   if (rc == 0) rc = run(model, true);

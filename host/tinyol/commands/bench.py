@@ -21,6 +21,10 @@ DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "
 @click.command("bench")
 @click.option("--models", default=",".join(DEFAULT_MODELS), show_default=True,
               help="Comma-separated model names under models/.")
+@click.option("--model", "model_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A model folder written by `tinyol export` (anywhere; repeatable): measure it instead of "
+                   "the example models. Skips the learner-only and streaming benchmarks; the report goes "
+                   "to DIR/benchmarks.md unless --out says otherwise.")
 @click.option("--kernels", default="ref,simd", show_default=True, help="Kernel sets to compare.")
 @click.option("--tflm", "tflm_dir", type=click.Path(exists=True), default=None, envvar="TINYOL_TFLM",
               help="TFLM + CMSIS-NN source tree (a folder with SOURCES.txt, or its .tar.xz, e.g. "
@@ -28,14 +32,19 @@ DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "
                    "TFLM columns are the anchors of design.md matched by backbone.tflite hash.")
 @click.option("--tflm-variants", default="cmsis_nn,reference", show_default=True,
               help="TFLM builds to measure with --tflm.")
+@click.option("--no-firmware", is_flag=True,
+              help="Skip the firmware builds and runs (per-model rows, learner, streaming): with --tflm, only "
+                   "the bare-metal harness side by side. For the example models the report keeps the "
+                   "firmware results of the last run (build/bench/last_run.pkl), if there is one.")
 @click.option("--no-latent256", is_flag=True, help="Skip the learner benchmark at latent size 256.")
-@click.option("--stream/--no-stream", default=True, help="Also measure streaming throughput.")
-@click.option("--out", type=click.Path(dir_okay=False), default="docs/benchmarks.md", show_default=True,
-              help="Markdown report to write.")
+@click.option("--stream/--no-stream", default=None,
+              help="Also measure streaming throughput (default: on, off with --model).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Markdown report to write [default: docs/benchmarks.md; with --model: DIR/benchmarks.md].")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw results as JSON.")
 @click.option("--rerender", is_flag=True,
               help="Write the report again from the last run's saved results (build/bench/last_run.pkl).")
-def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_json, rerender):
+def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream, out, as_json, rerender):
     """Measure every example model's backbone and the learner, deterministically.
 
     \b
@@ -49,6 +58,10 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
     """
     output_file(out, "--out")  # before hours of measuring
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
+    if out is None:
+        out = str(Path(model_dirs[0]) / "benchmarks.md") if model_dirs else "docs/benchmarks.md"
+    if stream is None:
+        stream = not model_dirs and not no_firmware
     if rerender:
         if not saved.is_file():
             raise TinyolError("no saved results to render", hint="run `tinyol bench` first")
@@ -57,19 +70,32 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
                                           tflm_source=state["src"], learner=state["learner"]))
         click.echo(f"wrote {out}")
         return
-    names = [m for m in models.split(",") if m]
+    if model_dirs:
+        dirs = [Path(d).resolve() for d in model_dirs]
+        for d in dirs:
+            if not (d / "manifest.json").is_file() or not (d / "backbone.tflite").is_file():
+                from ..errors import TinyolError
+                raise TinyolError(f"{d}: not a model folder (no manifest.json / backbone.tflite)",
+                                  hint="export one first: tinyol export MODEL.keras --out DIR")
+    else:
+        dirs = [models_dir() / m for m in models.split(",") if m]
+    names = [d.name for d in dirs]
     results = []
-    for name in names:
+    for d in ([] if no_firmware else dirs):
         for k in [k for k in kernels.split(",") if k]:
-            click.echo(f"measuring {name} ({k} kernels) ...")
-            results.append(bench.bench_model(f"models/{name}", k, echo=click.echo))
+            click.echo(f"measuring {d.name} ({k} kernels) ...")
+            results.append(bench.bench_model(str(d), k, echo=click.echo))
+    if model_dirs or no_firmware:
+        no_latent256 = True
     if not no_latent256:
         click.echo("measuring the learner at latent size 256 ...")
         d = bench.latent256_model(project_dir() / "build" / "bench" / "latent256")  # the user's folder
         results.append(bench.bench_model(str(d), "simd", echo=click.echo))
     work = project_dir() / "build" / "bench"  # the user's folder
-    click.echo("measuring the learner by part (harness) ...")
-    learner = tflm_bench.run_learner_profile(work / "learner")
+    learner = None
+    if not model_dirs and not no_firmware:
+        click.echo("measuring the learner by part (harness) ...")
+        learner = tflm_bench.run_learner_profile(work / "learner")
     compare = {}
     if tflm_dir:
         tree = tflm_bench.open_tree(tflm_dir)
@@ -78,10 +104,10 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
             if v not in tflm_bench.VARIANTS:
                 raise TinyolError(f"unknown TFLM variant {v!r}", hint=f"use {', '.join(tflm_bench.VARIANTS)}")
             libs[v] = tflm_bench.build_library(tree, v, echo=click.echo)
-        for name in names:
-            click.echo(f"side by side with TFLM: {name} ...")
-            compare[name] = tflm_bench.compare_model(models_dir() / name, tree, libs,
-                                                     work / "tflm" / name, echo=click.echo)
+        for d in dirs:
+            click.echo(f"side by side with TFLM: {d.name} ...")
+            c = tflm_bench.compare_model(d, tree, libs, work / "tflm" / d.name, echo=click.echo)
+            compare[c.model] = c
     stream_rows = None
     if stream:
         click.echo("measuring streaming throughput (native and QEMU, windows 1 and 4) ...")
@@ -91,10 +117,16 @@ def cmd(models, kernels, tflm_dir, tflm_variants, no_latent256, stream, out, as_
                        f"{r['bytes_per_s']:.0f} bytes/s")
     src = None
     if tflm_dir:
-        src = os.path.relpath(Path(tflm_dir).resolve(), project_dir())
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
-                                    "src": src, "learner": learner}))
+        # as the user wrote it (../shared/tflm is a symlink: resolving it would show its target)
+        src = os.path.normpath(tflm_dir) if not os.path.isabs(tflm_dir) else os.path.relpath(tflm_dir, project_dir())
+    if no_firmware and not model_dirs and saved.is_file():
+        last = pickle.loads(saved.read_bytes())
+        results, stream_rows, learner = last["results"], last["stream"], last["learner"]
+        click.echo("firmware rows, learner and streaming: from the last run (build/bench/last_run.pkl)")
+    if not model_dirs:          # a user's model folder never replaces the example models' last run
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
+                                        "src": src, "learner": learner}))
     report = bench.render(results, stream_rows, compare=compare, tflm_source=src, learner=learner)
     Path(out).write_text(report)
     click.echo(f"wrote {out}")

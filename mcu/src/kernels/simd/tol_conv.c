@@ -523,6 +523,38 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_dw3x3_run4_(const tol_dw_b
     }
 }
 
+/* One pixel, 4 channels: nrow kernel rows of ncol valid taps each; x points at
+ * the first valid tap's input, w at its widened weights. */
+static inline __attribute__((always_inline)) void tol_dw_px4_(const tol_dw_blk_t *k, const int8_t *x,
+                                                              const uint32_t *w, int8_t *out, int32_t w_row,
+                                                              int32_t nrow, int32_t ncol)
+{
+    int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
+    const uint32_t off2 = k->off2;
+    const int32_t x_tap = k->x_tap, x_row = k->x_row;
+    for (; nrow > 0; --nrow, x += x_row, w += w_row) {
+        switch (ncol) {
+        case 3:
+            tol_dw_tap4_(x + 2 * x_tap, w + 4, off2, a);
+            /* fall through */
+        case 2:
+            tol_dw_tap4_(x + x_tap, w + 2, off2, a);
+            /* fall through */
+        case 1:
+            tol_dw_tap4_(x, w, off2, a);
+            /* fall through */
+        case 0:
+            break;
+        default:
+            for (int32_t t = 0; t < ncol; ++t) {
+                tol_dw_tap4_(x + t * x_tap, w + 2 * t, off2, a);
+            }
+            break;
+        }
+    }
+    tol_dw_store4_(k, a, out);
+}
+
 /* n pixels with the same valid tap window [ky0, ky1) x [kx0, kx1) (a border
  * row or column); x points at tap (ky0, kx0) of the first pixel, x_step and
  * out_step go to the next pixel. */
@@ -531,33 +563,30 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_run4_(const tol_dw_blk_
                                                                int32_t out_step, int32_t k_w, int32_t ky0,
                                                                int32_t ky1, int32_t kx0, int32_t kx1)
 {
+    const uint32_t *const w = k->wt + 2 * (ky0 * k_w + kx0);
     for (; n > 0; --n, x0 += x_step, out += out_step) {
-        const int8_t *x = x0;
-        int32_t a[4] = {k->b[0], k->b[1], k->b[2], k->b[3]};
-        const uint32_t off2 = k->off2;
-        const int32_t x_tap = k->x_tap, x_row = k->x_row, ncol = kx1 - kx0;
-        const uint32_t *w = k->wt + 2 * (ky0 * k_w + kx0);
-        for (int32_t ky = ky0; ky < ky1; ++ky, x += x_row, w += 2 * k_w) {
-            switch (ncol) {
-            case 3:
-                tol_dw_tap4_(x + 2 * x_tap, w + 4, off2, a);
-                /* fall through */
-            case 2:
-                tol_dw_tap4_(x + x_tap, w + 2, off2, a);
-                /* fall through */
-            case 1:
-                tol_dw_tap4_(x, w, off2, a);
-                /* fall through */
-            case 0:
-                break;
-            default:
-                for (int32_t t = 0; t < ncol; ++t) {
-                    tol_dw_tap4_(x + t * x_tap, w + 2 * t, off2, a);
-                }
-                break;
-            }
-        }
-        tol_dw_store4_(k, a, out);
+        tol_dw_px4_(k, x0, w, out, 2 * k_w, ky1 - ky0, kx1 - kx0);
+    }
+}
+
+/* Small maps that are mostly border (e.g. 3x3 with "same" padding): every
+ * pixel's valid tap window is worked out once per layer (tol_dw_pix_t), and
+ * each block of 4 channels runs the whole map in one call. */
+#define TOL_DW_SMALL_MAX_PX 64
+
+typedef struct {
+    int32_t x;         /* input offset of the first valid tap (channel 0) */
+    uint8_t w;         /* its tap index (ky0 * k_w + kx0) */
+    uint8_t nrow, ncol; /* valid kernel rows, valid taps per row */
+} tol_dw_pix_t;
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_small4_(const tol_dw_blk_t *k, const tol_dw_pix_t *px,
+                                                                 int32_t n, int32_t w_row, const int8_t *input,
+                                                                 int8_t *output)
+{
+    const int32_t out_px = k->out_px;
+    for (; n > 0; --n, ++px, output += out_px) {
+        tol_dw_px4_(k, input + px->x, k->wt + 2 * px->w, output, w_row, px->nrow, px->ncol);
     }
 }
 
@@ -615,6 +644,27 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
     if (oy_hi < oy_lo) {
         oy_hi = oy_lo;
     }
+    /* small maps that are mostly border (interior under a quarter) go pixel by pixel */
+    tol_dw_pix_t pix[TOL_DW_SMALL_MAX_PX];
+    const int32_t n_px = out_h * out_w;
+    const int small = n_px <= TOL_DW_SMALL_MAX_PX && 4 * (oy_hi - oy_lo) * (ox_hi - ox_lo) < n_px;
+    if (small) {
+        tol_dw_pix_t *q = pix;
+        for (int32_t oy = 0; oy < out_h; ++oy) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_top;
+            int32_t ky0, ky1;
+            tol_tap_range_(iy0, dil_h, p->in_h, k_h, &ky0, &ky1);
+            for (int32_t ox = 0; ox < out_w; ++ox, ++q) {
+                const int32_t ix0 = ox * p->stride_w - p->pad_left;
+                int32_t kx0, kx1;
+                tol_tap_range_(ix0, dil_w, in_w, k_w, &kx0, &kx1);
+                q->x = ((iy0 + ky0 * dil_h) * in_w + ix0 + kx0 * dil_w) * c;
+                q->w = (uint8_t)(ky0 * k_w + kx0);
+                q->nrow = (uint8_t)(ky1 - ky0);
+                q->ncol = (uint8_t)(kx1 - kx0);
+            }
+        }
+    }
     int32_t ch = 0;
     for (; ch + 4 <= c; ch += 4) {
         k.fast = 1;
@@ -628,6 +678,10 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
             const uint32_t wv = tol_read_s8x4(weights + t * c + ch);
             k.wt[2 * t] = tol_sxtb16(wv);
             k.wt[2 * t + 1] = tol_sxtb16_ror8(wv);
+        }
+        if (small) {
+            tol_dw_small4_(&k, pix, n_px, 2 * k_w, input + ch, output + ch);
+            continue;
         }
         /* border rows: per row, single corner pixels and one run of the rest */
         for (int32_t oy = 0; oy < out_h; ++oy) {
