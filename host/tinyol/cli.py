@@ -139,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except OSError as e:  # the operating system refused a path the checks could not foresee
+        if verbose:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        click.echo(f"error: {e.strerror or e}{where}", err=True)
+        return 1
 
 
 if __name__ == "__main__":

@@ -137,6 +137,9 @@ def build_env(cfg: BuildConfig) -> dict[str, str]:
     env = dict(os.environ)
     env["PLATFORMIO_CORE_DIR"] = str(core_dir())
     env["PLATFORMIO_BUILD_DIR"] = str(project_dir() / ".pio" / "variants" / cfg.variant())
+    # PlatformIO's own cache (telemetry, downloads) in the user's project too, never in the
+    # core dir of the installation it may share
+    env["PLATFORMIO_CACHE_DIR"] = str(project_dir() / ".pio" / ".cache")
     env["TINYOL_MODEL"] = str(resolve_model(cfg.model))
     env["TINYOL_TEST_BUILD"] = "yes" if cfg.test_build else "no"
     env["TINYOL_APP"] = cfg.app

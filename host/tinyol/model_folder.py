@@ -30,6 +30,9 @@ _REEXPORT = "re-export the model (`tinyol export`); manifest.json is written by 
 def read_manifest(model_dir: str | os.PathLike) -> dict:
     """The folder's manifest.json as a dict (no checks of its contents)."""
     p = Path(model_dir) / MANIFEST
+    if Path(model_dir).exists() and not Path(model_dir).is_dir():
+        raise TinyolError(f"--model {model_dir} is a file, not a model folder",
+                          hint="pass the directory written by `tinyol export` with --model")
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -38,6 +41,8 @@ def read_manifest(model_dir: str | os.PathLike) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TinyolError(f"{p}: not valid JSON ({e})",
                           hint="re-export the model (`tinyol export`) to write it again") from None
+    except OSError as e:
+        raise TinyolError(f"cannot read {p}: {e.strerror or e}") from None
 
 
 def load_manifest(model_dir: str | os.PathLike) -> dict:

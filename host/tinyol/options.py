@@ -58,7 +58,7 @@ def resolve_port(url: str) -> str:
 
 def app_options(f):
     """--app and --stride (`tinyol build`, `tinyol emulate`): which firmware to build."""
-    f = click.option("--stride", type=click.IntRange(min=1), default=None, metavar="ROWS",
+    f = click.option("--stride", type=click.IntRange(1, 65535), default=None, metavar="ROWS",
                      help="--app imu: rows between window starts (default: half a window).")(f)
     return click.option("--app", type=click.Choice(["tinyol", "imu"]), default="tinyol",
                         show_default=True,

@@ -123,6 +123,7 @@ class Pipeline:
         url = getattr(link, "url", "") or ""
         self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
         self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
+        self.on_check: Callable[[], None] | None = None  # before an INFO check is transmitted
         self.info_check = True    # an INFO check after a timeout (off while resuming)
         self.rto = timeout
         self.rto_floor = min(timeout, self.RTO_MIN)
@@ -382,6 +383,8 @@ class Pipeline:
                 and self._may_send(DEVICE_CACHE):
             self._info_armed = False
             self.stats.info_checks += 1
+            if self.on_check is not None:
+                self.on_check()  # write-ahead: --resume counts the requests the run made
             self._new("info-check", Msg.INFO, b"", control=True)
         for p in late:
             if not p.done:

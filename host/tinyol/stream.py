@@ -22,7 +22,7 @@ import numpy as np
 from . import emulator
 from ._defs import Msg, Status
 from .datasets import load_source
-from .device import INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device, Result
+from .device import INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device, Result, Stats
 from .errors import TinyolError
 from .firmware import BuildConfig, build
 from .model_folder import check_device_model, input_q, load_manifest, quantize
@@ -287,6 +287,7 @@ class Stream:
     def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
             on_record: Callable[[Record], None] | None = None, live: bool = False,
             on_send: Callable[[object, int], None] | None = None,
+            on_check: Callable[[], None] | None = None,
             resumed: "Resumed | None" = None) -> Summary:
         """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
 
@@ -301,6 +302,8 @@ class Stream:
         st0 = self.device.stats()
         b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
         self._last_seen = self._base_seen = st0.samples_seen
+        self.base_frames = st0.frames_ok  # requests the device executed before this session's first
+        self.end_frames: int | None = None  # ... and when its closing STATS ran
         self._counters: set[int] = set()
         if resumed is not None:
             self._base_seen = resumed.base_seen
@@ -310,6 +313,7 @@ class Stream:
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
                         retries=self.retries, patience=self.patience)
         pipe.on_send = on_send
+        pipe.on_check = on_check
         self.pipeline = pipe
         t0 = time.monotonic()
 
@@ -380,6 +384,7 @@ class Stream:
         finally:
             link.timeout, link.retries = saved
         s.duplicates = st1.duplicates - st0.duplicates
+        self.end_frames = st1.frames_ok
         s.device_samples_seen, s.device_count_from = st1.samples_seen, "STATS"
         s.device_classes = st1.n_active
         if st1.replay_capacity:
@@ -398,78 +403,217 @@ class Resumed:
     completions: list[Completion]  # replies to the samples in flight when it stopped
 
 
+@dataclass
+class Journal:
+    """An interrupted run as its files tell it (:meth:`WriteAhead.read`). Positions count
+    the samples in the order they were first sent (rows repeat across epochs, positions do
+    not); the log's records come in that order, so record n is position n."""
+    session: dict
+    sent: list[tuple[int, int]]          # (source row, seq) per position sent
+    done: list[tuple[int, int | None]]   # (source row, samples_seen if learned) per log record
+    checkpoint: tuple[int, int] | None   # (device frames_ok, log records) as the last session began
+    end: tuple[int, int] | None          # (frames_ok, records) at its clean end (after its last STATS)
+    log_keep: int                        # bytes of LOG that are whole lines
+    log_size: int                        # bytes of LOG (more than log_keep: its last line was cut)
+    checks: int = 0                      # INFO checks the last session made (after timeouts)
+
+    @property
+    def pending(self) -> list[int]:
+        """Positions sent whose reply is not in the log."""
+        return list(range(len(self.done), len(self.sent)))
+
+
 class WriteAhead:
     """`LOG.wal`, the record that makes a stream resumable (`tinyol stream --resume LOG`).
 
-    Line 1: the session (source, model, device boot and counter at the start). Then, for
-    each sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted.
+    Line 1: the session (source, model, device boot and counter at the start). Each
+    session then writes ``{"checkpoint": {"frames_ok": F, "records": n}}`` (the device's
+    count of executed requests and the log's length as it starts sending) and, for each
+    sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted.
     A sample is done when its record is in LOG (one line, written by one system call, after
     its reply). A sample sent but not done may or may not have been learned; resending its
     identical frame (same seq) settles it on the device: answered from the reply cache if
-    it ran, run now if it did not."""
+    it ran, run now if it did not. :func:`reconcile` decides, before anything is resent,
+    whether that is safe."""
 
     def __init__(self, path, header: dict | None = None):
         self.path = str(path)
         self.header = header
         self._f = open(self.path, "a", buffering=1)  # line-buffered: on disk before the frame leaves
         self._wrote_header = header is not None  # resumed: the header is there
+        self._wrote_checkpoint = False
 
     def start(self, header: dict) -> None:
         if not self._wrote_header:
             self._f.write(json.dumps({"session": header}) + "\n")
             self._wrote_header = True
 
+    def checkpoint(self, frames_ok: int, records: int) -> None:
+        """Once per session, before its first new sample is sent."""
+        if self._wrote_header and not self._wrote_checkpoint:
+            self._f.write(json.dumps({"checkpoint": {"frames_ok": frames_ok, "records": records}}) + "\n")
+            self._wrote_checkpoint = True
+
     def sent(self, tag, seq: int) -> None:
         self._f.write(json.dumps({"sent": tag[0], "seq": seq}) + "\n")
+
+    def check(self) -> None:
+        """An INFO check (after a timeout) is about to be sent: one request that is no sample."""
+        if self._wrote_checkpoint:
+            self._f.write('{"check": 1}\n')
+
+    def end(self, frames_ok: int, records: int) -> None:
+        """The session ended cleanly (finished or Ctrl-C); its closing STATS saw `frames_ok`."""
+        if self._wrote_header:
+            self._f.write(json.dumps({"end": {"frames_ok": frames_ok, "records": records}}) + "\n")
 
     def close(self) -> None:
         self._f.close()
 
     @staticmethod
-    def read(log) -> tuple[dict, dict[int, int], dict[int, int | None]]:
-        """(session, sent: index -> seq in send order, done: index -> samples_seen (None if
-        not learned)) from LOG.wal and LOG."""
+    def read(log) -> Journal:
+        """The interrupted run from LOG.wal and LOG. A cut last line (a killed writer) is
+        recognised (``log_keep < log_size``) and left out; any other line that tinyol did not
+        write is refused."""
         wal, logp = Path(str(log) + WAL_SUFFIX), Path(log)
         for p in (logp, wal):
             if not p.is_file():
                 raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of an "
                                   f"interrupted --train run (and its write-ahead log LOG{WAL_SUFFIX})")
-        session, sent, done = None, {}, {}
-        for p in (wal, logp):
-            lines = p.read_text(errors="replace").splitlines()
+        session, sent, done, checkpoint, end, checks = None, [], [], None, None, 0
+        raw = logp.read_bytes()
+        keep = raw.rfind(b"\n") + 1  # whole lines end with a newline; a cut one does not
+        for p, data in ((wal, wal.read_bytes()), (logp, raw[:keep])):
+            lines = data.split(b"\n")
+            if lines and lines[-1] == b"":
+                lines.pop()
             for n, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
                 try:
                     d = json.loads(line)
-                except json.JSONDecodeError:
-                    if n == len(lines):
-                        break  # the last line of a killed writer may be cut
-                    raise TinyolError(f"{p}:{n}: not a line tinyol stream wrote") from None
-                if "session" in d:
-                    session = session or d["session"]
-                elif "sent" in d:
-                    sent[int(d["sent"])] = int(d["seq"])
-                elif "index" in d:
-                    done[int(d["index"])] = d.get("samples_seen") if d.get("learned") else None
+                    if not isinstance(d, dict):
+                        raise ValueError("not an object")
+                    if p is wal and "session" in d:
+                        if not isinstance(d["session"], dict):
+                            raise ValueError("session is not an object")
+                        session = session or d["session"]
+                    elif p is wal and "checkpoint" in d:
+                        checkpoint = (int(d["checkpoint"]["frames_ok"]), int(d["checkpoint"]["records"]))
+                        end, checks = None, 0
+                    elif p is wal and "check" in d:
+                        checks += 1
+                    elif p is wal and "end" in d:
+                        end = (int(d["end"]["frames_ok"]), int(d["end"]["records"]))
+                    elif p is wal and "sent" in d:
+                        sent.append((int(d["sent"]), int(d["seq"])))
+                    elif p is logp and "index" in d:
+                        seen = d.get("samples_seen") if d.get("learned") else None
+                        done.append((int(d["index"]), None if seen is None else int(seen)))
+                    else:
+                        raise ValueError("unknown record")
+                except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+                    if p is wal and n == len(lines) and not data.endswith(b"\n"):
+                        break  # the WAL's last line of a killed writer may be cut (not yet sent)
+                    raise TinyolError(f"{p}:{n}: not a line tinyol stream wrote",
+                                      hint="--resume takes the files of `tinyol stream --log` "
+                                           "unchanged") from None
         if session is None:
             raise TinyolError(f"{wal}: no session header (not written by `tinyol stream --log`)")
-        return session, sent, done
+        return Journal(session, sent, done, checkpoint, end, keep, len(raw), checks)
 
 
-def resend_pending(link: Link, session: dict, sent: dict[int, int], done: dict,
-                   payloads: dict[int, tuple[int | None, bytes]], *, window: int = DEFAULT_WINDOW,
-                   timeout: float = 1.0, retries: int = 8) -> Resumed:
-    """Settle the samples an interrupted session left in flight: resend each identical
-    frame (its seq, its payload) *before anything else* reaches the device, so the
-    reply cache still holds the replies of those that ran. `payloads`: index ->
-    (label, SAMPLE payload) rebuilt from the same source."""
-    pending = [i for i in sent if i not in done]
-    pipe = Pipeline(link, int(session["boot_count"]), window=window, timeout=timeout,
+def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
+    """Decide, before anything is resent, whether the interrupted run can be completed with
+    every sample learned exactly once. `stats`: the device's STATS, asked for as the first
+    request of the resumed session (it takes one slot of the device's 8-reply cache).
+    Returns how many of the samples in flight the device learned; raises when the log,
+    its WAL and the device disagree, or when resending could teach a sample twice.
+
+    The proof: the device's `samples_seen` minus the counters in the log are the samples in
+    flight it learned (k). Resending them is safe only while their replies are still in the
+    device's cache, i.e. no request the run did not send executed since (`frames_ok`, which
+    counts executed requests, equals the checkpoint plus the log's new records plus k) and
+    fewer than 8 executed after the oldest of them."""
+    from .protocol import DeviceReset
+
+    wal = f"{log}{WAL_SUFFIX}"
+    d, s = len(j.done), len(j.sent)
+    if d > s:
+        raise TinyolError(f"{log} has {d} records but {wal} sent only {s} samples: they are not "
+                          "one run's files", hint="start the stream again (without --resume)")
+    for n, ((row, _), (sent_row, _)) in enumerate(zip(j.done, j.sent), 1):
+        if row != sent_row:
+            raise TinyolError(f"{log}, record {n} is row {row} but {wal} sent row {sent_row} there: "
+                              "they are not one run's files", hint="start the stream again (without --resume)")
+    base = int(j.session["base_seen"])
+    learned = [v for _, v in j.done if v is not None]
+    top = max(learned, default=base)
+    seen = stats.samples_seen
+    if seen < top:
+        raise DeviceReset(
+            f"the device was reset since the interrupted run: it has learned {seen - base} samples "
+            f"since the run began, the log already holds {top - base} (a `tinyol reset`, a LOAD or "
+            "a power cycle put the learner back)",
+            hint="start the stream again (without --resume); what was learned since is gone")
+    extra = sorted(set(range(base + 1, seen + 1)) - set(learned))
+    k, pending = len(extra), s - d
+    if k > pending:
+        raise TinyolError(
+            f"the device has learned {seen - base} samples since the run began, the log accounts for "
+            f"{len(learned)} and {pending} more were in flight: something else trained it in between",
+            hint="resume only a device no other client used; start the stream again")
+    if k == 0:
+        return 0  # none of those in flight was learned: resending cannot teach one twice
+    why = None
+    if j.checkpoint is None:
+        why = f"{wal} has no checkpoint (written by an older tinyol)"
+    elif d < j.checkpoint[1]:
+        why = f"{log} lost records written before its last session began"
+    else:
+        frames, records = j.checkpoint
+        others = "request(s) the run did not send (another client, e.g. `tinyol pull`)"
+        if j.end is not None:  # a clean end: its closing STATS was its only request besides samples
+            ran, ours = j.end[0] - frames, j.end[1] - records + 1 + j.checks
+            since = stats.frames_ok - j.end[0] - 1        # this STATS not counted
+            if ran != ours:
+                why = f"the device executed {ran - ours} request(s) during the run that it did not log"
+            elif since:
+                why = f"the device executed {since} {others} since the run ended"
+        else:
+            ran = stats.frames_ok - frames - 1            # executed since the checkpoint, this STATS not counted
+            ours = d - records + k + j.checks             # the run's: new records, learned in flight, checks
+            if ran > ours:
+                why = f"the device executed {ran - ours} {others}"
+            elif ran < ours:
+                why = f"the device's request counter went back ({ran} < {ours}): it restarted"
+        if why is None:
+            after = (seen - extra[0] + sum(v is None for _, v in j.done[records:])
+                     + j.checks + (j.end is not None) + 1)
+            if after > DEVICE_CACHE - 1:
+                why = f"{after} requests executed after the oldest of them (the cache keeps {DEVICE_CACHE})"
+    if why:
+        raise TinyolError(
+            f"{k} of the {pending} samples in flight were learned, but their replies may have left "
+            f"the device's reply cache ({why}): resending them could teach them twice; nothing was sent",
+            hint="the run cannot be completed exactly once: start the stream again without --resume "
+                 "(the device keeps what it learned), or `tinyol load` a saved state first")
+    return k
+
+
+def resend_pending(link: Link, j: Journal, payloads: dict[int, tuple[tuple, bytes]], *,
+                   window: int = DEFAULT_WINDOW, timeout: float = 1.0, retries: int = 8) -> Resumed:
+    """Settle the samples an interrupted session left in flight (after :func:`reconcile`):
+    resend each identical frame (its seq, its payload) before any new sample, so the reply
+    cache answers those that ran. `payloads`: position -> (tag, SAMPLE payload) rebuilt from
+    the same source."""
+    pipe = Pipeline(link, int(j.session["boot_count"]), window=window, timeout=timeout,
                     retries=retries)
     pipe.info_check = False  # an INFO would take a cache slot
-    reqs = (((i, payloads[i][0]), Msg.SAMPLE, payloads[i][1], False, sent[i]) for i in pending)
+    reqs = ((payloads[p][0], Msg.SAMPLE, payloads[p][1], False, j.sent[p][1]) for p in j.pending)
     completions = list(pipe.run(reqs))
-    counters = [v for v in done.values() if v is not None]
-    return Resumed(int(session["base_seen"]), counters, completions)
+    counters = [v for _, v in j.done if v is not None]
+    return Resumed(int(j.session["base_seen"]), counters, completions)
 
 
 def stream(device: Device, X: np.ndarray, y: np.ndarray | None, manifest: dict | None, *,

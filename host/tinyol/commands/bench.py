@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .. import bench, tflm_bench
+from ..checks import output_file
 from ..errors import TinyolError
 from ..options import emit_json
 from ..paths import models_dir, project_dir
@@ -55,6 +56,7 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     (total and per operator), arena, peak stack, flash, output bytes compared.
     Writes docs/benchmarks.md.
     """
+    output_file(out, "--out")  # before hours of measuring
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
     if out is None:
         out = str(Path(model_dirs[0]) / "benchmarks.md") if model_dirs else "docs/benchmarks.md"

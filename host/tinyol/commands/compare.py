@@ -12,6 +12,7 @@ import math
 
 import click
 
+from ..checks import Number
 from ..errors import TinyolError
 from ..options import emit_json, json_option
 
@@ -20,28 +21,56 @@ FLOATS = ("confidence", "loss")
 
 
 def read_log(path: str) -> list[dict]:
+    """The records of a per-sample log; anything else is one clear error naming the line."""
+    hint = "give logs written by `tinyol stream --log` or `tinyol simulate --log`"
     out = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
+        with open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                if not raw.strip():
                     continue
                 try:
-                    out.append(json.loads(line))
+                    rec = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise TinyolError(f"{path}, line {n}: not text (a binary file?)", hint=hint) from None
                 except json.JSONDecodeError as e:
-                    raise TinyolError(f"{path}, line {n}: not JSON ({e.msg})",
-                                      hint="give logs written by `tinyol stream --log` or "
-                                           "`tinyol simulate --log`") from None
+                    raise TinyolError(f"{path}, line {n}: not JSON ({e.msg})", hint=hint) from None
+                why = _bad_record(rec)
+                if why:
+                    raise TinyolError(f"{path}, line {n}: {why} (not a tinyol per-sample record)", hint=hint)
+                out.append(rec)
     except FileNotFoundError:
         raise TinyolError(f"log {path!r} not found") from None
-    if out and "index" not in out[0]:
-        raise TinyolError(f"{path}: records have no 'index' field (not a tinyol per-sample log)")
+    except IsADirectoryError:
+        raise TinyolError(f"log {path!r} is a folder, not a file", hint=hint) from None
+    except OSError as e:
+        raise TinyolError(f"cannot read log {path!r}: {e.strerror or e}") from None
     return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _bad_record(rec) -> str | None:
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__ if rec is not None else 'null'}, not an object"
+    if "index" not in rec:
+        return "no 'index' field"
+    for k in ("index", "samples_seen"):
+        if rec.get(k) is not None and not (isinstance(rec[k], int) and not isinstance(rec[k], bool)):
+            return f"{k} is {rec[k]!r}, not a whole number"
+    for k in FLOATS:
+        if rec.get(k) is not None and not _number(rec[k]):
+            return f"{k} is {rec[k]!r}, not a number"
+    return None
 
 
 def _close(a, b, rtol: float) -> bool:
     if a is None or b is None:
         return a is None and b is None
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)  # NaN is NaN: the same record agrees with itself
     if not (math.isfinite(a) and math.isfinite(b)):
         return a == b
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
@@ -73,9 +102,9 @@ def compare(a: list[dict], b: list[dict], rtol: float = 1e-5) -> dict:
 @click.command("compare")
 @click.argument("log_a", metavar="A.jsonl")
 @click.argument("log_b", metavar="B.jsonl")
-@click.option("--rtol", type=float, default=1e-5, show_default=True,
+@click.option("--rtol", type=Number(0.0), default=1e-5, show_default=True,
               help="Relative tolerance for confidence and loss.")
-@click.option("--show", type=int, default=5, show_default=True, help="Differences to print.")
+@click.option("--show", type=click.IntRange(0), default=5, show_default=True, help="Differences to print.")
 @json_option
 def cmd(log_a, log_b, rtol, show, as_json):
     """Compare two per-sample logs line by line (exit 1 when they differ).
@@ -87,6 +116,10 @@ def cmd(log_a, log_b, rtol, show, as_json):
       tinyol compare dev.jsonl sim.jsonl
     """
     a, b = read_log(log_a), read_log(log_b)
+    for path, recs in ((log_a, a), (log_b, b)):
+        if not recs:
+            raise TinyolError(f"{path} holds no records: nothing to compare",
+                              hint="an empty log proves nothing; check that the run wrote its --log")
     res = compare(a, b, rtol)
     if as_json:
         emit_json(res)

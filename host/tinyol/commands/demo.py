@@ -23,6 +23,7 @@ import click
 import numpy as np
 
 from .. import emulator as emu
+from ..checks import U32_MAX, output_dir
 from ..datasets import load_source
 from ..device import Device
 from ..errors import TinyolError
@@ -68,15 +69,16 @@ def _train(dev, manifest, X, y, window, start=0, log=None, records=None):
               help="Model directory (pretrained on classes 0-4 of digits).  [default: the shipped digits]")
 @click.option("--out", type=click.Path(file_okay=False), default="build/demo", show_default=True,
               help="Where the curve (PNG) and the per-sample log (jsonl) go.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Shuffle seed of the streams.")
-@click.option("--prefill", type=int, default=400, show_default=True,
+@click.option("--seed", type=click.IntRange(0, U32_MAX), default=1, show_default=True, help="Shuffle seed of the streams.")
+@click.option("--prefill", type=click.IntRange(0, 100000), default=400, show_default=True,
               help="Class 0-4 training samples streamed first (they fill the replay buffer).")
 @click.option("--compare/--no-compare", default=True, show_default=True,
               help="Also run without replay (naive TinyOL) for comparison.")
-@click.option("--window", type=int, default=4, show_default=True, help="Requests in flight.")
+@click.option("--window", type=click.IntRange(1, 7), default=4, show_default=True, help="Requests in flight.")
 def cmd(emulator, board, model_dir, out, seed, prefill, compare, window):
     """Build, boot in QEMU, stream digits 5-9 and show the board learn them."""
     t_start = time.monotonic()
+    output_dir(out, "--out")
     manifest = load_manifest(model_dir)
     known = manifest["head"].get("classes", [])
     out = Path(out)

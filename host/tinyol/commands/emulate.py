@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from .. import emulator, sensor as S
+from ..checks import output_dir
 from ..errors import TinyolError
 from ..firmware import BuildConfig, build
 from ..options import app_options, board_option, model_option
@@ -22,10 +23,10 @@ from ..options import app_options, board_option, model_option
 @model_option()
 @click.option("--emulator", "emu", type=click.Choice(["qemu", "renode", "native"]), default="qemu",
               show_default=True, help="What runs the firmware.")
-@click.option("--port", type=int, default=0, help="TCP port for the serial line (0: a free one).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="TCP port for the serial line (0: a free one).")
 @click.option("--state", type=click.Path(file_okay=False), default=None,
               help="native: directory for persistent state (boot counter, flash image).")
-@click.option("--icount", type=int, default=None, metavar="SHIFT",
+@click.option("--icount", type=click.IntRange(0, 10), default=None, metavar="SHIFT",
               help="qemu: deterministic time, one instruction = 2^SHIFT ns.")
 @click.option("--test-build", is_flag=True, hidden=True,
               help="A test build (EXIT ends the program; for test harnesses).")
@@ -44,6 +45,8 @@ def cmd(ctx, board, model, emu, port, state, icount, test_build, app, stride, se
     Ctrl-C stops the target.
     """
     verbose = ctx.find_root().obj.get("verbose", False)
+    if state:
+        output_dir(state, "--state")  # before the build: a bad path is named at once
     native = emu == "native" or board == "native"
     if sensor_dir is not None:
         _check_sensor(sensor_dir, app, emu, board, native)

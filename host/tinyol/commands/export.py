@@ -5,6 +5,7 @@ import warnings
 
 import click
 
+from ..checks import U32_MAX, Number
 from ..export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
@@ -23,9 +24,9 @@ def _split_arg(value):
               help="Calibration data: digits[:a-b][@train], sensor, FILE.csv, FILE.npz "
                    "(default: random inputs).")
 @click.option("--label-column", default=None, help="CSV label column (name or index; default last).")
-@click.option("--classes", type=int, default=None,
+@click.option("--classes", type=click.IntRange(1, 65535), default=None,
               help="Initial classes (default: the head's outputs; required for a .tflite used whole).")
-@click.option("--max-classes", type=int, default=None,
+@click.option("--max-classes", type=click.IntRange(1, 65535), default=None,
               help="Head rows allocated on the device (classes it may learn; default --classes).")
 @click.option("--mode", type=click.Choice(["auto", "classifier", "autoencoder"]), default="auto",
               show_default=True, help="Head mode; auto = autoencoder if the head rebuilds the input.")
@@ -33,20 +34,20 @@ def _split_arg(value):
 @click.option("--board", default=None, metavar="BOARD",
               help="Check the memory against this board (exactly as the firmware reserves it) and size "
                    "the replay buffer to it.")
-@click.option("--replay-capacity", type=int, default=None,
+@click.option("--replay-capacity", type=click.IntRange(0, 65535), default=None,
               help="Latents kept in the replay buffer (default: the largest that fits --board; "
                    f"{DEFAULT_LEARNER['replay_capacity']} without a board; none for an autoencoder).")
 @click.option("--replay-bits", type=click.Choice(["32", "8", "7"]),
               default=str(DEFAULT_LEARNER["replay_bits"]), show_default=True,
               help="Storage per latent value: 32 float, 8 int8, 7 packed.")
-@click.option("--replay-n-new", type=int, default=DEFAULT_LEARNER["replay_n_new"], show_default=True)
-@click.option("--replay-n-old", type=int, default=DEFAULT_LEARNER["replay_n_old"], show_default=True)
-@click.option("--lr", type=float, default=DEFAULT_LEARNER["lr"], show_default=True,
+@click.option("--replay-n-new", type=click.IntRange(1, 65535), default=DEFAULT_LEARNER["replay_n_new"], show_default=True)
+@click.option("--replay-n-old", type=click.IntRange(0, 65535), default=DEFAULT_LEARNER["replay_n_old"], show_default=True)
+@click.option("--lr", type=Number(0.0, f32=True), default=DEFAULT_LEARNER["lr"], show_default=True,
               help="Learning rate on the device.")
-@click.option("--momentum", type=float, default=DEFAULT_LEARNER["momentum"], show_default=True)
-@click.option("--weight-decay", type=float, default=DEFAULT_LEARNER["weight_decay"],
+@click.option("--momentum", type=Number(0.0, 1.0), default=DEFAULT_LEARNER["momentum"], show_default=True)
+@click.option("--weight-decay", type=Number(0.0, f32=True), default=DEFAULT_LEARNER["weight_decay"],
               show_default=True)
-@click.option("--seed", type=int, default=DEFAULT_LEARNER["seed"], show_default=True,
+@click.option("--seed", type=click.IntRange(0, U32_MAX), default=DEFAULT_LEARNER["seed"], show_default=True,
               help="Device RNG seed (replay sampling).")
 @click.option("--stage-train", default=None, metavar="SPEC",
               help="What of an adaptive stage (--split before the head) trains on the device: "

@@ -56,15 +56,16 @@ def cmd(ctx, board, model, method, port, dry_run):
     """
     method = method or BOARDS[board].upload_protocol
     verbose = ctx.find_root().obj.get("verbose", False)
+    tool = upload_argv(board, method, Path("firmware.bin"), Path("firmware.elf"), port)[0]
+    if not dry_run and not shutil.which(tool):  # checked before the build, not after it
+        raise TinyolError(f"upload tool {tool!r} not found",
+                          hint="install it (Debian: apt-get install stlink-tools | openocd; pip install pyocd) "
+                               "or choose another --method")
     res = build(BuildConfig(board, model), verbose=verbose, echo=click.echo)
     argv = upload_argv(board, method, res.bin, res.elf, port)
     click.echo(" ".join(argv))
     if dry_run:
         return
-    if not shutil.which(argv[0]):
-        raise TinyolError(f"upload tool {argv[0]!r} not found",
-                          hint="install it (Debian: apt-get install stlink-tools | openocd; pip install pyocd) "
-                               "or choose another --method")
     rc = subprocess.call(argv)
     if rc != 0:
         raise TinyolError(f"upload failed ({argv[0]} exited with {rc})",

@@ -16,6 +16,7 @@ import click
 import numpy as np
 
 from .. import emulator as E, fleet as F
+from ..checks import TIMEOUT, U32_MAX, Number, output_dir, output_file
 from ..datasets import load_source
 from ..errors import TinyolError
 from ..firmware import BuildConfig, build
@@ -35,12 +36,18 @@ class EmulatedPool:
         native = emulator == "native"
         self.E, self.native, self.board, self.timeout = E, native, board, timeout
         self.fw = build(BuildConfig("native" if native else board, model, None, not native))
-        root = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="tinyol-fleet-"))
+        # without --state the boards' flash lives in a temporary folder, removed by stop()
+        self.tmp = None if state_dir else Path(tempfile.mkdtemp(prefix="tinyol-fleet-"))
+        root = Path(state_dir) if state_dir else self.tmp
         self.dirs = [root / "boards" / f"board{i}" for i in range(n)]
         self.ports = [E.free_port() for _ in range(n)]
         self.targets = [None] * n
-        for i in range(n):
-            self.start(i)
+        try:
+            for i in range(n):
+                self.start(i)
+        except BaseException:
+            self.stop()
+            raise
 
     def start(self, i: int):
         d = self.dirs[i]
@@ -73,6 +80,10 @@ class EmulatedPool:
         for t in self.targets:
             if t is not None:
                 t.stop()
+        if self.tmp is not None:
+            import shutil
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
 
 @click.command("fleet")
@@ -108,7 +119,7 @@ class EmulatedPool:
                                                "fedadam", "fedyogi", "fedadagrad", "none"]),
               default="fedavg", show_default=True,
               help="Flower strategy that aggregates the heads (none: local learning only).")
-@click.option("--server-lr", type=float, default=None, metavar="ETA",
+@click.option("--server-lr", type=Number(0.0, min_open=True), default=None, metavar="ETA",
               help="Server learning rate of fedadam/fedyogi/fedadagrad (eta, Flower's default 0.1) or "
                    "fedavgm (default 1.0); an adaptive stage wants a smaller one (docs/fleet.md).")
 @click.option("--learn", "learn_mode", type=click.Choice(["sgd", "replay"]), default=None,
@@ -122,13 +133,13 @@ class EmulatedPool:
 @click.option("--resume", is_flag=True, help="Carry on from the checkpoint in --state.")
 @click.option("--eval-every", type=click.IntRange(0), default=1, show_default=True,
               help="Measure accuracy every N rounds (0: never).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split and shuffles.")
+@click.option("--seed", type=click.IntRange(0, U32_MAX), default=0, show_default=True, help="Seed of the split and shuffles.")
 @click.option("--log", type=click.Path(dir_okay=False), default=None, help="One JSON record per round (jsonl).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="PNG: accuracy per board and of the fleet per round.")
 @click.option("--window", type=click.IntRange(1, DEVICE_CACHE), default=DEFAULT_WINDOW, show_default=True,
               help="Requests in flight per board.")
-@click.option("--timeout", type=float, default=1.0, show_default=True, help="Seconds before a resend.")
+@click.option("--timeout", type=TIMEOUT, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
 def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
         server_lr, learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
@@ -153,6 +164,16 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
                           hint="use --emulator native (its flash is a file in --state)")
     if resume and state_dir is None:
         raise TinyolError("--resume needs --state DIR (where the checkpoint is)")
+    n = len(ports) or emulate or twins or simulation
+    if min_boards > n and strategy != "none":
+        raise TinyolError(f"--min-boards {min_boards} but the fleet has {n} board(s): no round could "
+                          "ever be aggregated", hint=f"use --min-boards {n} or fewer, or more boards")
+    # every path the fleet will write, checked before any board learns anything
+    if state_dir is not None:
+        output_dir(state_dir, "--state")
+    for path, what in ((log, "--log"), (plot, "--plot")):
+        if path:
+            output_file(path, what)
     echo = (lambda *a, **kw: None) if as_json else click.echo
     travels = "stage" if (Path(model) / "stage_init.npz").is_file() else "head"
     manifest = load_manifest(model)
@@ -163,7 +184,6 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
                         accept_failures=not strict, save=save, eval_every=eval_every,
                         use_latents=bool(twins or simulation), server_lr=server_lr)
     F.check_server_lr(strategy, server_lr)  # refused before any board starts
-    n = len(ports) or emulate or twins or simulation
     latents_of = F.latents_fn(model) if (twins or simulation) else None
     shards = F.load_shards(data, n, split, seed, latents_of=latents_of)
     eval_shard = None
@@ -183,6 +203,7 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
             raise TinyolError(f"board {i} gets no samples from {data} with --split {split}",
                               hint="use fewer boards or more classes per board")
     logf = open(log, "a" if resume else "w", buffering=1) if log else None
+    resumed_after = [0]  # rounds a --resume found done: their figures are not this run's
 
     def on_event(kind: str, d: dict) -> None:
         if kind == "round":
@@ -197,6 +218,7 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         elif kind == "absent":
             echo(f"  {d['board']} still absent: {d['error'].splitlines()[0]}")
         elif kind == "resume":
+            resumed_after[0] = d["round"]
             echo(f"resuming after round {d['round']}" + (f"; pushing to {', '.join(d['pending_push'])}"
                                                         if d["pending_push"] else ""))
 
@@ -238,10 +260,21 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
             logf.close()
     if plot and records:
         F.plot_fleet(records, plot, title=f"fleet of {n}: {data}, {split}, every {k}, {strategy}")
+    records = [r for r in records if r["round"] > resumed_after[0]]  # measured in this run only
     summary = _summary(records)
+    starved = [r["round"] for r in records if not r.get("aggregated", True)
+               and len(r.get("aggregated_from") or [b for b in r["boards"].values() if b.get("status") == "ok"])
+               < min_boards]
+    unmet = (f"{len(starved)} of {len(records)} rounds had fewer than --min-boards {min_boards} boards "
+             "finished: nothing aggregated in them") if starved and strategy != "none" else None
     if as_json:
         emit_json(summary)
+        if unmet and len(starved) == len(records):
+            raise TinyolError(unmet)
         return
+    if resumed_after[0]:
+        echo(f"resumed      after round {resumed_after[0]}; the figures below are of the "
+             f"{summary['rounds']} round(s) run now")
     echo(f"rounds       {summary['rounds']}")
     if summary["fleet_accuracy"] is not None:
         echo(f"fleet        accuracy {summary['fleet_accuracy']:.4f} (the aggregate, on {eval_spec})")
@@ -253,6 +286,10 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
         echo(f"plot         {plot}")
     if log:
         echo(f"log          {log}")
+    if unmet:
+        if len(starved) == len(records):
+            raise TinyolError(unmet, hint="fewer --min-boards, or find out why boards drop (the lines above)")
+        echo(f"warning      {unmet}")
 
 
 def _round_line(d: dict, kind: str = "head") -> str:

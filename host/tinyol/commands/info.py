@@ -7,6 +7,7 @@ import click
 
 from .. import memory
 from ..boards import get_board
+from ..checks import TIMEOUT
 from ..errors import TinyolError
 from ..model_folder import load_manifest
 from ..options import emit_json, json_option, port_option, resolve_port
@@ -22,9 +23,16 @@ def memory_plan(model_dir: str, board: str) -> dict:
     checks and the build places the learner with)."""
     b = get_board(board)
     m = load_manifest(model_dir)
-    plan = memory.plan(memory.Model.from_manifest(m), b.name, memory.board_regions(b),
-                       flash_bytes=b.flash_bytes)
-    return {"model": m["name"], "board": board, "fits": plan.fits,
+    try:
+        model = memory.Model.from_manifest(m)
+        name = str(m["name"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        what = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else f"a field of the wrong kind ({e})"
+        raise TinyolError(f"{model_dir}/manifest.json: {what}",
+                          hint="re-export the model (`tinyol export`); manifest.json is written by it, "
+                               "not by hand") from None
+    plan = memory.plan(model, b.name, memory.board_regions(b), flash_bytes=b.flash_bytes)
+    return {"model": name, "board": board, "fits": plan.fits,
             "learner_region": memory.REGION_TITLES[plan.learner_region],
             "learner_bytes": plan.model.learner(), "learner_parts": plan.model.parts(),
             "regions": {r.title: {"used": r.used, "size": r.size, "items": r.items}
@@ -40,7 +48,7 @@ def memory_plan(model_dir: str, board: str) -> dict:
 @click.option("--board", "-b", default=None, metavar="BOARD",
               help="With --model: the board (default: the one it was exported for).")
 @json_option
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per attempt.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per attempt.")
 def cmd(port, model_dir, board, as_json, timeout):
     """Print the board, firmware, model, memory use and boot counter of a device; or, with
     --model (no device needed), the memory the model's firmware reserves on a board.

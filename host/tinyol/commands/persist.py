@@ -19,6 +19,7 @@ import numpy as np
 from .. import __version__
 from .._defs import Status
 from ..device import RATED_ERASE_CYCLES, Device
+from ..checks import TIMEOUT, output_file
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
 from ..protocol import DeviceError
@@ -35,12 +36,12 @@ HINTS = {
                          "TOL_STORE_BYTES (docs/persistence.md)",
 }
 
-timeout_option = click.option("--timeout", type=float, default=30.0, show_default=True,
+timeout_option = click.option("--timeout", type=TIMEOUT, default=30.0, show_default=True,
                               help="Seconds to wait for the reply (an erase takes ~25 ms per page).")
 
 
 retries_option = click.option(
-    "--retries", type=click.IntRange(min=0), default=5, show_default=True,
+    "--retries", type=click.IntRange(0, 100), default=5, show_default=True,
     help="Resends met by silence before giving up (each waits twice as long; a damaged reply "
          "is resent at once). Also [VERB] retries = N in tinyol.toml.")
 
@@ -126,7 +127,7 @@ def cmd_load(port, timeout, retries, as_json):
 @port_option()
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The .npz to write (W, b, active, metadata).")
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per request.")
 @retries_option
 def cmd_pull(port, out, timeout, retries):
     """Copy the device's current head to an .npz file.
@@ -137,8 +138,7 @@ def cmd_pull(port, out, timeout, retries):
     Example:
       tinyol pull --port socket://127.0.0.1:4321 --out head.npz
     """
-    if not out.resolve().parent.is_dir():
-        raise TinyolError(f"--out {out}: folder {out.parent} does not exist", hint="create it first")
+    output_file(out, "--out")
     with _open(port, timeout, retries) as dev:
         info = dev.info
         if info.stage_layers:  # an adaptive stage: the whole stage image (docs/adaptive.md)
@@ -225,7 +225,7 @@ def _cut_push(e: TinyolError, dev: Device, inp) -> TinyolError:
 @click.option("--in", "inp", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An .npz from `tinyol pull` (or a head_init.npz).")
 @click.option("--force", is_flag=True, help="Push even if the file's model hash differs from the device's.")
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per request.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per request.")
 @retries_option
 def cmd_push(port, inp, force, timeout, retries):
     """Write a head from an .npz file onto the device (SET_HEAD); `tinyol save` keeps it.
@@ -234,9 +234,9 @@ def cmd_push(port, inp, force, timeout, retries):
     Example:
       tinyol push --port socket://127.0.0.1:4321 --in head.npz
     """
-    stage, stage_hash = _read_stage(inp)
+    stage, stage_hash, model_hash = _read_stage(inp)
     if stage is not None:
-        _push_stage(port, timeout, retries, inp, stage, stage_hash, force)
+        _push_stage(port, timeout, retries, inp, stage, stage_hash, model_hash, force)
         return
     head = read_head(inp)
     with _open(port, timeout, retries) as dev:
@@ -258,35 +258,48 @@ def cmd_push(port, inp, force, timeout, retries):
                f"(not yet saved: run `tinyol save` to keep it)")
 
 
-def _read_stage(inp: Path) -> tuple[bytes | None, int | None]:
+def _read_stage(inp: Path) -> tuple[bytes | None, int | None, int | None]:
     """An adaptive-stage image from a `tinyol pull` file, or (None, None) for anything else
     (read_head then reads it as a one-layer head, or explains what is wrong with it)."""
     try:
         with np.load(inp, allow_pickle=False) as z:
             if "stage_image" not in z.files:
-                return None, None
+                return None, None, None
             image = z["stage_image"]
             stage_hash = int(z["stage_hash"]) if "stage_hash" in z.files else None
+            model_hash = int(z["model_hash"]) if "model_hash" in z.files else None
     except Exception:  # noqa: BLE001 - not an .npz at all: read_head gives the one-line error
-        return None, None
+        return None, None, None
     if image.dtype != np.uint8 or image.ndim != 1:
         raise TinyolError(f"{inp}: stage_image must be a 1-D uint8 array, not {image.dtype} {image.shape}",
                           hint="push an .npz that `tinyol pull` wrote")
-    return bytes(image), stage_hash
+    return bytes(image), stage_hash, model_hash
 
 
 def _push_stage(port, timeout, retries, inp: Path, image: bytes, stage_hash: int | None,
-                force: bool) -> None:
-    """push for an adaptive stage: SET_STAGE slices, committed all at once by the device."""
+                model_hash: int | None, force: bool) -> None:
+    """push for an adaptive stage: SET_STAGE slices, committed all at once by the device. Its
+    size, model and stage are checked before the first slice is staged (a staged slice fences
+    the device until the push completes)."""
     with _open(port, timeout, retries) as dev:
         info = dev.info
         if not info.stage_layers:
             raise TinyolError(f"{inp} holds an adaptive stage but {info.model} on the device has a "
                               f"one-layer head", hint="push it to a firmware built from the same export")
+        want = 4 * info.stage_params + info.max_classes  # docs/protocol.md: GET_STAGE / SET_STAGE
+        if len(image) != want:
+            raise TinyolError(f"{inp} holds a stage image of {len(image)} bytes, the device's is {want} "
+                              f"({info.stage_params} parameters + {info.max_classes} flags); nothing was sent",
+                              hint="pull and push between devices running the same export")
         if stage_hash is not None and stage_hash != info.stage_hash and not force:
             raise TinyolError(f"stage mismatch: {inp} is for stage 0x{stage_hash:08x}, the device runs "
                               f"0x{info.stage_hash:08x}",
                               hint="a stage only fits the export it came from; --force pushes it anyway")
+        if model_hash is not None and model_hash != info.model_hash and not force:
+            raise TinyolError(
+                f"model hash mismatch: {inp} was pulled from model hash 0x{model_hash:08x}, the device "
+                f"runs {info.model} (0x{info.model_hash:08x})",
+                hint="a stage only fits the backbone it was trained on; --force pushes it anyway")
         try:
             n_active = dev.set_stage(image)
         except DeviceError as e:

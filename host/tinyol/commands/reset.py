@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ..checks import TIMEOUT
 from ..device import Device
 from ..options import emit_json, json_option, port_option, resolve_port
 
@@ -10,7 +11,7 @@ from ..options import emit_json, json_option, port_option, resolve_port
 @click.command("reset")
 @port_option()
 @json_option
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per attempt.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per attempt.")
 def cmd(port, as_json, timeout):
     """Return the head to its exported weights and classes; clear the replay buffer, momentum,
     statistics and anomaly threshold; settings back to the exported ones. The flash store is

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from .._defs import SETTING_TEXT, Setting
+from ..checks import TIMEOUT, U32_MAX, Number
 from ..device import Device
 from ..errors import TinyolError
 from ..options import emit_json, json_option, port_option, resolve_port
@@ -16,19 +17,19 @@ MODE_NAMES = {v: k for k, v in MODES.items()}
 OPTIONS = [
     ("mode", Setting.MODE, click.Choice(list(MODES)),
      "frozen: predict only; sgd: TinyOL (fresh samples only); replay: SGD + latent replay."),
-    ("lr", Setting.LR, float, SETTING_TEXT[Setting.LR]),
-    ("momentum", Setting.MOMENTUM, float,
+    ("lr", Setting.LR, Number(f32=True), SETTING_TEXT[Setting.LR]),
+    ("momentum", Setting.MOMENTUM, Number(f32=True),
      SETTING_TEXT[Setting.MOMENTUM] + " (> 0 needs a firmware exported with --momentum > 0)."),
-    ("weight-decay", Setting.WEIGHT_DECAY, float, SETTING_TEXT[Setting.WEIGHT_DECAY]),
-    ("clip-norm", Setting.CLIP_NORM, float, SETTING_TEXT[Setting.CLIP_NORM]),
-    ("n-new", Setting.N_NEW, click.IntRange(1), SETTING_TEXT[Setting.N_NEW]),
-    ("n-old", Setting.N_OLD, click.IntRange(0), SETTING_TEXT[Setting.N_OLD]),
-    ("threshold-k", Setting.THRESHOLD_K, float,
+    ("weight-decay", Setting.WEIGHT_DECAY, Number(f32=True), SETTING_TEXT[Setting.WEIGHT_DECAY]),
+    ("clip-norm", Setting.CLIP_NORM, Number(f32=True), SETTING_TEXT[Setting.CLIP_NORM]),
+    ("n-new", Setting.N_NEW, click.IntRange(1, U32_MAX), SETTING_TEXT[Setting.N_NEW]),
+    ("n-old", Setting.N_OLD, click.IntRange(0, U32_MAX), SETTING_TEXT[Setting.N_OLD]),
+    ("threshold-k", Setting.THRESHOLD_K, Number(f32=True),
      "Anomaly threshold (autoencoder): flag scores above mean + k * std."),
-    ("ema-alpha", Setting.EMA_ALPHA, float, SETTING_TEXT[Setting.EMA_ALPHA]),
-    ("warmup", Setting.WARMUP, click.IntRange(0), SETTING_TEXT[Setting.WARMUP]),
+    ("ema-alpha", Setting.EMA_ALPHA, Number(f32=True), SETTING_TEXT[Setting.EMA_ALPHA]),
+    ("warmup", Setting.WARMUP, click.IntRange(0, U32_MAX), SETTING_TEXT[Setting.WARMUP]),
     ("train-anomalies", Setting.TRAIN_ANOMALIES, click.IntRange(0, 1), SETTING_TEXT[Setting.TRAIN_ANOMALIES]),
-    ("autosave", Setting.AUTOSAVE, click.IntRange(0), SETTING_TEXT[Setting.AUTOSAVE]),
+    ("autosave", Setting.AUTOSAVE, click.IntRange(0, U32_MAX), SETTING_TEXT[Setting.AUTOSAVE]),
 ]
 
 
@@ -78,7 +79,7 @@ def _options(f):
 @port_option()
 @_options
 @json_option
-@click.option("--timeout", type=float, default=2.0, show_default=True, help="Seconds per attempt.")
+@click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per attempt.")
 def cmd(port, as_json, timeout, **values):
     """Change a device's learner settings; with no setting given, print them all.
 

@@ -10,6 +10,8 @@ import json
 import math
 
 import click
+
+from ..checks import U32_MAX, Number
 import numpy as np
 
 from .. import learner as L
@@ -57,24 +59,24 @@ def _print_anomaly(res: dict) -> None:
               help="Held-out source for the final accuracy (default: the stream itself).")
 @click.option("--prefill", "prefill_spec", default=None,
               help="Source whose latents pre-fill the replay buffer (e.g. digits:0-4@train).")
-@click.option("--lr", type=float, default=None, help="Learning rate (default: manifest).")
-@click.option("--momentum", type=float, default=None, help="SGD momentum (default: manifest).")
-@click.option("--weight-decay", type=float, default=None, help="L2 on W (default: manifest).")
-@click.option("--clip-norm", type=float, default=None, help="Global gradient-norm clip, 0 = off.")
-@click.option("--replay-capacity", type=int, default=None, help="Buffer slots, 0 = none.")
+@click.option("--lr", type=Number(0.0, f32=True), default=None, help="Learning rate (default: manifest).")
+@click.option("--momentum", type=Number(0.0, 1.0), default=None, help="SGD momentum (default: manifest).")
+@click.option("--weight-decay", type=Number(0.0, f32=True), default=None, help="L2 on W (default: manifest).")
+@click.option("--clip-norm", type=Number(0.0, f32=True), default=None, help="Global gradient-norm clip, 0 = off.")
+@click.option("--replay-capacity", type=click.IntRange(0, 65535), default=None, help="Buffer slots, 0 = none.")
 @click.option("--replay-bits", type=click.Choice(["32", "8", "7"]), default=None,
               help="Buffer storage: float32, int8 or 7-bit packed.")
-@click.option("--replay-n-new", type=int, default=None, help="Fresh samples per update.")
-@click.option("--replay-n-old", type=int, default=None, help="Replayed samples per update.")
+@click.option("--replay-n-new", type=click.IntRange(1, 65535), default=None, help="Fresh samples per update.")
+@click.option("--replay-n-old", type=click.IntRange(0, 65535), default=None, help="Replayed samples per update.")
 @click.option("--policy", type=click.Choice(sorted(L.POLICIES)), default=None,
               help="Buffer replacement policy (default reservoir).")
-@click.option("--seed", type=int, default=None, help="Learner PRNG seed (default: manifest).")
-@click.option("--order-seed", type=int, default=None,
+@click.option("--seed", type=click.IntRange(0, U32_MAX), default=None, help="Learner PRNG seed (default: manifest).")
+@click.option("--order-seed", type=click.IntRange(0, U32_MAX), default=None,
               help="Shuffle the stream with this seed (default: source order).")
 @click.option("--mode", type=click.Choice(sorted(L.MODES)), default=None,
               help="frozen, sgd (naive TinyOL) or replay (default: replay if a buffer).")
-@click.option("--threshold-k", type=float, default=None, help="Anomaly: threshold in std devs.")
-@click.option("--warmup", type=int, default=None, help="Anomaly: warm-up samples.")
+@click.option("--threshold-k", type=Number(f32=True), default=None, help="Anomaly: threshold in std devs.")
+@click.option("--warmup", type=click.IntRange(0, U32_MAX), default=None, help="Anomaly: warm-up samples.")
 @click.option("--layout", type=click.Choice(["channels-first", "flat"]), default=None,
               help="How the source's samples map to the model input when their shapes differ.")
 @click.option("--log", type=click.Path(dir_okay=False), default=None,

@@ -16,15 +16,17 @@ import click
 import numpy as np
 from tqdm import tqdm
 
+from .._defs import Msg
+from ..checks import Number, output_file
 from ..datasets import check_labels, fit_layout, iter_source, load_source
-from ..device import Device, Result
+from ..device import Device, Result, Stats
 from ..errors import TinyolError
 from ..model_folder import input_q, load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
 from ..plotting import plot_learning_curve
 from ..protocol import DeviceError, DeviceReset, Link
-from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Record, Stream, Summary, WriteAhead,
-                      check_samples, encode_input, resend_pending)
+from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Journal, Record, Stream, Summary,
+                      WriteAhead, check_samples, encode_input, reconcile, resend_pending)
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,
@@ -94,16 +96,20 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo,
 
 def _check_out_path(path, what: str) -> None:
     """Refuse before streaming when an output cannot be written (never create folders silently)."""
-    if path and not Path(path).resolve().parent.is_dir():
-        raise TinyolError(f"{what} {path}: folder {Path(path).parent} does not exist",
-                          hint="create it first, or write somewhere else")
+    if path:
+        output_file(path, what)
 
 
-def _resume_session(resume: str) -> tuple[dict, dict, dict]:
-    session, sent, done = WriteAhead.read(resume)
-    if session.get("data") == "-":
+def _resume_session(resume: str) -> Journal:
+    j = WriteAhead.read(resume)
+    if j.session.get("data") == "-":
         raise TinyolError("a stream from stdin cannot be resumed (its samples are gone)")
-    return session, sent, done
+    missing = [k for k in ("data", "limit", "shuffle", "seed", "label_column", "model", "encoding",
+                           "boot_count", "model_hash", "base_seen") if k not in j.session]
+    if missing:
+        raise TinyolError(f"{resume}{WAL_SUFFIX}: the session header lacks {', '.join(missing)}",
+                          hint="--resume takes the files of `tinyol stream --log` unchanged")
+    return j
 
 
 def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "models/digits",
@@ -118,16 +124,14 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
     `resume`: the --log of an interrupted train run; its session (source, order, model,
     settings) is taken from LOG.wal, the samples it left in flight are settled first, and
     the rest is streamed, appending to LOG."""
-    session = sent = done = None
+    session = journal = None
     if resume:
-        session, sent, done = _resume_session(resume)
+        journal = _resume_session(resume)
+        session = journal.session
         data, limit, shuffle, seed = session["data"], session["limit"], session["shuffle"], session["seed"]
         label_column, model_dir, encoding, mode = (session["label_column"], session["model"],
                                                    session["encoding"], "train")
         layout, epochs, prefill = session.get("layout"), int(session.get("epochs", 1)), None
-        if epochs != 1:
-            raise TinyolError(f"{resume}: a run of {epochs} epochs cannot be resumed (its rows repeat)",
-                              hint="stream the remaining epochs again without --resume")
         log = resume
     if not data and prefill is None:
         raise TinyolError("--data is required", hint="or --resume LOG to continue an interrupted run")
@@ -156,26 +160,38 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
     url = resolve_port(port)
     resumed = None
     link = Link.open(url, timeout=max(timeout, 1.0), retries=retries)
+    n_logged = 0
     if resume:
-        # before anything else reaches the device: settle what the last session left in flight
-        # the write-ahead log keys samples by source row (unique: a resumed run has one epoch)
-        ordered = list(rows)
-        by_row = {i: (x, lab) for i, x, lab in ordered}
+        # before anything reaches the device but one STATS: reconcile the log, its WAL and the
+        # device's counters (reconcile), then settle what the last session left in flight
+        ordered = list(rows)  # positions: rows in the order first sent, every epoch
+        if len(journal.sent) > len(ordered) or any(ordered[p][0] != row for p, (row, _) in
+                                                   enumerate(journal.sent)):
+            link.close()
+            raise TinyolError(f"{resume}{WAL_SUFFIX} sent rows that {data} (as the run read it) does "
+                              "not hold in that order: the source changed since the run",
+                              hint="resume with the same source files, or start the stream again")
         q = input_q(manifest)
-        payloads = {i: (by_row[i][1], struct.pack("<H", by_row[i][1])
-                        + encode_input(by_row[i][0], encoding, q))
-                    for i in sent if i not in done}
+        payloads = {p: ((ordered[p][0], ordered[p][2]), struct.pack("<H", ordered[p][2])
+                        + encode_input(ordered[p][1], encoding, q)) for p in journal.pending}
         try:
-            resumed = resend_pending(link, session, sent, done, payloads, window=window,
-                                     timeout=timeout, retries=retries)
+            learned_in_flight = reconcile(journal, Stats.parse(link.request(Msg.STATS)), resume)
+            if learned_in_flight == 0:  # the reply cache is not needed: check the boot first
+                _check_same_device(link.info(), session)
+            resumed = resend_pending(link, journal, payloads, window=window, timeout=timeout,
+                                     retries=retries)
         except BaseException:
             link.close()
             raise
-        rows = (r for r in ordered if r[0] not in sent)
-        total = len(ordered) - len(sent)
+        rows = iter(ordered[len(journal.sent):])
+        total = len(ordered) - len(journal.sent)
+        if journal.log_keep < journal.log_size:  # the kill cut the last line: drop it, then append
+            with open(log, "r+b") as f:
+                f.truncate(journal.log_keep)
+            echo(f"repaired     {log}: its last line was cut by the interruption (removed; the "
+                 "sample is settled again)")
+        n_logged = len(journal.done)
     logf = open(log, "a" if resume else "w", buffering=1) if log else None  # line-buffered: `tail -f` works
-    if resume and Path(log).read_bytes()[-1:] not in (b"", b"\n"):
-        logf.write("\n")  # a line cut by the kill stays apart from the next record
     wal = WriteAhead(log + WAL_SUFFIX, header=session) if log and mode == "train" else None
     if wal is not None and not resume:
         open(wal.path, "w").close()
@@ -201,14 +217,20 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                        "boot_count": dev.info.boot_count, "model_hash": dev.info.model_hash,
                        "base_seen": st._base_seen, "window": window, "layout": layout,
                        "epochs": epochs})
+            wal.checkpoint(st.base_frames, n_logged)
             wal.sent(tag, seq)
 
         def on_record(r: Record) -> None:
+            nonlocal n_logged
             if logf:
                 logf.write(r.json() + "\n")
+                n_logged += 1
             if print_predictions:
                 lab = "" if r.label is None else f" label={r.label}"
-                echo(f"{r.index} prediction={r.prediction} confidence={r.confidence:.4f}{lab}")
+                if r.error:  # the device refused it: no prediction to show
+                    echo(f"{r.index} refused ({r.error}){lab}")
+                else:
+                    echo(f"{r.index} prediction={r.prediction} confidence={r.confidence:.4f}{lab}")
             if bar is not None:
                 bar.update(1)
                 if st.summary.per_class and st.summary.samples % 10 == 0:
@@ -216,7 +238,10 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
 
         try:
             st.run(rows, on_record=on_record, live=X is None, on_send=on_send if wal else None,
-                   resumed=resumed)
+                   on_check=wal.check if wal else None, resumed=resumed)
+            if wal and st.end_frames is not None:
+                wal.checkpoint(st.base_frames, n_logged)  # when this session sent no new sample
+                wal.end(st.end_frames, n_logged)
         finally:
             if bar is not None:
                 bar.close()
@@ -256,7 +281,7 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
               help="First fill the replay buffer with these samples (REPLAY_ADD: no training).")
 @click.option("--prefill-limit", type=click.IntRange(min=1), default=None,
               help="Offer at most N --prefill samples (after --shuffle).")
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--epochs", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Send the source N times (reshuffled each epoch with --shuffle).")
 @click.option("--layout", type=click.Choice(["channels-first", "flat"]), default=None,
               help="How the source's samples map to the model input when their shapes differ "
@@ -277,13 +302,13 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
               help="int8: quantized on the host (4x less traffic); float32: on the device.")
 @click.option("--window", type=click.IntRange(1, DEVICE_CACHE), default=DEFAULT_WINDOW, show_default=True,
               help="Requests in flight (pipelining; the device caches 8 replies).")
-@click.option("--timeout", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
+@click.option("--timeout", type=Number(0.001, 3600.0), default=1.0, show_default=True,
               help="Initial (and largest) resend timeout in seconds; it adapts to the measured reply "
                    "time, as TCP's does.")
-@click.option("--retries", type=click.IntRange(min=0), default=8, show_default=True,
+@click.option("--retries", type=click.IntRange(0, 100), default=8, show_default=True,
               help="Resends met by complete silence before the device counts as gone "
                    "(each waits twice as long as the one before).")
-@click.option("--patience", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+@click.option("--patience", type=Number(0.1, 86400.0), default=120.0, show_default=True,
               help="Seconds a live but damaged link may go without an answered request.")
 @click.option("--resume", default=None, metavar="LOG", type=click.Path(dir_okay=False),
               help="Continue an interrupted --train run from its --log (LOG.wal): every sample "
@@ -328,20 +353,32 @@ def cmd(port, data, prefill, prefill_limit, epochs, layout, mode, limit, shuffle
         return
     if as_json:
         emit_json(_clean(summary.as_dict()))
-        return
-    print_summary(summary, autoencoder=load_manifest(model)["head"]["mode"] == "autoencoder")
-    if plot and summary.per_class:
-        click.echo(f"plot         {plot}")
-    if log:
-        click.echo(f"log          {log}")
+    else:
+        print_summary(summary, autoencoder=load_manifest(model)["head"]["mode"] == "autoencoder")
+        if plot and summary.per_class:
+            click.echo(f"plot         {plot}")
+        if log:
+            click.echo(f"log          {log}")
     if summary.interrupted:
         sys.exit(130)  # like an interrupted shell command (cli.main ignores click's Exit codes)
+    if summary.rejected:  # a sample the device refused was not learned/predicted: not a success
+        raise refused_error(summary)
 
 
-def _check_resumed(dev, session: dict, resumed) -> None:
-    """The device must be where the log says: same boot, same model, and its sample
-    counter at the last sample the log (and the settled in-flight ones) accounts for."""
-    info = dev.info
+def refused_error(s: Summary) -> TinyolError:
+    """The run failed: the device refused some samples (they were not learned or predicted)."""
+    n = sum(s.rejected.values())
+    why = ", ".join(f"{v} x {k}" for k, v in s.rejected.items())
+    busy = "ERR_BUSY" in s.rejected
+    return TinyolError(
+        f"the device refused {n} of {s.samples} samples ({why}): they were not "
+        + ("learned" if s.mode == "train" else "predicted"),
+        hint="a push was cut part way and fences the device: push again, or `tinyol load` / "
+             "`tinyol reset` to roll back" if busy else "see docs/protocol.md for the status codes")
+
+
+def _check_same_device(info, session: dict) -> None:
+    """The device must run the log's model and must not have restarted since."""
     if info.model_hash != int(session["model_hash"]):
         raise TinyolError(f"the device now runs another model (hash 0x{info.model_hash:08x}, the log's "
                           f"is 0x{int(session['model_hash']):08x}): cannot resume")
@@ -350,6 +387,12 @@ def _check_resumed(dev, session: dict, resumed) -> None:
             f"the device reset since the interrupted run (boot counter {session['boot_count']} -> "
             f"{info.boot_count}): what it learned since its last save is gone, so the run cannot "
             "be resumed exactly once", hint="start the stream again (without --resume)")
+
+
+def _check_resumed(dev, session: dict, resumed) -> None:
+    """The device must be where the log says: same boot, same model, and its sample
+    counter at the last sample the log (and the settled in-flight ones) accounts for."""
+    _check_same_device(dev.info, session)
     counters = list(resumed.counters)
     for c in resumed.completions:
         if not c.status:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..checks import U32_MAX
 from ..codegen import run_tflm
 from ..datasets import load_source
 from ..device import Device
@@ -64,7 +65,7 @@ def compare_latents(device_out: np.ndarray, tflm_out: np.ndarray) -> dict:
 @click.option("--data", default=None, metavar="SOURCE",
               help="Inputs from a source (default: the model's calibration data).")
 @click.option("--random", "random_inputs", is_flag=True, help="Random int8 inputs instead.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=click.IntRange(0, U32_MAX), default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--window", type=click.IntRange(1, 8), default=4, show_default=True,
               help="Requests in flight.")
 @json_option
