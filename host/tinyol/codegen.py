@@ -965,7 +965,7 @@ def _model_data_c(source: str, raw: bytes) -> str:
     return (
         banner(source)
         + "#include \"model_data.h\"\n\n"
-        f"_Alignas(16) const uint8_t tol_model_data[TOL_MODEL_DATA_LEN] = {{\n" + "\n".join(lines) + "\n};\n"
+        "_Alignas(16) const uint8_t tol_model_data[TOL_MODEL_DATA_LEN] = {\n" + "\n".join(lines) + "\n};\n"
     )
 
 

@@ -94,7 +94,7 @@ def tune(d: Data, log) -> tuple[dict, dict]:
 
     naive = {lr: score(mode="sgd", lr=lr) for lr in LR_GRID}
     best_naive = max(naive, key=naive.get)
-    log(f"tune naive: " + ", ".join(f"lr={k}: {v:.3f}" for k, v in naive.items()))
+    log("tune naive: " + ", ".join(f"lr={k}: {v:.3f}" for k, v in naive.items()))
     grid = {}
     for lr, n_old, n_new in itertools.product(LR_GRID, N_OLD_GRID, N_NEW_GRID):
         grid[(lr, n_old, n_new)] = score(mode="replay", lr=lr, n_old=n_old, n_new=n_new,

@@ -74,7 +74,6 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
         dirs = [Path(d).resolve() for d in model_dirs]
         for d in dirs:
             if not (d / "manifest.json").is_file() or not (d / "backbone.tflite").is_file():
-                from ..errors import TinyolError
                 raise TinyolError(f"{d}: not a model folder (no manifest.json / backbone.tflite)",
                                   hint="export one first: tinyol export MODEL.keras --out DIR")
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import struct
 import sys
-from pathlib import Path
 
 import click
 import numpy as np
