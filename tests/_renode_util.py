@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tinyol.boards import BOARDS
 from tinyol.protocol import Frame, Msg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,11 +113,17 @@ def wait_boot(dev_link, timeout: float = 20.0) -> str:
 
 
 def send_paused(target, link, msg: int, payload: bytes = b"") -> Frame:
-    """Pause the machine and put a request into its console UART (it is read on resume)."""
+    """Pause the machine and put a request into its console UART (it is read on resume).
+
+    The bytes go straight into the UART's receive queue through the Monitor, one WriteChar
+    each: every command returns after the UART holds its byte, so the frame is complete before
+    the caller runs the machine (the socket terminal would hand them over in a thread of its
+    own, at a time no test can wait for)."""
     target.monitor.execute("pause")
     frame = Frame(int(msg), link.next_seq(), payload)
-    link.send_frame(frame)
-    time.sleep(0.1)   # the socket terminal hands the bytes to the UART in its own thread
+    uart = BOARDS[target.board].console.lower()
+    for b in frame.encode():
+        target.monitor.execute(f"sysbus.{uart} WriteChar {b:#04x}")
     return frame
 
 

@@ -215,6 +215,7 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     """
     port = port or free_port()
     t = Target([], url=rn.serial_url(port), timeout=timeout)
+    t.board = board  # its console UART is the peripheral tests may feed through the Monitor
     t.tmpdir = tempfile.TemporaryDirectory(prefix="tinyol-renode-")
     log = Path(t.tmpdir.name) / "renode.log"
     cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu)
