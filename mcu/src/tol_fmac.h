@@ -324,6 +324,46 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
 #undef TOL_FMAC_SGD4_VW_EX_
 }
 
+/* The commit of tol_fmac_sgd8_ex_ with momentum buffers and mu = 0: v = g' is stored
+ * to vw unread (g' + 0 vw = g': vw is finite and g' = 0.0f + ... is never -0). */
+static inline void tol_fmac_sgd8_v0_ex_(float *w, float *vw, float e, const float *x, float lr,
+                                        float wd)
+{
+    const float zero = 0.0f;
+    __asm__ volatile(
+        "vldmia %[x], {s8-s15}\n"
+        "vldmia %[w], {s24-s31}\n"
+        TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_W_
+        "vstmia %[vw], {s16-s23}\n"
+        "vstmia %[w], {s24-s31}\n"
+        :
+        : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
+          [wd] "t"(wd)
+        : TOL_FMAC_CLOBBER24_, "memory");
+}
+
+/* The commit of tol_fmac_sgd8_vw_ with mu = 0 (as tol_fmac_sgd8_v0_ex_: vw stored, not read). */
+static inline void tol_fmac_sgd8_v0_(float *w, float *vw, const float *g, uint32_t n8, float lr,
+                                     float wd)
+{
+    __asm__ volatile(
+        "1:\n"
+        "vldmia %[g]!, {s16-s23}\n"
+        "vldmia %[w], {s24-s31}\n"
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_W_
+        "vstmia %[vw]!, {s16-s23}\n"
+        "vstmia %[w]!, {s24-s31}\n"
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        : [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
+        : [lr] "t"(lr), [wd] "t"(wd)
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
+}
+
 #else
 
 #include <stddef.h>
@@ -414,6 +454,20 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
     float g[8];
     for (uint32_t k = 0; k < 8u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
     return tol_fmac_sgd_(w, NULL, g, 8u, lr, 0.0f, wd, chk, commit);
+}
+
+static inline void tol_fmac_sgd8_v0_ex_(float *w, float *vw, float e, const float *x, float lr,
+                                        float wd)
+{
+    float g[8];
+    for (uint32_t k = 0; k < 8u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
+    (void)tol_fmac_sgd_(w, vw, g, 8u, lr, 0.0f, wd, 0.0f, 1);
+}
+
+static inline void tol_fmac_sgd8_v0_(float *w, float *vw, const float *g, uint32_t n8, float lr,
+                                     float wd)
+{
+    (void)tol_fmac_sgd_(w, vw, g, 8u * n8, lr, 0.0f, wd, 0.0f, 1);
 }
 
 #endif

@@ -395,6 +395,7 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
     const int from_g = h->gw != NULL && h->n_batch > 1u;
     const int empty = h->n_batch == 0u;
     const int has_v = h->vw != NULL;
+    const int v0 = has_v && mu == 0.0f && commit; /* vw stored, not read (tol_fmac.h) */
     float chk = 0.0f;
     for (uint16_t r = 0; r < rows; r++) {
         if (!h->active[r]) continue;
@@ -405,12 +406,18 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
         const float *g = from_g ? &h->gw[(size_t)r * d] : NULL;
         if (from_g) {
             if (n8 > 0u) {
-                chk = has_v ? tol_fmac_sgd8_vw_(w, vw, g, n8, lr, mu, wd, chk, commit)
-                            : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+                if (v0) {
+                    tol_fmac_sgd8_v0_(w, vw, g, n8, lr, wd);
+                } else {
+                    chk = has_v ? tol_fmac_sgd8_vw_(w, vw, g, n8, lr, mu, wd, chk, commit)
+                                : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+                }
             }
         } else {
             for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
-                if (has_v) {
+                if (v0) {
+                    tol_fmac_sgd8_v0_ex_(&w[j], &vw[j], e, &x[j], lr, wd);
+                } else if (has_v) {
                     chk = tol_fmac_sgd4_vw_ex_(&w[j], &vw[j], e, &x[j], lr, mu, wd, chk, commit);
                     chk = tol_fmac_sgd4_vw_ex_(&w[j + 4u], &vw[j + 4u], e, &x[j + 4u], lr, mu, wd,
                                                chk, commit);
