@@ -436,10 +436,10 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
     return chk;
 }
 
-/* The commit of tol_head_pass_plain_ for a batch of one sample with momentum buffers and
- * mu = 0 (the firmware's autoencoder step), row loop kept tight: g = 0.0f + e x,
- * v = g + wd w (the bias: v = 0.0f + e) stored to vw unread (tol_fmac_sgd8_v0_ex_),
- * w - lr v. The same floats as the general pass. */
+/* The commit of tol_head_pass_plain_ for a batch of one sample with mu = 0 (the
+ * autoencoder step), row loop kept tight: g = 0.0f + e x, v = g + wd w (the bias:
+ * v = 0.0f + e), stored to vw unread if there are momentum buffers
+ * (tol_fmac_sgd8_v0_ex_), w - lr v. The same floats as the general pass. */
 static void tol_head_commit_v0_one_(tol_head_t *h, float lr, float wd)
 {
     const uint16_t d = h->dim;
@@ -450,18 +450,29 @@ static void tol_head_commit_v0_one_(tol_head_t *h, float lr, float wd)
     const uint8_t *act = h->active;
     float *w = h->w;
     float *vw = h->vw;
-    for (uint16_t r = 0; r < rows; r++, w += d, vw += d) {
-        if (!act[r]) continue;
+    for (uint16_t r = 0; r < rows; r++, w += d) {
+        if (!act[r]) {
+            if (vw != NULL) vw += d;
+            continue;
+        }
         const float er = e[r];
-        for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
-            tol_fmac_sgd8_v0_ex_(&w[j], &vw[j], er, &x[j], lr, wd);
+        if (vw != NULL) {
+            for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
+                tol_fmac_sgd8_v0_ex_(&w[j], &vw[j], er, &x[j], lr, wd);
+            }
+        } else {
+            for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
+                (void)tol_fmac_sgd8_ex_(&w[j], er, &x[j], lr, wd, 0.0f, 1);
+            }
         }
         for (uint16_t j = j0; j < d; j++) {
-            (void)tol_fmac_sgd1_(&w[j], &vw[j], tol_fmac_mla(0.0f, er, x[j]), lr, 0.0f, wd, 1, 0.0f, 1);
+            (void)tol_fmac_sgd1_(&w[j], vw != NULL ? &vw[j] : NULL, tol_fmac_mla(0.0f, er, x[j]), lr, 0.0f,
+                                 wd, 1, 0.0f, 1);
         }
         const float v = 0.0f + er;
-        h->vb[r] = v;
+        if (h->vb != NULL) h->vb[r] = v;
         h->b[r] = tol_fmac_mls(h->b[r], lr, v);
+        if (vw != NULL) vw += d;
     }
 }
 
@@ -590,7 +601,7 @@ tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight
     const int batch = h->gw != NULL && h->n_batch > 1u;
     if (plain && !batch && tol_head_bounded_(h, lr, momentum, weight_decay)) {
         /* nothing can overflow */
-        if (h->n_batch == 1u && h->vw != NULL && momentum == 0.0f) {
+        if (h->n_batch == 1u && momentum == 0.0f) {
             tol_head_commit_v0_one_(h, lr, weight_decay);
         } else {
             (void)tol_head_pass_plain_(h, lr, momentum, weight_decay, 1);
