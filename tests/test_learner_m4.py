@@ -83,6 +83,9 @@ CASES = {
     # autoencoder: one sample per step, the e x gradient blocks
     "autoencoder_d8_out64": dict(kind=HEAD_AUTOENCODER, d=8, c=64, n=40, lr=0.01, wd=1e-4),
     "autoencoder_d12_out20": dict(kind=HEAD_AUTOENCODER, d=12, c=20, n=30, lr=0.01),
+    # momentum buffers, momentum 0, D = 12: the tight commit's block of 8 plus a remainder of 4
+    "autoencoder_buffers_d12_out20": dict(kind=HEAD_AUTOENCODER, d=12, c=20, n=30, lr=0.01, wd=1e-4,
+                                          buffers=True),
 }
 
 

@@ -439,7 +439,9 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
               "multiply and add, so the numpy twin is unchanged and bit-identical) with VLDM block loads;",
               "a step checks every new weight before committing any (two passes over the weights), except that",
               "a step on one sample (the autoencoder) skips the check pass when a magnitude bound proves no new",
-              "value can overflow (same committed values).",
+              "value can overflow (same committed values), and then commits in one tight row loop. The commit",
+              "pass stores without accumulating the check; with momentum 0 the momentum buffers are written,",
+              "never read or scanned (0 x a finite buffer adds nothing).",
               "`latent256` is a learner-only model (identity backbone) for the D = 256 case.",
               "",
               "| model | trained layers | latent D | outputs (classes or reconstruction) | prediction | training step | n_old |",
@@ -517,9 +519,9 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         return "\n".join(lines)
     lines.append(_target_line("train step (1 + 16, D = 32, C = 10), digits firmware", dig.train_instr if dig else None,
                               TARGET_TRAIN, " (was 186,134)",
-                              "Where it goes (table above): 17 forward passes + softmaxes + errors (~1,440 each, "
-                              "~24.5 k), the gradient over 17 samples formed once (5,440 MACs) with the check and "
-                              "commit passes (~16 k), 16 replay rows dequantized (~5 k). Skipping the check pass by a "
+                              "Where it goes (table above): 17 forward passes + softmaxes + errors (~1,650 each, "
+                              "~28 k), the gradient over 17 samples formed once (5,440 MACs) with the check and "
+                              "commit passes (~15.6 k), 16 replay rows dequantized (~5 k). Skipping the check pass by a "
                               "magnitude bound (done for the autoencoder, below) was tried on the batch's gradient "
                               "and dropped: on this head the bound over gW fell back to the check pass and cost "
                               "~4.8 k more. Next: one batched forward for all 17 samples (4 rows x 2 samples per "

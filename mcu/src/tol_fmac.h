@@ -69,13 +69,14 @@ static inline float tol_fmac_mls(float acc, float a, float b)
 
 /* The SGD block, the gradient g in s16-s23 and the weights w in s24-s31 (8 lanes):
  * g' = g + wd w (DECAY), [v = g' + mu vw, vw in s8-s15 (MOMENTUM)], wn = w - lr v in
- * s24-s31 and chk += 0 * wn (STEP). One text for the variants with and without momentum
- * and with a stored or an e x gradient. */
+ * s24-s31 (W) and chk += 0 * wn (CHK). One text for the variants with and without momentum
+ * and with a stored or an e x gradient. Every SGD primitive below either checks (commit 0:
+ * chk accumulated, nothing stored) or commits (commit 1: v and wn stored, chk returned
+ * unchanged: a commit follows a check pass or a bound, and its chk is never read). */
 #define TOL_FMAC_SGD8_DECAY_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[wd]"), TOL_FMAC_S24_)
 #define TOL_FMAC_SGD8_MOMENTUM_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[mu]"), TOL_FMAC_S8_)
-#define TOL_FMAC_SGD8_STEP_                                                                        \
-    TOL_FMAC_OP8_("vmls.f32", TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[lr]"), TOL_FMAC_S16_)                          \
-    TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_ALL8_("%[chk]"), TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[zero]"))
+#define TOL_FMAC_SGD8_W_ TOL_FMAC_OP8_("vmls.f32", TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[lr]"), TOL_FMAC_S16_)
+#define TOL_FMAC_SGD8_CHK_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_ALL8_("%[chk]"), TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[zero]"))
 #define TOL_FMAC_CLOBBER16_                                                                        \
     "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28",    \
         "s29", "s30", "s31"
@@ -182,21 +183,32 @@ static inline float tol_fmac_sgd8_(float *w, const float *g, uint32_t n8, float 
                                    float chk, int commit)
 {
     const float zero = 0.0f;
-    const uint32_t skip = commit ? 0u : 1u;
+    if (commit) {
+        __asm__ volatile(
+            "1:\n"
+            "vldmia %[g]!, {s16-s23}\n"
+            "vldmia %[w], {s24-s31}\n"
+            TOL_FMAC_SGD8_DECAY_
+            TOL_FMAC_SGD8_W_
+            "vstmia %[w]!, {s24-s31}\n"
+            "subs %[n], %[n], #1\n"
+            "bne 1b\n"
+            : [w] "+r"(w), [g] "+r"(g), [n] "+r"(n8)
+            : [lr] "t"(lr), [wd] "t"(wd)
+            : TOL_FMAC_CLOBBER16_, "cc", "memory");
+        return chk;
+    }
     __asm__ volatile(
         "1:\n"
         "vldmia %[g]!, {s16-s23}\n"
-        "vldmia %[w], {s24-s31}\n"
+        "vldmia %[w]!, {s24-s31}\n"
         TOL_FMAC_SGD8_DECAY_
-        TOL_FMAC_SGD8_STEP_
-        "cbnz %[skip], 2f\n"
-        "vstmia %[w], {s24-s31}\n"
-        "2:\n"
-        "adds %[w], %[w], #32\n"
+        TOL_FMAC_SGD8_W_
+        TOL_FMAC_SGD8_CHK_
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
-        : [chk] "+t"(chk), [w] "+l"(w), [g] "+r"(g), [n] "+r"(n8)
-        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [skip] "l"(skip)
+        : [chk] "+t"(chk), [w] "+r"(w), [g] "+r"(g), [n] "+r"(n8)
+        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd)
         : TOL_FMAC_CLOBBER16_, "cc", "memory");
     return chk;
 }
@@ -206,20 +218,30 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
                                       float chk, int commit)
 {
     const float zero = 0.0f;
-    const uint32_t skip = commit ? 0u : 1u;
+    if (commit) {
+        __asm__ volatile(
+            "vldmia %[x], {s8-s15}\n"
+            "vldmia %[w], {s24-s31}\n"
+            TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
+            TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
+            TOL_FMAC_SGD8_DECAY_
+            TOL_FMAC_SGD8_W_
+            "vstmia %[w], {s24-s31}\n"
+            :
+            : [w] "r"(w), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd)
+            : TOL_FMAC_CLOBBER24_, "memory");
+        return chk;
+    }
     __asm__ volatile(
         "vldmia %[x], {s8-s15}\n"
         "vldmia %[w], {s24-s31}\n"
         TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
         TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
         TOL_FMAC_SGD8_DECAY_
-        TOL_FMAC_SGD8_STEP_
-        "cbnz %[skip], 2f\n"
-        "vstmia %[w], {s24-s31}\n"
-        "2:\n"
+        TOL_FMAC_SGD8_W_
+        TOL_FMAC_SGD8_CHK_
         : [chk] "+t"(chk)
-        : [w] "r"(w), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd),
-          [skip] "l"(skip)
+        : [w] "r"(w), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd)
         : TOL_FMAC_CLOBBER24_, "memory");
     return chk;
 }
@@ -230,25 +252,37 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
                                       float mu, float wd, float chk, int commit)
 {
     const float zero = 0.0f;
-    const uint32_t skip = commit ? 0u : 1u;
+    if (commit) {
+        __asm__ volatile(
+            "1:\n"
+            "vldmia %[g]!, {s16-s23}\n"
+            "vldmia %[w], {s24-s31}\n"
+            "vldmia %[vw], {s8-s15}\n"
+            TOL_FMAC_SGD8_DECAY_
+            TOL_FMAC_SGD8_MOMENTUM_
+            TOL_FMAC_SGD8_W_
+            "vstmia %[vw]!, {s16-s23}\n"
+            "vstmia %[w]!, {s24-s31}\n"
+            "subs %[n], %[n], #1\n"
+            "bne 1b\n"
+            : [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
+            : [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu)
+            : TOL_FMAC_CLOBBER24_, "cc", "memory");
+        return chk;
+    }
     __asm__ volatile(
         "1:\n"
         "vldmia %[g]!, {s16-s23}\n"
-        "vldmia %[w], {s24-s31}\n"
-        "vldmia %[vw], {s8-s15}\n"
+        "vldmia %[w]!, {s24-s31}\n"
+        "vldmia %[vw]!, {s8-s15}\n"
         TOL_FMAC_SGD8_DECAY_
         TOL_FMAC_SGD8_MOMENTUM_
-        TOL_FMAC_SGD8_STEP_
-        "cbnz %[skip], 2f\n"
-        "vstmia %[vw], {s16-s23}\n"
-        "vstmia %[w], {s24-s31}\n"
-        "2:\n"
-        "adds %[w], %[w], #32\n"
-        "adds %[vw], %[vw], #32\n"
+        TOL_FMAC_SGD8_W_
+        TOL_FMAC_SGD8_CHK_
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [chk] "+t"(chk), [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
-        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu), [skip] "l"(skip)
+        : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu)
         : TOL_FMAC_CLOBBER24_, "cc", "memory");
     return chk;
 }
@@ -259,26 +293,75 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
                                          float mu, float wd, float chk, int commit)
 {
     const float zero = 0.0f;
-    const uint32_t skip = commit ? 0u : 1u;
+#define TOL_FMAC_SGD4_VW_EX_                                                                       \
+    "vldmia %[x], {s28-s31}\n"                                                                     \
+    "vldmia %[w], {s20-s23}\n"                                                                     \
+    "vldmia %[vw], {s24-s27}\n"                                                                    \
+    TOL_FMAC_MOV4_(TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[zero]"))                                      \
+    TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[e]"), TOL_FMAC_S28Q_)              \
+    TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[wd]"), TOL_FMAC_S20Q_)             \
+    TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[mu]"), TOL_FMAC_S24Q_)             \
+    TOL_FMAC_OP4_("vmls.f32", TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[lr]"), TOL_FMAC_S16Q_)
+    if (commit) {
+        __asm__ volatile(
+            TOL_FMAC_SGD4_VW_EX_
+            "vstmia %[vw], {s16-s19}\n"
+            "vstmia %[w], {s20-s23}\n"
+            :
+            : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
+              [wd] "t"(wd), [mu] "t"(mu)
+            : TOL_FMAC_CLOBBER16_, "memory");
+        return chk;
+    }
     __asm__ volatile(
-        "vldmia %[x], {s28-s31}\n"
-        "vldmia %[w], {s20-s23}\n"
-        "vldmia %[vw], {s24-s27}\n"
-        TOL_FMAC_MOV4_(TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[zero]"))
-        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[e]"), TOL_FMAC_S28Q_)
-        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[wd]"), TOL_FMAC_S20Q_)
-        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[mu]"), TOL_FMAC_S24Q_)
-        TOL_FMAC_OP4_("vmls.f32", TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[lr]"), TOL_FMAC_S16Q_)
+        TOL_FMAC_SGD4_VW_EX_
         TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_ALL4_("%[chk]"), TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[zero]"))
-        "cbnz %[skip], 2f\n"
-        "vstmia %[vw], {s16-s19}\n"
-        "vstmia %[w], {s20-s23}\n"
-        "2:\n"
         : [chk] "+t"(chk)
         : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
-          [wd] "t"(wd), [mu] "t"(mu), [skip] "l"(skip)
+          [wd] "t"(wd), [mu] "t"(mu)
         : TOL_FMAC_CLOBBER16_, "memory");
     return chk;
+#undef TOL_FMAC_SGD4_VW_EX_
+}
+
+/* The commit of tol_fmac_sgd8_ex_ with momentum buffers and mu = 0: v = g' is stored
+ * to vw unread (g' + 0 vw = g': vw is finite and g' = 0.0f + ... is never -0). */
+static inline void tol_fmac_sgd8_v0_ex_(float *w, float *vw, float e, const float *x, float lr,
+                                        float wd)
+{
+    const float zero = 0.0f;
+    __asm__ volatile(
+        "vldmia %[x], {s8-s15}\n"
+        "vldmia %[w], {s24-s31}\n"
+        TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_W_
+        "vstmia %[vw], {s16-s23}\n"
+        "vstmia %[w], {s24-s31}\n"
+        :
+        : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
+          [wd] "t"(wd)
+        : TOL_FMAC_CLOBBER24_, "memory");
+}
+
+/* The commit of tol_fmac_sgd8_vw_ with mu = 0 (as tol_fmac_sgd8_v0_ex_: vw stored, not read). */
+static inline void tol_fmac_sgd8_v0_(float *w, float *vw, const float *g, uint32_t n8, float lr,
+                                     float wd)
+{
+    __asm__ volatile(
+        "1:\n"
+        "vldmia %[g]!, {s16-s23}\n"
+        "vldmia %[w], {s24-s31}\n"
+        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_W_
+        "vstmia %[vw]!, {s16-s23}\n"
+        "vstmia %[w]!, {s24-s31}\n"
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        : [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
+        : [lr] "t"(lr), [wd] "t"(wd)
+        : TOL_FMAC_CLOBBER16_, "cc", "memory");
 }
 
 #else
@@ -371,6 +454,20 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
     float g[8];
     for (uint32_t k = 0; k < 8u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
     return tol_fmac_sgd_(w, NULL, g, 8u, lr, 0.0f, wd, chk, commit);
+}
+
+static inline void tol_fmac_sgd8_v0_ex_(float *w, float *vw, float e, const float *x, float lr,
+                                        float wd)
+{
+    float g[8];
+    for (uint32_t k = 0; k < 8u; k++) g[k] = tol_fmac_mla(0.0f, e, x[k]);
+    (void)tol_fmac_sgd_(w, vw, g, 8u, lr, 0.0f, wd, 0.0f, 1);
+}
+
+static inline void tol_fmac_sgd8_v0_(float *w, float *vw, const float *g, uint32_t n8, float lr,
+                                     float wd)
+{
+    (void)tol_fmac_sgd_(w, vw, g, 8u * n8, lr, 0.0f, wd, 0.0f, 1);
 }
 
 #endif

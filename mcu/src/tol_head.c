@@ -395,6 +395,7 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
     const int from_g = h->gw != NULL && h->n_batch > 1u;
     const int empty = h->n_batch == 0u;
     const int has_v = h->vw != NULL;
+    const int v0 = has_v && mu == 0.0f && commit; /* vw stored, not read (tol_fmac.h) */
     float chk = 0.0f;
     for (uint16_t r = 0; r < rows; r++) {
         if (!h->active[r]) continue;
@@ -405,12 +406,18 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
         const float *g = from_g ? &h->gw[(size_t)r * d] : NULL;
         if (from_g) {
             if (n8 > 0u) {
-                chk = has_v ? tol_fmac_sgd8_vw_(w, vw, g, n8, lr, mu, wd, chk, commit)
-                            : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+                if (v0) {
+                    tol_fmac_sgd8_v0_(w, vw, g, n8, lr, wd);
+                } else {
+                    chk = has_v ? tol_fmac_sgd8_vw_(w, vw, g, n8, lr, mu, wd, chk, commit)
+                                : tol_fmac_sgd8_(w, g, n8, lr, wd, chk, commit);
+                }
             }
         } else {
             for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
-                if (has_v) {
+                if (v0) {
+                    tol_fmac_sgd8_v0_ex_(&w[j], &vw[j], e, &x[j], lr, wd);
+                } else if (has_v) {
                     chk = tol_fmac_sgd4_vw_ex_(&w[j], &vw[j], e, &x[j], lr, mu, wd, chk, commit);
                     chk = tol_fmac_sgd4_vw_ex_(&w[j + 4u], &vw[j + 4u], e, &x[j + 4u], lr, mu, wd,
                                                chk, commit);
@@ -429,6 +436,46 @@ static float tol_head_pass_plain_(tol_head_t *h, float lr, float mu, float wd, i
     return chk;
 }
 
+/* The commit of tol_head_pass_plain_ for a batch of one sample with mu = 0 (the
+ * autoencoder step), row loop kept tight: g = 0.0f + e x, v = g + wd w (the bias:
+ * v = 0.0f + e), stored to vw unread if there are momentum buffers
+ * (tol_fmac_sgd8_v0_ex_), w - lr v. The same floats as the general pass. */
+static void tol_head_commit_v0_one_(tol_head_t *h, float lr, float wd)
+{
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint16_t j0 = (uint16_t)(d & ~7u);
+    const float *x = h->x;
+    const float *e = h->e;
+    const uint8_t *act = h->active;
+    float *w = h->w;
+    float *vw = h->vw;
+    for (uint16_t r = 0; r < rows; r++, w += d) {
+        if (!act[r]) {
+            if (vw != NULL) vw += d;
+            continue;
+        }
+        const float er = e[r];
+        if (vw != NULL) {
+            for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
+                tol_fmac_sgd8_v0_ex_(&w[j], &vw[j], er, &x[j], lr, wd);
+            }
+        } else {
+            for (uint16_t j = 0; j < j0; j = (uint16_t)(j + 8u)) {
+                (void)tol_fmac_sgd8_ex_(&w[j], er, &x[j], lr, wd, 0.0f, 1);
+            }
+        }
+        for (uint16_t j = j0; j < d; j++) {
+            (void)tol_fmac_sgd1_(&w[j], vw != NULL ? &vw[j] : NULL, tol_fmac_mla(0.0f, er, x[j]), lr, 0.0f,
+                                 wd, 1, 0.0f, 1);
+        }
+        const float v = 0.0f + er;
+        if (h->vb != NULL) h->vb[r] = v;
+        h->b[r] = tol_fmac_mls(h->b[r], lr, v);
+        if (vw != NULL) vw += d;
+    }
+}
+
 /* Bit 30 of the result is set iff one of the n floats has a magnitude >= 2^65
  * or is inf or NaN (exponent field >= 0xC0: its two top bits, 30 and 29, set):
  * two instructions per value (AND with a shifted operand, ORR). */
@@ -445,6 +492,23 @@ static uint32_t tol_head_big_(const float *v, size_t n, uint32_t acc)
         uint32_t u;
         memcpy(&u, &v[i], sizeof u);
         acc |= u & (u << 1);
+    }
+    return acc;
+}
+
+/* The OR of the bits of n floats, continuing acc: one instruction per value. */
+static uint32_t tol_head_or_(const float *v, size_t n, uint32_t acc)
+{
+    size_t i = 0;
+    for (; i + 8u <= n; i += 8u) {
+        uint32_t u[8];
+        memcpy(u, &v[i], sizeof u);
+        acc |= ((u[0] | u[1]) | (u[2] | u[3])) | ((u[4] | u[5]) | (u[6] | u[7]));
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        acc |= u;
     }
     return acc;
 }
@@ -470,7 +534,12 @@ static float tol_head_max_abs_(const float *v, size_t n, float m)
  * |w'| <= 2^65 + |lr| |v'|, which must stay under 1e30 (2^28 below FLT_MAX:
  * float rounding in the bound or in the step cannot close that gap). The test
  * costs ~2 instructions per value, the check pass ~8 per weight. (A batch's gW
- * is not tested: measured, it did not pay for itself on a 10 x 32 head.) */
+ * is not tested: measured, it did not pay for itself on a 10 x 32 head.)
+ * With mu == 0 the momentum buffers are not scanned: they are always finite (zeroed,
+ * committed only when the new weights are finite, checked on restore), so
+ * v' = g' + 0 vw = g' whatever their size. max|e| is bounded by the OR of the e's
+ * bits (one instruction per value): its exponent field is >= every e's, so
+ * |e| < 2^(E - 126); an inf or NaN e gives E = 255 and fails the bound. */
 static int tol_head_bounded_(const tol_head_t *h, float lr, float mu, float wd)
 {
     const uint16_t d = h->dim;
@@ -480,20 +549,23 @@ static int tol_head_bounded_(const tol_head_t *h, float lr, float mu, float wd)
     const uint16_t nrun = all ? 1u : h->rows;
     const size_t len = all ? (size_t)h->rows * d : d;
     const size_t blen = all ? h->rows : 1u;
+    const int scan_v = h->vw != NULL && mu != 0.0f;
     uint32_t big = 0u;
-    float emax = 0.0f;
+    uint32_t ebits = 0u;
     for (uint16_t r = 0; r < nrun; r++) {
         if (!all && !h->active[r]) continue;
         const size_t o = (size_t)r * d;
         big = tol_head_big_(&h->b[r], blen, tol_head_big_(&h->w[o], len, big));
-        if (h->vw != NULL) big = tol_head_big_(&h->vb[r], blen, tol_head_big_(&h->vw[o], len, big));
-        if (one) {
-            big = tol_head_big_(&h->e[r], blen, big);
-            if (!(big & TOL_HEAD_BIG_BIT)) emax = tol_head_max_abs_(&h->e[r], blen, emax);
-        }
+        if (scan_v) big = tol_head_big_(&h->vb[r], blen, tol_head_big_(&h->vw[o], len, big));
+        if (one) ebits = tol_head_or_(&h->e[r], blen, ebits);
     }
     if (one) big = tol_head_big_(h->x, d, big);
     if (big & TOL_HEAD_BIG_BIT) return 0;
+    const uint32_t eexp = (ebits >> 23) & 0xFFu;
+    if (eexp >= 0xFEu) return 0; /* |e| may reach 2^127, or inf / NaN */
+    const uint32_t ebound_bits = (eexp + 1u) << 23; /* 2^(E - 126) */
+    float emax;
+    memcpy(&emax, &ebound_bits, sizeof emax);
     const float g = one ? emax * tol_head_max_abs_(h->x, d, 1.0f) : 0.0f;
     const float v_new = g + (fabsf(wd) + fabsf(mu)) * TOL_HEAD_BIG;
     const float w_new = TOL_HEAD_BIG + fabsf(lr) * v_new;
@@ -528,7 +600,12 @@ tol_status_t tol_head_step(tol_head_t *h, float lr, float momentum, float weight
     const int plain = !scale;
     const int batch = h->gw != NULL && h->n_batch > 1u;
     if (plain && !batch && tol_head_bounded_(h, lr, momentum, weight_decay)) {
-        (void)tol_head_pass_plain_(h, lr, momentum, weight_decay, 1); /* nothing can overflow */
+        /* nothing can overflow */
+        if (h->n_batch == 1u && momentum == 0.0f) {
+            tol_head_commit_v0_one_(h, lr, weight_decay);
+        } else {
+            (void)tol_head_pass_plain_(h, lr, momentum, weight_decay, 1);
+        }
         return TOL_OK;
     }
     for (int pass = 0; pass < 2; pass++) {
