@@ -316,6 +316,32 @@ def test_second_client_is_told_the_port_is_busy(native_fw):
         dev.stats()  # the first client is still served
 
 
+
+def test_a_client_that_connects_as_the_last_one_hangs_up_is_served(native_fw):
+    """The previous client's hang-up and a newcomer's request seen in one poll (the device was
+    not scheduled in between; here it is stopped): the newcomer is the next client, not told
+    "busy" while the device goes on waiting for yet another one."""
+    from tinyol.protocol import Deframer
+    with emulator.start_native(native_fw.program, timeout=60) as t:
+        host, port = t.url.split("//")[1].rsplit(":", 1)
+        with Device.open(t.url) as dev:
+            dev.stats()
+            os.kill(t.proc.pid, signal.SIGSTOP)
+        try:
+            late = socket.create_connection((host, int(port)), timeout=10)  # in the listen backlog
+            late.sendall(Frame(Msg.INFO, 7, b"").encode())
+        finally:
+            os.kill(t.proc.pid, signal.SIGCONT)
+        data, frames = b"", []
+        with late:
+            while not frames:
+                chunk = late.recv(4096)   # a reply, a "busy" line, or the socket timeout
+                assert chunk, f"closed without a reply: {data!r}"
+                data += chunk
+                assert b"busy" not in data, "the newcomer was refused though the last client had gone"
+                frames = [f for f in Deframer().feed(data) if isinstance(f, Frame)]
+        assert frames[0].type == Msg.INFO | 0x80 and frames[0].seq == 7
+
 # ---- 3. a link that recovers; 2. accountable streams --------------------------------------
 
 def test_silence_is_diagnosed_as_gone_and_named(tmp_path):

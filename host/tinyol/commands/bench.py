@@ -56,10 +56,10 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     (total and per operator), arena, peak stack, flash, output bytes compared.
     Writes docs/benchmarks.md.
     """
-    output_file(out, "--out")  # before hours of measuring
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
     if out is None:
         out = str(Path(model_dirs[0]) / "benchmarks.md") if model_dirs else "docs/benchmarks.md"
+    output_file(out, "--out")  # before hours of measuring
     if stream is None:
         stream = not model_dirs and not no_firmware
     if rerender:

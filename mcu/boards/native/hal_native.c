@@ -260,8 +260,14 @@ bool tol_hal_uart_read(uint8_t *byte)
                           {.fd = tol_nat.refused_fd, .events = POLLIN}};
     if (poll(p, 3u, 100) <= 0) return false; /* negative fds are ignored */
     if (tol_nat.refused_fd >= 0 && (p[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) tol_drain_refused();
-    if (tol_nat.listen_fd >= 0 && (p[1].revents & POLLIN) != 0) tol_refuse_newcomer();
-    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) return false;
+    /* The current client first: when it hung up just before a newcomer connected, both show
+     * in one poll, and the newcomer must become the next client, not be refused while the
+     * device then waits for yet another one. A newcomer beside a live client stays pending
+     * (poll is level-triggered) and is refused on a call with nothing from the client. */
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) {
+        if (tol_nat.listen_fd >= 0 && (p[1].revents & POLLIN) != 0) tol_refuse_newcomer();
+        return false;
+    }
     ssize_t r = read(tol_nat.fd, tol_nat.buf, sizeof(tol_nat.buf));
     if (r <= 0) {
         if (r < 0 && (errno == EINTR || errno == EAGAIN)) return false;
