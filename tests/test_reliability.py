@@ -591,7 +591,7 @@ def test_malformed_manifest_gives_one_line(tmp_path, edit, expect):
 
 
 class StallProxy:
-    """Forwards a TCP serial line and holds every `every`-th chunk from the device until the
+    """Forwards a TCP serial line and holds the chunk with every `every`-th reply from the device until the
     host has resent the request it answers: a device that is slow now and then, never gone,
     and slower than the host's timeout by construction (an event, not a clock)."""
 
@@ -623,8 +623,8 @@ class StallProxy:
                         self.cond.notify_all()
                     b.sendall(d)
                     continue
-                n += 1
-                if n % self.every == 0 and seqs:
+                before, n = n, n + len(seqs)  # replies, not chunks: TCP may coalesce them
+                if seqs and n // self.every > before // self.every:
                     self.stalls += 1
                     with self.cond:  # until the host sends the answered request again
                         sent = self.upstream_seqs.count(seqs[-1])
