@@ -131,3 +131,37 @@ def test_study_quick_run(tmp_path):
     i8 = by[("latent replay", 8, 100, "reservoir")]["final_accuracy"][0]
     assert abs(f32 - i8) < 0.01
     assert "| latent replay | 7-bit | 200 |" in out.read_text()
+
+
+@needs_digits
+def test_committed_study_rows_are_recomputed():
+    """docs/study.md's figures, recomputed (not re-rendered): a few rows of its table from the
+    hyper-parameters and stream orders the document states, through the same learner runs;
+    each cell must equal the committed one at the precision it is printed with."""
+    import re
+
+    from tinyol import study
+    text = (ROOT / "docs" / "study.md").read_text()
+    seeds = int(re.search(r"mean ± std over (\d+) stream orders", text).group(1))
+    naive_lr = float(re.search(r"naive SGD lr = ([0-9.]+)", text).group(1))
+    m = re.search(r"replay lr = ([0-9.]+), n_old = (\d+), n_new = (\d+)", text)
+    rep = dict(lr=float(m.group(1)), n_old=int(m.group(2)), n_new=int(m.group(3)))
+    d = study.load(str(ROOT / "models" / "digits"))
+    rows = {  # (method, storage, slots, policy) as the table prints them -> run_one settings
+        ("frozen", "-", "-", "-"): dict(mode="frozen", lr=0.0),
+        ("naive SGD", "-", "-", "-"): dict(mode="sgd", lr=naive_lr),
+        ("latent replay", "int8", "20", "reservoir"): dict(mode="replay", capacity=20, bits=8, **rep),
+        ("latent replay", "7-bit", "50", "reservoir"): dict(mode="replay", capacity=50, bits=7, **rep),
+        ("latent replay", "int8", "100", "balanced"): dict(mode="replay", capacity=100, bits=8,
+                                                           policy="balanced", **rep),
+    }
+    table = {tuple(c.strip() for c in line.strip("|").split("|")[:4]): line
+             for line in text.splitlines() if line.startswith("| ") and line.count("|") == 11}
+    for key, kw in rows.items():
+        assert key in table, f"docs/study.md has no row {key}"
+        runs = [study.run_one(d.model, d.Qtr, d.ytr, d.Qte, d.yte, seed=s, **kw) for s in range(seeds)]
+        cells = [c.strip() for c in table[key].strip("|").split("|")]
+        for col, k in ((6, "final_accuracy"), (7, "old_accuracy"), (8, "new_accuracy"),
+                       (9, "prequential_accuracy")):
+            v = np.array([r[k] for r in runs])
+            assert study._pm((float(v.mean()), float(v.std()))) == cells[col], (key, k)
