@@ -100,6 +100,10 @@ CASES = {
     # standalone activations (nothing to fuse into: they act on the model input)
     "relu_standalone": _seq((6, 6, 4), layers.ReLU(), conv(4, 1)),
     "relu6_standalone": _seq((40,), layers.ReLU(max_value=6.0), layers.Dense(6, bias_initializer=RB)),
+    # FULLY_CONNECTED shapes for the int16-weight layout: depth tails 2 and 3, 1-3 leftover rows
+    "fc_tail2_rows3": _seq((42,), layers.Dense(7, bias_initializer=RB)),
+    "fc_tail3_relu6": _seq((43,), layers.Dense(6, activation="relu6", bias_initializer=RB),
+                           layers.Dense(9, bias_initializer=RB)),
 }
 
 FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
@@ -248,3 +252,62 @@ def test_arena_not_larger_than_tflm(models, tmp_path, name):
     path = _model(models, name)
     info = codegen.generate_backbone(path, tmp_path, "m.tflite")
     assert info.arena_bytes <= codegen.tflm_arena_bytes(path)
+
+
+# ----------------------------------------------------------------------------- int16 FC weights
+
+FC16 = ["fc_flatten", "fc_relu_odd", "fc_stack", "relu6_standalone", "fc_tail2_rows3", "fc_tail3_relu6"]
+
+
+def _fc_shapes(path):
+    from tinyol.tflite_model import load_model
+
+    m = load_model(path)
+    return [tuple(int(d) for d in m.tensors[op.inputs[1]].shape) for op in m.operators
+            if op.opname == "FULLY_CONNECTED"]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", FC16)
+def test_fc_int16_weights_bit_exact(models, cwork, name, impl):
+    """`--fc-weights int16`: the pre-widened kernel (every depth tail 0-3, every count of
+    leftover rows 0-3, ReLU/ReLU6 clamps) equals TFLM bit for bit, and the flash cost is
+    what the layout promises: 2 bytes per weight, plus one zero half per tail value of a
+    leftover row."""
+    path = _model(models, name)
+    cb = assert_bit_exact(path, impl, cwork, n=16, fc_weights="int16")
+    src = (cb.gen_dir / "backbone.c").read_text()
+    shapes = _fc_shapes(path)
+    assert src.count("tol_fully_connected_s8w16(") == len(shapes) and "tol_fully_connected_s8(" not in src
+    narrow = assert_bit_exact(path, impl, cwork, n=4, fc_weights="int8")
+    extra = sum(o * i + 2 * (o % 4) * (i % 4) for (o, i) in shapes)
+    assert cb.info.weights_bytes - narrow.info.weights_bytes == extra
+
+
+def test_fc_weights_option_refused():
+    from tinyol import codegen
+    from tinyol.errors import TinyolError
+
+    with pytest.raises(TinyolError, match="int4"):
+        codegen.generate_sources(None, "x.tflite", fc_weights="int4")
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_fc_int16_weights_on_cortex_m4(models, tmp_path):
+    """The SIMD int16-weight kernel (LDRD, SMLAD without SXTB16) on a Cortex-M4 in QEMU:
+    equal to TFLM and fewer instructions than the int8-weight kernel."""
+    from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
+    from tinyol import codegen
+
+    if not have_qemu_m4():
+        pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
+    for name in ("fc_stack", "fc_tail3_relu6"):
+        path = _model(models, name)
+        x = random_inputs(CASES[name][1], 3, seed=11)
+        want = codegen.run_tflm(path, x).reshape(3, -1)
+        counts = {}
+        for fw in ("int8", "int16"):
+            got, counts[fw] = run_on_m4(path, "simd", x, tmp_path / name, fc_weights=fw)
+            assert np.array_equal(got, want), (name, fw)
+        assert counts["int16"] < counts["int8"], (name, counts)

@@ -220,6 +220,35 @@ def _ratio(a, b) -> str:
     return f"{a / b:.3f}x" if a and b else "–"
 
 
+def _fc_weights_section(compare: dict) -> list[str]:
+    """The FULLY_CONNECTED weight-storage trade (`tinyol export --fc-weights`), measured side by side."""
+    rows = [(m, c) for m, c in compare.items() if c is not None and c.ours and c.fc_alt_run]
+    if not rows:
+        return []
+    lines = ["", "## FULLY_CONNECTED weights: int8 (default) or int16 (`tinyol export --fc-weights int16`)", "",
+             "The same backbone with its FULLY_CONNECTED weights stored pre-widened to int16 (twice their flash,",
+             "no SXTB16 widening in the MAC loop: `tol_fully_connected_s8w16`), run in the same harness on the same",
+             "input; outputs byte-equal to the int8 build and to TFLM. Constants: the whole backbone's (weights, biases,",
+             "requantization), as the memory model counts them for the flash estimate.",
+             "",
+             "| model | FC weights | tinyol SIMD | vs TFLM + CMSIS-NN | FULLY_CONNECTED ops | backbone constants (flash) |",
+             "|---|---|--:|--:|--:|--:|"]
+    for m, c in rows:
+        t = c.tflm.get("cmsis_nn")
+        tcm = t.instructions if t else None
+        runs = {c.fc_weights: (c.ours, c.weights_bytes), c.fc_alt: (c.fc_alt_run, c.fc_alt_weights_bytes)}
+        base_b = runs.get("int8", (None, None))[1]
+        for fmt in ("int8", "int16"):
+            r, wb = runs.get(fmt, (None, None))
+            if r is None:
+                continue
+            fc = sum(v for n, v in r.ops if n == "FULLY_CONNECTED")
+            extra = f" (+{wb - base_b:,})" if fmt != "int8" and wb is not None and base_b is not None else ""
+            lines.append(f"| {m} | {fmt}{' (default)' if fmt == 'int8' else ''} | {_fmt(r.instructions)} "
+                         f"| {_ratio(r.instructions, tcm)} | {_fmt(fc)} | {_fmt(wb)}{extra} |")
+    return lines
+
+
 def _target_line(name: str, value, target, ok_text: str, why: str, fmt=_fmt, le=True) -> str:
     if value is None:
         return f"- {name}: not measured ({why})"
@@ -396,6 +425,7 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
                 free = "0 (alias)" if name in _ALIAS_OPS else "0 (shape only: dropped)"
                 lines.append(f"| {m} | {i} | {name} | {_fmt(o) if o is not None else free} | {_fmt(t)} "
                              f"| {_ratio(o, t) if o else '–'} |")
+    lines += _fc_weights_section(compare)
     lines += ["", "## Memory (like with like)", "",
               "TFLM's `arena_used_bytes` includes its input/output tensors and metadata; tinyol's arena",
               "excludes the caller's input and latent buffers, so both are shown, plus the peak stack of one",

@@ -16,6 +16,7 @@ oracle) for tests and `tinyol verify`.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from .tflm_int8 import mbqm, quantize_multiplier, round_half_away, w32
 # for seconds and generating C does not need it.
 
 ARENA_ALIGN = 4
+FC_WEIGHTS = ("int8", "int16")   # FULLY_CONNECTED weight storage: default first (smallest)
 
 _ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 # Ops that only compute int32 shapes for a RESHAPE (Keras Flatten emits these).
@@ -96,6 +98,8 @@ class BackboneInfo:
     macs: int
     ops: list[tuple[int, str, str]] = field(default_factory=list)  # (index, opname, layer)
     weights_bytes: int = 0                # const data emitted into backbone.c
+    fc_weights: str = "int8"              # FULLY_CONNECTED weight storage (FC_WEIGHTS)
+    fc_shapes: list[tuple[int, int]] = field(default_factory=list)  # (out, in) of each FULLY_CONNECTED
 
 
 # --------------------------------------------------------------------------- helpers
@@ -133,14 +137,16 @@ def describe_op(m: TfliteModel, op: Operator) -> str:
 class _Gen:
     """Lowers a TfliteModel to C. One instance per generate_backbone() call."""
 
-    def __init__(self, model: TfliteModel, source_name: str):
+    def __init__(self, model: TfliteModel, source_name: str, fc_weights: str = "int8"):
         self.m = model
         self.source_name = source_name
+        self.fc_weights = fc_weights         # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
         self.consts: list[str] = []        # C definitions of const arrays/structs
         self.calls: list[str] = []         # body of tol_backbone_invoke
         self.weights_bytes = 0
         self.macs = 0
         self.ops: list[tuple[int, str, str]] = []
+        self.fc_shapes: list[tuple[int, int]] = []
         self.scratch: dict[int, int] = {}    # operator index -> scratch bytes (from the arena)
         self.hint: str | None = None         # hint for refusals of the operator being lowered
 
@@ -154,9 +160,12 @@ class _Gen:
     # -- const arrays ---------------------------------------------------------
     def const_array(self, ctype: str, name: str, values) -> str:
         arr = np.asarray(values).reshape(-1)
-        nbytes = {"int8_t": 1, "int32_t": 4}[ctype] * max(1, arr.size)
+        nbytes = {"int8_t": 1, "int32_t": 4, "uint32_t": 4}[ctype] * max(1, arr.size)
         self.weights_bytes += nbytes
-        self.consts.append(f"static const {ctype} {name}[{max(1, arr.size)}] = {{\n{int_array(arr)}\n}};\n")
+        body = int_array(arr)
+        if ctype == "uint32_t":
+            body = re.sub(r"(\d+)", r"\1u", body)
+        self.consts.append(f"static const {ctype} {name}[{max(1, arr.size)}] = {{\n{body}\n}};\n")
         return name
 
 
@@ -227,27 +236,33 @@ def _shape_only_ops(m: TfliteModel) -> set[int]:
     return dead
 
 
-def generate_backbone(tflite_path: str | Path, out_dir: str | Path, source_name: str) -> BackboneInfo:
+def generate_backbone(tflite_path: str | Path, out_dir: str | Path, source_name: str,
+                      fc_weights: str = "int8") -> BackboneInfo:
     """Write backbone.c/.h and model_data.c/.h for an int8 .tflite into out_dir.
 
     source_name is the name printed in the banner (e.g. "models/digits/backbone.tflite");
-    the output bytes depend only on the model bytes and source_name.
+    the output bytes depend only on the model bytes, source_name and fc_weights.
+    fc_weights "int16" stores FULLY_CONNECTED weights pre-widened (twice their flash,
+    fewer instructions: tol_fully_connected_s8w16); "int8" (default) is the smallest.
     Raises TinyolError naming the operator index, op and layer for anything unsupported.
     """
     tflite_path = Path(tflite_path)
     out_dir = Path(out_dir)
     model = load_model(tflite_path)
-    files, info = generate_sources(model, source_name)
+    files, info = generate_sources(model, source_name, fc_weights)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out_dir / name).write_bytes(text.encode("utf-8"))
     return info
 
 
-def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, str], BackboneInfo]:
+def generate_sources(model: TfliteModel, source_name: str,
+                     fc_weights: str = "int8") -> tuple[dict[str, str], BackboneInfo]:
     """Pure function behind generate_backbone: returns {filename: text} and the info."""
+    if fc_weights not in FC_WEIGHTS:
+        raise TinyolError(f"FULLY_CONNECTED weights {fc_weights!r}: use one of {', '.join(FC_WEIGHTS)}")
     m = model
-    gen = _Gen(m, source_name)
+    gen = _Gen(m, source_name, fc_weights)
     if len(m.inputs) != 1 or len(m.outputs) != 1:
         raise TinyolError(f"the backbone must have one input and one output (has {len(m.inputs)} and {len(m.outputs)})")
     tin, tout = m.tensors[m.inputs[0]], m.tensors[m.outputs[0]]
@@ -365,6 +380,7 @@ def generate_sources(model: TfliteModel, source_name: str) -> tuple[dict[str, st
         input_scale=_scale(tin), input_zero_point=_zp(tin),
         latent_size=tout.size, latent_scale=_scale(tout), latent_zero_point=_zp(tout),
         arena_bytes=arena, macs=gen.macs, ops=gen.ops, weights_bytes=gen.weights_bytes,
+        fc_weights=fc_weights, fc_shapes=gen.fc_shapes,
     )
     files = {
         "backbone.h": _backbone_h(source_name, info, tin),
@@ -535,18 +551,49 @@ def _lower_fc(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:
     mults, shifts = _per_channel_requant(gen, op, x, w, y, out_f, "weights have")
     amin, amax = _activation(gen, op, y)
     n = f"op{op.index}"
-    gen.const_array("int8_t", f"{n}_w", w.data)
+    wide = gen.fc_weights == "int16"
+    if wide:
+        gen.const_array("uint32_t", f"{n}_w", fc16_weight_words(w.data.reshape(out_f, in_f)))
+    else:
+        gen.const_array("int8_t", f"{n}_w", w.data)
     if b is not None:
         gen.const_array("int32_t", f"{n}_b", b.data)
     gen.const_array("int32_t", f"{n}_m", mults)
     gen.const_array("int32_t", f"{n}_s", shifts)
     gen.macs += rows * in_f * out_f
+    gen.fc_shapes.append((out_f, in_f))
     return Lowered([
         [("rows", rows), ("in_features", in_f), ("out_features", out_f)],
         [("input_offset", -_zp(x)), ("output_offset", _zp(y)), ("act_min", amin), ("act_max", amax)],
         [("weights", f"{n}_w"), ("bias", f"{n}_b" if b is not None else "NULL")],
         [("out_mult", f"{n}_m"), ("out_shift", f"{n}_s")],
-    ], [op.inputs[0]])
+    ], [op.inputs[0]], kernel="tol_fully_connected_s8w16" if wide else None,
+        params_type="tol_fc16_params_t" if wide else None)
+
+
+def fc16_weight_words(w: np.ndarray) -> np.ndarray:
+    """int8 weights [out][in] -> uint32 words of tol_fc16_params_t's blocked int16 layout
+    (mcu/include/tol_kernels.h): blocks of 4 rows, per group of 4 inputs each row's
+    values in SXTAB16 lane order (0, 2, 1, 3), the depth tail interleaved by row;
+    remaining rows one by one, their tail values each padded with a zero half."""
+    w = np.asarray(w, dtype=np.int64)
+    out_f, in_f = w.shape
+    g4 = in_f // 4 * 4
+    lanes = [0, 2, 1, 3]
+    halves: list[np.ndarray] = []
+    full = out_f // 4 * 4
+    for o0 in range(0, full, 4):
+        blk = w[o0:o0 + 4]
+        grouped = blk[:, :g4].reshape(4, g4 // 4, 4)[:, :, lanes]          # [row][group][lane]
+        halves.append(grouped.transpose(1, 0, 2).reshape(-1))          # group-major, then row
+        halves.append(blk[:, g4:].T.reshape(-1))                       # tail: per input, rows 0..3
+    for o in range(full, out_f):
+        halves.append(w[o, :g4].reshape(g4 // 4, 4)[:, lanes].reshape(-1))
+        tail = w[o, g4:]
+        halves.append(np.stack([tail, np.zeros_like(tail)], axis=1).reshape(-1))
+    h = (np.concatenate(halves) if halves else np.zeros(0, np.int64)) & 0xFFFF
+    assert h.size % 2 == 0
+    return (h[0::2] | (h[1::2] << 16)).astype(np.uint64)
 
 
 def _same_quant(gen: _Gen, op: Operator, x: Tensor, y: Tensor):

@@ -32,7 +32,7 @@ import numpy as np
 
 from . import __version__, memory
 from .boards import BOARDS, get_board
-from .codegen import generate_backbone, op_layer
+from .codegen import FC_WEIGHTS, generate_backbone, op_layer
 from .cwriter import banner, c_float, float_array
 from .datasets import load_source
 from .errors import TinyolError
@@ -585,9 +585,14 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
 # ---------------------------------------------------------------------------------------------
 # codegen (written by the kernels work; one call)
 
-def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo):
+def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo, fc_weights: str = "int8"):
     """Write backbone.c/.h and model_data.c/.h. Returns the BackboneInfo."""
-    return generate_backbone(str(tflite_path), str(out), source)
+    info = generate_backbone(str(tflite_path), str(out), source, fc_weights)
+    if fc_weights != "int8":
+        extra = memory.fc_weights_extra(info.fc_shapes, fc_weights)
+        echo(f"FULLY_CONNECTED weights as {fc_weights}: {info.weights_bytes} bytes of constants in flash, "
+             f"+{extra} over int8 ({info.weights_bytes - extra}) for fewer instructions per MAC")
+    return info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -614,6 +619,7 @@ class ExportSettings:
     replay_n_old: int = DEFAULT_LEARNER["replay_n_old"]
     seed: int = DEFAULT_LEARNER["seed"]
     stage_train: str | None = None      # lean stage: all, bias or LAYER[:all|bias|frozen],...
+    fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
 
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
@@ -638,6 +644,8 @@ class ExportSettings:
                               hint="0 (the default) reserves no momentum buffers on the device")
         if self.mode not in ("auto", "classifier", "autoencoder"):
             raise TinyolError(f"unknown head mode {self.mode!r}")
+        if self.fc_weights not in FC_WEIGHTS:
+            raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
 
 
 def export_model(model_path: str, out_dir: str, settings: ExportSettings | None = None, *,
@@ -843,7 +851,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     tflite_path = out / "backbone.tflite"
     tflite_path.write_bytes(tfl)
     echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
-    info = run_codegen(tflite_path, out, source, echo)
+    info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
 
     # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
     macs = int(info.macs) if info is not None else tflite_macs(tfl)
@@ -897,6 +905,8 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
         "calibration": calib_desc,
         "ops": tflite_ops(tfl),
     }
+    if s.fc_weights != "int8":  # absent: the default (int8), so earlier manifests stay as they are
+        manifest["fc_weights"] = s.fc_weights
 
     if stage is not None:
         stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,

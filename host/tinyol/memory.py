@@ -73,6 +73,22 @@ def _a4(n: int) -> int:
 # ---------------------------------------------------------------------------------------------
 # sizes of the model-dependent objects (ports of the C macros; tests compare them with C)
 
+def fc_weight_bytes(in_features: int, out_features: int, fmt: str = "int8") -> int:
+    """Flash bytes of one FULLY_CONNECTED layer's weights as `tinyol export --fc-weights` stores
+    them: int8 (default, one byte per weight) or int16 (pre-widened, tol_fc16_params_t: two
+    bytes per weight plus one zero half per depth-tail value of the out % 4 leftover rows)."""
+    if fmt == "int8":
+        return in_features * out_features
+    if fmt == "int16":
+        return 2 * in_features * out_features + 2 * (out_features % 4) * (in_features % 4)
+    raise ValueError(f"FULLY_CONNECTED weight format {fmt!r}")
+
+
+def fc_weights_extra(fc_shapes, fmt: str) -> int:
+    """Flash bytes `--fc-weights fmt` costs over int8 for layers [(out_features, in_features)]."""
+    return sum(fc_weight_bytes(i, o, fmt) - fc_weight_bytes(i, o) for (o, i) in fc_shapes)
+
+
 def replay_row_bytes(dim: int, bits: int) -> int:
     """TOL_REPLAY_ROW_BYTES."""
     return 4 * dim if bits == 32 else dim if bits == 8 else 7 * ((dim + 7) // 8)

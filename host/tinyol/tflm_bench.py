@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .codegen import FC_WEIGHTS, generate_backbone
 from .cwriter import byte_array
 from .emulator import qemu_binary
 from .errors import TinyolError
@@ -588,6 +589,11 @@ class Comparison:
     arena_bytes: int | None = None     # tinyol's arena (manifest)
     learner_bytes: int | None = None   # the on-device learner's RAM (manifest), the same for either runtime
     fc_bound: bool = False         # every MAC-bearing operator is a FULLY_CONNECTED (the 0.6x target)
+    fc_weights: str = "int8"       # how the folder's backbone.c stores FULLY_CONNECTED weights
+    weights_bytes: int | None = None   # the folder's backbone constants in flash
+    fc_alt: str | None = None      # the other FULLY_CONNECTED weight format, measured next to it
+    fc_alt_run: RunResult | None = None
+    fc_alt_weights_bytes: int | None = None
 
 
 def sha16(path: Path) -> str:
@@ -608,7 +614,23 @@ def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], wor
                      learner_bytes=manifest.get("memory", {}).get("learner_bytes"))
     mac_ops = {n for n in model_ops(tfl) if n in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")}
     cmp.fc_bound = mac_ops == {"FULLY_CONNECTED"}
+    cmp.fc_weights = manifest.get("fc_weights", "int8")
+    cmp.weights_bytes = manifest.get("memory", {}).get("weights_bytes")
     arena = tflm_arena_guess(model_dir)
+    if "FULLY_CONNECTED" in mac_ops and "simd" in ours_kernels:
+        # the other FULLY_CONNECTED weight storage (`tinyol export --fc-weights`), next to the folder's
+        cmp.fc_alt = next(f for f in FC_WEIGHTS if f != cmp.fc_weights)
+        w = work / f"ours_fc_{cmp.fc_alt}"
+        alt_dir = w / "model"
+        info = generate_backbone(model_dir / "backbone.tflite", alt_dir, "backbone.tflite", cmp.fc_alt)
+        cmp.fc_alt_weights_bytes = info.weights_bytes
+        _case_files(w, tfl, x, *arena_layout(arena))
+        try:
+            cmp.fc_alt_run = run_ours(alt_dir, "simd", w, timeout=timeout, echo=echo)
+            echo(f"  {cmp.model}: tinyol simd, FULLY_CONNECTED weights {cmp.fc_alt}: "
+                 f"{cmp.fc_alt_run.instructions:,} instructions, {info.weights_bytes:,} B of constants")
+        except TinyolError as e:
+            echo(f"  {cmp.model}: FULLY_CONNECTED weights {cmp.fc_alt} not measured: {e}")
     for k in ours_kernels:
         w = work / f"ours_{k}"
         _case_files(w, tfl, x, *arena_layout(arena))
@@ -634,7 +656,7 @@ def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], wor
         cmp.tflm[variant] = r
         echo(f"  {cmp.model}: TFLM {variant}: {r.instructions:,} instructions, arena {r.arena:,} B, "
              f"stack {r.stack:,} B")
-    outs = [r.output for r in [cmp.ours, cmp.ours_ref, *cmp.tflm.values()] if r is not None]
+    outs = [r.output for r in [cmp.ours, cmp.ours_ref, cmp.fc_alt_run, *cmp.tflm.values()] if r is not None]
     if len(outs) >= 2:
         cmp.outputs_equal = all(o == outs[0] for o in outs)
         if not cmp.outputs_equal:

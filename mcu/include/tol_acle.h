@@ -44,6 +44,13 @@ static inline uint32_t tol_read_s8x4(const int8_t *p)
 
 #include <arm_acle.h>
 
+/* Two words from a word-aligned *p (one LDRD with post-increment), *p += 2. GCC
+ * would issue two LDRs from one base register; for read-only data (weights). */
+static inline void tol_ldrd2_(const uint32_t **p, uint32_t *a, uint32_t *b)
+{
+    __asm__("ldrd %0, %1, [%2], #8" : "=r"(*a), "=r"(*b), "+r"(*p));
+}
+
 /* Sign-extend bytes 0 and 2 into lanes 0 and 1. */
 static inline uint32_t tol_sxtb16(uint32_t x)
 {
@@ -103,6 +110,13 @@ static inline uint32_t tol_ror(uint32_t x, uint32_t n)
 {
     n &= 31u;
     return n ? (x >> n) | (x << (32u - n)) : x;
+}
+
+static inline void tol_ldrd2_(const uint32_t **p, uint32_t *a, uint32_t *b)
+{
+    *a = (*p)[0];
+    *b = (*p)[1];
+    *p += 2;
 }
 
 static inline uint32_t tol_pack16_(int32_t lo, int32_t hi)

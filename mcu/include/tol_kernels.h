@@ -74,6 +74,35 @@ typedef struct {
     const int32_t *out_shift;      /* [out_features] */
 } tol_fc_params_t;
 
+/* FULLY_CONNECTED with the weights pre-widened to int16 on the host (`tinyol export
+ * --fc-weights int16`: twice the weight flash, no widening in the MAC loop). Same
+ * fields and semantics as tol_fc_params_t except the weight layout: int16 values,
+ * two per word (first value in the low half), in blocks of 4 output rows
+ * o0 = 0, 4, ... while o0 + 4 <= out_features; G = in_features / 4 groups of 4
+ * inputs, T = in_features % 4 tail inputs:
+ *   block of 4 rows (4 * in_features halves): for g < G, for j < 4:
+ *       w[o0+j][4g], w[o0+j][4g+2], w[o0+j][4g+1], w[o0+j][4g+3]
+ *     then for t < T: w[o0][4G+t], w[o0+1][4G+t], w[o0+2][4G+t], w[o0+3][4G+t];
+ *   each remaining row o (out_features % 4 of them, 4G + 2T halves):
+ *       for g < G: w[o][4g], w[o][4g+2], w[o][4g+1], w[o][4g+3]; then for t < T: w[o][4G+t], 0.
+ * (the pair order is the lane order SXTAB16 gives the inputs). Words:
+ * TOL_FC16_WEIGHT_WORDS(in_features, out_features). */
+typedef struct {
+    int32_t rows;                  /* number of input vectors (batch rows), >= 1 */
+    int32_t in_features;           /* accumulation depth, >= 1 */
+    int32_t out_features;          /* >= 1 */
+    int32_t input_offset;          /* -input zero point */
+    int32_t output_offset;         /* output zero point */
+    int32_t act_min, act_max;      /* output clamp */
+    const uint32_t *weights;       /* int16 pairs in the blocked layout above, zero point 0 */
+    const int32_t *bias;           /* [out_features] or NULL */
+    const int32_t *out_mult;       /* [out_features] */
+    const int32_t *out_shift;      /* [out_features] */
+} tol_fc16_params_t;
+
+#define TOL_FC16_WEIGHT_WORDS(in_f, out_f) \
+    (((out_f) / 4) * 2 * (in_f) + ((out_f) % 4) * (2 * ((in_f) / 4) + (in_f) % 4))
+
 /* AVERAGE_POOL_2D / MAX_POOL_2D parameters (input and output share scale and
  * zero point, as TFLM requires). */
 typedef struct {
@@ -137,6 +166,9 @@ void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, in
 
 /* FULLY_CONNECTED. input [rows][in_features], output [rows][out_features]. */
 void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output);
+
+/* FULLY_CONNECTED with pre-widened int16 weights (tol_fc16_params_t); same results. */
+void tol_fully_connected_s8w16(const tol_fc16_params_t *p, const int8_t *input, int8_t *output);
 
 /* AVERAGE_POOL_2D (rounded integer average over the clipped window). */
 void tol_avgpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output);

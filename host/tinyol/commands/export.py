@@ -6,6 +6,7 @@ import warnings
 import click
 
 from ..checks import U32_MAX, Number
+from ..codegen import FC_WEIGHTS
 from ..export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
@@ -55,10 +56,13 @@ def _split_arg(value):
                    "or LAYER[:all|bias|frozen],... (named layers as given, the others biases "
                    "only). What does not train stays in flash: the lean stage "
                    "(docs/adaptive.md).")
+@click.option("--fc-weights", type=click.Choice(list(FC_WEIGHTS)), default=FC_WEIGHTS[0], show_default=True,
+              help="How FULLY_CONNECTED weights are stored in flash: int8 (smallest) or int16, "
+                   "pre-widened: twice their flash, fewer instructions (docs/kernels.md).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        stage_train, quiet):
+        stage_train, fc_weights, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -77,7 +81,7 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               replay_bits=int(replay_bits), lr=lr, momentum=momentum,
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
                               replay_n_old=replay_n_old, seed=seed,
-                              stage_train=stage_train)
+                              stage_train=stage_train, fc_weights=fc_weights)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "

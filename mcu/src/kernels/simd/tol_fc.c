@@ -33,3 +33,97 @@ TOL_SIMD_FN void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *
         }
     }
 }
+
+/* Signed low / high half of a word of two int16 weights. */
+static inline int32_t tol_lo16_(uint32_t w)
+{
+    return (int32_t)(int16_t)(uint16_t)w;
+}
+
+static inline int32_t tol_hi16_(uint32_t w)
+{
+    return (int32_t)(int16_t)(uint16_t)(w >> 16);
+}
+
+/* acc[j] += sum_i w16[j][i] * (x[i] + offset) for one block of 4 rows: per 4 inputs
+ * one LDR and two SXTAB16 shared by the 4 rows, 8 weight words (no widening) and 8 SMLAD. */
+static TOL_SIMD_FN __attribute__((noinline)) const uint32_t *
+tol_fc16_block4_(const int8_t *x, const uint32_t *w, int32_t depth, uint32_t off2, int32_t offset, int32_t acc[4])
+{
+    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    int32_t n = depth >> 2;
+    while (n-- > 0) {
+        const uint32_t xv = tol_read_s8x4(x);
+        const uint32_t xe = tol_sxtab16(off2, xv);
+        const uint32_t xo = tol_sxtab16_ror8(off2, xv);
+        uint32_t wa, wb;
+        x += 4;
+        tol_ldrd2_(&w, &wa, &wb);
+        a0 = tol_smlad(xe, wa, a0);
+        a0 = tol_smlad(xo, wb, a0);
+        tol_ldrd2_(&w, &wa, &wb);
+        a1 = tol_smlad(xe, wa, a1);
+        a1 = tol_smlad(xo, wb, a1);
+        tol_ldrd2_(&w, &wa, &wb);
+        a2 = tol_smlad(xe, wa, a2);
+        a2 = tol_smlad(xo, wb, a2);
+        tol_ldrd2_(&w, &wa, &wb);
+        a3 = tol_smlad(xe, wa, a3);
+        a3 = tol_smlad(xo, wb, a3);
+    }
+    n = depth & 3;
+    while (n-- > 0) {
+        const int32_t xv = *x++ + offset;
+        a0 += tol_lo16_(w[0]) * xv;
+        a1 += tol_hi16_(w[0]) * xv;
+        a2 += tol_lo16_(w[1]) * xv;
+        a3 += tol_hi16_(w[1]) * xv;
+        w += 2;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+    return w;
+}
+
+TOL_SIMD_FN void tol_fully_connected_s8w16(const tol_fc16_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t depth = p->in_features, out_f = p->out_features;
+    const uint32_t off2 = tol_dup16_(p->input_offset);
+    const int full = p->act_min == -128 && p->act_max == 127;
+    for (int32_t r = 0; r < p->rows; ++r) {
+        const int8_t *x = input + r * depth;
+        const uint32_t *w = p->weights;
+        int32_t o = 0;
+        for (; o + 4 <= out_f; o += 4) {
+            int32_t acc[4] = {0, 0, 0, 0};
+            if (p->bias != NULL) {
+                for (int32_t j = 0; j < 4; ++j) {
+                    acc[j] = p->bias[o + j];
+                }
+            }
+            w = tol_fc16_block4_(x, w, depth, off2, p->input_offset, acc);
+            for (int32_t j = 0; j < 4; ++j) {
+                const int32_t v = tol_mbqm_fast_(acc[j], p->out_mult[o + j], p->out_shift[o + j]) + p->output_offset;
+                *output++ = tol_rq_clamp_(v, p->act_min, p->act_max, full);
+            }
+        }
+        for (; o < out_f; ++o) {
+            int32_t acc = p->bias != NULL ? p->bias[o] : 0;
+            const int8_t *xi = x;
+            for (int32_t n = depth >> 2; n > 0; --n) {
+                const uint32_t xv = tol_read_s8x4(xi);
+                xi += 4;
+                acc = tol_smlad(tol_sxtab16(off2, xv), w[0], acc);
+                acc = tol_smlad(tol_sxtab16_ror8(off2, xv), w[1], acc);
+                w += 2;
+            }
+            for (int32_t n = depth & 3; n > 0; --n) {
+                acc += tol_lo16_(*w++) * (*xi++ + p->input_offset);
+            }
+            const int32_t v = tol_mbqm_fast_(acc, p->out_mult[o], p->out_shift[o]) + p->output_offset;
+            *output++ = tol_rq_clamp_(v, p->act_min, p->act_max, full);
+        }
+    }
+}
