@@ -225,19 +225,26 @@ def test_requantization_prepared_constants(tmp_path):
                     "int32_t shim_rq(int32_t x, int32_t m, int32_t s)\n"
                     "{ tol_rq_t q; if (!tol_rq_prep_(&q, m, s)) return -999; return tol_rq_apply_(x, &q); }\n"
                     "int32_t shim_ssat8(int32_t v);\n"
-                    "int32_t shim_ssat8(int32_t v) { return tol_ssat8_(v); }\n")
+                    "int32_t shim_ssat8(int32_t v) { return tol_ssat8_(v); }\n"
+                    "int32_t shim_sign(int32_t x, int32_t m, int32_t s);\n"
+                    "int32_t shim_sign(int32_t x, int32_t m, int32_t s)\n"
+                    "{ return tol_rq_sign_(x, m, (int32_t)(1u << (-2 - s)), -1 - s); }\n")
     lib = tmp_path / "librq2.so"
     subprocess.run(["gcc", *STRICT, "-O2", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{KERNELS}", str(shim),
                     "-o", str(lib)], check=True)
     so = ctypes.CDLL(str(lib))
     rng = np.random.default_rng(5)
     xs = [0, 1, -1, 2**31 - 1, -2**31 + 1, -2**31, 2**30, -2**30, 777, -777]
+    # exact ties of both roundings (x * m = k * 2^31 +- 2^30 with m = 2^30: x odd; then +-2^(r-1))
+    xs += [3, -3, 5, -5, 2**20 + 1, -(2**20 + 1), 6, -6, 10, -10, 2**12 * 3, -(2**12 * 3)]
     xs += [int(v) for v in rng.integers(-2**31, 2**31, size=100)]
     xs += [int(v) for v in rng.integers(-2**16, 2**16, size=100)]
     for s in range(-31, 0):
         for m in (0, 1 << 30, (1 << 31) - 1, int(rng.integers(1 << 30, 1 << 31))):
             for x in xs:
                 assert so.shim_rq(x, m, s) == _mbqm_py(x, m, s), (x, m, s)
+                if s <= -2:  # the sign-built rounding constant (FULLY_CONNECTED blocks)
+                    assert so.shim_sign(x, m, s) == _mbqm_py(x, m, s), ("sign", x, m, s)
     assert so.shim_rq(5, 1 << 30, 0) == -999  # left shifts are not prepared: callers fall back
     for v in (-1000, -129, -128, -5, 0, 127, 128, 1000):
         assert so.shim_ssat8(v) == max(-128, min(127, v))

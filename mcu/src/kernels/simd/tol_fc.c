@@ -45,12 +45,22 @@ static inline int32_t tol_hi16_(uint32_t w)
     return (int32_t)(int16_t)(uint16_t)(w >> 16);
 }
 
-/* acc[j] += sum_i w16[j][i] * (x[i] + offset) for one block of 4 rows: per 4 inputs
- * one LDR and two SXTAB16 shared by the 4 rows, 8 weight words (no widening) and 8 SMLAD. */
+/* One block of 4 output rows of tol_fully_connected_s8w16: bias, the dot products (per 4
+ * inputs one LDR and two SXTAB16 shared by the 4 rows, 4 LDRD of weights, 8 SMLAD), then the
+ * 4 requantizations (tol_rq_sign_ when every shift of the block is a right shift by >= 2).
+ * Returns the next block's weights. */
 static TOL_SIMD_FN __attribute__((noinline)) const uint32_t *
-tol_fc16_block4_(const int8_t *x, const uint32_t *w, int32_t depth, uint32_t off2, int32_t offset, int32_t acc[4])
+tol_fc16_block4_(const tol_fc16_params_t *p, const int8_t *x, const uint32_t *w, int32_t o, uint32_t off2,
+                 int full, int8_t *out)
 {
-    int32_t a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    const int32_t depth = p->in_features, offset = p->input_offset;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    if (p->bias != NULL) {
+        a0 = p->bias[o];
+        a1 = p->bias[o + 1];
+        a2 = p->bias[o + 2];
+        a3 = p->bias[o + 3];
+    }
     int32_t n = depth >> 2;
     while (n-- > 0) {
         const uint32_t xv = tol_read_s8x4(x);
@@ -80,10 +90,20 @@ tol_fc16_block4_(const int8_t *x, const uint32_t *w, int32_t depth, uint32_t off
         a3 += tol_hi16_(w[1]) * xv;
         w += 2;
     }
-    acc[0] = a0;
-    acc[1] = a1;
-    acc[2] = a2;
-    acc[3] = a3;
+    const int32_t *mult = p->out_mult + o, *shift = p->out_shift + o;
+    const int32_t zp = p->output_offset;
+    if (full && shift[0] < -1 && shift[1] < -1 && shift[2] < -1 && shift[3] < -1) {
+        /* the common case, unrolled: right shifts by >= 2 and the full int8 range (SSAT) */
+        out[0] = (int8_t)tol_ssat8_(tol_rq_sign_(a0, mult[0], (int32_t)(1u << (-2 - shift[0])), -1 - shift[0]) + zp);
+        out[1] = (int8_t)tol_ssat8_(tol_rq_sign_(a1, mult[1], (int32_t)(1u << (-2 - shift[1])), -1 - shift[1]) + zp);
+        out[2] = (int8_t)tol_ssat8_(tol_rq_sign_(a2, mult[2], (int32_t)(1u << (-2 - shift[2])), -1 - shift[2]) + zp);
+        out[3] = (int8_t)tol_ssat8_(tol_rq_sign_(a3, mult[3], (int32_t)(1u << (-2 - shift[3])), -1 - shift[3]) + zp);
+    } else {
+        const int32_t acc[4] = {a0, a1, a2, a3};
+        for (int32_t j = 0; j < 4; ++j) {
+            out[j] = tol_rq_clamp_(tol_mbqm_fast_(acc[j], mult[j], shift[j]) + zp, p->act_min, p->act_max, full);
+        }
+    }
     return w;
 }
 
@@ -97,17 +117,8 @@ TOL_SIMD_FN void tol_fully_connected_s8w16(const tol_fc16_params_t *p, const int
         const uint32_t *w = p->weights;
         int32_t o = 0;
         for (; o + 4 <= out_f; o += 4) {
-            int32_t acc[4] = {0, 0, 0, 0};
-            if (p->bias != NULL) {
-                for (int32_t j = 0; j < 4; ++j) {
-                    acc[j] = p->bias[o + j];
-                }
-            }
-            w = tol_fc16_block4_(x, w, depth, off2, p->input_offset, acc);
-            for (int32_t j = 0; j < 4; ++j) {
-                const int32_t v = tol_mbqm_fast_(acc[j], p->out_mult[o + j], p->out_shift[o + j]) + p->output_offset;
-                *output++ = tol_rq_clamp_(v, p->act_min, p->act_max, full);
-            }
+            w = tol_fc16_block4_(p, x, w, o, off2, full, output);
+            output += 4;
         }
         for (; o < out_f; ++o) {
             int32_t acc = p->bias != NULL ? p->bias[o] : 0;

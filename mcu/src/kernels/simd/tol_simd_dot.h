@@ -60,6 +60,19 @@ static inline int32_t tol_rq_apply_(int32_t x, const tol_rq_t *q)
     return (int32_t)(acc >> 32) >> q->rs;
 }
 
+/* tol_mbqm_fast_ for right shifts r = -shift >= 2 with h = 2^(r-2) and rs = r - 1 prepared:
+ * the rounding constant 2^30 + 2^(30+r) - [x<0] 2^31 is, as a 64-bit pair,
+ * hi = h - [x<0], lo = 2^30 | (x & 2^31) (the borrow of -2^31 from 2^30 is the -1 in hi),
+ * so it is built from x's sign in 3 instructions (AND, ORR, ADD ..., ASR #31) before
+ * the SMLAL: no table of 64-bit constants, no branch. */
+static inline int32_t tol_rq_sign_(int32_t x, int32_t mult, int32_t h, int32_t rs)
+{
+    const uint32_t lo = ((uint32_t)x & 0x80000000u) | 0x40000000u;
+    const uint32_t hi = (uint32_t)h + (uint32_t)(x >> 31);
+    const int64_t acc = (int64_t)(((uint64_t)hi << 32) | lo) + (int64_t)x * mult;
+    return (int32_t)(acc >> 32) >> rs;
+}
+
 /* Saturate to [-128, 127]: one SSAT on the DSP target. */
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 static inline int32_t tol_ssat8_(int32_t v)
