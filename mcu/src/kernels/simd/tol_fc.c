@@ -5,10 +5,32 @@
 #include "../tol_kernels_util.h"
 #include "tol_simd_dot.h"
 
+/* Requantize the 4 accumulators of a block of output rows into out[0..3]. The common case
+ * (right shifts by >= 2, the full int8 range) is unrolled with the sign-built rounding
+ * constant (tol_rq_sign_) and SSAT: ~13 instructions per output instead of ~28. */
+static inline __attribute__((always_inline)) void tol_fc_out4_(int32_t a0, int32_t a1, int32_t a2, int32_t a3,
+                                                               const int32_t *mult, const int32_t *shift,
+                                                               int32_t zp, int32_t lo, int32_t hi, int full,
+                                                               int8_t *out)
+{
+    if (full && shift[0] < -1 && shift[1] < -1 && shift[2] < -1 && shift[3] < -1) {
+        out[0] = (int8_t)tol_ssat8_(tol_rq_sign_(a0, mult[0], (int32_t)(1u << (-2 - shift[0])), -1 - shift[0]) + zp);
+        out[1] = (int8_t)tol_ssat8_(tol_rq_sign_(a1, mult[1], (int32_t)(1u << (-2 - shift[1])), -1 - shift[1]) + zp);
+        out[2] = (int8_t)tol_ssat8_(tol_rq_sign_(a2, mult[2], (int32_t)(1u << (-2 - shift[2])), -1 - shift[2]) + zp);
+        out[3] = (int8_t)tol_ssat8_(tol_rq_sign_(a3, mult[3], (int32_t)(1u << (-2 - shift[3])), -1 - shift[3]) + zp);
+    } else {
+        const int32_t acc[4] = {a0, a1, a2, a3};
+        for (int32_t j = 0; j < 4; ++j) {
+            out[j] = tol_rq_clamp_(tol_mbqm_fast_(acc[j], mult[j], shift[j]) + zp, lo, hi, full);
+        }
+    }
+}
+
 TOL_SIMD_FN void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *input, int8_t *output)
 {
     const int32_t depth = p->in_features, out_f = p->out_features;
     const uint32_t off2 = tol_dup16_(p->input_offset);
+    const int full = p->act_min == -128 && p->act_max == 127;
     for (int32_t r = 0; r < p->rows; ++r) {
         const int8_t *x = input + r * depth;
         int32_t o = 0;
@@ -20,10 +42,9 @@ TOL_SIMD_FN void tol_fully_connected_s8(const tol_fc_params_t *p, const int8_t *
                 }
             }
             tol_dot4_(x, p->weights + o * depth, depth, depth, off2, p->input_offset, acc);
-            for (int32_t j = 0; j < 4; ++j) {
-                *output++ = tol_requant1_(acc[j], p->out_mult[o + j], p->out_shift[o + j], p->output_offset,
-                                          p->act_min, p->act_max);
-            }
+            tol_fc_out4_(acc[0], acc[1], acc[2], acc[3], p->out_mult + o, p->out_shift + o, p->output_offset,
+                         p->act_min, p->act_max, full, output);
+            output += 4;
         }
         for (; o < out_f; ++o) {
             int32_t acc = p->bias != NULL ? p->bias[o] : 0;
@@ -90,20 +111,8 @@ tol_fc16_block4_(const tol_fc16_params_t *p, const int8_t *x, const uint32_t *w,
         a3 += tol_hi16_(w[1]) * xv;
         w += 2;
     }
-    const int32_t *mult = p->out_mult + o, *shift = p->out_shift + o;
-    const int32_t zp = p->output_offset;
-    if (full && shift[0] < -1 && shift[1] < -1 && shift[2] < -1 && shift[3] < -1) {
-        /* the common case, unrolled: right shifts by >= 2 and the full int8 range (SSAT) */
-        out[0] = (int8_t)tol_ssat8_(tol_rq_sign_(a0, mult[0], (int32_t)(1u << (-2 - shift[0])), -1 - shift[0]) + zp);
-        out[1] = (int8_t)tol_ssat8_(tol_rq_sign_(a1, mult[1], (int32_t)(1u << (-2 - shift[1])), -1 - shift[1]) + zp);
-        out[2] = (int8_t)tol_ssat8_(tol_rq_sign_(a2, mult[2], (int32_t)(1u << (-2 - shift[2])), -1 - shift[2]) + zp);
-        out[3] = (int8_t)tol_ssat8_(tol_rq_sign_(a3, mult[3], (int32_t)(1u << (-2 - shift[3])), -1 - shift[3]) + zp);
-    } else {
-        const int32_t acc[4] = {a0, a1, a2, a3};
-        for (int32_t j = 0; j < 4; ++j) {
-            out[j] = tol_rq_clamp_(tol_mbqm_fast_(acc[j], mult[j], shift[j]) + zp, p->act_min, p->act_max, full);
-        }
-    }
+    tol_fc_out4_(a0, a1, a2, a3, p->out_mult + o, p->out_shift + o, p->output_offset, p->act_min, p->act_max,
+                 full, out);
     return w;
 }
 
