@@ -81,6 +81,9 @@ CASES = {
     # stride 2 onto a 3x3 map with a clamp
     "dw_3x3_same_tiny": _seq((3, 3, 12), dw(3, padding="same")),
     "dw_3x3_s2_small_relu6": _seq((6, 5, 8), dw(3, strides=2, padding="same", activation="relu6")),
+    # CONV_2D with more than 64 output channels (the 3 KB per-layer requantization table)
+    "conv_1x1_96ch_relu": _seq((3, 5, 8), conv(96, 1, activation="relu")),
+    "conv_3x3_160ch": _seq((4, 4, 4), conv(160, 3, padding="same")),
     # FULLY_CONNECTED (+ Flatten's shape ops and RESHAPE)
     "fc_flatten": _seq((4, 4, 3), layers.Flatten(), layers.Dense(10, bias_initializer=RB)),
     "fc_relu_odd": _seq((37,), layers.Dense(13, activation="relu", bias_initializer=RB)),
@@ -106,7 +109,7 @@ CASES = {
                            layers.Dense(9, bias_initializer=RB)),
 }
 
-FAST = ["conv_3x3_same_relu", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
+FAST = ["conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
         "dw_3x3_same", "dw_3x3_same_tiny", "dw_3x3_s2_small_relu6", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
         "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
@@ -151,7 +154,7 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
-    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny"):
+    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu"):
         path = _model(models, name)
         x = random_inputs(CASES[name][1], 3, seed=7)
         want = codegen.run_tflm(path, x).reshape(3, -1)
@@ -228,7 +231,10 @@ def test_requantization_prepared_constants(tmp_path):
                     "int32_t shim_ssat8(int32_t v) { return tol_ssat8_(v); }\n"
                     "int32_t shim_sign(int32_t x, int32_t m, int32_t s);\n"
                     "int32_t shim_sign(int32_t x, int32_t m, int32_t s)\n"
-                    "{ return tol_rq_sign_(x, m, (int32_t)(1u << (-2 - s)), -1 - s); }\n")
+                    "{ return tol_rq_sign_(x, m, (int32_t)(1u << (-2 - s)), -1 - s); }\n"
+                    "int32_t shim_rqs(int32_t x, int32_t m, int32_t s);\n"
+                    "int32_t shim_rqs(int32_t x, int32_t m, int32_t s)\n"
+                    "{ tol_rqs_t q; if (!tol_rqs_prep_(&q, m, s)) return -999; return tol_rqs_apply_(x, &q); }\n")
     lib = tmp_path / "librq2.so"
     subprocess.run(["gcc", *STRICT, "-O2", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{KERNELS}", str(shim),
                     "-o", str(lib)], check=True)
@@ -245,7 +251,9 @@ def test_requantization_prepared_constants(tmp_path):
                 assert so.shim_rq(x, m, s) == _mbqm_py(x, m, s), (x, m, s)
                 if s <= -2:  # the sign-built rounding constant (FULLY_CONNECTED blocks)
                     assert so.shim_sign(x, m, s) == _mbqm_py(x, m, s), ("sign", x, m, s)
+                    assert so.shim_rqs(x, m, s) == _mbqm_py(x, m, s), ("rqs", x, m, s)
     assert so.shim_rq(5, 1 << 30, 0) == -999  # left shifts are not prepared: callers fall back
+    assert so.shim_rqs(5, 1 << 30, -1) == -999  # nor a right shift by 1 in the compact form
     for v in (-1000, -129, -128, -5, 0, 127, 128, 1000):
         assert so.shim_ssat8(v) == max(-128, min(127, v))
 

@@ -175,7 +175,7 @@ static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t
 static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_conv_params_t *p,
                                                                      const uint32_t *col, int8_t *out0,
                                                                      int8_t *out1, int full,
-                                                                     const tol_rq_t *rq)
+                                                                     const tol_rqs_t *rq)
 {
     const int32_t out_c = p->out_c;
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3;
@@ -223,13 +223,13 @@ static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_c
             a11 += w1[k] * x1;
         }
         if (rq != NULL) {
-            const tol_rq_t *const q0 = rq + oc;
-            const tol_rq_t *const q1 = q0 + 1;
-            out0[oc] = tol_rq_clamp_(tol_rq_apply_(a00, q0) + zp, lo, hi, full);
-            out0[oc + 1] = tol_rq_clamp_(tol_rq_apply_(a10, q1) + zp, lo, hi, full);
+            const tol_rqs_t *const q0 = rq + oc;
+            const tol_rqs_t *const q1 = q0 + 1;
+            out0[oc] = tol_rq_clamp_(tol_rqs_apply_(a00, q0) + zp, lo, hi, full);
+            out0[oc + 1] = tol_rq_clamp_(tol_rqs_apply_(a10, q1) + zp, lo, hi, full);
             if (out1 != NULL) {
-                out1[oc] = tol_rq_clamp_(tol_rq_apply_(a01, q0) + zp, lo, hi, full);
-                out1[oc + 1] = tol_rq_clamp_(tol_rq_apply_(a11, q1) + zp, lo, hi, full);
+                out1[oc] = tol_rq_clamp_(tol_rqs_apply_(a01, q0) + zp, lo, hi, full);
+                out1[oc + 1] = tol_rq_clamp_(tol_rqs_apply_(a11, q1) + zp, lo, hi, full);
             }
         } else if (full) {
             out0[oc] = tol_requant1_full_(a00, mult[oc], shift[oc], zp);
@@ -284,31 +284,31 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_c
 }
 
 static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
-                                                                   int8_t *out0, int8_t *out1, const tol_rq_t *rq)
+                                                                   int8_t *out0, int8_t *out1, const tol_rqs_t *rq)
 {
     tol_conv_px2_body_(p, col, out0, out1, 0, rq);
 }
 
 static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
                                                                         const uint32_t *col, int8_t *out0,
-                                                                        int8_t *out1, const tol_rq_t *rq)
+                                                                        int8_t *out1, const tol_rqs_t *rq)
 {
     tol_conv_px2_body_(p, col, out0, out1, 1, rq);
 }
 
-/* Layers with at most this many output channels (and right shifts only)
- * prepare their requantization constants once, on the stack (24 bytes each). */
-#define TOL_CONV_RQ_TABLE 64
+/* Layers with at most this many output channels (and right shifts by >= 2)
+ * prepare their requantization constants once, on the stack (12 bytes each). */
+#define TOL_CONV_RQ_TABLE 256
 
 static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
                                            int8_t *scratch)
 {
     const int full = p->act_min == -128 && p->act_max == 127;
     const int32_t out_c = p->out_c, out_w = p->out_w, npx = p->out_h * out_w;
-    tol_rq_t table[TOL_CONV_RQ_TABLE];
+    tol_rqs_t table[TOL_CONV_RQ_TABLE];
     int use_table = out_c <= TOL_CONV_RQ_TABLE;
     for (int32_t oc = 0; use_table && oc < out_c; ++oc) {
-        use_table = tol_rq_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
+        use_table = tol_rqs_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
     }
     for (int32_t px = 0; px < npx; px += 2) {
         const int32_t two = px + 1 < npx;

@@ -73,6 +73,29 @@ static inline int32_t tol_rq_sign_(int32_t x, int32_t mult, int32_t h, int32_t r
     return (int32_t)(acc >> 32) >> rs;
 }
 
+/* tol_rq_sign_'s per-channel constants prepared once (12 bytes: a table of 256 channels
+ * is 3 KB of stack). Right shifts by >= 2 only. */
+typedef struct {
+    int32_t mult; /* Q31 multiplier */
+    int32_t h;    /* 2^(r-2), r = -shift */
+    int32_t rs;   /* r - 1 */
+} tol_rqs_t;
+
+/* Returns 0 when shift > -2 (not supported by tol_rqs_apply_). */
+static inline int tol_rqs_prep_(tol_rqs_t *q, int32_t mult, int32_t shift)
+{
+    const int ok = shift < -1;
+    q->mult = mult;
+    q->h = ok ? (int32_t)(1u << (-2 - shift)) : 0;
+    q->rs = ok ? -1 - shift : 0;
+    return ok;
+}
+
+static inline int32_t tol_rqs_apply_(int32_t x, const tol_rqs_t *q)
+{
+    return tol_rq_sign_(x, q->mult, q->h, q->rs);
+}
+
 /* Saturate to [-128, 127]: one SSAT on the DSP target. */
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 static inline int32_t tol_ssat8_(int32_t v)
