@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from _kernel_util import IMPLS, ModelCache, assert_bit_exact
 
 pytest.importorskip("tflite_micro")
@@ -150,7 +149,7 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
     """Both kernel sets built for Cortex-M4 (real DSP instructions and the ARM asm
     paths) run in QEMU, match TFLM bit for bit, and SIMD needs fewer instructions."""
     from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
@@ -262,7 +261,7 @@ def test_requantization_prepared_constants(tmp_path):
 @pytest.mark.parametrize("name", ["conv_stride2_same_relu6", "dw_dm2_c8", "fc_stack", "zeropad", "add_residual",
                                   "add_gap_dense"])
 def test_arena_not_larger_than_tflm(models, tmp_path, name):
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     path = _model(models, name)
     info = codegen.generate_backbone(path, tmp_path, "m.tflite")
@@ -275,7 +274,7 @@ FC16 = ["fc_flatten", "fc_relu_odd", "fc_stack", "relu6_standalone", "fc_tail2_r
 
 
 def _fc_shapes(path):
-    from tinyol.tflite_model import load_model
+    from tinyol.model.tflite import load_model
 
     m = load_model(path)
     return [tuple(int(d) for d in m.tensors[op.inputs[1]].shape) for op in m.operators
@@ -300,7 +299,7 @@ def test_fc_int16_weights_bit_exact(models, cwork, name, impl):
 
 
 def test_fc_weights_option_refused():
-    from tinyol import codegen
+    from tinyol.model import codegen
     from tinyol.errors import TinyolError
 
     with pytest.raises(TinyolError, match="int4"):
@@ -313,7 +312,7 @@ def test_fc_int16_weights_on_cortex_m4(models, tmp_path):
     """The SIMD int16-weight kernel (LDRD, SMLAD without SXTB16) on a Cortex-M4 in QEMU:
     equal to TFLM and fewer instructions than the int8-weight kernel."""
     from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")

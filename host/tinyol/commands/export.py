@@ -6,8 +6,8 @@ import warnings
 import click
 
 from ..checks import U32_MAX, Number
-from ..codegen import FC_WEIGHTS
-from ..export import DEFAULT_LEARNER, ExportSettings, export_model
+from ..model.codegen import FC_WEIGHTS
+from ..model.export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
 def _split_arg(value):
