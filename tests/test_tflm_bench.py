@@ -164,4 +164,14 @@ def test_bench_tflm_on_a_users_converted_model_with_flatten(tmp_path, capsys):
     want = run_tflm(mdir / "backbone.tflite", x[None]).astype(np.int8).tobytes()
     assert bytes.fromhex(t["output"]) == want == bytes.fromhex(c["ours"]["output"])
     assert 0 < t["arena"] < 80 * 1024
+    # the other FULLY_CONNECTED weight storage (`export --fc-weights int16`), measured next to the folder's:
+    # the same output bytes, a cheaper FULLY_CONNECTED, and 2 bytes per weight of the 288 x 16 Dense
+    # (no leftover rows: 16 % 4 == 0) in place of 1
+    assert (c["fc_weights"], c["fc_alt"]) == ("int8", "int16")
+    alt = c["fc_alt_run"]
+    assert bytes.fromhex(alt["output"]) == want
+    fc_instr = [sum(v for n, v in r["ops"] if n == "FULLY_CONNECTED") for r in (c["ours"], alt)]
+    assert 0 < fc_instr[1] < fc_instr[0]
+    assert c["fc_alt_weights_bytes"] - c["weights_bytes"] == 288 * 16
+    assert "| user_cnn | int16 |" in report
     assert abs(sum(v for _, v in t["ops"]) - t["instructions"]) < 0.02 * t["instructions"]
