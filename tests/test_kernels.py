@@ -296,6 +296,10 @@ def test_fc_int16_weights_bit_exact(models, cwork, name, impl):
     narrow = assert_bit_exact(path, impl, cwork, n=4, fc_weights="int8")
     extra = sum(o * i + 2 * (o % 4) * (i % 4) for (o, i) in shapes)
     assert cb.info.weights_bytes - narrow.info.weights_bytes == extra
+    # the memory model (flash estimate, fit check, export's summary) counts the same bytes
+    from tinyol import memory
+
+    assert memory.fc_weights_extra(cb.info.fc_shapes, "int16") == extra
 
 
 def test_fc_weights_option_refused():
