@@ -136,6 +136,70 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     z[3] = a3;
 }
 
+/* Two samples at once: lane k of a block is "vmla a0, w_k, x0_k" then "vmla a1, w_k, x1_k"
+ * (w in s16-s23, x0 in s8-s15, x1 in s24-s31): each sum still runs left to right. */
+#define TOL_FMAC_DOT2_K_(a0, a1, w, x0, x1) TOL_FMAC_L3_("vmla.f32", a0, w, x0) TOL_FMAC_L3_("vmla.f32", a1, w, x1)
+#define TOL_FMAC_DOT8X2_(a0, a1)                                                                   \
+    TOL_FMAC_DOT2_K_(a0, a1, "s16", "s8", "s24") TOL_FMAC_DOT2_K_(a0, a1, "s17", "s9", "s25")     \
+    TOL_FMAC_DOT2_K_(a0, a1, "s18", "s10", "s26") TOL_FMAC_DOT2_K_(a0, a1, "s19", "s11", "s27")   \
+    TOL_FMAC_DOT2_K_(a0, a1, "s20", "s12", "s28") TOL_FMAC_DOT2_K_(a0, a1, "s21", "s13", "s29")   \
+    TOL_FMAC_DOT2_K_(a0, a1, "s22", "s14", "s30") TOL_FMAC_DOT2_K_(a0, a1, "s23", "s15", "s31")
+
+/* Four rows (w rows `stride` floats apart) times two samples x0, x1: z0[i] += w_i . x0 and
+ * z1[i] += w_i . x1 (i = 0..3) over n8 blocks of 8, every sum left to right. Each block of a
+ * row is loaded once for both samples; the eight sums stay in s0-s7. */
+static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *w, uint32_t stride,
+                                    const float *x0, const float *x1, uint32_t n8)
+{
+    const float *w0 = w;
+    const float *w1 = w + stride;
+    const float *w2 = w + 2u * stride;
+    const float *w3 = w + 3u * stride;
+    __asm__ volatile(
+        "vldmia %[z0], {s0-s3}\n"
+        "vldmia %[z1], {s4-s7}\n"
+        "1:\n"
+        "vldmia %[x0]!, {s8-s15}\n"
+        "vldmia %[x1]!, {s24-s31}\n"
+        "vldmia %[w0]!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s0", "s4")
+        "vldmia %[w1]!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s1", "s5")
+        "vldmia %[w2]!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s2", "s6")
+        "vldmia %[w3]!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s3", "s7")
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia %[z0], {s0-s3}\n"
+        "vstmia %[z1], {s4-s7}\n"
+        : [w0] "+r"(w0), [w1] "+r"(w1), [w2] "+r"(w2), [w3] "+r"(w3), [x0] "+r"(x0), [x1] "+r"(x1),
+          [n] "+r"(n8)
+        : [z0] "r"(z0), [z1] "r"(z1)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", TOL_FMAC_CLOBBER24_, "cc", "memory");
+}
+
+/* One row times two samples: *z0 += w . x0, *z1 += w . x1 over n8 blocks of 8. */
+static inline void tol_fmac_dot1x2_(float *z0, float *z1, const float *w, const float *x0,
+                                    const float *x1, uint32_t n8)
+{
+    __asm__ volatile(
+        "vldr s0, [%[z0]]\n"
+        "vldr s1, [%[z1]]\n"
+        "1:\n"
+        "vldmia %[w]!, {s16-s23}\n"
+        "vldmia %[x0]!, {s8-s15}\n"
+        "vldmia %[x1]!, {s24-s31}\n"
+        TOL_FMAC_DOT8X2_("s0", "s1")
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstr s0, [%[z0]]\n"
+        "vstr s1, [%[z1]]\n"
+        : [w] "+r"(w), [x0] "+r"(x0), [x1] "+r"(x1), [n] "+r"(n8)
+        : [z0] "r"(z0), [z1] "r"(z1)
+        : "s0", "s1", TOL_FMAC_CLOBBER24_, "cc", "memory");
+}
+
 /* y[k] = y[k] + a x[k] over n8 blocks of 8: VLDM x, VLDM y, 8 VMLA, VSTM y. */
 static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
 {
@@ -398,6 +462,24 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
         const float *px = x;
         z[i] = tol_fmac_dot8_(z[i], &pw, &px, n8);
     }
+}
+
+static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *w, uint32_t stride,
+                                    const float *x0, const float *x1, uint32_t n8)
+{
+    tol_fmac_dot4x8_(z0, w, stride, x0, n8);
+    tol_fmac_dot4x8_(z1, w, stride, x1, n8);
+}
+
+static inline void tol_fmac_dot1x2_(float *z0, float *z1, const float *w, const float *x0,
+                                    const float *x1, uint32_t n8)
+{
+    const float *pw = w;
+    const float *px = x0;
+    *z0 = tol_fmac_dot8_(*z0, &pw, &px, n8);
+    pw = w;
+    px = x1;
+    *z1 = tol_fmac_dot8_(*z1, &pw, &px, n8);
 }
 
 static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)

@@ -235,6 +235,121 @@ tol_status_t tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label,
     return TOL_OK;
 }
 
+/* Scores of batch samples b0 .. b0+n-1 into their error rows: e[b][r] = b[r] + W[r] . x_b
+ * (j ascending) for the active rows (the others are left alone). Four active rows times two
+ * samples share each block of weights and inputs (tol_fmac_dot4x2_); every sum keeps the
+ * order of tol_head_forward. */
+static void tol_head_forward_n_(tol_head_t *h, uint16_t b0, uint16_t n)
+{
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint8_t *act = h->active;
+    const uint32_t n8 = (uint32_t)d >> 3;
+    const uint16_t j0 = (uint16_t)(d & ~7u);
+    const float *xs = &h->x[(size_t)b0 * d];
+    float *es = &h->e[(size_t)b0 * rows];
+    uint16_t r = 0;
+    while (r < rows) {
+        if (!act[r]) {
+            r++;
+            continue;
+        }
+        const float *wr = &h->w[(size_t)r * d];
+        const uint16_t nr = (d >= 8u && r + 4u <= rows && act[r + 1u] && act[r + 2u] && act[r + 3u]) ? 4u : 1u;
+        for (uint16_t b = 0; b < n; b++) {
+            float *z = &es[(size_t)b * rows + r];
+            for (uint16_t i = 0; i < nr; i++) z[i] = h->b[r + i];
+        }
+        uint16_t b = 0;
+        if (n8 > 0u) {
+            for (; b + 2u <= n; b = (uint16_t)(b + 2u)) {
+                float *z0 = &es[(size_t)b * rows + r];
+                const float *x0 = &xs[(size_t)b * d];
+                if (nr == 4u) {
+                    tol_fmac_dot4x2_(z0, z0 + rows, wr, d, x0, x0 + d, n8);
+                } else {
+                    tol_fmac_dot1x2_(z0, z0 + rows, wr, x0, x0 + d, n8);
+                }
+            }
+            if (b < n) {
+                float *z0 = &es[(size_t)b * rows + r];
+                const float *x0 = &xs[(size_t)b * d];
+                if (nr == 4u) {
+                    tol_fmac_dot4x8_(z0, wr, d, x0, n8);
+                } else {
+                    const float *pw = wr;
+                    const float *px = x0;
+                    z0[0] = tol_fmac_dot8_(z0[0], &pw, &px, n8);
+                }
+            }
+        }
+        if (j0 < d) {
+            for (b = 0; b < n; b++) {
+                float *z = &es[(size_t)b * rows + r];
+                const float *x = &xs[(size_t)b * d];
+                for (uint16_t i = 0; i < nr; i++) {
+                    float acc = z[i];
+                    for (uint16_t j = j0; j < d; j++) acc = tol_fmac_mla(acc, wr[(size_t)i * d + j], x[j]);
+                    z[i] = acc;
+                }
+            }
+        }
+        r = (uint16_t)(r + nr);
+    }
+}
+
+/* One sample's scores in e (float[rows], active rows) -> its cross-entropy errors
+ * (p_r - [r == label]) * weight, 0 for inactive rows: tol_head_softmax's steps. */
+static void tol_head_ce_errors_(const tol_head_t *h, float *e, uint16_t label, float weight)
+{
+    const uint16_t rows = h->rows;
+    const uint8_t *act = h->active;
+    float zmax = -INFINITY;
+    float sum = 0.0f;
+    if (h->n_active == rows) {
+        for (uint16_t r = 0; r < rows; r++) {
+            if (e[r] > zmax) zmax = e[r];
+        }
+        for (uint16_t r = 0; r < rows; r++) {
+            const float p = tol_head_expf(e[r] - zmax);
+            e[r] = p;
+            sum += p;
+        }
+        /* (p - 0.0f) * weight is p * weight */
+        const float pl = e[label] / sum;
+        for (uint16_t r = 0; r < rows; r++) e[r] = e[r] / sum * weight;
+        e[label] = (pl - 1.0f) * weight;
+        return;
+    }
+    for (uint16_t r = 0; r < rows; r++) {
+        if (act[r] && e[r] > zmax) zmax = e[r];
+    }
+    for (uint16_t r = 0; r < rows; r++) {
+        if (act[r]) {
+            const float p = tol_head_expf(e[r] - zmax);
+            e[r] = p;
+            sum += p;
+        }
+    }
+    for (uint16_t r = 0; r < rows; r++) {
+        const float t = (r == label) ? 1.0f : 0.0f;
+        e[r] = act[r] ? (e[r] / sum - t) * weight : 0.0f;
+    }
+}
+
+tol_status_t tol_head_grad_add_ce_n(tol_head_t *h, const uint16_t *labels, uint16_t n, float weight)
+{
+    TOL_CHECK(n <= h->max_batch - h->n_batch, TOL_ERR_FULL);
+    for (uint16_t i = 0; i < n; i++) TOL_CHECK(labels[i] < h->rows, TOL_ERR_LABEL);
+    const uint16_t b0 = h->n_batch;
+    tol_head_forward_n_(h, b0, n);
+    for (uint16_t i = 0; i < n; i++) {
+        tol_head_ce_errors_(h, &h->e[(size_t)(b0 + i) * h->rows], labels[i], weight);
+    }
+    h->n_batch = (uint16_t)(b0 + n);
+    return TOL_OK;
+}
+
 float tol_head_mse(tol_head_t *h, const float *x, const float *target)
 {
     tol_head_forward(h, x);
