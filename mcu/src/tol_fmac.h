@@ -145,59 +145,59 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     TOL_FMAC_DOT2_K_(a0, a1, "s20", "s12", "s28") TOL_FMAC_DOT2_K_(a0, a1, "s21", "s13", "s29")   \
     TOL_FMAC_DOT2_K_(a0, a1, "s22", "s14", "s30") TOL_FMAC_DOT2_K_(a0, a1, "s23", "s15", "s31")
 
-/* Four rows (w rows `stride` floats apart) times two samples x0, x1: z0[i] += w_i . x0 and
- * z1[i] += w_i . x1 (i = 0..3) over n8 blocks of 8, every sum left to right. Each block of a
- * row is loaded once for both samples; the eight sums stay in s0-s7. */
-static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *w, uint32_t stride,
-                                    const float *x0, const float *x1, uint32_t n8)
+/* Four rows (w rows `stride` floats apart) times two samples x0, x1: z0[i] = bias[i] + w_i . x0
+ * and z1[i] = bias[i] + w_i . x1 (i = 0..3) over n8 blocks of 8, every sum left to right. Each
+ * block of a row is loaded once for both samples; the eight sums stay in s0-s7. The six
+ * pointers reach the asm through memory (one LDM into registers it reserves), so that the
+ * operands the compiler must place stay few at any optimisation level. */
+static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *bias, const float *w,
+                                    uint32_t stride, const float *x0, const float *x1, uint32_t n8)
 {
-    const float *w0 = w;
-    const float *w1 = w + stride;
-    const float *w2 = w + 2u * stride;
-    const float *w3 = w + 3u * stride;
+    const float *p[6] = {w, w + stride, w + 2u * stride, w + 3u * stride, x0, x1};
     __asm__ volatile(
-        "vldmia %[z0], {s0-s3}\n"
-        "vldmia %[z1], {s4-s7}\n"
+        "ldm %[p], {r4, r5, r6, r8, r10, r11}\n"
+        "vldmia %[bias], {s0-s3}\n"
+        TOL_FMAC_MOV4X_("s4", "s5", "s6", "s7", "s0", "s1", "s2", "s3")
         "1:\n"
-        "vldmia %[x0]!, {s8-s15}\n"
-        "vldmia %[x1]!, {s24-s31}\n"
-        "vldmia %[w0]!, {s16-s23}\n"
+        "vldmia r10!, {s8-s15}\n"
+        "vldmia r11!, {s24-s31}\n"
+        "vldmia r4!, {s16-s23}\n"
         TOL_FMAC_DOT8X2_("s0", "s4")
-        "vldmia %[w1]!, {s16-s23}\n"
+        "vldmia r5!, {s16-s23}\n"
         TOL_FMAC_DOT8X2_("s1", "s5")
-        "vldmia %[w2]!, {s16-s23}\n"
+        "vldmia r6!, {s16-s23}\n"
         TOL_FMAC_DOT8X2_("s2", "s6")
-        "vldmia %[w3]!, {s16-s23}\n"
+        "vldmia r8!, {s16-s23}\n"
         TOL_FMAC_DOT8X2_("s3", "s7")
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         "vstmia %[z0], {s0-s3}\n"
         "vstmia %[z1], {s4-s7}\n"
-        : [w0] "+r"(w0), [w1] "+r"(w1), [w2] "+r"(w2), [w3] "+r"(w3), [x0] "+r"(x0), [x1] "+r"(x1),
-          [n] "+r"(n8)
-        : [z0] "r"(z0), [z1] "r"(z1)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", TOL_FMAC_CLOBBER24_, "cc", "memory");
+        : [n] "+r"(n8)
+        : [p] "r"(p), [bias] "r"(bias), [z0] "r"(z0), [z1] "r"(z1)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7",
+          TOL_FMAC_CLOBBER24_, "cc", "memory");
 }
 
-/* One row times two samples: *z0 += w . x0, *z1 += w . x1 over n8 blocks of 8. */
-static inline void tol_fmac_dot1x2_(float *z0, float *z1, const float *w, const float *x0,
+/* One row times two samples: *z0 = bias + w . x0, *z1 = bias + w . x1 over n8 blocks of 8. */
+static inline void tol_fmac_dot1x2_(float *z0, float *z1, float bias, const float *w, const float *x0,
                                     const float *x1, uint32_t n8)
 {
+    float a0 = bias;
+    float a1 = bias;
     __asm__ volatile(
-        "vldr s0, [%[z0]]\n"
-        "vldr s1, [%[z1]]\n"
         "1:\n"
         "vldmia %[w]!, {s16-s23}\n"
         "vldmia %[x0]!, {s8-s15}\n"
         "vldmia %[x1]!, {s24-s31}\n"
-        TOL_FMAC_DOT8X2_("s0", "s1")
+        TOL_FMAC_DOT8X2_("%[a0]", "%[a1]")
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
-        "vstr s0, [%[z0]]\n"
-        "vstr s1, [%[z1]]\n"
-        : [w] "+r"(w), [x0] "+r"(x0), [x1] "+r"(x1), [n] "+r"(n8)
-        : [z0] "r"(z0), [z1] "r"(z1)
-        : "s0", "s1", TOL_FMAC_CLOBBER24_, "cc", "memory");
+        : [a0] "+t"(a0), [a1] "+t"(a1), [w] "+r"(w), [x0] "+r"(x0), [x1] "+r"(x1), [n] "+r"(n8)
+        :
+        : TOL_FMAC_CLOBBER24_, "cc", "memory");
+    *z0 = a0;
+    *z1 = a1;
 }
 
 /* y[k] = y[k] + a x[k] over n8 blocks of 8: VLDM x, VLDM y, 8 VMLA, VSTM y. */
@@ -239,6 +239,62 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         : [t] "=&t"(t), [pe] "+r"(e), [px] "+r"(x), [n] "+r"(nb)
         : [zero] "t"(zero), [es] "r"(es_b), [xs] "r"(xs_b), [out] "r"(out)
         : TOL_FMAC_CLOBBER16_, "cc", "memory");
+}
+
+/* A 5 x 4 block of the batch gradient: g[i][k] = 0.0f + e[0][i] x[0][k] + e[1][i] x[1][k] + ...
+ * (nb terms, left to right; i = 0..4 rows, k = 0..3 columns), the 20 sums in s12-s31, one VLDM
+ * each for the five errors and the four inputs of a sample. g rows gs floats apart; e and x
+ * rows (samples) es and xs floats apart. The pointers and strides reach the asm through
+ * memory (one LDM into registers it reserves). */
+static inline void tol_fmac_outer5x4_(float *g, uint32_t gs, const float *e, uint32_t es,
+                                      const float *x, uint32_t xs, uint32_t nb)
+{
+    static const float zero[20];
+    const uintptr_t p[7] = {(uintptr_t)e, (uintptr_t)x, (uintptr_t)g, 4u * es, 4u * xs, 4u * gs,
+                            (uintptr_t)zero};
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11, lr}\n"
+        "vldmia lr, {s12-s31}\n"
+        "1:\n"
+        "vldmia r4, {s0-s4}\n"
+        "vldmia r5, {s5-s8}\n"
+        "add r4, r4, r8\n"
+        "add r5, r5, r10\n"
+        "vmla.f32 s12, s0, s5\n"
+        "vmla.f32 s13, s0, s6\n"
+        "vmla.f32 s14, s0, s7\n"
+        "vmla.f32 s15, s0, s8\n"
+        "vmla.f32 s16, s1, s5\n"
+        "vmla.f32 s17, s1, s6\n"
+        "vmla.f32 s18, s1, s7\n"
+        "vmla.f32 s19, s1, s8\n"
+        "vmla.f32 s20, s2, s5\n"
+        "vmla.f32 s21, s2, s6\n"
+        "vmla.f32 s22, s2, s7\n"
+        "vmla.f32 s23, s2, s8\n"
+        "vmla.f32 s24, s3, s5\n"
+        "vmla.f32 s25, s3, s6\n"
+        "vmla.f32 s26, s3, s7\n"
+        "vmla.f32 s27, s3, s8\n"
+        "vmla.f32 s28, s4, s5\n"
+        "vmla.f32 s29, s4, s6\n"
+        "vmla.f32 s30, s4, s7\n"
+        "vmla.f32 s31, s4, s8\n"
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia r6, {s12-s15}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s16-s19}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s20-s23}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s24-s27}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s28-s31}\n"
+        : [n] "+r"(nb)
+        : [p] "r"(p)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "lr", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7",
+          TOL_FMAC_CLOBBER24_, "cc", "memory");
 }
 
 /* SGD without momentum buffers over n8 blocks of 8 weights, gradient g:
@@ -464,22 +520,26 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     }
 }
 
-static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *w, uint32_t stride,
-                                    const float *x0, const float *x1, uint32_t n8)
+static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *bias, const float *w,
+                                    uint32_t stride, const float *x0, const float *x1, uint32_t n8)
 {
+    for (uint32_t i = 0; i < 4u; i++) {
+        z0[i] = bias[i];
+        z1[i] = bias[i];
+    }
     tol_fmac_dot4x8_(z0, w, stride, x0, n8);
     tol_fmac_dot4x8_(z1, w, stride, x1, n8);
 }
 
-static inline void tol_fmac_dot1x2_(float *z0, float *z1, const float *w, const float *x0,
+static inline void tol_fmac_dot1x2_(float *z0, float *z1, float bias, const float *w, const float *x0,
                                     const float *x1, uint32_t n8)
 {
     const float *pw = w;
     const float *px = x0;
-    *z0 = tol_fmac_dot8_(*z0, &pw, &px, n8);
+    *z0 = tol_fmac_dot8_(bias, &pw, &px, n8);
     pw = w;
     px = x1;
-    *z1 = tol_fmac_dot8_(*z1, &pw, &px, n8);
+    *z1 = tol_fmac_dot8_(bias, &pw, &px, n8);
 }
 
 static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
@@ -494,6 +554,18 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         float a = 0.0f;
         for (uint32_t b = 0; b < nb; b++) a = tol_fmac_mla(a, e[b * es], x[b * xs + k]);
         out[k] = a;
+    }
+}
+
+static inline void tol_fmac_outer5x4_(float *g, uint32_t gs, const float *e, uint32_t es,
+                                      const float *x, uint32_t xs, uint32_t nb)
+{
+    for (uint32_t i = 0; i < 5u; i++) {
+        for (uint32_t k = 0; k < 4u; k++) {
+            float a = 0.0f;
+            for (uint32_t b = 0; b < nb; b++) a = tol_fmac_mla(a, e[b * es + i], x[b * xs + k]);
+            g[i * gs + k] = a;
+        }
     }
 }
 
