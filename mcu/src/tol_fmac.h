@@ -31,10 +31,11 @@ static inline float tol_fmac_mls(float acc, float a, float b)
 
 /* ---- assembler text, one instruction over the lanes of a register block ----------------
  * A block is a list of operands, one per lane: a bank of consecutive S registers
- * (TOL_FMAC_S8_, _S16_, _S24_: 8 lanes; _S16Q_ ... _S28Q_: 4 lanes) or one named asm
+ * (TOL_FMAC_S0_, _S8_, _S16_, _S24_: 8 lanes; _S16Q_ ... _S28Q_: 4 lanes) or one named asm
  * operand repeated (TOL_FMAC_ALL8_("%[lr]")). TOL_FMAC_OP8_(ins, A, B, C) is the 8 lines
  * "ins A_k, B_k, C_k"; TOL_FMAC_MOV8_(A, B) the 8 lines "vmov.f32 A_k, B_k"; 4-lane forms
  * likewise. Every asm block below is written from these. */
+#define TOL_FMAC_S0_ "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"
 #define TOL_FMAC_S8_ "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"
 #define TOL_FMAC_S16_ "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"
 #define TOL_FMAC_S24_ "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31"
@@ -239,6 +240,46 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         : [t] "=&t"(t), [pe] "+r"(e), [px] "+r"(x), [n] "+r"(nb)
         : [zero] "t"(zero), [es] "r"(es_b), [xs] "r"(xs_b), [out] "r"(out)
         : TOL_FMAC_CLOBBER16_, "cc", "memory");
+}
+
+/* Depthwise taps, eight channels at once (the channels of one tap are contiguous in the input
+ * and in the weights; each channel's sum keeps its own tap order): acc[c] += w_t[c] x_t[c] for
+ * the n taps t of one kernel row, w_t = w + t ws, x_t = x + t xs (strides in floats). */
+static inline void tol_fmac_dwrow8_(float *acc, const float *w, uint32_t ws, const float *x, uint32_t xs,
+                                    uint32_t n)
+{
+    const uint32_t ws_b = 4u * ws;
+    const uint32_t xs_b = 4u * xs;
+    __asm__ volatile(
+        "vldmia %[acc], {s0-s7}\n"
+        "1:\n"
+        "vldmia %[w], {s8-s15}\n"
+        "vldmia %[x], {s16-s23}\n"
+        "add %[w], %[w], %[ws]\n"
+        "add %[x], %[x], %[xs]\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia %[acc], {s0-s7}\n"
+        : [w] "+r"(w), [x] "+r"(x), [n] "+r"(n)
+        : [acc] "r"(acc), [ws] "r"(ws_b), [xs] "r"(xs_b)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
+}
+
+/* Eight lanes of y[k] += a[k] b[k] (k = 0..7): VLDM y, a, b, 8 VMLA, VSTM y. */
+static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
+{
+    __asm__ volatile(
+        "vldmia %[a], {s8-s15}\n"
+        "vldmia %[b], {s16-s23}\n"
+        "vldmia %[y], {s0-s7}\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        "vstmia %[y], {s0-s7}\n"
+        :
+        : [y] "r"(y), [a] "r"(a), [b] "r"(b)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "memory");
 }
 
 /* A 5 x 4 block of the batch gradient: g[i][k] = 0.0f + e[0][i] x[0][k] + e[1][i] x[1][k] + ...
@@ -555,6 +596,19 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         for (uint32_t b = 0; b < nb; b++) a = tol_fmac_mla(a, e[b * es], x[b * xs + k]);
         out[k] = a;
     }
+}
+
+static inline void tol_fmac_dwrow8_(float *acc, const float *w, uint32_t ws, const float *x, uint32_t xs,
+                                    uint32_t n)
+{
+    for (uint32_t t = 0; t < n; t++) {
+        for (uint32_t k = 0; k < 8u; k++) acc[k] = tol_fmac_mla(acc[k], w[t * ws + k], x[t * xs + k]);
+    }
+}
+
+static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
+{
+    for (uint32_t k = 0; k < 8u; k++) y[k] = tol_fmac_mla(y[k], a[k], b[k]);
 }
 
 static inline void tol_fmac_outer5x4_(float *g, uint32_t gs, const float *e, uint32_t es,

@@ -489,6 +489,26 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                 tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
                 const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
                 float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
+                if (dw && mult == 1u) {
+                    /* one channel per input channel: the channels of a tap are contiguous in x
+                     * and in W, so eight channels' sums run side by side (tol_fmac_dwrow8_),
+                     * each in (ky, kx) order; the channels past the last eight one by one */
+                    const uint32_t c8 = cout & ~7u;
+                    const uint32_t nk = kx1 - kx0;
+                    for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
+                    for (uint32_t ky = ky0; ky < ky1 && nk > 0u; ky++) {
+                        const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
+                        const float *wr = &w[((size_t)ky * l->kw + kx0) * cout];
+                        for (uint32_t co = 0; co < c8; co += 8u) tol_fmac_dwrow8_(&yo[co], &wr[co], cout, &xr[co], cin, nk);
+                        for (uint32_t co = c8; co < cout; co++) {
+                            for (uint32_t t = 0; t < nk; t++) {
+                                yo[co] = tol_fmac_mla(yo[co], wr[(size_t)t * cout + co], xr[(size_t)t * cin + co]);
+                            }
+                        }
+                    }
+                    for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
+                    continue;
+                }
                 if (dw) {
                     /* every channel's sum in its own slot of yo, taps in (ky, kx) order */
                     for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
@@ -564,6 +584,61 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
     }
 }
 
+/* 1 if every one of the n floats is finite with |v| < 2^65 (exponent field below 0xC0: its
+ * two top bits not both set), two instructions per value. */
+static int tol_stage_moderate_(const float *v, uint32_t n)
+{
+    uint32_t acc = 0u;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        acc |= u & (u << 1);
+    }
+    return (acc & 0x40000000u) == 0u;
+}
+
+/* DWCONV backward with one output channel per input channel (multiplier 1), eight channels
+ * at a time (tol_fmac_vmla8_): per output position, per tap, g[k] += d x and dx += d W over
+ * the channels of the tap, which are contiguous in W, x and dx. Every gW, gb and dx element
+ * still takes its terms in (oy, ox) order, one per position. Zero deltas are not skipped
+ * here: their terms are d * x = +-0 and d * W = +-0, which leave the sums (started at +0.0f,
+ * never -0) unchanged, provided x and W are finite: the caller checks x (W always is). */
+static void tol_stage_dw_backward8_(const tol_stage_layer_t *l, const float *w, const float *x,
+                                    const float *d, float *g, float *gb, float *dx)
+{
+    const uint32_t c = l->out_c;
+    const uint32_t c8 = c & ~7u;
+    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        uint32_t ky0, ky1;
+        tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
+        const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+            uint32_t kx0, kx1;
+            tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
+            const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+            const float *dp = &d[((size_t)oy * l->out_w + ox) * c];
+            if (gb != NULL) {
+                for (uint32_t co = 0; co < c; co++) gb[co] += dp[co];
+            }
+            if (g == NULL && dx == NULL) continue;
+            for (uint32_t ky = ky0; ky < ky1; ky++) {
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    const size_t k = ((size_t)ky * l->kw + kx) * c;
+                    const size_t xo = ((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * c;
+                    for (uint32_t co = 0; co < c8; co += 8u) {
+                        if (g != NULL) tol_fmac_vmla8_(&g[k + co], &dp[co], &x[xo + co]);
+                        if (dx != NULL) tol_fmac_vmla8_(&dx[xo + co], &dp[co], &w[k + co]);
+                    }
+                    for (uint32_t co = c8; co < c; co++) {
+                        if (g != NULL) g[k + co] = tol_fmac_mla(g[k + co], dp[co], x[xo + co]);
+                        if (dx != NULL) dx[xo + co] = tol_fmac_mla(dx[xo + co], dp[co], w[k + co]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* Add this sample's gradient to g (weights, NULL if they do not train) and gb
  * (biases, NULL if they do not train), and, if dx != NULL, write the input delta dx
  * from the output delta d. x: the layer's input. Output elements whose delta is zero
@@ -591,6 +666,10 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
         const uint32_t cin = l->in_c, cout = l->out_c;
         const uint32_t wrow = (uint32_t)l->kh * l->kw * cin;
+        if (dw && mult == 1u && tol_stage_moderate_(x, tol_stage_in_size_(l))) {
+            tol_stage_dw_backward8_(l, w, x, d, g, gb, dx);
+            break;
+        }
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
             uint32_t ky0, ky1;
             tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
