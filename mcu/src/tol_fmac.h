@@ -242,6 +242,51 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         : TOL_FMAC_CLOBBER16_, "cc", "memory");
 }
 
+/* Four output channels of a convolution over the kernel rows of one window: z[i] += the sum, row
+ * after row (nrows), of w_i[row] . x[row] over n8 blocks of 8 (each row's run of taps, left to
+ * right). w: channel 0's first tap, channels wstride floats apart; each next kernel row starts
+ * wrow floats further in W and xrow floats further in x. One call per window instead of one
+ * per kernel row; the four sums stay in s0-s3 across the rows. */
+static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstride, uint32_t wrow,
+                                         const float *x, uint32_t xrow, uint32_t n8, uint32_t nrows)
+{
+    const uintptr_t p[9] = {(uintptr_t)w, (uintptr_t)(w + wstride), (uintptr_t)(w + 2u * wstride),
+                            (uintptr_t)(w + 3u * wstride), (uintptr_t)x, 4u * (wrow - 8u * n8),
+                            4u * (xrow - 8u * n8), n8, nrows};
+    uint32_t t;
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11}\n"
+        "ldr lr, [%[p], #32]\n"
+        "vldmia %[z], {s0-s3}\n"
+        "2:\n"
+        "ldr %[t], [%[p], #28]\n"
+        "1:\n"
+        "vldmia r10!, {s24-s31}\n"
+        "vldmia r4!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s0")
+        "vldmia r5!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s1")
+        "vldmia r6!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s2")
+        "vldmia r8!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s3")
+        "subs %[t], %[t], #1\n"
+        "bne 1b\n"
+        "add r4, r4, r11\n"
+        "add r5, r5, r11\n"
+        "add r6, r6, r11\n"
+        "add r8, r8, r11\n"
+        "ldr %[t], [%[p], #24]\n"
+        "add r10, r10, %[t]\n"
+        "subs lr, lr, #1\n"
+        "bne 2b\n"
+        "vstmia %[z], {s0-s3}\n"
+        : [t] "=&r"(t)
+        : [p] "r"(p), [z] "r"(z)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "lr", "s0", "s1", "s2", "s3", TOL_FMAC_CLOBBER16_, "cc",
+          "memory");
+}
+
 /* Depthwise taps, eight channels at once (the channels of one tap are contiguous in the input
  * and in the weights; each channel's sum keeps its own tap order): acc[c] += w_t[c] x_t[c] for
  * the n taps t of one kernel row, w_t = w + t ws, x_t = x + t xs (strides in floats). */
@@ -596,6 +641,12 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         for (uint32_t b = 0; b < nb; b++) a = tol_fmac_mla(a, e[b * es], x[b * xs + k]);
         out[k] = a;
     }
+}
+
+static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstride, uint32_t wrow,
+                                         const float *x, uint32_t xrow, uint32_t n8, uint32_t nrows)
+{
+    for (uint32_t r = 0; r < nrows; r++) tol_fmac_dot4x8_(z, w + (size_t)r * wrow, wstride, x + (size_t)r * xrow, n8);
 }
 
 static inline void tol_fmac_dwrow8_(float *acc, const float *w, uint32_t ws, const float *x, uint32_t xs,

@@ -535,6 +535,14 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                     const uint32_t nr = cout - co < 4u ? cout - co : 4u;
                     float z[4];
                     for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
+                    if (nr == 4u && run > 0u && (run & 7u) == 0u && ky1 > ky0) {
+                        /* every kernel row's run in blocks of 8: all rows in one call */
+                        tol_fmac_dot4x8_rows_(z, &w[(size_t)co * wrow + ((size_t)ky0 * l->kw + kx0) * cin], wrow,
+                                              (uint32_t)l->kw * cin, &x[((size_t)iy0 * l->in_w + ix0) * cin],
+                                              (uint32_t)l->in_w * cin, run >> 3, ky1 - ky0);
+                        for (uint32_t r = 0; r < 4u; r++) yo[co + r] = tol_stage_act_(l->act, z[r]);
+                        continue;
+                    }
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
                         const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
                         const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
