@@ -213,7 +213,7 @@ def latent256_model(out: Path, dim: int = 256, classes: int = 10, capacity: int 
 # ---- report ---------------------------------------------------------------------------
 
 def _stage_rows(rows: list[dict]) -> list[str]:
-    """The adaptive stage's cost per layer type (tinyol.tflm_bench.run_stage_profile)."""
+    """The adaptive stage's cost per layer type (tinyol.studies.tflm_bench.run_stage_profile)."""
     lines = ["", "## Adaptive stage: training step per layer type", "",
              "mcu/bench/stage_main.c: each stage is the layer under test followed by a Dense classifier",
              "(10 classes, all active), one training step = 1 fresh + 16 replayed latents (8-bit replay,",
