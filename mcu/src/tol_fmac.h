@@ -287,31 +287,6 @@ static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstr
           "memory");
 }
 
-/* Depthwise taps, eight channels at once (the channels of one tap are contiguous in the input
- * and in the weights; each channel's sum keeps its own tap order): acc[c] += w_t[c] x_t[c] for
- * the n taps t of one kernel row, w_t = w + t ws, x_t = x + t xs (strides in floats). */
-static inline void tol_fmac_dwrow8_(float *acc, const float *w, uint32_t ws, const float *x, uint32_t xs,
-                                    uint32_t n)
-{
-    const uint32_t ws_b = 4u * ws;
-    const uint32_t xs_b = 4u * xs;
-    __asm__ volatile(
-        "vldmia %[acc], {s0-s7}\n"
-        "1:\n"
-        "vldmia %[w], {s8-s15}\n"
-        "vldmia %[x], {s16-s23}\n"
-        "add %[w], %[w], %[ws]\n"
-        "add %[x], %[x], %[xs]\n"
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
-        "subs %[n], %[n], #1\n"
-        "bne 1b\n"
-        "vstmia %[acc], {s0-s7}\n"
-        : [w] "+r"(w), [x] "+r"(x), [n] "+r"(n)
-        : [acc] "r"(acc), [ws] "r"(ws_b), [xs] "r"(xs_b)
-        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
-          "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "cc", "memory");
-}
-
 /* Eight lanes of y[k] += a[k] b[k] (k = 0..7): VLDM y, a, b, 8 VMLA, VSTM y. */
 static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
 {
@@ -325,6 +300,88 @@ static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
         : [y] "r"(y), [a] "r"(a), [b] "r"(b)
         : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
           "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "memory");
+}
+
+/* A depthwise window, eight channels: acc[k] = bias[k] + the taps of nrows kernel rows (ntaps
+ * each) in (ky, kx) order, w_t[k] x_t[k]; a tap is ws floats further in W and xs in x, a kernel
+ * row wrow floats further in W and xrow in x (from the row's first tap). The eight sums stay
+ * in s0-s7; pointers and strides reach the asm through memory (one LDM). */
+static inline void tol_fmac_dwwin8_(float *acc, const float *bias, const float *w, uint32_t ws,
+                                    uint32_t wrow, const float *x, uint32_t xs, uint32_t xrow,
+                                    uint32_t ntaps, uint32_t nrows)
+{
+    const uintptr_t p[8] = {(uintptr_t)w, (uintptr_t)x, 4u * ws, 4u * xs, 4u * (wrow - ntaps * ws),
+                            4u * (xrow - ntaps * xs), ntaps, nrows};
+    uint32_t t;
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11}\n"
+        "ldr lr, [%[p], #28]\n"
+        "vldmia %[bias], {s0-s7}\n"
+        "2:\n"
+        "ldr %[t], [%[p], #24]\n"
+        "1:\n"
+        "vldmia r4, {s8-s15}\n"
+        "vldmia r5, {s16-s23}\n"
+        "add r4, r4, r6\n"
+        "add r5, r5, r8\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        "subs %[t], %[t], #1\n"
+        "bne 1b\n"
+        "add r4, r4, r10\n"
+        "add r5, r5, r11\n"
+        "subs lr, lr, #1\n"
+        "bne 2b\n"
+        "vstmia %[acc], {s0-s7}\n"
+        : [t] "=&r"(t)
+        : [p] "r"(p), [acc] "r"(acc), [bias] "r"(bias)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "lr", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8",
+          "s9", "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22",
+          "s23", "cc", "memory");
+}
+
+/* Column sums of eight lanes: out[k] = 0.0f + x[0][k] + x[1][k] + ... (n rows xs floats apart,
+ * left to right; n >= 1). */
+static inline void tol_fmac_colsum8_(float *out, const float *x, uint32_t xs, uint32_t n)
+{
+    static const float zero[8];
+    const uint32_t xs_b = 4u * xs;
+    __asm__ volatile(
+        "vldmia %[z], {s0-s7}\n"
+        "1:\n"
+        "vldmia %[x], {s8-s15}\n"
+        "add %[x], %[x], %[xs]\n"
+        TOL_FMAC_OP8_("vadd.f32", TOL_FMAC_S0_, TOL_FMAC_S0_, TOL_FMAC_S8_)
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia %[out], {s0-s7}\n"
+        : [x] "+r"(x), [n] "+r"(n)
+        : [z] "r"(zero), [out] "r"(out), [xs] "r"(xs_b)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "cc", "memory");
+}
+
+/* Eight lanes of y[k] += a[k]: VLDM y, a, 8 VADD, VSTM y. */
+static inline void tol_fmac_vadd8_(float *y, const float *a)
+{
+    __asm__ volatile(
+        "vldmia %[y], {s0-s7}\n"
+        "vldmia %[a], {s8-s15}\n"
+        TOL_FMAC_OP8_("vadd.f32", TOL_FMAC_S0_, TOL_FMAC_S0_, TOL_FMAC_S8_)
+        "vstmia %[y], {s0-s7}\n"
+        :
+        : [y] "r"(y), [a] "r"(a)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "memory");
+}
+
+/* y[k] = a[k], k = 0..7: one VLDM, one VSTM. */
+static inline void tol_fmac_copy8_(float *y, const float *a)
+{
+    __asm__ volatile("vldmia %[a], {s0-s7}\n"
+                     "vstmia %[y], {s0-s7}\n"
+                     :
+                     : [y] "r"(y), [a] "r"(a)
+                     : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "memory");
 }
 
 /* A 5 x 4 block of the batch gradient: g[i][k] = 0.0f + e[0][i] x[0][k] + e[1][i] x[1][k] + ...
@@ -649,12 +706,37 @@ static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstr
     for (uint32_t r = 0; r < nrows; r++) tol_fmac_dot4x8_(z, w + (size_t)r * wrow, wstride, x + (size_t)r * xrow, n8);
 }
 
-static inline void tol_fmac_dwrow8_(float *acc, const float *w, uint32_t ws, const float *x, uint32_t xs,
-                                    uint32_t n)
+static inline void tol_fmac_dwwin8_(float *acc, const float *bias, const float *w, uint32_t ws,
+                                    uint32_t wrow, const float *x, uint32_t xs, uint32_t xrow,
+                                    uint32_t ntaps, uint32_t nrows)
 {
-    for (uint32_t t = 0; t < n; t++) {
-        for (uint32_t k = 0; k < 8u; k++) acc[k] = tol_fmac_mla(acc[k], w[t * ws + k], x[t * xs + k]);
+    for (uint32_t k = 0; k < 8u; k++) acc[k] = bias[k];
+    for (uint32_t r = 0; r < nrows; r++) {
+        for (uint32_t t = 0; t < ntaps; t++) {
+            for (uint32_t k = 0; k < 8u; k++) {
+                acc[k] = tol_fmac_mla(acc[k], w[r * wrow + t * ws + k], x[r * xrow + t * xs + k]);
+            }
+        }
     }
+}
+
+static inline void tol_fmac_colsum8_(float *out, const float *x, uint32_t xs, uint32_t n)
+{
+    for (uint32_t k = 0; k < 8u; k++) {
+        float a = 0.0f;
+        for (uint32_t i = 0; i < n; i++) a += x[i * xs + k];
+        out[k] = a;
+    }
+}
+
+static inline void tol_fmac_vadd8_(float *y, const float *a)
+{
+    for (uint32_t k = 0; k < 8u; k++) y[k] += a[k];
+}
+
+static inline void tol_fmac_copy8_(float *y, const float *a)
+{
+    for (uint32_t k = 0; k < 8u; k++) y[k] = a[k];
 }
 
 static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)

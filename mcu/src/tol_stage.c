@@ -491,20 +491,28 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                 float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
                 if (dw && mult == 1u) {
                     /* one channel per input channel: the channels of a tap are contiguous in x
-                     * and in W, so eight channels' sums run side by side (tol_fmac_dwrow8_),
-                     * each in (ky, kx) order; the channels past the last eight one by one */
+                     * and in W, so eight channels' sums run side by side over the whole window
+                     * (tol_fmac_dwwin8_), each in (ky, kx) order; the channels past the last
+                     * eight one by one */
                     const uint32_t c8 = cout & ~7u;
-                    const uint32_t nk = kx1 - kx0;
-                    for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
-                    for (uint32_t ky = ky0; ky < ky1 && nk > 0u; ky++) {
-                        const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
-                        const float *wr = &w[((size_t)ky * l->kw + kx0) * cout];
-                        for (uint32_t co = 0; co < c8; co += 8u) tol_fmac_dwrow8_(&yo[co], &wr[co], cout, &xr[co], cin, nk);
-                        for (uint32_t co = c8; co < cout; co++) {
+                    const uint32_t nk = kx1 - kx0, nky = ky1 - ky0;
+                    const float *w0 = &w[((size_t)ky0 * l->kw + kx0) * cout];
+                    const float *x0 = &x[((size_t)iy0 * l->in_w + ix0) * cin];
+                    const uint32_t wky = (uint32_t)l->kw * cout, xky = (uint32_t)l->in_w * cin; /* one kernel row on */
+                    for (uint32_t co = 0; co < cout; co++) {
+                        if (co < c8 && nk > 0u && nky > 0u) {
+                            tol_fmac_dwwin8_(&yo[co], &b[co], &w0[co], cout, wky, &x0[co], cin, xky, nk, nky);
+                            co += 7u;
+                            continue;
+                        }
+                        float acc = b[co];
+                        for (uint32_t r = 0; r < nky; r++) {
                             for (uint32_t t = 0; t < nk; t++) {
-                                yo[co] = tol_fmac_mla(yo[co], wr[(size_t)t * cout + co], xr[(size_t)t * cin + co]);
+                                acc = tol_fmac_mla(acc, w0[(size_t)r * wky + (size_t)t * cout + co],
+                                                   x0[(size_t)r * xky + (size_t)t * cin + co]);
                             }
                         }
+                        yo[co] = acc;
                     }
                     for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
                     continue;
@@ -563,11 +571,15 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
     case TOL_STAGE_GAP: {
         const uint32_t np = (uint32_t)l->in_h * l->in_w;
         const float inv = 1.0f / (float)np;
-        for (uint16_t c = 0; c < l->in_c; c++) {
+        const uint16_t c8 = (uint16_t)(l->in_c & ~7u);
+        /* eight channels' sums side by side (each from 0.0f over p ascending), then the rest */
+        for (uint16_t c = 0; c < c8; c = (uint16_t)(c + 8u)) tol_fmac_colsum8_(&y[c], &x[c], l->in_c, np);
+        for (uint16_t c = c8; c < l->in_c; c++) {
             float s = 0.0f;
             for (uint32_t p = 0; p < np; p++) s += x[(size_t)p * l->in_c + c];
-            y[c] = s * inv;
+            y[c] = s;
         }
+        for (uint16_t c = 0; c < l->in_c; c++) y[c] = y[c] * inv;
         break;
     }
     case TOL_STAGE_MAXPOOL:
@@ -597,7 +609,14 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
 static int tol_stage_moderate_(const float *v, uint32_t n)
 {
     uint32_t acc = 0u;
-    for (uint32_t i = 0; i < n; i++) {
+    uint32_t i = 0;
+    for (; i + 8u <= n; i += 8u) {
+        uint32_t u[8];
+        memcpy(u, &v[i], sizeof u);
+        acc |= ((u[0] & (u[0] << 1)) | (u[1] & (u[1] << 1))) | ((u[2] & (u[2] << 1)) | (u[3] & (u[3] << 1))) |
+               ((u[4] & (u[4] << 1)) | (u[5] & (u[5] << 1))) | ((u[6] & (u[6] << 1)) | (u[7] & (u[7] << 1)));
+    }
+    for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, &v[i], sizeof u);
         acc |= u & (u << 1);
@@ -626,7 +645,8 @@ static void tol_stage_dw_backward8_(const tol_stage_layer_t *l, const float *w, 
             const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
             const float *dp = &d[((size_t)oy * l->out_w + ox) * c];
             if (gb != NULL) {
-                for (uint32_t co = 0; co < c; co++) gb[co] += dp[co];
+                for (uint32_t co = 0; co < c8; co += 8u) tol_fmac_vadd8_(&gb[co], &dp[co]);
+                for (uint32_t co = c8; co < c; co++) gb[co] += dp[co];
             }
             if (g == NULL && dx == NULL) continue;
             for (uint32_t ky = ky0; ky < ky1; ky++) {
@@ -655,7 +675,9 @@ static void tol_stage_dw_backward8_(const tol_stage_layer_t *l, const float *w, 
 static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                       const float *d, float *g, float *gb, float *dx)
 {
-    if (dx != NULL) memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
+    if (dx != NULL && l->kind != TOL_STAGE_GAP) { /* GAP writes every element of dx */
+        memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
+    }
     switch (l->kind) {
     case TOL_STAGE_DENSE: {
         const uint32_t n = tol_stage_in_size_(l);
@@ -720,8 +742,14 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         if (dx == NULL) break;
         const uint32_t np = (uint32_t)l->in_h * l->in_w;
         const float inv = 1.0f / (float)np;
-        for (uint32_t p = 0; p < np; p++) {
-            for (uint16_t c = 0; c < l->in_c; c++) dx[(size_t)p * l->in_c + c] = d[c] * inv;
+        const uint16_t cn = l->in_c;
+        const uint16_t c8 = (uint16_t)(cn & ~7u);
+        /* every position gets the same d[c] * inv: computed once (position 0), then copied */
+        for (uint16_t c = 0; c < cn; c++) dx[c] = d[c] * inv;
+        for (uint32_t p = 1; p < np; p++) {
+            float *row = &dx[(size_t)p * cn];
+            for (uint16_t c = 0; c < c8; c = (uint16_t)(c + 8u)) tol_fmac_copy8_(&row[c], &dx[c]);
+            for (uint16_t c = c8; c < cn; c++) row[c] = dx[c];
         }
         break;
     }
