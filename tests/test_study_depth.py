@@ -252,6 +252,7 @@ needs_digits = pytest.mark.skipif(not (ROOT / "models/digits/manifest.json").exi
                                   reason="models/digits not exported")
 
 
+@pytest.mark.slow   # about 40 s of twin runs on an idle core
 @needs_digits
 def test_lean_rows_recomputed(tmp_path):
     """A few accuracy cells of the lean tables recomputed (not re-rendered) from the
@@ -299,6 +300,7 @@ def test_lean_rows_recomputed(tmp_path):
         assert rows[(cut, variant)][8] == cell, (cut, variant)
 
 
+@pytest.mark.slow   # about 30 s of twin runs on an idle core
 @needs_digits
 def test_lean_l476_last_layer_row_recomputed(tmp_path):
     """The L476RG table's digits last-layer row: its slot count fits the board by the one
