@@ -10,6 +10,7 @@ later ones resume the fleet the earlier ones left in its checkpoint.
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -64,11 +65,11 @@ class Fleet:
         self.link = D.start_superlink(self.root / "link", self.port, self.tls, host="127.0.0.1", env=self.env)
         return D.register_keys(self.address, self.tls, [self.root / "certs" / f"{n}.pub" for n in NAMES], self.env)
 
-    def start_node(self, i, **kw):
+    def start_node(self, i, superlink=None, **kw):
         nc = {"name": NAMES[i], "port": f"socket://127.0.0.1:{self.board_ports[i]}", "model": MODEL,
               "data": "digits:5-9@train", "split": "classes:2", "parts": 3, "part": i,
               "state": str(self.root / "gateway")}
-        self.nodes[i] = D.start_supernode(self.address, NAMES[i], nc, emulator.free_port(),
+        self.nodes[i] = D.start_supernode(superlink or self.address, NAMES[i], nc, emulator.free_port(),
                                           self.root / "gateway" / f"{NAMES[i]}.log", tls=D.Tls(self.tls.ca),
                                           key=self.root / "certs" / f"{NAMES[i]}.key", env=self.env, **kw)
         return self.nodes[i]
@@ -153,6 +154,56 @@ def test_gateway_cli_refuses_what_it_cannot_do(tmp_path, capsys):
     assert "HOST:PORT" in capsys.readouterr().err
     assert main(["superlink", "--state", str(tmp_path), "--certs", str(tmp_path / "none")]) == 1
     assert "tinyol certs" in capsys.readouterr().err
+
+
+def test_relay_counts_bytes_and_cuts_the_link():
+    """The relay the scale bench counts bytes with and the network-cut test cuts: an echo
+    server behind it; a cut closes the open connection and refuses new ones until restored."""
+    import socket
+    import threading
+
+    from tinyol.fleet.deploy_bench import Relays
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def echo():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(4096), b"")],
+                             daemon=True).start()
+    threading.Thread(target=echo, daemon=True).start()
+    relay = Relays(2, srv.getsockname()[1])
+    try:
+        a = socket.create_connection(("127.0.0.1", relay.ports[1]), timeout=10)
+        a.sendall(b"x" * 1000)
+        got = b""
+        while len(got) < 1000:
+            got += a.recv(4096)
+        assert got == b"x" * 1000
+        assert relay.snapshot() == ([0, 1000], [0, 1000])
+        relay.cut(1)
+
+        def closed(sock):
+            try:
+                return sock.recv(4096) == b""
+            except ConnectionResetError:
+                return True
+        assert closed(a)                                 # the open connection is gone
+        b = socket.create_connection(("127.0.0.1", relay.ports[1]), timeout=10)
+        b.sendall(b"lost")
+        assert closed(b)                                 # a new one is closed at once
+        relay.restore(1)
+        c = socket.create_connection(("127.0.0.1", relay.ports[1]), timeout=10)
+        c.sendall(b"back")
+        assert c.recv(4096) == b"back"
+        assert relay.snapshot() == ([0, 1004], [0, 1004])
+        for s_ in (a, b, c):
+            s_.close()
+    finally:
+        relay.stop()
+        srv.close()
 
 
 # --------------------------------------------------------------------------- loopback deployment
@@ -299,3 +350,66 @@ def test_gateway_killed_mid_round_then_rejoins(fleet):
         assert dev.stats().samples_seen == pos
     finally:
         dev.close()
+
+
+@pytest.mark.slow
+def test_gateway_sigkilled_and_link_cut_mid_round(fleet):
+    """Round 7, both while their train message is in hand: board1's gateway is killed with
+    SIGKILL (no goodbye to the SuperLink), and board2's link to the SuperLink is cut (a TCP
+    relay on loopback that drops its connections and refuses new ones). The SuperLink marks
+    both offline once their heartbeats stop (Flower: 2 x 30 s), writes their error replies,
+    and round 7 closes with board0 alone, long before the round timeout. Then board1's
+    gateway starts again with its key and board2's link comes back by itself: round 8 has
+    all three, and no board learned a sample twice."""
+    import signal
+
+    from tinyol.fleet.deploy_bench import Relays
+    relay = Relays(1, fleet.port)
+    try:
+        D.stop_all([fleet.nodes[2]])                      # board2's gateway now dials through the relay
+        node2 = fleet.start_node(2, superlink=f"127.0.0.1:{relay.ports[0]}")
+        D.node_started(node2)
+        start = fleet.log.stat().st_size
+        timeout = 400.0
+        cfg = {"model": MODEL, "every": K, "rounds": 7, "state": str(fleet.state), "log": str(fleet.log),
+               "wait": 3, "record-pulls": True, "round-timeout": timeout, "eval": ""}
+        node1 = fleet.nodes[1]
+        since = [node1.log.stat().st_size, node2.log.stat().st_size]
+        D.start_run(fleet.app, fleet.env, cfg, fleet.root / "flwr-run.log")
+        node1.wait_for(r"Receiving: train message", 600, since=since[0])
+        node2.wait_for(r"Receiving: train message", 600, since=since[1])
+        node1.signal(signal.SIGKILL)                      # SuperNode, SuperExec and ClientApp: gone
+        relay.cut(0)                                      # board2's gateway keeps running, alone
+        recs = D.follow(fleet.log, fleet.link, lambda rec: None, start=start, timeout=900)
+        r7 = next(r for r in recs if r.get("round") == 7 and "boards" in r)
+        assert r7["aggregated_from"] == ["board0"], r7["boards"]
+        assert r7["boards"]["board1"]["status"] == r7["boards"]["board2"]["status"] == "dropped"
+        assert r7["seconds"] < timeout / 2                # closed by Flower's heartbeats, not the timeout
+        assert node1.proc.wait(10) == -signal.SIGKILL and node2.alive()
+        r6 = [json.loads(x) for x in fleet.log.read_text().splitlines()]
+        p6 = {n: b["position"] for n, b in next(r for r in r6 if r.get("round") == 6 and "boards" in r)["boards"].items()}
+        gw2 = fleet.root / "gateway" / "board2.json"
+        deadline = time.monotonic() + 300      # board2's ClientApp finishes round 7 on its gateway, cut off
+        while json.loads(gw2.read_text())["pos"] != p6["board2"] + K:
+            assert time.monotonic() < deadline, gw2.read_text()
+            time.sleep(0.2)                    # polling the gateway's state file
+
+        relay.restore(0)                                  # the link is back: board2's SuperNode reconnects
+        D.node_started(fleet.start_node(1))               # board1's gateway restarted, same key
+        recs = fleet.run(rounds=8)
+        r8 = next(r for r in recs if r.get("round") == 8 and "boards" in r)
+        assert r8["aggregated_from"] == NAMES and r8["boards"]["board0"]["position"] == 8 * K
+        b1, b2 = r8["boards"]["board1"], r8["boards"]["board2"]
+        # board2 learned round 7 (its reply was lost): it gets round 7's aggregate and goes on
+        assert b2["pushed"] == 1 and b2["position"] == p6["board2"] + 2 * K
+        # board1 was killed before or while it learned: it goes on from what its counter says
+        assert p6["board1"] + K <= b1["position"] <= p6["board1"] + 2 * K, b1
+        for i, b in ((1, b1), (2, b2)):
+            base = json.loads((fleet.root / "gateway" / f"{NAMES[i]}.json").read_text())["base"]
+            dev = Device.open(f"socket://127.0.0.1:{fleet.board_ports[i]}", timeout=2.0)
+            try:  # a board counted exactly the samples its stream advanced by: none twice, none skipped
+                assert dev.stats().samples_seen - base == b["position"], (i, b, base)
+            finally:
+                dev.close()
+    finally:
+        relay.stop()

@@ -75,6 +75,8 @@ RUN_DEFAULTS = {
     "wait-timeout": 600.0,
     "round-timeout": 300.0,
     "record-pulls": False,  # keep every reply's parameters in state/pulls_r<N>.npz (tests, audits)
+    "save": False,          # every board SAVEs its learned state after the PULL (before the next PUSH)
+    "eval-every": 1,        # every N rounds (and the last) each gateway measures its board's own head on `eval`
 }
 
 
@@ -192,13 +194,22 @@ def _train(msg: Message, context: Context) -> Message:
         elif seen > st["seen"]:  # it learned past the last reply (the gateway died mid-round)
             st["holds"] = int(cfg["version"])
         version = int(cfg["version"])
+        ev = str(cfg.get("eval", ""))  # this round, the board's own head is measured on the gateway's copy
+        eval_shard = None
+        if ev:
+            latents_of = _cached_latents(model_dir, str(nc.get("state", ""))) if twin else None
+            eval_shard = load_shards(ev, 1, "iid", 0, latents_of=latents_of)[0]
         client = board_client(board, shard, base=st["base"], use_latents=twin, template=template,
-                                cid=gw.name)
+                                cid=gw.name, eval_shard=eval_shard)
         pos = client.position()
         k = int(cfg["k"])
         params = msg.content["params"].to_numpy_ndarrays() if "params" in msg.content else []
         push = int(bool(params) and st.get("holds") != version)
-        arrays, n, metrics = client.fit(params, {"target": pos + k, "start": pos, "push": push})
+        arrays, n, metrics = client.fit(params, {"target": pos + k, "start": pos, "push": push,
+                                                 "evaluate": int(bool(ev))})
+        if int(cfg.get("save", 0)):  # what it learned survives a reset (the PUSH of the next round comes later)
+            board.save()
+            metrics["saved"] = 1
         st.update(pos=int(metrics["position"]), seen=int(metrics["samples_seen"]), boot=board.boot(),
                   holds=None)
         gw.store(st)
@@ -380,7 +391,10 @@ class DeployedFleet:
         nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self.grid.get_node_ids())
         self.waited = True
         t0 = time.monotonic()
-        msgs = self._messages(nodes, "train", k=int(self.rc["every"]), round=r)
+        every = int(self.rc["eval-every"])
+        ev = str(self.rc["eval"]) if every and (r % every == 0 or r == int(self.rc["rounds"])) else ""
+        msgs = self._messages(nodes, "train", k=int(self.rc["every"]), round=r, save=int(bool(self.rc["save"])),
+                              eval=ev)
         down = sum(m.content["params"].count_bytes() for m in msgs)
         replies = self.exchange(nodes, msgs)
         results, failures, rows, pulls = [], [], {}, {}

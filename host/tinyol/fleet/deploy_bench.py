@@ -1,6 +1,6 @@
 """Scale run of a fleet over Flower's deployment engine (docs/fleet.md, "Measured").
 
-    PYTHONPATH=host .venv/bin/python -m tinyol.fleet.deploy_bench --nodes 50 --rounds 2 --every 5 [--ray]
+    .venv/bin/python -m tinyol.fleet.deploy_bench --nodes 50 --rounds 2 --every 5 [--ray] [--database]
 
 N SuperNodes, each a numpy twin of the board (the firmware's learner, bit-exact), on this
 machine, against one SuperLink with TLS and SuperNode authentication; every SuperNode
@@ -25,17 +25,22 @@ import numpy as np
 
 class Relays:
     """One TCP relay per node in a background asyncio loop: bytes up (node -> SuperLink)
-    and down, per node."""
+    and down, per node. :meth:`cut` is a network cut between node i and the SuperLink
+    (its open connections are closed, new ones refused until :meth:`restore`)."""
 
     def __init__(self, n: int, target_port: int):
         self.up, self.down = [0] * n, [0] * n
         self.ports: list[int] = []
+        self.is_cut = [False] * n
+        self.conns: list[set] = [set() for _ in range(n)]
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
 
         async def pipe(reader, writer, i, up):
             try:
                 while data := await reader.read(65536):
+                    if self.is_cut[i]:
+                        break
                     if up:
                         self.up[i] += len(data)
                     else:
@@ -49,17 +54,27 @@ class Relays:
 
         def handler(i):
             async def h(reader, writer):
+                if self.is_cut[i]:
+                    writer.close()
+                    return
                 try:
                     r2, w2 = await asyncio.open_connection("127.0.0.1", target_port)
                 except OSError:
                     writer.close()
                     return
-                await asyncio.gather(pipe(reader, w2, i, True), pipe(r2, writer, i, False))
+                self.conns[i] |= {writer, w2}
+                try:
+                    await asyncio.gather(pipe(reader, w2, i, True), pipe(r2, writer, i, False))
+                finally:
+                    self.conns[i] -= {writer, w2}
             return h
+
+        self.servers: list = []
 
         async def start():
             for i in range(n):
                 srv = await asyncio.start_server(handler(i), "127.0.0.1", 0)
+                self.servers.append(srv)
                 self.ports.append(srv.sockets[0].getsockname()[1])
             ready.set()
 
@@ -74,24 +89,69 @@ class Relays:
     def snapshot(self) -> tuple[list[int], list[int]]:
         return list(self.up), list(self.down)
 
+    def cut(self, i: int) -> None:
+        """Cut node i off: close its connections now, refuse new ones."""
+        def do():
+            self.is_cut[i] = True
+            for w in list(self.conns[i]):
+                w.transport.abort()
+        self._call(do)
+
+    def restore(self, i: int) -> None:
+        self._call(lambda: self.is_cut.__setitem__(i, False))
+
+    def _call(self, fn) -> None:
+        done = threading.Event()
+
+        def run():
+            try:
+                fn()
+            finally:
+                done.set()
+        self.loop.call_soon_threadsafe(run)
+        done.wait(10)
+
     def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Close every connection and listener, then end the loop's thread."""
+        async def down():
+            for srv in self.servers:
+                srv.close()
+            for conns in self.conns:
+                for w in list(conns):
+                    w.transport.abort()
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.thread.is_alive():
+            asyncio.run_coroutine_threadsafe(down(), self.loop).result(10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
 
 
 def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, root: Path, insecure: bool,
-             batch: int = 10) -> dict:
+             batch: int = 10, database: bool = False) -> dict:
+    """`database`: the SuperLink keeps its state in SQLite (as `tinyol superlink` does,
+    to survive a restart) instead of Flower's in-memory state."""
+    from ..data.datasets import load_source
     from ..targets.emulator import free_port
     from . import deploy as D
+    from .app import _cached_latents
     names = [f"board{i}" for i in range(n)]
+    # the gateway's latent cache, computed once before the nodes start (every node of a real
+    # gateway would compute it once, on its first message; 50 at once measure TFLM, not a round)
+    _cached_latents(model, str(root / "gateway"))(load_source(data)[0])
     D.make_certs(root / "certs", nodes=[] if insecure else names)
     tls = D.Tls() if insecure else D.Tls.from_dir(root / "certs")
     port = free_port()
     env = D.flwr_env(root / "home", f"127.0.0.1:{port}", tls)
     t0 = time.monotonic()
-    link = D.start_superlink(root / "link", port, tls, host="127.0.0.1", auth=not insecure, env=env)
+    link = D.start_superlink(root / "link", port, tls, host="127.0.0.1", auth=not insecure, env=env,
+                             database=database)
     t_link = time.monotonic() - t0
     relays, nodes = Relays(n, port), []
-    out: dict = {"nodes": n, "tls": not insecure}
+    out: dict = {"nodes": n, "tls": not insecure, "state": "sqlite" if database else "in-memory"}
     try:
         if not insecure:
             D.register_keys(f"127.0.0.1:{port}", tls, [root / "certs" / f"{x}.pub" for x in names], env)
@@ -119,6 +179,8 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
             if "boards" in rec:
                 recs.append(rec)
                 snaps.append(relays.snapshot())
+                print(f"round {rec['round']}: {len(rec['aggregated_from'])}/{n} aggregated, "
+                      f"{rec['seconds']:.1f} s", flush=True)
         D.follow(root / "fleet.jsonl", link, on, timeout=7200)
         per = []
         for r, (a, b) in zip(recs, zip(snaps, snaps[1:])):
@@ -183,6 +245,9 @@ def main(argv=None) -> None:
     ap.add_argument("--split", default="iid")
     ap.add_argument("--model", default=None)
     ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--database", action="store_true",
+                    help="the SuperLink's state in SQLite (as tinyol superlink) instead of in memory")
+    ap.add_argument("--batch", type=int, default=10, help="SuperNodes started at a time")
     ap.add_argument("--ray", action="store_true", help="also run Flower's simulation engine (slow)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
@@ -197,7 +262,8 @@ def main(argv=None) -> None:
     print(json.dumps(res["host_loop"]), flush=True)
     with tempfile.TemporaryDirectory(prefix="tinyol-deploy-bench-") as d:
         t0 = time.monotonic()
-        res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, Path(d), a.insecure)
+        res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, Path(d), a.insecure,
+                                     batch=a.batch, database=a.database)
         res["deployment"]["seconds"] = time.monotonic() - t0
     print(json.dumps(res["deployment"]), flush=True)
     if a.ray:
