@@ -206,6 +206,52 @@ def test_relay_counts_bytes_and_cuts_the_link():
         srv.close()
 
 
+@pytest.mark.slow
+def test_clientapp_saves_and_measures_its_board(firmware, tmp_path, monkeypatch):
+    """tinyol superlink --save / --eval-every, on the gateway's side: tinyol's ClientApp,
+    called in this process as Flower calls it, on a native board. The board's own head is
+    measured on the gateway's copy of the eval set (the firmware streams it) and agrees with
+    the numpy twin on the pulled head; SAVE makes the learned head survive a power cycle."""
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from tinyol.fleet import app as A
+    for k, v in {"_task_id": 1, "_run_id": 1, "_node_id": 7}.items():  # as flwr-clientapp sets them
+        monkeypatch.setattr(TaskIdentity, k, v)
+    program, flash = firmware("native", "models/digits").program, tmp_path / "flash"
+    flash.mkdir()
+    port = emulator.free_port()
+    target = emulator.start_native(program, port=port, state_dir=flash, timeout=600)
+    try:
+        model = load_model(MODEL)
+        init = F.initial_params(model)
+        ctx = Context(run_id=1, node_id=7, node_config={"name": "board0", "port": f"socket://127.0.0.1:{port}",
+                                                          "model": MODEL, "state": str(tmp_path / "gw")},
+                      state=RecordDict(), run_config={})
+        msg = Message(RecordDict({"params": ArrayRecord(init.to_ndarrays()),
+                                  "config": ConfigRecord({"version": 0, "k": K, "round": 1, "save": 1,
+                                                          "eval": "digits@test"})}),
+                      dst_node_id=7, message_type="train")
+        reply = A._train(msg, ctx)
+        met = dict(reply.content["metrics"])
+        pulled = F.Head.from_ndarrays(reply.content["params"].to_numpy_ndarrays())
+        assert met["saved"] == 1 and met["num-examples"] == K and not np.array_equal(pulled.w, init.w)
+        ev = F.load_shards("digits@test", 1, "iid", 0, latents_of=F.latents_fn(MODEL))[0]
+        assert met["accuracy"] == pytest.approx(F.params_accuracy(model, pulled, ev.Q, ev.y), abs=1e-12)
+        target.stop()                          # power cycle: the board boots from its SAVE
+        target = emulator.start_native(program, port=port, state_dir=flash, timeout=600)
+        dev = Device.open(f"socket://127.0.0.1:{port}", timeout=2.0)
+        try:
+            w, b, a = dev.get_head()
+            assert np.array_equal(w, pulled.w) and np.array_equal(b, pulled.b) and np.array_equal(a, pulled.active)
+            assert dev.stats().samples_seen == K
+        finally:
+            dev.close()
+    finally:
+        target.stop()
+
+
 # --------------------------------------------------------------------------- loopback deployment
 def pulled(state, rnd):
     """The parameters each board's reply carried in round rnd, as the ServerApp received them."""
