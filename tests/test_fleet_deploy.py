@@ -156,6 +156,25 @@ def test_gateway_cli_refuses_what_it_cannot_do(tmp_path, capsys):
     assert "tinyol certs" in capsys.readouterr().err
 
 
+def test_gateway_keeps_its_dealt_shard_until_the_source_changes(tmp_path):
+    """A ClientApp is a new process per message: the gateway deals its data once and keeps
+    the shard in the node's state; what it returns is what load_shards deals, and a source
+    file that changes is dealt again."""
+    from tinyol.fleet.app import _gateway_shard
+    src, state = tmp_path / "stream.npz", tmp_path / "gw"
+    rng = np.random.default_rng(0)
+    np.savez(src, X=rng.random((30, 64), dtype=np.float32), y=np.arange(30) % 3)
+    want = F.load_shards(str(src), 2, "classes:1", 0)[1]
+    for _ in range(2):  # dealt, then read back
+        got = _gateway_shard(str(src), 2, 1, "classes:1", 0, MODEL, str(state), False)
+        assert np.array_equal(got.X, want.X) and np.array_equal(got.y, want.y) and got.classes == want.classes
+    assert len(list(state.glob("shard-*.npz"))) == 1
+    np.savez(src, X=rng.random((30, 64), dtype=np.float32), y=(np.arange(30) + 1) % 3)  # new data
+    want = F.load_shards(str(src), 2, "classes:1", 0)[1]
+    got = _gateway_shard(str(src), 2, 1, "classes:1", 0, MODEL, str(state), False)
+    assert np.array_equal(got.X, want.X) and np.array_equal(got.y, want.y)
+
+
 def test_relay_counts_bytes_and_cuts_the_link():
     """The relay the scale bench counts bytes with and the network-cut test cuts: an echo
     server behind it; a cut closes the open connection and refuses new ones until restored."""

@@ -118,12 +118,39 @@ def _node_shard(nc: dict, model_dir: str, use_latents: bool) -> Shard:
     """This node's local data: part `part` of `parts` of `data` dealt by `split` (as
     `tinyol fleet` deals it), or a whole file/source when `parts` is 1."""
     parts, part = int(nc.get("parts", 1)), int(nc.get("part", 0))
-    latents_of = _cached_latents(model_dir, str(nc.get("state", ""))) if use_latents else None
-    shards = load_shards(str(nc.get("data", "digits:5-9@train")), parts, str(nc.get("split", "iid")),
-                           int(nc.get("seed", 0)), latents_of=latents_of)
     if not 0 <= part < parts:
         raise TinyolError(f"node config part={part} is not one of 0..{parts - 1}")
-    return shards[part]
+    return _gateway_shard(str(nc.get("data", "digits:5-9@train")), parts, part, str(nc.get("split", "iid")),
+                          int(nc.get("seed", 0)), model_dir, str(nc.get("state", "")), use_latents)
+
+
+def _gateway_shard(data: str, parts: int, part: int, split: str, seed: int, model_dir: str, state: str,
+                   use_latents: bool) -> Shard:
+    """Part `part` of `data`, kept in the node's state directory after the first message: a
+    ClientApp is a new process for every message, and loading a source (the digits import
+    scikit-learn) cost more than the round's work. A source file whose bytes change is
+    dealt again; stdin is never cached."""
+    import hashlib
+
+    from ..data.datasets import split_spec
+    latents_of = _cached_latents(model_dir, state) if use_latents else None
+    if not state or data == "-":
+        return load_shards(data, parts, split, seed, latents_of=latents_of)[part]
+    src = Path(split_spec(data)[0])
+    stamp = hashlib.sha1(src.read_bytes()).hexdigest() if src.is_file() else ""
+    backbone = hashlib.sha1((Path(model_dir) / "backbone.tflite").read_bytes()).hexdigest() if use_latents else ""
+    key = hashlib.sha1(json.dumps([data, parts, part, split, seed, stamp, backbone]).encode()).hexdigest()[:16]
+    path = Path(state) / f"shard-{key}.npz"
+    if path.is_file():
+        z = np.load(path)
+        return Shard(z["X"], z["y"], z["Q"] if use_latents else None, [int(c) for c in z["classes"]])
+    sh = load_shards(data, parts, split, seed, latents_of=latents_of)[part]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, X=sh.X, y=sh.y, Q=sh.Q if sh.Q is not None else np.zeros(0, np.int8),
+             classes=np.asarray(sh.classes, np.int64))
+    os.replace(tmp, path)
+    return sh
 
 
 def _cached_latents(model_dir: str, state: str):
@@ -197,8 +224,7 @@ def _train(msg: Message, context: Context) -> Message:
         ev = str(cfg.get("eval", ""))  # this round, the board's own head is measured on the gateway's copy
         eval_shard = None
         if ev:
-            latents_of = _cached_latents(model_dir, str(nc.get("state", ""))) if twin else None
-            eval_shard = load_shards(ev, 1, "iid", 0, latents_of=latents_of)[0]
+            eval_shard = _gateway_shard(ev, 1, 0, "iid", 0, model_dir, str(nc.get("state", "")), twin)
         client = board_client(board, shard, base=st["base"], use_latents=twin, template=template,
                                 cid=gw.name, eval_shard=eval_shard)
         pos = client.position()
