@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import threading
 import time
@@ -25,22 +26,25 @@ import numpy as np
 
 class Relays:
     """One TCP relay per node in a background asyncio loop: bytes up (node -> SuperLink)
-    and down, per node. :meth:`cut` is a network cut between node i and the SuperLink
-    (its open connections are closed, new ones refused until :meth:`restore`)."""
+    and down, per node. :meth:`cut` is a network cut between node i and the SuperLink:
+    what its open connections carry is lost from then on (they go silent, as when packets
+    are dropped: the peers' timeouts notice) and new connections are refused until
+    :meth:`restore` listens on the same port again. (A relay that closed connections
+    instead would break TLS mid-record, which Flower's SuperNode treats as a TLS fault it
+    does not retry.)"""
 
     def __init__(self, n: int, target_port: int):
         self.up, self.down = [0] * n, [0] * n
         self.ports: list[int] = []
-        self.is_cut = [False] * n
-        self.conns: list[set] = [set() for _ in range(n)]
+        self.conns: list[set] = [set() for _ in range(n)]  # per node: the live connections' flags
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
 
-        async def pipe(reader, writer, i, up):
+        async def pipe(reader, writer, i, up, conn):
             try:
                 while data := await reader.read(65536):
-                    if self.is_cut[i]:
-                        break
+                    if conn["cut"]:
+                        continue  # lost on the way
                     if up:
                         self.up[i] += len(data)
                     else:
@@ -54,22 +58,24 @@ class Relays:
 
         def handler(i):
             async def h(reader, writer):
-                if self.is_cut[i]:
-                    writer.close()
-                    return
                 try:
                     r2, w2 = await asyncio.open_connection("127.0.0.1", target_port)
                 except OSError:
                     writer.close()
                     return
-                self.conns[i] |= {writer, w2}
+                conn = {"cut": False, "writers": (writer, w2)}
+                self.conns[i].add(id(conn))
+                self._conn[id(conn)] = conn
                 try:
-                    await asyncio.gather(pipe(reader, w2, i, True), pipe(r2, writer, i, False))
+                    await asyncio.gather(pipe(reader, w2, i, True, conn), pipe(r2, writer, i, False, conn))
                 finally:
-                    self.conns[i] -= {writer, w2}
+                    self.conns[i].discard(id(conn))
+                    self._conn.pop(id(conn), None)
             return h
 
         self.servers: list = []
+        self._conn: dict[int, dict] = {}
+        self._handler = handler
 
         async def start():
             for i in range(n):
@@ -90,34 +96,26 @@ class Relays:
         return list(self.up), list(self.down)
 
     def cut(self, i: int) -> None:
-        """Cut node i off: close its connections now, refuse new ones."""
-        def do():
-            self.is_cut[i] = True
-            for w in list(self.conns[i]):
-                w.transport.abort()
-        self._call(do)
+        """Cut node i off: stop listening; its open connections go silent for good."""
+        async def do():
+            self.servers[i].close()
+            for c in list(self.conns[i]):
+                self._conn[c]["cut"] = True
+        asyncio.run_coroutine_threadsafe(do(), self.loop).result(10)
 
     def restore(self, i: int) -> None:
-        self._call(lambda: self.is_cut.__setitem__(i, False))
-
-    def _call(self, fn) -> None:
-        done = threading.Event()
-
-        def run():
-            try:
-                fn()
-            finally:
-                done.set()
-        self.loop.call_soon_threadsafe(run)
-        done.wait(10)
+        """Node i's link is back: listen on its port again."""
+        async def do():
+            self.servers[i] = await asyncio.start_server(self._handler(i), "127.0.0.1", self.ports[i])
+        asyncio.run_coroutine_threadsafe(do(), self.loop).result(10)
 
     def stop(self):
         """Close every connection and listener, then end the loop's thread."""
         async def down():
             for srv in self.servers:
                 srv.close()
-            for conns in self.conns:
-                for w in list(conns):
+            for c in list(self._conn.values()):
+                for w in c["writers"]:
                     w.transport.abort()
             me = asyncio.current_task()
             tasks = [t for t in asyncio.all_tasks() if t is not me]
@@ -173,20 +171,22 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
         rc = {"model": model, "every": k, "rounds": rounds, "state": str(root / "fleet"),
               "log": str(root / "fleet.jsonl"), "wait": n, "round-timeout": 3600.0, "eval": "digits@test"}
         D.start_run(app, env, rc, root / "flwr-run.log")
-        recs = []
+        recs, loads = [], []
 
         def on(rec):
             if "boards" in rec:
                 recs.append(rec)
                 snaps.append(relays.snapshot())
+                loads.append(os.getloadavg()[0])
                 print(f"round {rec['round']}: {len(rec['aggregated_from'])}/{n} aggregated, "
-                      f"{rec['seconds']:.1f} s", flush=True)
+                      f"{rec['seconds']:.1f} s, load average {loads[-1]:.1f}", flush=True)
         D.follow(root / "fleet.jsonl", link, on, timeout=7200)
         per = []
-        for r, (a, b) in zip(recs, zip(snaps, snaps[1:])):
+        for r, load, (a, b) in zip(recs, loads, zip(snaps, snaps[1:])):
             up = [b[0][i] - a[0][i] for i in range(n)]
             down = [b[1][i] - a[1][i] for i in range(n)]
             per.append({"round": r["round"], "seconds": r["seconds"], "aggregated_from": len(r["aggregated_from"]),
+                        "load_average": load,
                         "fleet_accuracy": r.get("fleet_accuracy"),
                         "payload_down_per_node": r["bytes"]["down"] / n, "payload_up_per_node": r["bytes"]["up"] / n,
                         "wire_up_per_node": float(np.mean(up)), "wire_down_per_node": float(np.mean(down))})
