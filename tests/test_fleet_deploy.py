@@ -176,6 +176,40 @@ def test_gateway_keeps_its_dealt_shard_until_the_source_changes(tmp_path):
     assert np.array_equal(got.X, want.X) and np.array_equal(got.y, want.y)
 
 
+def test_serverapp_waits_out_a_busy_superlink(monkeypatch):
+    """A SuperLink too busy for a TLS handshake (httpx.ConnectTimeout: nothing was sent) is
+    asked again, with growing pauses, for any call; a call that timed out after it was sent
+    is repeated only if it reads, never a push that may have arrived (no message twice)."""
+    import httpx
+
+    from tinyol.fleet import app as A
+    waits = []
+    monkeypatch.setattr(A.time, "sleep", waits.append)
+    fleet = A.DeployedFleet.__new__(A.DeployedFleet)  # only its SuperLink calls
+    calls = []
+
+    def flaky(errors, result):
+        def fn(*args):
+            calls.append(args)
+            if errors:
+                raise errors.pop(0)
+            return result
+        return fn
+    handshake = httpx.ConnectTimeout("_ssl.c:989: The handshake operation timed out")
+    assert fleet._grid(flaky([handshake, handshake, handshake], [1, 2]), "x") == [1, 2]
+    assert len(calls) == 4 and waits == [1.0, 2.0, 4.0]
+    calls.clear()
+    assert fleet._grid(flaky([httpx.ReadTimeout("slow")], ["reply"]), "ids") == ["reply"]  # a read: again
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(httpx.ReadTimeout):  # a push that may have arrived: not again
+        fleet._grid(flaky([httpx.ReadTimeout("slow")], ["id"]), "msgs", reads=False)
+    assert len(calls) == 1
+    monkeypatch.setattr(A, "GRID_PATIENCE", 0.0)
+    with pytest.raises(httpx.ConnectTimeout):  # and not for ever
+        fleet._grid(flaky([handshake], None))
+
+
 def test_relay_counts_bytes_and_cuts_the_link():
     """The relay the scale bench counts bytes with and the network-cut test cuts: an echo
     server behind it; a cut silences the open connection and refuses new ones until restored."""

@@ -58,6 +58,7 @@ from .simulation import params_accuracy
 
 STATE_FILE = "deploy_state.json"
 PUSH_BATCH = 8  # messages per push to the SuperLink (50 at once outlived Flower's push session here)
+GRID_PATIENCE = 300.0  # seconds the ServerApp keeps trying a SuperLink that does not answer
 
 # The run config the ServerApp reads (tinyol superlink passes every one of them).
 RUN_DEFAULTS = {
@@ -377,10 +378,29 @@ class DeployedFleet:
     def wait_for_nodes(self) -> list[int]:
         want, t_end = int(self.rc["wait"]), time.monotonic() + float(self.rc["wait-timeout"])
         while True:
-            nodes = sorted(self.grid.get_node_ids())
+            nodes = sorted(self._grid(self.grid.get_node_ids))
             if len(nodes) >= want or time.monotonic() > t_end:
                 return nodes
             time.sleep(0.5)  # polling the SuperLink for nodes, not a synchronisation in a test
+
+    def _grid(self, fn, *args, reads: bool = True):
+        """A call to the SuperLink through Flower's Grid, tried again while the SuperLink is
+        too busy to answer (a loaded machine: the TLS handshake times out). A call whose
+        connection never opened sent nothing, so it is always safe to repeat; one that timed
+        out later is repeated only if it reads (pulling replies, listing nodes), never a push
+        that may have arrived."""
+        import httpx
+        t_end = time.monotonic() + GRID_PATIENCE
+        wait = 1.0
+        while True:
+            try:
+                return fn(*args)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.TransportError) as e:
+                sent = not isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                if (sent and not reads) or time.monotonic() + wait > t_end:
+                    raise
+                time.sleep(wait)  # backing off from a busy SuperLink
+                wait = min(2 * wait, 30.0)
 
     def _messages(self, nodes, mtype: str, **cfg) -> list[Message]:
         arrays = self.glob.to_ndarrays()
@@ -398,12 +418,12 @@ class DeployedFleet:
         the SuperLink, not from the node)."""
         ids: list[str] = []
         for lo in range(0, len(msgs), PUSH_BATCH):  # one push session per batch: a session can expire
-            ids += list(self.grid.push_messages(msgs[lo:lo + PUSH_BATCH]))
+            ids += list(self._grid(self.grid.push_messages, msgs[lo:lo + PUSH_BATCH], reads=False))
         to = dict(zip(ids, nodes))
         pending, out = set(ids), []
         t_end = time.monotonic() + float(self.rc["round-timeout"])
         while pending and time.monotonic() < t_end:
-            for rep in self.grid.pull_messages(list(pending)):
+            for rep in self._grid(self.grid.pull_messages, list(pending)):
                 mid = rep.metadata.reply_to_message_id
                 if mid in pending:
                     pending.discard(mid)
@@ -414,7 +434,7 @@ class DeployedFleet:
 
     def run_round(self) -> dict:
         r = self.round + 1
-        nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self.grid.get_node_ids())
+        nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self._grid(self.grid.get_node_ids))
         self.waited = True
         t0 = time.monotonic()
         every = int(self.rc["eval-every"])
@@ -468,7 +488,7 @@ class DeployedFleet:
 
     def push_last(self) -> list[str]:
         """Send the last aggregate to every node (nothing learned); the nodes that took it."""
-        nodes = sorted(self.grid.get_node_ids())
+        nodes = sorted(self._grid(self.grid.get_node_ids))
         replies = self.exchange(nodes, self._messages(nodes, "evaluate"))
         return sorted(str(r.content["metrics"]["board"]) for _, r in replies if not r.has_error())
 

@@ -248,6 +248,7 @@ def main(argv=None) -> None:
     ap.add_argument("--database", action="store_true",
                     help="the SuperLink's state in SQLite (as tinyol superlink) instead of in memory")
     ap.add_argument("--batch", type=int, default=10, help="SuperNodes started at a time")
+    ap.add_argument("--root", default=None, help="keep every file and log here (default: a temporary folder)")
     ap.add_argument("--ray", action="store_true", help="also run Flower's simulation engine (slow)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
@@ -261,8 +262,10 @@ def main(argv=None) -> None:
     res["host_loop"]["seconds"] = time.monotonic() - t0
     print(json.dumps(res["host_loop"]), flush=True)
     with tempfile.TemporaryDirectory(prefix="tinyol-deploy-bench-") as d:
+        root = Path(a.root).resolve() if a.root else Path(d)
+        root.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, Path(d), a.insecure,
+        res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, root, a.insecure,
                                      batch=a.batch, database=a.database)
         res["deployment"]["seconds"] = time.monotonic() - t0
     print(json.dumps(res["deployment"]), flush=True)
