@@ -210,6 +210,38 @@ def test_serverapp_waits_out_a_busy_superlink(monkeypatch):
         fleet._grid(flaky([handshake], None))
 
 
+def test_serverapp_keeps_at_most_in_flight_messages_out(monkeypatch):
+    """in-flight N: the ServerApp pushes a round's messages N at a time, the next one as a
+    reply comes in, and still pairs every reply with its node (a fake Grid that answers one
+    pushed message per pull and counts what is out)."""
+    from types import SimpleNamespace
+
+    from tinyol.fleet import app as A
+    monkeypatch.setattr(A.time, "sleep", lambda s: None)
+
+    class Grid:
+        def __init__(self):
+            self.out, self.most, self.n = [], 0, 0
+
+        def push_messages(self, msgs):
+            ids = [f"m{m}" for m in msgs]
+            self.out += ids
+            self.most = max(self.most, len(self.out))
+            return ids
+
+        def pull_messages(self, ids):
+            if not self.out:
+                return []
+            mid = self.out.pop(0)
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=mid), node=mid)]
+    for window, most in ((2, 2), (0, 7)):
+        fleet = A.DeployedFleet.__new__(A.DeployedFleet)
+        fleet.grid, fleet.rc = Grid(), {"round-timeout": 60.0, "in-flight": window}
+        got = fleet.exchange([10 + i for i in range(7)], list(range(7)))
+        assert sorted((n, r.node) for n, r in got) == [(10 + i, f"m{i}") for i in range(7)]
+        assert fleet.grid.most == most
+
+
 def test_relay_counts_bytes_and_cuts_the_link():
     """The relay the scale bench counts bytes with and the network-cut test cuts: an echo
     server behind it; a cut silences the open connection and refuses new ones until restored."""

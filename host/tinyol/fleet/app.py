@@ -78,6 +78,7 @@ RUN_DEFAULTS = {
     "record-pulls": False,  # keep every reply's parameters in state/pulls_r<N>.npz (tests, audits)
     "save": False,          # every board SAVEs its learned state after the PULL (before the next PUSH)
     "eval-every": 1,        # every N rounds (and the last) each gateway measures its board's own head on `eval`
+    "in-flight": 0,         # at most N messages out at a time (0: all at once)
 }
 
 
@@ -415,20 +416,29 @@ class DeployedFleet:
         """Push the messages, pull the replies until every node answered or the round
         timeout passed (Flower's send_and_receive, with each reply paired with the node the
         message went to: an error the SuperLink writes for a node that went away comes from
-        the SuperLink, not from the node)."""
-        ids: list[str] = []
-        for lo in range(0, len(msgs), PUSH_BATCH):  # one push session per batch: a session can expire
-            ids += list(self._grid(self.grid.push_messages, msgs[lo:lo + PUSH_BATCH], reads=False))
-        to = dict(zip(ids, nodes))
-        pending, out = set(ids), []
+        the SuperLink, not from the node). ``in-flight`` N > 0: at most N messages out at a
+        time, the next pushed as a reply comes in (many SuperNodes sharing one small
+        machine: each message starts a ClientApp process there)."""
+        window = int(self.rc.get("in-flight", 0)) or len(msgs)
+        queue = list(zip(nodes, msgs))
+        to: dict[str, int] = {}
+        pending: set[str] = set()
+        out = []
         t_end = time.monotonic() + float(self.rc["round-timeout"])
-        while pending and time.monotonic() < t_end:
+        while (pending or queue) and time.monotonic() < t_end:
+            room = window - len(pending)
+            while queue and room > 0:  # one push session per batch: a session can expire
+                batch, queue = queue[:min(room, PUSH_BATCH)], queue[min(room, PUSH_BATCH):]
+                ids = list(self._grid(self.grid.push_messages, [m for _, m in batch], reads=False))
+                to.update(zip(ids, [n for n, _ in batch]))
+                pending.update(ids)
+                room -= len(batch)
             for rep in self._grid(self.grid.pull_messages, list(pending)):
                 mid = rep.metadata.reply_to_message_id
                 if mid in pending:
                     pending.discard(mid)
                     out.append((to[mid], rep))
-            if pending:
+            if pending and not (queue and len(pending) < window):
                 time.sleep(1.0)  # polling the SuperLink, as send_and_receive does
         return out
 

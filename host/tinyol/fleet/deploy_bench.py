@@ -129,10 +129,11 @@ class Relays:
 
 
 def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, root: Path, insecure: bool,
-             batch: int = 10, database: bool = False) -> dict:
+             batch: int = 10, database: bool = False, in_flight: int = 0) -> dict:
     """`database`: the SuperLink keeps its state in SQLite (as `tinyol superlink` does,
     to survive a restart) instead of Flower's in-memory state."""
     from ..data.datasets import load_source
+    from ..errors import TinyolError
     from ..targets.emulator import free_port
     from . import deploy as D
     from .app import _cached_latents
@@ -149,7 +150,8 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
                              database=database)
     t_link = time.monotonic() - t0
     relays, nodes = Relays(n, port), []
-    out: dict = {"nodes": n, "tls": not insecure, "state": "sqlite" if database else "in-memory"}
+    out: dict = {"nodes": n, "tls": not insecure, "state": "sqlite" if database else "in-memory",
+                 "in_flight": in_flight}
     try:
         if not insecure:
             D.register_keys(f"127.0.0.1:{port}", tls, [root / "certs" / f"{x}.pub" for x in names], env)
@@ -164,12 +166,21 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
             group = list(range(lo, min(n, lo + batch)))
             nodes += [start(i) for i in group]
             for i in group:
-                D.node_started(nodes[i], timeout=1800)
+                for attempt in range(3):
+                    try:
+                        D.node_started(nodes[i], timeout=1800)
+                        break
+                    except TinyolError:
+                        # its Runtime API port, free a moment ago, was taken meanwhile (a busy machine)
+                        if attempt == 2 or "address already in use" not in nodes[i].text():
+                            raise
+                        D.stop_all([nodes[i]])
+                        nodes[i] = start(i)
         t_nodes = time.monotonic() - t0
         snaps = [relays.snapshot()]
         app = D.write_app(root / "app")
         rc = {"model": model, "every": k, "rounds": rounds, "state": str(root / "fleet"),
-              "log": str(root / "fleet.jsonl"), "wait": n, "round-timeout": 3600.0, "eval": "digits@test"}
+              "log": str(root / "fleet.jsonl"), "wait": n, "round-timeout": 3600.0, "eval": "digits@test", "in-flight": in_flight}
         D.start_run(app, env, rc, root / "flwr-run.log")
         recs, loads = [], []
 
@@ -248,6 +259,8 @@ def main(argv=None) -> None:
     ap.add_argument("--database", action="store_true",
                     help="the SuperLink's state in SQLite (as tinyol superlink) instead of in memory")
     ap.add_argument("--batch", type=int, default=10, help="SuperNodes started at a time")
+    ap.add_argument("--in-flight", type=int, default=0,
+                    help="at most N messages out at a time (N ClientApp processes at once; 0: all)")
     ap.add_argument("--root", default=None, help="keep every file and log here (default: a temporary folder)")
     ap.add_argument("--ray", action="store_true", help="also run Flower's simulation engine (slow)")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -266,7 +279,7 @@ def main(argv=None) -> None:
         root.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, root, a.insecure,
-                                     batch=a.batch, database=a.database)
+                                     batch=a.batch, database=a.database, in_flight=a.in_flight)
         res["deployment"]["seconds"] = time.monotonic() - t0
     print(json.dumps(res["deployment"]), flush=True)
     if a.ray:
