@@ -122,7 +122,7 @@ def test_learn_returns_what_happened_like_the_reference_learner():
         pred, p = lrn.predict(q)
         probs = lrn.head.softmax(lrn.head.forward(lrn._deq(q)))
         fresh = not lrn.head.active[t]
-        lrn.learn(q, t)
+        r = lrn.learn_result(q, t, pred, p)  # the twin's tinyol_learn
         if i % 2:
             assert lib.shim_learn_sample_result(x.ctypes.data, t, out.ctypes.data, prob.ctypes.data) == 0
         else:
@@ -130,8 +130,11 @@ def test_learn_returns_what_happened_like_the_reference_learner():
             assert lib.shim_learn_result(t, out.ctypes.data, prob.ctypes.data) == 0
         st = lrn.stats()
         assert out.tolist() == [pred, 1, int(fresh), st["samples_seen"], st["updates"], st["n_active"]], i
+        assert out.tolist() == [r.prediction, r.learned, r.new_class, r.samples_seen, r.updates, r.n_active]
         assert prob[0].tobytes() == np.float32(p).tobytes()
-        assert prob[1].tobytes() == (probs[t] if not fresh else np.float32(0)).tobytes()
+        want = probs[t] if not fresh else np.float32(0)
+        assert prob[1].tobytes() == want.tobytes() == np.float32(r.label_probability).tobytes()
+        assert r.error is None
         new_classes += fresh
     assert new_classes == 5  # digits 5-9: the classes pretraining never saw
     assert st["updates"] > 0

@@ -76,7 +76,9 @@ uint32_t tol_model_learner_record_max(void)
 
 uint32_t tol_model_learner_state_bytes(void)
 {
-    return tol_learner_state_bytes(&tol_learner, TOL_LEARNER_STATE_REPLAY);
+    tol_state_t st;
+    tol_learner_state_stream(&tol_learner, TOL_LEARNER_STATE_REPLAY, NULL, &st);
+    return tol_state_bytes(&st);
 }
 
 tol_status_t tol_model_learner_save(tol_store_t *s, bool no_replay, uint8_t *parts, uint32_t *payload)

@@ -10,6 +10,7 @@
 #include "model_learner.h"
 #include "model_wire.h"
 #include "tinyol.h"
+#include "tol_persist.h"
 #include "tol_stage.h"
 
 #ifndef TOL_REPLAY_POLICY
@@ -22,9 +23,6 @@ _Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS
  * checked again by tol_stage_init */
 _Static_assert(TOL_MODEL_LEARNER_BYTES == TOL_STAGE_MEM_BYTES,
                "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_STAGE_MEM_BYTES");
-_Static_assert(TOL_STAGE_STATE_REPLAY == TOL_LEARNER_STATE_REPLAY &&
-                   TOL_STAGE_STATE_MOMENTUM == TOL_LEARNER_STATE_MOMENTUM,
-               "SAVE reports the parts with the learner's bits");
 
 _Static_assert(TOL_STAGE_TRAINED <= TOL_STAGE_PARAMS, "trained parameters");
 
@@ -140,7 +138,9 @@ uint32_t tol_model_learner_record_max(void)
 
 uint32_t tol_model_learner_state_bytes(void)
 {
-    return tol_stage_state_bytes(&tol_stage, TOL_STAGE_STATE_REPLAY);
+    tol_state_t st;
+    tol_stage_state_stream(&tol_stage, TOL_STAGE_STATE_REPLAY, NULL, &st);
+    return tol_state_bytes(&st);
 }
 
 tol_status_t tol_model_learner_save(tol_store_t *s, bool no_replay, uint8_t *parts_out, uint32_t *payload)
@@ -148,42 +148,30 @@ tol_status_t tol_model_learner_save(tol_store_t *s, bool no_replay, uint8_t *par
     tol_learner_settings_t set;
     tol_stage_get_settings(&tol_stage, &set);
     uint8_t parts = tinyol_save_parts(set.momentum, no_replay);
-    uint32_t total = tol_stage_state_bytes(&tol_stage, parts);
-    if (total > tol_store_capacity(s) && (parts & TOL_STAGE_STATE_REPLAY)) {
+    uint8_t hdr[TOL_STAGE_STATE_HEADER];
+    tol_state_t st;
+    tol_stage_state_stream(&tol_stage, parts, hdr, &st);
+    if (!tol_persist_fits(s, &st)) {
         parts &= (uint8_t)~TOL_STAGE_STATE_REPLAY; /* too big for a slot: the stage still fits */
-        total = tol_stage_state_bytes(&tol_stage, parts);
+        tol_stage_state_stream(&tol_stage, parts, hdr, &st);
     }
-    TOL_TRY(tol_store_begin(s, total));
-    uint8_t buf[64];
-    for (uint32_t at = 0; at < total; at += sizeof(buf)) {
-        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
-        tol_stage_state_read(&tol_stage, parts, at, buf, n);
-        TOL_TRY(tol_store_append(s, buf, n));
-    }
-    TOL_TRY(tol_store_commit(s));
     *parts_out = parts;
-    *payload = total;
-    return TOL_OK;
+    return tol_persist_write(s, &st, payload);
 }
 
 tol_status_t tol_model_learner_load(tol_store_t *s, tol_store_record_t *rec)
 {
-    TOL_TRY(tol_store_newest(s, rec));
-    uint8_t buf[TOL_STAGE_STATE_HEADER];
-    TOL_CHECK(rec->payload_len >= sizeof(buf), TOL_ERR_MODEL);
-    TOL_TRY(tol_store_read(s, rec, 0u, buf, sizeof(buf)));
+    uint8_t hdr[TOL_STAGE_STATE_HEADER];
     uint8_t parts = 0u;
     uint32_t total = 0u;
-    TOL_TRY(tol_stage_state_begin(&tol_stage, buf, sizeof(buf), &parts, &total));
-    tol_status_t st = total == rec->payload_len ? TOL_OK : TOL_ERR_MODEL;
-    for (uint32_t at = sizeof(buf); st == TOL_OK && at < total; at += sizeof(buf)) {
-        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
-        st = tol_store_read(s, rec, at, buf, n);
-        if (st == TOL_OK) st = tol_stage_state_write(&tol_stage, parts, at, buf, n);
-    }
-    if (st != TOL_OK) {
+    TOL_TRY(tol_persist_read_header(s, rec, hdr, sizeof(hdr)));
+    TOL_TRY(tol_stage_state_begin(&tol_stage, hdr, sizeof(hdr), &parts, &total));
+    tol_state_t st;
+    tol_stage_state_stream(&tol_stage, parts, NULL, &st);
+    const tol_status_t r = tol_persist_read_body(s, rec, &st);
+    if (r != TOL_OK) {
         tol_stage_reset(&tol_stage); /* half-applied: back to the exported stage */
-        return st;
+        return r;
     }
     TOL_TRY(tol_stage_state_end(&tol_stage, parts));
     tol_stage.push_fill = 0u; /* the loaded state replaces a staged image */
