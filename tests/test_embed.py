@@ -38,7 +38,8 @@ def _lib():
     lib.shim_learn.argtypes = [ctypes.c_uint16]
     lib.shim_learn_sample.argtypes = [ctypes.c_void_p, ctypes.c_uint16]
     lib.shim_learn_result.argtypes = [ctypes.c_uint16, ctypes.c_void_p, ctypes.c_void_p]
-    lib.shim_learn_sample_result.argtypes = [ctypes.c_void_p, ctypes.c_uint16, ctypes.c_void_p, ctypes.c_void_p]
+    lib.shim_learn_sample_result.argtypes = [ctypes.c_void_p, ctypes.c_uint16, ctypes.c_void_p,
+                                             ctypes.c_void_p]
     lib.shim_quantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.shim_anomaly.argtypes = [ctypes.c_void_p]
     lib.sim_setup.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint8, ctypes.c_uint32]

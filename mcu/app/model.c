@@ -119,8 +119,9 @@ static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
     TOL_CHECK(p[0] == TOL_INPUT_FLOAT32, TOL_ERR_ARG);
     TOL_CHECK(TOL_APP_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(n == TOL_FLOAT_REQUEST_BYTES, TOL_ERR_LENGTH);
-    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) TOL_CHECK(isfinite(tol_get_f32(p + 1 + 4u * i)), TOL_ERR_NONFINITE);
-    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) tol_input[i] = tinyol_quantize_value(tol_get_f32(p + 1 + 4u * i));
+    const uint8_t *x = p + 1;
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) TOL_CHECK(isfinite(tol_get_f32(x + 4u * i)), TOL_ERR_NONFINITE);
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) tol_input[i] = tinyol_quantize_value(tol_get_f32(x + 4u * i));
     return TOL_OK;
 }
 

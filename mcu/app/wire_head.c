@@ -65,7 +65,8 @@ tol_status_t tol_model_wire_set(const uint8_t *req, uint16_t n, uint8_t *reply, 
     if (req[5] != 0u) *staged = true;
     float w[TOL_LATENT_DIM > 0 ? TOL_LATENT_DIM : 1];
     for (uint16_t i = 0; i < count; i++) w[i] = tol_head_get_f32(req + 12 + 4u * i);
-    TOL_TRY(tol_learner_set_head_row(tol_model_head(), row, offset, w, count, tol_head_get_f32(req + 8), req[4]));
+    const float bias = tol_head_get_f32(req + 8);
+    TOL_TRY(tol_learner_set_head_row(tol_model_head(), row, offset, w, count, bias, req[4]));
     if (req[5] == 0u) *staged = false; /* commit */
     tol_learner_stats_t ls;
     tol_learner_get_stats(tol_model_head(), &ls);

@@ -152,6 +152,11 @@ void tol_learner_settings_default(tol_learner_settings_t *s);
 /* The classifier settings in a state header (the learner's and the stage's): 21 bytes at p,
  * lr, momentum, weight_decay, clip_norm (float32 LE), n_new, n_old (uint16 LE), mode.
  * unpack sets only those fields of *s. */
+/* The checks every classifier learner (the head's, the stage's) makes of its settings: lr,
+ * momentum (0 without momentum buffers), weight decay, clip norm, 1 <= n_new <= max_new,
+ * n_old <= max_old when there is a replay buffer, mode. TOL_ERR_ARG when one fails. */
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
+                                        uint16_t replay_capacity, uint8_t no_momentum);
 #define TOL_LEARNER_SETTINGS_PACKED 21u
 void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p);
 void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s);

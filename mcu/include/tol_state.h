@@ -56,13 +56,18 @@ void tol_state_put_counters(uint8_t *p, uint32_t prng, uint32_t seen, uint32_t u
 void tol_state_get_counters(const uint8_t *p, uint32_t *prng, uint32_t *seen, uint32_t *updates,
                             uint32_t *rejected);
 
+/* Restore, step 1: the header's queue length below n_new, replay fill within the capacity, a
+ * PRNG state not 0; TOL_ERR_ARG otherwise. */
+tol_status_t tol_state_check_header(uint16_t n_pending, uint16_t n_new, uint16_t fill,
+                                    uint16_t replay_capacity, uint32_t prng);
 /* Restore, step 1: empty the buffer (when there is one), then, when parts has
  * TOL_STATE_REPLAY, take the header's fill and counters (the rows follow in step 2). */
 void tol_state_restore_replay(tol_replay_t *rb, uint16_t replay_capacity, uint8_t parts, uint16_t fill,
                               uint32_t seen, uint32_t batches);
 /* Restore, step 3: the queue's labels below n_labels and its latents finite; the replay
  * buffer consistent when parts has TOL_STATE_REPLAY. TOL_ERR_RANGE otherwise. */
-tol_status_t tol_state_check_queue(const float *queue, uint32_t dim, uint16_t n_pending, const uint16_t *labels,
-                                   uint16_t n_labels, uint8_t parts, const tol_replay_t *rb);
+tol_status_t tol_state_check_queue(const float *queue, uint32_t dim, uint16_t n_pending,
+                                   const uint16_t *labels, uint16_t n_labels, uint8_t parts,
+                                   const tol_replay_t *rb);
 
 #endif /* TOL_STATE_H */

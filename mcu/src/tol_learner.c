@@ -22,19 +22,25 @@ void tol_learner_settings_default(tol_learner_settings_t *s)
     s->warmup = 50;
 }
 
-static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
-                                                const tol_learner_settings_t *s)
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
+                                        uint16_t replay_capacity, uint8_t no_momentum)
 {
     TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
+    TOL_CHECK(s->momentum == 0.0f || !no_momentum, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
-    TOL_CHECK(cfg->replay_capacity == 0u ||
-                  s->n_old <= TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old),
-              TOL_ERR_ARG);
+    TOL_CHECK(s->n_new >= 1u && s->n_new <= max_new, TOL_ERR_ARG);
+    TOL_CHECK(replay_capacity == 0u || s->n_old <= max_old, TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
+    return TOL_OK;
+}
+
+static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
+                                                const tol_learner_settings_t *s)
+{
+    const size_t max_old = TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old);
+    TOL_TRY(tol_learner_settings_check(s, cfg->max_new, max_old, cfg->replay_capacity, cfg->no_momentum));
     TOL_CHECK(isfinite(s->threshold_k) && s->threshold_k >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->ema_alpha > 0.0f && s->ema_alpha <= 1.0f, TOL_ERR_ARG);
     return TOL_OK;
@@ -495,11 +501,8 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     s.warmup = tol_segs_get32(p + 48);
     TOL_TRY(tol_learner_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 72);
-    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
     const uint16_t fill = tol_segs_get16(p + 92);
-    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
-    const uint32_t prng = tol_segs_get32(p + 52);
-    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 52)));
     /* checked: apply */
     L->set = s;
     tol_state_get_counters(p + 52, &L->prng.state, &L->samples_seen, &L->updates, &L->rejected);

@@ -138,15 +138,8 @@ static size_t tol_stage_max_old_(const tol_stage_config_t *c)
 static tol_status_t tol_stage_check_settings_(const tol_stage_config_t *cfg,
                                               const tol_learner_settings_t *s)
 {
-    TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
-    TOL_CHECK(cfg->replay_capacity == 0u || s->n_old <= tol_stage_max_old_(cfg), TOL_ERR_ARG);
-    TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
-    return TOL_OK;
+    return tol_learner_settings_check(s, cfg->max_new, tol_stage_max_old_(cfg), cfg->replay_capacity,
+                                      cfg->no_momentum);
 }
 
 void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s)
@@ -1014,11 +1007,8 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     tol_learner_settings_unpack(p + 16, &s);
     TOL_TRY(tol_stage_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 38);
-    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
     const uint16_t fill = tol_segs_get16(p + 56);
-    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
-    const uint32_t prng = tol_segs_get32(p + 40);
-    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 40)));
     /* checked: apply */
     S->set = s;
     tol_state_get_counters(p + 40, &S->prng.state, &S->samples_seen, &S->updates, &S->rejected);

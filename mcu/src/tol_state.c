@@ -72,6 +72,15 @@ void tol_state_get_counters(const uint8_t *p, uint32_t *prng, uint32_t *seen, ui
     *rejected = tol_segs_get32(p + 12);
 }
 
+tol_status_t tol_state_check_header(uint16_t n_pending, uint16_t n_new, uint16_t fill,
+                                    uint16_t replay_capacity, uint32_t prng)
+{
+    TOL_CHECK(n_pending < n_new, TOL_ERR_ARG);
+    TOL_CHECK(fill <= replay_capacity, TOL_ERR_ARG);
+    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    return TOL_OK;
+}
+
 void tol_state_restore_replay(tol_replay_t *rb, uint16_t replay_capacity, uint8_t parts, uint16_t fill,
                               uint32_t seen, uint32_t batches)
 {
@@ -84,8 +93,9 @@ void tol_state_restore_replay(tol_replay_t *rb, uint16_t replay_capacity, uint8_
     }
 }
 
-tol_status_t tol_state_check_queue(const float *queue, uint32_t dim, uint16_t n_pending, const uint16_t *labels,
-                                   uint16_t n_labels, uint8_t parts, const tol_replay_t *rb)
+tol_status_t tol_state_check_queue(const float *queue, uint32_t dim, uint16_t n_pending,
+                                   const uint16_t *labels, uint16_t n_labels, uint8_t parts,
+                                   const tol_replay_t *rb)
 {
     for (uint16_t i = 0; i < n_pending; i++) {
         TOL_CHECK(labels[i] < n_labels, TOL_ERR_RANGE);

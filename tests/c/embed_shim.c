@@ -18,7 +18,10 @@ int shim_predict(const int8_t *x, int32_t *label, float *conf)
     return (int)tinyol_predict(&shim_t, x, label, conf);
 }
 int shim_learn(uint16_t label) { return (int)tinyol_learn(&shim_t, label, NULL); }
-int shim_learn_sample(const int8_t *x, uint16_t label) { return (int)tinyol_learn_sample(&shim_t, x, label, NULL); }
+int shim_learn_sample(const int8_t *x, uint16_t label)
+{
+    return (int)tinyol_learn_sample(&shim_t, x, label, NULL);
+}
 /* tinyol_learn / tinyol_learn_sample with their result, flattened for ctypes: out[0] prediction,
  * out[1] learned, out[2] new_class, out[3] samples_seen, out[4] updates, out[5] n_active;
  * prob[0] probability, prob[1] label_probability */
