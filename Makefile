@@ -38,8 +38,8 @@ bench: setup
 	$(VENV)/bin/tinyol bench $(if $(wildcard ../shared/tflm),--tflm ../shared/tflm)
 
 study: setup
-	$(PY) -m tinyol.study
-	$(PY) -m tinyol.study_depth --json docs/study_depth.json
+	$(PY) -m tinyol.studies.replay
+	$(PY) -m tinyol.studies.depth --json docs/study_depth.json
 
 clean:
 	rm -rf .pio build

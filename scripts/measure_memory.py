@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "host"))
 
 from tinyol import memory  # noqa: E402
 from tinyol.boards import BOARDS  # noqa: E402
-from tinyol.firmware import BuildConfig, build  # noqa: E402
+from tinyol.targets.firmware import BuildConfig, build  # noqa: E402
 
 MODEL_OBJECTS = ("tol_app", "tol_input", "tol_latent", "tol_arena", "tol_learner_mem")
 

@@ -1,4 +1,4 @@
-"""Seed PlatformIO's core dir with `tool-scons`, offline (see host/tinyol/pio_core.py).
+"""Seed PlatformIO's core dir with `tool-scons`, offline (see host/tinyol/targets/pio_core.py).
 
 Usage: python scripts/seed_pio_core.py CORE_DIR   (idempotent)
 """
@@ -6,7 +6,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "host"))
-from tinyol.pio_core import seed  # noqa: E402
+from tinyol.targets.pio_core import seed  # noqa: E402
 
 if __name__ == "__main__":
     seed(sys.argv[1] if len(sys.argv) > 1 else ".pio-core")

@@ -1,8 +1,8 @@
 """Helpers for the kernel / codegen tests: build tiny int8 .tflite models with
-TensorFlow's converter (cached per session), generate C with tinyol.codegen,
+TensorFlow's converter (cached per session), generate C with tinyol.model.codegen,
 compile it on the host as a shared library and run it through ctypes.
 
-The oracle is always TFLM's Python runtime (tinyol.codegen.run_tflm)."""
+The oracle is always TFLM's Python runtime (tinyol.model.codegen.run_tflm)."""
 from __future__ import annotations
 
 import ctypes
@@ -66,7 +66,7 @@ class CBackbone:
     """A generated backbone compiled with one kernel implementation, driven by ctypes."""
 
     def __init__(self, tflite_path: Path, impl: str, workdir: Path, opt: str = "-O1"):
-        from tinyol import codegen
+        from tinyol.model import codegen
 
         self.tflite_path = Path(tflite_path)
         tag = hashlib.sha256(self.tflite_path.read_bytes()).hexdigest()[:10]
@@ -97,7 +97,7 @@ def random_inputs(shape, n: int, seed: int = 1) -> np.ndarray:
 
 def assert_bit_exact(tflite_path: Path, impl: str, workdir: Path, n: int = 16, seed: int = 1):
     """Compare the generated C (with kernels `impl`) with TFLM on n random inputs."""
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     cb = CBackbone(tflite_path, impl, workdir)
     x = random_inputs(cb.info.input_shape, n, seed)
@@ -176,7 +176,7 @@ def run_on_m4(tflite_path: Path, impl: str, x: np.ndarray, workdir: Path, count:
 
     Returns (outputs int8 [n, latent], instructions executed by the first
     tol_backbone_invoke or None)."""
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     workdir = Path(workdir) / f"m4_{Path(tflite_path).stem}_{impl}"
     gen = workdir / "gen"

@@ -2,7 +2,7 @@
 
 `build_learner_lib(tmpdir)` compiles mcu/src/tol_{status,prng,head,replay,
 anomaly,learner}.c plus a tiny test shim (sizes and read-only views) with the
-project's strict warning flags. `CLearner` mirrors tinyol.learner.Learner's
+project's strict warning flags. `CLearner` mirrors tinyol.learn.learner.Learner's
 methods so a test can feed one stream to both and compare.
 """
 from __future__ import annotations
@@ -13,8 +13,7 @@ import shutil
 import subprocess
 
 import numpy as np
-
-from tinyol.learner import Config, LearnerError, Settings
+from tinyol.learn.learner import Config, LearnerError, Settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MCU = ROOT / "mcu"
@@ -332,7 +331,7 @@ class CLearner:
                                      (self.cfg.n_outputs,)).astype(bool)
 
     def replay_row(self, i: int) -> bytes:
-        from tinyol.learner import row_bytes
+        from tinyol.learn.learner import row_bytes
         n = row_bytes(self.cfg.latent_dim, self.cfg.replay_bits)
         return bytes(np.ctypeslib.as_array(self.lib.shim_replay_row(self.state, i), (n,)))
 
@@ -359,7 +358,7 @@ def make_stream(rng: np.random.Generator, n: int, dim: int, n_classes: int, clas
 def run_pair(lib, cfg: Config, q, y, prefill=None, learn_float=False):
     """Run the same prequential stream through C and numpy; return both
     learners and their prediction lists."""
-    from tinyol.learner import Learner
+    from tinyol.learn.learner import Learner
     py, cl = Learner(cfg), CLearner(lib, cfg)
     if prefill is not None:
         for qi, yi in zip(*prefill):

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tinyol.boards import BOARDS
-from tinyol.protocol import Frame, Msg
+from tinyol.link.protocol import Frame, Msg
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".tools"

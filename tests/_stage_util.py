@@ -1,5 +1,5 @@
 """Build the C adaptive stage (mcu/src/tol_stage.c) as a host shared library and drive it
-with ctypes; `CStage` mirrors tinyol.stage.Stage's methods."""
+with ctypes; `CStage` mirrors tinyol.learn.stage.Stage's methods."""
 from __future__ import annotations
 
 import ctypes as C
@@ -7,10 +7,9 @@ import pathlib
 import subprocess
 
 import numpy as np
-
 from _learner_util import MCU, STRICT, CSettings, CStats, StateStream, declare_state, settings_to_c
-from tinyol.learner import LearnerError
-from tinyol.stage import Layer, StageConfig
+from tinyol.learn.learner import LearnerError
+from tinyol.learn.stage import Layer, StageConfig
 
 SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c", "tol_segs.c",
            "tol_state.c", "tol_learner.c", "tol_stage.c"]
@@ -168,7 +167,7 @@ class CStage:
                 for i in range(self.lib.shim_replay_fill(self.state))]
 
     def replay_row(self, i: int) -> bytes:
-        from tinyol.learner import row_bytes
+        from tinyol.learn.learner import row_bytes
         n = row_bytes(self.cfg.layers[0].in_size, self.cfg.replay_bits)
         return bytes(np.ctypeslib.as_array(self.lib.shim_replay_row(self.state, i), (n,)))
 

@@ -15,9 +15,8 @@ import threading
 import time
 
 import numpy as np
-
-from tinyol.simulation import latents, learner_settings, load_model, make_learner
-from tinyol.model_folder import quantize
+from tinyol.model.folder import quantize
+from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
 
 
 class FaultProxy:
@@ -120,7 +119,7 @@ def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None,
                   mode: str | None = None) -> dict:
     """Predictions of the numpy reference learner (`tinyol simulate`) on the same int8 stream.
 
-    The inputs are quantized exactly as `tinyol stream` does (tinyol.device.quantize), the
+    The inputs are quantized exactly as `tinyol stream` does (tinyol.link.device.quantize), the
     backbone runs in TFLM's runtime, the head learns with the manifest's settings and seed.
     """
     model = load_model(model_dir)

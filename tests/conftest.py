@@ -60,7 +60,7 @@ class _FirmwareCache:
 
     def __call__(self, board: str, model: str = "mcu/app/nomodel", kernels: str | None = None,
                  test_build: bool = True):
-        from tinyol.firmware import BuildConfig, build
+        from tinyol.targets.firmware import BuildConfig, build
 
         cfg = BuildConfig(board, model, kernels, test_build and board != "native")
         if cfg not in self.built:

@@ -25,12 +25,11 @@ from pathlib import Path
 import click
 import pytest
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol._defs import Msg
 from tinyol.checks import Number
 from tinyol.cli import group, main
-from tinyol.device import Device
+from tinyol.link.device import Device
+from tinyol.targets import emulator
 
 pytestmark = pytest.mark.slow  # ~500 cases, some import TensorFlow: `make test`, not test-fast
 

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 from conftest import ROOT
-
 from tinyol.cli import VERBS
 
 

@@ -8,17 +8,15 @@ learner (`tinyol simulate`) is the oracle for the per-sample records.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tinyol import emulator
 from tinyol.cli import main as cli_main
-from tinyol.datasets import fit_layout
-from tinyol.device import Device
+from tinyol.data.datasets import fit_layout
 from tinyol.errors import TinyolError
-
-from pathlib import Path
+from tinyol.link.device import Device
+from tinyol.targets import emulator
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "models" / "digits")
@@ -63,7 +61,7 @@ def test_layout_refuses_mismatch_and_names_both_shapes():
 def test_eval_refuses_labels_beyond_the_device_classes(tmp_path, run):
     """digits has room for 10 classes: a label 12 is refused in --eval too, before anything is sent
     (the port does not even exist)."""
-    from tinyol.datasets import load_source, save_npz
+    from tinyol.data.datasets import load_source, save_npz
 
     X, y, _ = load_source("digits:0-4@test")
     y = y.copy()
@@ -120,7 +118,7 @@ def test_epochs_and_compare_with_simulate(native, tmp_path, run):
     assert sorted(idx[:40]) == sorted(idx[40:]) and idx[:40] != idx[40:]  # reshuffled per epoch
     assert recs[-1]["samples_seen"] == 80
     # the same rows, in the device's order, through the reference learner
-    from tinyol.datasets import load_source, save_npz
+    from tinyol.data.datasets import load_source, save_npz
 
     X, y, _ = load_source("digits:5-6@train")
     save_npz(str(tmp_path / "order.npz"), X[idx], y[idx])
@@ -164,7 +162,7 @@ def test_autoencoder_log_and_summary_tell_the_truth(firmware, tmp_path, run):
     flagged = [r for r in dev if r["prediction"] == 1]
     assert flagged and not any(r["learned"] for r in flagged)
     assert any(r["learned"] for r in dev)
-    from tinyol.datasets import load_source, save_npz
+    from tinyol.data.datasets import load_source, save_npz
 
     X, y, _ = load_source("sensor:anomalies@test")
     save_npz(str(tmp_path / "first.npz"), X[:150], y[:150])

@@ -1,4 +1,4 @@
-"""tinyol.codegen / tinyol.tflite_model: errors, determinism, memory plan,
+"""tinyol.model.codegen / tinyol.model.tflite: errors, determinism, memory plan,
 cross-compilation for Cortex-M4, and whole small networks against TFLM."""
 from __future__ import annotations
 
@@ -7,12 +7,20 @@ import sys
 
 import numpy as np
 import pytest
-
-from _kernel_util import (ARM_FLAGS, IMPLS, KERNELS, MCU_INC, ROOT, STRICT, ModelCache,
-                          assert_bit_exact, have_arm_gcc, kernel_sources)
-
-from tinyol import codegen
+from _kernel_util import (
+    ARM_FLAGS,
+    IMPLS,
+    KERNELS,
+    MCU_INC,
+    ROOT,
+    STRICT,
+    ModelCache,
+    assert_bit_exact,
+    have_arm_gcc,
+    kernel_sources,
+)
 from tinyol.errors import TinyolError
+from tinyol.model import codegen
 
 pytest.importorskip("tflite_micro")
 keras = pytest.importorskip("keras")
@@ -124,7 +132,7 @@ def test_layer_name_from_tensor_name():
 
 def test_reader_does_not_import_tensorflow(models):
     path = _net(models, "digits_cnn")
-    code = ("import sys; from tinyol.tflite_model import load_model; "
+    code = ("import sys; from tinyol.model.tflite import load_model; "
             f"m = load_model({str(path)!r}); "
             "print(len(m.operators), m.operators[0].opname, 'tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -244,7 +252,7 @@ def test_arena_not_larger_than_tflm(models, tmp_path, name):
     tflm = codegen.tflm_arena_bytes(path)
     assert 0 < info.arena_bytes <= tflm
     # the plan must be at least as large as the biggest single op's in+out
-    m = __import__("tinyol.tflite_model", fromlist=["load_model"]).load_model(path)
+    m = __import__("tinyol.model.tflite", fromlist=["load_model"]).load_model(path)
     assert info.arena_bytes >= max(m.tensors[op.outputs[0]].size for op in m.operators
                                    if op.outputs[0] != m.outputs[0] and m.tensors[op.outputs[0]].dtype == "int8")
 

@@ -6,9 +6,7 @@ import io
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
-
-from tinyol.datasets import (SENSOR_WINDOW, as_text_lines, iter_source, load_source, save_npz,
-                             split_spec)
+from tinyol.data.datasets import SENSOR_WINDOW, as_text_lines, iter_source, load_source, save_npz, split_spec
 from tinyol.errors import TinyolError
 
 

@@ -16,14 +16,13 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT
-from tinyol import emulator
 from tinyol.cli import group, main
 from tinyol.commands.doctor import run_checks
-from tinyol.device import Device
-from tinyol.firmware import BuildConfig, build_env, ensure_project
+from tinyol.link.device import Device
 from tinyol.paths import pio_command
+from tinyol.targets import emulator
+from tinyol.targets.firmware import BuildConfig, build_env, ensure_project
 
 MODEL = "models/digits"
 

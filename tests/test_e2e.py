@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 from _stream_util import FaultProxy, reference_run
 from conftest import ROOT
-
-from tinyol import emulator
-from tinyol.datasets import load_source
-from tinyol.device import Device
-from tinyol.protocol import DeviceGone, DeviceReset
-from tinyol.stream import Stream, stream
+from tinyol.data.datasets import load_source
+from tinyol.link.device import Device
+from tinyol.link.protocol import DeviceGone, DeviceReset
+from tinyol.link.stream import Stream, stream
+from tinyol.targets import emulator
 
 MODEL = "models/digits"
 MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
@@ -176,7 +175,7 @@ def test_qemu_stream_equals_reference_learner(firmware, digits_stream, reference
 def test_qemu_exit_mid_stream_is_reported(firmware, digits_stream):
     """QEMU stops (EXIT message, test build) while samples are in flight: one clear error
     that says how many samples were done."""
-    from tinyol.protocol import Frame
+    from tinyol.link.protocol import Frame
     X, y = digits_stream
     fw = firmware("nucleo_l476rg", model=MODEL, test_build=True)
     with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=120) as t:
@@ -197,8 +196,8 @@ def test_qemu_exit_mid_stream_is_reported(firmware, digits_stream):
 def test_native_anomaly_stream_equals_reference(firmware):
     """The autoencoder head (models/anomaly): the device's scores and flags equal the
     reference learner's on the same stream (sensor windows with faults)."""
-    from tinyol.simulation import latents, learner_settings, load_model, make_learner
-    from tinyol.model_folder import quantize
+    from tinyol.model.folder import quantize
+    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
     X, y, _ = load_source("sensor:anomalies")
     X, y = X[:300], y[:300]
     model = load_model(ROOT / "models/anomaly")

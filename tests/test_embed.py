@@ -1,6 +1,6 @@
 """tinyol as a library in the user's own firmware (mcu/include/tinyol.h, docs/embedding.md).
 
-Oracles: the numpy reference learner (host/tinyol/learner.py) on latents from TFLM's
+Oracles: the numpy reference learner (host/tinyol/learn/learner.py) on latents from TFLM's
 own runtime (the tflite-micro wheel), prediction for prediction and confidence for
 confidence; the flash simulator of the persistence tests for save/load.
 The example firmware (examples/sensor_learner) is built with PlatformIO through
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, compile_shared
 
 MCU = ROOT / "mcu"
@@ -48,8 +47,8 @@ def _lib():
 
 def _stream():
     """A fixed, shuffled stream of digits (all ten classes; 5-9 never seen in pretraining)."""
-    from tinyol.simulation import load_model, quantize_input
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
+    from tinyol.targets.simulation import load_model, quantize_input
 
     X, y, _ = load_source("digits:0-9@train")
     idx = np.random.default_rng(7).permutation(len(y))[:N_STREAM]
@@ -59,7 +58,7 @@ def _stream():
 
 def _reference(model, Xq, y):
     """Predictions and confidences of the numpy reference learner (predict, then learn)."""
-    from tinyol.simulation import latents, learner_settings, make_learner
+    from tinyol.targets.simulation import latents, learner_settings, make_learner
 
     lrn = make_learner(model, *learner_settings(model))
     preds, confs = [], []
@@ -109,7 +108,7 @@ def test_learn_returns_what_happened_like_the_reference_learner():
     new class and the counters after the call. Every other sample goes through
     tinyol_learn_sample (predict + learn in one call)."""
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol.simulation import latents, learner_settings, make_learner
+    from tinyol.targets.simulation import latents, learner_settings, make_learner
 
     lib = _lib()
     assert lib.shim_init() == 0
@@ -144,8 +143,8 @@ def test_learn_returns_what_happened_like_the_reference_learner():
 def test_library_quantize_and_persistence_round_trip():
     lib = _lib()
     model, Xq, y = _stream()
-    from tinyol.simulation import quantize_input
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
+    from tinyol.targets.simulation import quantize_input
 
     X, _, _ = load_source("digits:0-9@train")
     xf = np.ascontiguousarray(X[0], np.float32).reshape(-1)
@@ -236,7 +235,7 @@ def test_example_firmware_links_the_library_and_learns(target):
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
     if target == "qemu" and not shutil.which("arm-none-eabi-gcc"):
         pytest.skip("arm-none-eabi-gcc not installed")
-    from tinyol import emulator
+    from tinyol.targets import emulator
 
     image = _pio_build("native" if target == "native" else "nucleo_l476rg")
     model, Xq, y = _stream()

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tinyol.cli import main as cli_main
-from tinyol.cwriter import c_float
+from tinyol.model.cwriter import c_float
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"
@@ -162,7 +161,7 @@ def test_c_float_round_trips(v):
 
 @pytest.fixture(scope="module")
 def keras_mod():
-    from tinyol.export import import_tf
+    from tinyol.model.export import import_tf
 
     import_tf()
     import keras
@@ -181,7 +180,7 @@ def tiny_classifier(keras, path: Path):
 
 
 def test_export_tiny_classifier(tmp_path, keras_mod, capsys):
-    from tinyol.datasets import save_npz
+    from tinyol.data.datasets import save_npz
 
     m = tiny_classifier(keras_mod, tmp_path / "tiny.keras")
     rng = np.random.default_rng(0)
@@ -260,7 +259,7 @@ def export_cli(args, capsys) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_digits_end_to_end_accuracy(tmp_path, keras_mod, capsys):
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
 
     out = tmp_path / "digits"
     rc, err = export_cli([str(DIGITS / "digits.keras"), "--out", str(out), "--calib",
@@ -292,7 +291,7 @@ def test_digits_end_to_end_accuracy(tmp_path, keras_mod, capsys):
 
 @pytest.mark.slow
 def test_reexport_committed_digits_is_byte_identical(tmp_path, capsys):
-    from tinyol.models_zoo import RECIPES
+    from tinyol.studies.zoo import RECIPES
 
     committed = json.loads((DIGITS / "manifest.json").read_text())
     r = RECIPES["digits"]
@@ -326,7 +325,7 @@ def test_budget_error_names_board_and_bytes(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_unsupported_layer_is_one_line_error(tmp_path, keras_mod, capsys):
-    pytest.importorskip("tinyol.codegen")
+    pytest.importorskip("tinyol.model.codegen")
     keras = keras_mod
     inp = keras.Input((8,))
     x = keras.layers.Dense(8, name="d1")(inp)
@@ -397,7 +396,7 @@ def test_committed_digits_c_backbone_matches_tflm_on_real_digits(tmp_path, impl)
     import ctypes
 
     from _kernel_util import MCU_INC, kernel_sources
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
 
     man = json.loads((DIGITS / "manifest.json").read_text())
     lib = tmp_path / "libdigits.so"

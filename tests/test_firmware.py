@@ -11,12 +11,11 @@ import time
 
 import pytest
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
-from tinyol.firmware import BuildConfig, build
-from tinyol.protocol import DeviceGone, Frame, Link, Msg
+from tinyol.link.protocol import DeviceGone, Frame, Link, Msg
+from tinyol.targets import emulator
+from tinyol.targets.firmware import BuildConfig, build
 
 pytestmark = pytest.mark.slow
 
@@ -153,7 +152,7 @@ def test_native_info_and_boot_counter(firmware, tmp_path):
 
 @pytest.mark.qemu
 def test_icount_measurement_is_deterministic(firmware):
-    from tinyol.icount import Session
+    from tinyol.studies.icount import Session
 
     elf = firmware("nucleo_l476rg").elf
     runs = []

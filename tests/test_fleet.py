@@ -1,7 +1,7 @@
 """`tinyol fleet`: boards learn locally, Flower aggregates their heads, the host pushes back.
 
 Oracles: FedAvg / FedMedian recomputed here in float64 numpy from the heads the host
-really pulled; a fleet of numpy learners (tinyol.learner, the firmware's twin) stepped
+really pulled; a fleet of numpy learners (tinyol.learn.learner, the firmware's twin) stepped
 round by round with that numpy FedAvg, independent of tinyol.fleet; for restarts, an
 identical fleet that never stopped. Native targets are the devices.
 """
@@ -15,11 +15,12 @@ from conftest import ROOT
 
 flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install 'tinyol[fleet]')")
 
-from tinyol import emulator  # noqa: E402
+from _fleet_util import learn_round, reference_then_host_dies  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
 from tinyol.cli import main  # noqa: E402
-from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
-from _fleet_util import learn_round, reference_then_host_dies  # noqa: E402
+from tinyol.errors import TinyolError  # noqa: E402
+from tinyol.targets import emulator  # noqa: E402
+from tinyol.targets.simulation import learner_settings, load_model, make_learner  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 
@@ -104,7 +105,7 @@ def test_non_iid_split():
     iid = F.split_non_iid(y, 4, "iid", seed=1)
     assert sorted(np.concatenate(iid).tolist()) == list(range(len(y)))
     assert all(len(set(y[p].tolist())) == 5 for p in iid)
-    with pytest.raises(F.TinyolError):
+    with pytest.raises(TinyolError):
         F.split_non_iid(y, 4, "classes:9")
 
 
@@ -143,14 +144,14 @@ class GoneTwin(F.TwinBoard):
 
     def connect(self):
         if self.gone:
-            raise F.TinyolError("cannot open serial port")
+            raise TinyolError("cannot open serial port")
 
     def learn(self, rows):
         if self.fleet_ref[0].round + 1 == 2:
             rows = list(rows)[:3]
             super().learn(rows)
             self.gone = True
-            raise F.TinyolError("the device went away")
+            raise TinyolError("the device went away")
         return super().learn(rows)
 
 
@@ -209,7 +210,7 @@ def test_resume_refuses_another_strategy(tmp_path):
     f.close()
     g = F.Fleet([F.Member(F.make_twin(model, f"board{i}"), s) for i, s in enumerate(shards)], initial_head(model),
                 F.FleetConfig(k=6, strategy="fedmedian", use_latents=True, eval_every=0), state_dir=tmp_path)
-    with pytest.raises(F.TinyolError, match="ran strategy fedavg"):
+    with pytest.raises(TinyolError, match="ran strategy fedavg"):
         g.run(resume=True)
     g.close()
 

@@ -17,12 +17,12 @@ from conftest import ROOT
 
 flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install 'tinyol[fleet]')")
 
-from tinyol import deploy as D  # noqa: E402
-from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
-from tinyol.device import Device  # noqa: E402
 from tinyol.errors import TinyolError  # noqa: E402
-from tinyol.simulation import load_model  # noqa: E402
+from tinyol.fleet import deploy as D  # noqa: E402
+from tinyol.link.device import Device  # noqa: E402
+from tinyol.targets import emulator  # noqa: E402
+from tinyol.targets.simulation import load_model  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 NAMES = ["board0", "board1", "board2"]
@@ -135,8 +135,8 @@ def test_app_folder_passes_flowers_own_validation(tmp_path):
     from flwr.cli.config_utils import load_and_validate
     D.write_app(tmp_path)
     config, warnings = load_and_validate(tmp_path / "pyproject.toml")
-    assert config["tool"]["flwr"]["app"]["components"] == {"serverapp": "tinyol.fleet_app:server_app",
-                                                            "clientapp": "tinyol.fleet_app:client_app"}
+    assert config["tool"]["flwr"]["app"]["components"] == {"serverapp": "tinyol.fleet.app:server_app",
+                                                            "clientapp": "tinyol.fleet.app:client_app"}
     assert warnings == []
     assert D.config_args({"port": "socket://127.0.0.1:5", "part": 2, "strict": False}) == \
         'port="socket://127.0.0.1:5" part=2 strict=false'

@@ -3,7 +3,7 @@ travel as Flower NDArrays, PULLed with GET_STAGE and PUSHed with SET_STAGE.
 
 Oracles: Flower's own weighted mean (``flwr.server.strategy.aggregate.aggregate_inplace``,
 what FedAvg runs) and a float64 numpy weighted mean, both computed here from what the
-boards really gave the host; a fleet of numpy stage twins (tinyol.stage) stepped round by
+boards really gave the host; a fleet of numpy stage twins (tinyol.learn.stage) stepped round by
 round in this file, independent of tinyol.fleet; native-target boards running the
 firmware (their GET_STAGE after the round; their pulls against the twins'); for a
 restart, an identical fleet that never stopped.
@@ -18,14 +18,14 @@ from conftest import ROOT
 
 flwr = pytest.importorskip("flwr", reason="Flower is not installed (pip install 'tinyol[fleet]')")
 
+from _fleet_util import learn_round, reference_then_host_dies  # noqa: E402
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters  # noqa: E402
 from flwr.server.strategy.aggregate import aggregate_inplace  # noqa: E402
-
-from tinyol import emulator  # noqa: E402
 from tinyol import fleet as F  # noqa: E402
-from tinyol import stage as S  # noqa: E402
-from tinyol.simulation import learner_settings, load_model, make_learner  # noqa: E402
-from _fleet_util import learn_round, reference_then_host_dies  # noqa: E402
+from tinyol.errors import TinyolError  # noqa: E402
+from tinyol.learn import stage as S  # noqa: E402
+from tinyol.targets import emulator  # noqa: E402
+from tinyol.targets.simulation import learner_settings, load_model, make_learner  # noqa: E402
 
 MODEL = str(ROOT / "models/digits_adaptive")
 HEAD_MODEL = str(ROOT / "models/digits")
@@ -140,7 +140,7 @@ def test_stage_params_are_the_devices_image():
     lrn.mom[:] = 1
     F.TwinBoard("t", lrn).push(new)
     assert lrn.image() == new.image() and not lrn.mom.any()
-    with pytest.raises(F.TinyolError, match="do not fit"):
+    with pytest.raises(TinyolError, match="do not fit"):
         st.like(arrays[:-2] + arrays[-1:])
     bad = bytearray(new.image())
     bad[-1] = 2  # a flag that is not 0/1: refused, nothing changed
@@ -202,7 +202,7 @@ def test_fleet_refuses_boards_of_another_shape():
     shards = synthetic_shards(model, 4, 4)
     fleet = F.Fleet([F.Member(b, s) for b, s in zip(boards, shards)], F.initial_params(model),
                     F.FleetConfig(k=4, use_latents=True, eval_every=0))
-    with pytest.raises(F.TinyolError) as e:
+    with pytest.raises(TinyolError) as e:
         fleet.run()
     fleet.close()
     msg = str(e.value)
@@ -232,7 +232,7 @@ def test_host_restart_resumes_a_stage_fleet(tmp_path):
     # a fleet of the one-layer model cannot take this checkpoint over
     wrong = fleet_of([F.make_twin(load_model(HEAD_MODEL), f"board{i}") for i in range(3)], tmp_path / "run",
                      m=load_model(HEAD_MODEL))
-    with pytest.raises(F.TinyolError, match="aggregated an adaptive stage"):
+    with pytest.raises(TinyolError, match="aggregated an adaptive stage"):
         wrong.run(resume=True)
     wrong.close()
     again = fleet_of(boards, tmp_path / "run")
@@ -295,7 +295,7 @@ def test_native_stage_fleet(firmware, tmp_path):
                          for i, (u, s) in enumerate(zip(urls, shards))],
                         F.StageParams(other, np.zeros(S.n_params(other)), np.arange(10) < 5),
                         F.FleetConfig(k=10, eval_every=0))
-        with pytest.raises(F.TinyolError) as e:
+        with pytest.raises(TinyolError) as e:
             wrong.run()
         wrong.close()
     finally:
@@ -445,7 +445,7 @@ class CutPush(F.DeviceBoard):
         for off in range(0, 40 * per, per):  # 40 of 135 slices, then the link is gone
             dev.link.request(Msg.SET_STAGE, struct.pack("<I", off) + image[off:off + per])
         self.close()
-        raise F.TinyolError(f"{self.name}: the link died mid-push")
+        raise TinyolError(f"{self.name}: the link died mid-push")
 
 
 @pytest.mark.slow
@@ -471,7 +471,7 @@ def test_native_stage_push_cut_half_way(firmware, tmp_path):
         def on_event(kind, d):
             events.append((kind, d.get("board"), d.get("phase")))
             if kind == "dropped":  # look at the board right after the cut, on a new link
-                from tinyol.device import Device
+                from tinyol.link.device import Device
                 with Device.open(urls[1], timeout=2.0) as dev:
                     after_cut.append(dev.get_stage())
         fleet = F.Fleet([F.Member(b, s) for b, s in zip(boards, shards)], F.initial_params(model),

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, STRICT
-
 from tinyol._defs import Msg
 
 MCU = ROOT / "mcu"
@@ -107,7 +106,7 @@ def gen_input(rng: random.Random) -> bytes:
             if k < 0.4:
                 parts.append(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))))
             elif k < 0.7:
-                from tinyol.protocol import Frame
+                from tinyol.link.protocol import Frame
                 typ = rng.choice(MSGS)
                 w = bytearray(Frame(typ, rng.randrange(65536), _payload(rng, typ)).encode())
                 for _ in range(rng.randrange(3)):

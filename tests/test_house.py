@@ -1,5 +1,6 @@
 """The house rules of host/tinyol that a reader relies on (issue 21), checked on the source:
-one error root, no import circle, one reader of manifest.json."""
+one error root, no import circle, subpackages layered (none imports one above it), one reader of
+manifest.json, subpackages cheap to import."""
 from __future__ import annotations
 
 import ast
@@ -73,12 +74,63 @@ def test_no_import_circle():
     for n in sorted(graph):
         if n not in state:
             visit(n)
-    assert "tinyol.protocol" in graph["tinyol.device"]  # the walk sees real edges
+    assert "tinyol.link.protocol" in graph["tinyol.link.device"]  # the walk sees real edges
 
 
 def test_only_model_folder_reads_the_manifest():
     reads = re.compile(r"""(manifest\.json["']\)?|MANIFEST\))\.read_(text|bytes)|json\.load\(open\([^)]*manifest""")
     assert reads.search('json.loads((model_dir / "manifest.json").read_text())')  # the pattern bites
     readers = [p.relative_to(PKG).as_posix() for p in MODULES
-               if p.name != "model_folder.py" and reads.search(p.read_text())]
-    assert not readers, f"read manifest.json through tinyol.model_folder, not directly: {readers}"
+               if p.relative_to(PKG).as_posix() != "model/folder.py" and reads.search(p.read_text())]
+    assert not readers, f"read manifest.json through tinyol.model.folder, not directly: {readers}"
+
+
+#: host/tinyol's floors, bottom up (README, "host/tinyol, package by package"): a module may import
+#: its own floor and the floors below it, never one above.
+LAYERS = ["base", "data", "learn", "model", "targets", "link", "fleet", "studies", "cli"]
+
+
+def _floor(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] in LAYERS:
+        return parts[1]
+    if parts[1:2] == ["commands"] or module == "tinyol.cli":
+        return "cli"
+    return "base"   # tinyol, tinyol.errors, tinyol.paths, ... and the subpackages' own names
+
+
+def test_subpackages_are_layered():
+    assert _floor("tinyol.link.device") == "link" and _floor("tinyol.commands.stream") == "cli"
+    up = []
+    for p in MODULES:
+        me = _name(p)
+        for dep in _imports(p):
+            if LAYERS.index(_floor(dep)) > LAYERS.index(_floor(me)) and not dep.endswith(("._lazy", "tinyol")):
+                up.append(f"{me} imports {dep}")
+    assert not up, "imports running up the floors: " + "; ".join(up)
+    pkgs = {p.parent.name for p in MODULES if p.name == "__init__.py" and p.parent != PKG}
+    assert pkgs == set(LAYERS[1:-1]) | {"commands"}, pkgs
+
+
+def test_subpackages_state_their_names_and_import_nothing_heavy():
+    """Each subpackage lists its public names; importing all of them loads neither TensorFlow
+    nor Flower nor any of their modules (tinyol info and --help stay fast)."""
+    import subprocess
+    import sys
+    code = ("import sys, importlib\n"
+            f"for s in {LAYERS[1:-1]!r}:\n"
+            "    m = importlib.import_module('tinyol.' + s)\n"
+            "    assert m.__all__, s\n"
+            "    for n in m.__all__: assert n in dir(m), (s, n)\n"
+            "print(sorted(k for k in sys.modules if k.startswith('tinyol.')))\n"
+            "print('tensorflow' in sys.modules, 'flwr' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded, heavy = out.strip().splitlines()
+    assert heavy == "False False", out
+    assert "tinyol.link.device" not in loaded and "tinyol.learn.learner" not in loaded, loaded
+    # ... and each name resolves to where the table says, in a fresh interpreter
+    for sub in LAYERS[1:-1]:
+        mod = importlib.import_module("tinyol." + sub)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            assert getattr(obj, "__module__", "").startswith(f"tinyol.{sub}.") or not callable(obj), (sub, name)

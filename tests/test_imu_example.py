@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tinyol.datasets import load_source
+from tinyol.data.datasets import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 IMU = ROOT / "models" / "imu"
@@ -60,8 +59,8 @@ def test_committed_imu_export():
 def test_imu_learns_badminton_on_qemu(firmware, tmp_path, capsys):
     """The tutorial's steps on QEMU: before 0.75 (Badminton unknown), after 1.0 on the held-out
     windows, and the device's per-sample records equal the reference learner's."""
-    from tinyol import emulator
     from tinyol.cli import main
+    from tinyol.targets import emulator
 
     def run(*args):
         rc = main([str(a) for a in args])
@@ -86,7 +85,7 @@ def test_imu_learns_badminton_on_qemu(firmware, tmp_path, capsys):
     dev = [json.loads(l) for l in (tmp_path / "dev.jsonl").read_text().splitlines()]
     idx = [r["index"] for r in dev]
     X, y, names = load_source("basicmotions:3@train")
-    from tinyol.datasets import save_npz
+    from tinyol.data.datasets import save_npz
 
     save_npz(str(tmp_path / "order.npz"), X[idx], y[idx], names)
     run("simulate", "--model", IMU, "--data", tmp_path / "order.npz", "--prefill",

@@ -11,9 +11,8 @@ import shutil
 import numpy as np
 import pytest
 from conftest import ROOT
-
 from tinyol.cli import main as cli_main
-from tinyol.datasets import MAX_LABEL, load_source, parse_line
+from tinyol.data.datasets import MAX_LABEL, load_source, parse_line
 from tinyol.errors import TinyolError
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from _kernel_util import IMPLS, ModelCache, assert_bit_exact
 
 pytest.importorskip("tflite_micro")
@@ -143,7 +142,7 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
     """Both kernel sets built for Cortex-M4 (real DSP instructions and the ARM asm
     paths) run in QEMU, match TFLM bit for bit, and SIMD needs fewer instructions."""
     from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
@@ -243,7 +242,7 @@ def test_requantization_prepared_constants(tmp_path):
 @pytest.mark.parametrize("name", ["conv_stride2_same_relu6", "dw_dm2_c8", "fc_stack", "zeropad", "add_residual",
                                   "add_gap_dense"])
 def test_arena_not_larger_than_tflm(models, tmp_path, name):
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     path = _model(models, name)
     info = codegen.generate_backbone(path, tmp_path, "m.tflite")

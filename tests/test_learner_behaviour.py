@@ -6,11 +6,18 @@ import math
 
 import numpy as np
 import pytest
-
 from _learner_util import CLearner, build_learner_lib, make_stream
-from tinyol import learner as ref
-from tinyol.learner import (MODE_FROZEN, MODE_SGD, POLICY_BALANCED, POLICY_RESERVOIR, Config,
-                            LearnerError, Learner, Settings)
+from tinyol.learn import learner as ref
+from tinyol.learn.learner import (
+    MODE_FROZEN,
+    MODE_SGD,
+    POLICY_BALANCED,
+    POLICY_RESERVOIR,
+    Config,
+    Learner,
+    LearnerError,
+    Settings,
+)
 
 D, CMAX = 16, 10
 
@@ -207,6 +214,7 @@ def test_frozen_mode_and_settings_validation(lib):
 
 def test_default_settings_agree(lib):
     import ctypes
+
     from _learner_util import CSettings, settings_from_c
     cs = CSettings()
     lib.tol_learner_settings_default(ctypes.byref(cs))

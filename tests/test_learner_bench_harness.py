@@ -8,7 +8,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from _learner_util import MCU, SOURCES
 
 STUB = r"""

@@ -1,5 +1,5 @@
 """C learner vs numpy reference learner on whole streams (the oracle is
-tinyol.learner; see docs/learner.md). Identical predictions, weights equal
+tinyol.learn.learner; see docs/learner.md). Identical predictions, weights equal
 to 1e-5 relative (max |dW| / max |W|)."""
 from __future__ import annotations
 
@@ -9,11 +9,29 @@ import zlib
 
 import numpy as np
 import pytest
-
-from _learner_util import (ARM, MCU, SOURCES, STRICT, CLearner, arm_gcc, build_learner_lib,
-                           make_stream, rel_err, run_pair)
-from tinyol.learner import (HEAD_AUTOENCODER, MODE_REPLAY, MODE_SGD, POLICY_AR1,
-                            POLICY_BALANCED, POLICY_RESERVOIR, Config, Learner, Settings)
+from _learner_util import (
+    ARM,
+    MCU,
+    SOURCES,
+    STRICT,
+    CLearner,
+    arm_gcc,
+    build_learner_lib,
+    make_stream,
+    rel_err,
+    run_pair,
+)
+from tinyol.learn.learner import (
+    HEAD_AUTOENCODER,
+    MODE_REPLAY,
+    MODE_SGD,
+    POLICY_AR1,
+    POLICY_BALANCED,
+    POLICY_RESERVOIR,
+    Config,
+    Learner,
+    Settings,
+)
 
 D, CMAX = 24, 10
 
@@ -148,7 +166,7 @@ def test_anomaly_int8_entry(lib):
 
 
 def test_sizes_match_python_formulas(lib):
-    from tinyol.learner import head_bytes, learner_bytes, replay_bytes
+    from tinyol.learn.learner import head_bytes, learner_bytes, replay_bytes
     for d, c, cap, bits, mx, mo, nomom in [(32, 10, 100, 7, 1, 16, 1), (33, 5, 0, 8, 4, 0, 0),
                                            (64, 10, 200, 32, 2, 8, 0), (7, 3, 13, 7, 1, 0, 1),
                                            (16, 640, 0, 8, 1, 0, 1)]:
@@ -198,8 +216,8 @@ def test_real_digits_stream_c_matches_numpy(lib):
     if not (root / "manifest.json").exists():
         pytest.skip("models/digits not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol import simulation as S
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
+    from tinyol.targets import simulation as S
     model = S.load_model(root)
     X, y, _ = load_source("digits@test")
     Q = S.latents(model, S.quantize_input(X, *model.input_q))
@@ -287,8 +305,8 @@ def test_real_anomaly_model_c_matches_numpy(lib):
     if not (root / "manifest.json").exists():
         pytest.skip("models/anomaly not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol import simulation as S
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
+    from tinyol.targets import simulation as S
     model = S.load_model(root)
     X, y, _ = load_source("sensor:anomalies@test")
     X, y = X[:250], y[:250]

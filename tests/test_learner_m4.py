@@ -11,9 +11,16 @@ import zlib
 
 import numpy as np
 import pytest
-
-from tinyol.learner import (HEAD_AUTOENCODER, HEAD_CLASSIFIER, MODE_REPLAY, MODE_SGD, Config,
-                            Learner, LearnerError, Settings)
+from tinyol.learn.learner import (
+    HEAD_AUTOENCODER,
+    HEAD_CLASSIFIER,
+    MODE_REPLAY,
+    MODE_SGD,
+    Config,
+    Learner,
+    LearnerError,
+    Settings,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu]
 
@@ -91,7 +98,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_m4_learner_stream_equals_numpy_bit_for_bit(tmp_path, name):
-    from tinyol.tflm_bench import run_learner_stream
+    from tinyol.studies.tflm_bench import run_learner_stream
 
     seed = zlib.crc32(name.encode())  # fixed across runs (hash() changes with PYTHONHASHSEED)
     print(f"seed {seed}")  # shown with the failure

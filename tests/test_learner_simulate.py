@@ -7,10 +7,9 @@ import pathlib
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
-from tinyol import learner as L
-from tinyol import simulation as S
 from tinyol.commands import simulate as simulate_cli
+from tinyol.learn import learner as L
+from tinyol.targets import simulation as S
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"
@@ -44,7 +43,7 @@ def test_simulate_matches_manual_reference_loop():
                     "--replay-capacity", "30", "--replay-bits", "7", "--replay-n-old", "3",
                     "--lr", "0.02", "--seed", "9")
     # independent path: our own TFLM invocation, quantization and learner loop
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
     m = json.loads((DIGITS / "manifest.json").read_text())
     X, y, _ = load_source("digits:5-9@test")
     perm = np.random.default_rng(3).permutation(len(y))
@@ -102,9 +101,10 @@ def test_simulate_anomaly_detects_faults():
 
 
 def test_simulate_missing_model_is_one_line_error(tmp_path):
-    from tinyol.cli import main
-    import io
     import contextlib
+    import io
+
+    from tinyol.cli import main
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         rc = main(["simulate", "--model", str(tmp_path / "nope"), "--data", "digits"])
@@ -116,7 +116,7 @@ def test_simulate_missing_model_is_one_line_error(tmp_path):
 @needs_digits
 @pytest.mark.slow
 def test_study_quick_run(tmp_path):
-    from tinyol import study
+    from tinyol.studies import replay as study
     out = tmp_path / "study.md"
     js = tmp_path / "study.json"
     assert study.main(["--seeds", "2", "--no-tune", "--out", str(out), "--json", str(js),
@@ -140,7 +140,7 @@ def test_committed_study_rows_are_recomputed():
     each cell must equal the committed one at the precision it is printed with."""
     import re
 
-    from tinyol import study
+    from tinyol.studies import replay as study
     text = (ROOT / "docs" / "study.md").read_text()
     seeds = int(re.search(r"mean ± std over (\d+) stream orders", text).group(1))
     naive_lr = float(re.search(r"naive SGD lr = ([0-9.]+)", text).group(1))

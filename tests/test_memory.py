@@ -15,17 +15,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from tinyol import learner as ref
 from tinyol import memory
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
+from tinyol.learn import learner as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_learner_bytes_matches_reference_port():
-    """memory.learner_bytes (stdlib, used by the build) == tinyol.learner.learner_bytes (the port of
+    """memory.learner_bytes (stdlib, used by the build) == tinyol.learn.learner.learner_bytes (the port of
     TOL_LEARNER_BYTES_EX that tests/test_learner_* hold against the C macro)."""
     rng = random.Random(3)
     for _ in range(300):
@@ -60,7 +59,7 @@ def test_largest_capacity_is_the_edge():
 
 
 def test_export_refuses_with_bytes_and_knob():
-    from tinyol.export import check_fit, memory_model
+    from tinyol.model.export import check_fit, memory_model
 
     # the MLPerf Tiny AD autoencoder's head (128 -> 640) is 328 KB of float weights
     mm = memory_model(input_size=640, dim=128, rows=640, autoencoder=True, arena_bytes=600,
@@ -73,10 +72,10 @@ def test_export_refuses_with_bytes_and_knob():
 
 
 def test_stage_is_in_the_memory_model():
-    """An adaptive stage's learner is tol_stage_bytes (tinyol.stage, held equal to the C by
+    """An adaptive stage's learner is tol_stage_bytes (tinyol.learn.stage, held equal to the C by
     tests/test_stage_equiv.py), placed and sized like the head's; a misfit names bytes and knob."""
-    from tinyol.export import check_fit
-    from tinyol.stage import Layer, stage_memory
+    from tinyol.learn.stage import Layer, stage_memory
+    from tinyol.model.export import check_fit
 
     man = json.loads((ROOT / "models/digits_adaptive/manifest.json").read_text())
     m = memory.Model.from_manifest(man)
@@ -103,7 +102,7 @@ def test_stage_is_in_the_memory_model():
 # the sweep against the real linker
 
 def _keras_ae(tmp: Path, name: str, n_in: int, hidden: list[int]) -> Path:
-    from tinyol.export import _keras
+    from tinyol.model.export import _keras
 
     keras = _keras()
     inp = keras.Input((n_in,))
@@ -119,7 +118,7 @@ def _keras_ae(tmp: Path, name: str, n_in: int, hidden: list[int]) -> Path:
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     """Exported model directories: shipped ones copied, autoencoders exported here."""
-    from tinyol.export import export_model
+    from tinyol.model.export import export_model
 
     tmp = tmp_path_factory.mktemp("mem")
     dirs = {}
@@ -136,8 +135,8 @@ def model_dirs(tmp_path_factory):
 
 def _link(model_dir: Path, board: str, region: int | None) -> tuple[bool, str, Path | None]:
     """Build the release firmware; True when it linked. region: force the learner there."""
-    from tinyol.firmware import build_env, BuildConfig
     from tinyol.paths import pio_command
+    from tinyol.targets.firmware import BuildConfig, build_env
 
     cfg = BuildConfig(board, str(model_dir))
     env = build_env(cfg)
@@ -195,7 +194,7 @@ def test_fits_equals_links(model_dirs):
 
 def _sweep(model_dirs, configs) -> list:
     """Link every configuration; the plan's verdict must be the linker's (see the module doc)."""
-    from tinyol.export import board_plan, refresh_config
+    from tinyol.model.export import board_plan, refresh_config
 
     report = []
     for board, name, changes, every_region in configs:
@@ -247,7 +246,7 @@ def _sweep(model_dirs, configs) -> list:
 def stage_dirs(tmp_path_factory):
     """models/digits_adaptive (a 2-layer stage of 81 KB) and a small 2-layer stage exported for
     the NUCLEO-L432KC without --replay-capacity (sized by the exporter)."""
-    from tinyol.export import _keras, export_model
+    from tinyol.model.export import _keras, export_model
 
     tmp = tmp_path_factory.mktemp("memstage")
     dirs = {"digits_adaptive": tmp / "digits_adaptive"}

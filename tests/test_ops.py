@@ -2,7 +2,7 @@
 
 Element-wise activations (LOGISTIC, TANH, LEAKY_RELU, HARD_SWISH) are checked on all
 256 int8 input values at several input scales: first the host tables
-(host/tinyol/tflm_int8.py) alone, then the generated C (ref and simd). The other ops
+(host/tinyol/model/tflm_int8.py) alone, then the generated C (ref and simd). The other ops
 (SOFTMAX, MEAN over one axis, REDUCE_MAX, CONCATENATION, MUL/ADD by a constant) are
 checked on the Keras models a user would write (Conv1D IMU classifier with
 GlobalAveragePooling1D, BatchNormalization first, two concatenated branches, ...).
@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from _kernel_util import IMPLS, CBackbone, ModelCache, assert_bit_exact
-
-from tinyol import codegen
-from tinyol.tflite_model import load_model
+from tinyol.model import codegen
+from tinyol.model.tflite import load_model
 
 pytest.importorskip("tflite_micro")
 keras = pytest.importorskip("keras")
@@ -85,7 +83,7 @@ def cwork(tmp_path_factory):
 @pytest.mark.parametrize("opname", sorted(UNARY))
 def test_tables_equal_tflm_on_all_256_inputs(unary_models, opname):
     """The host's emulation of TFLM's integer code, for every input byte and 4 input scales."""
-    from tinyol import tflm_int8 as T
+    from tinyol.model import tflm_int8 as T
 
     for rng in RANGES:
         path = unary_models(opname, rng)
@@ -267,7 +265,7 @@ def test_softmax_extreme_rows(models, cwork):
 def test_imu_model_exports_from_keras(tmp_path):
     """The issue's first report: a Conv1D + GlobalAveragePooling1D model exports (it used to fail
     with 'expected [1, H, W, C]') and its backbone is bit-exact."""
-    from tinyol.export import export_model
+    from tinyol.model.export import export_model
 
     keras.utils.set_random_seed(0)
     src = tmp_path / "imu.keras"

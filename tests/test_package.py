@@ -20,7 +20,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "host"))
@@ -37,7 +36,6 @@ def _run(argv, cwd, env, timeout=900):
 def test_paths_resolve_against_current_directory(tmp_path, monkeypatch):
     """A relative --model is the current directory's, in every verb (issue 9 item 7)."""
     from click.testing import CliRunner
-
     from tinyol.cli import group
     from tinyol.options import resolve_model_option
     from tinyol.paths import example_model, firmware_root

@@ -5,10 +5,9 @@ import json
 
 import numpy as np
 import pytest
-
-from tinyol import emulator
 from tinyol.cli import main
-from tinyol.device import Device
+from tinyol.link.device import Device
+from tinyol.targets import emulator
 
 pytestmark = pytest.mark.slow
 

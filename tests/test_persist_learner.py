@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from _learner_util import CLearner, StateStream, build_learner_lib
 from conftest import ROOT, compile_arm_objects
-
-from tinyol.learner import HEAD_AUTOENCODER, Config, LearnerError, Settings
+from tinyol.learn.learner import HEAD_AUTOENCODER, Config, LearnerError, Settings
 
 REPLAY, MOMENTUM = 0x01, 0x02
 HEADER = 104

@@ -10,10 +10,9 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import ROOT
-
-from tinyol import emulator
-from tinyol.device import Device
-from tinyol.protocol import DeviceError
+from tinyol.link.device import Device
+from tinyol.link.protocol import DeviceError
+from tinyol.targets import emulator
 
 pytestmark = pytest.mark.slow
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from tinyol import emulator
-from tinyol.device import Device
-from tinyol.protocol import DeviceError, DeviceGone, Msg
+from tinyol.link.device import Device
+from tinyol.link.protocol import DeviceError, DeviceGone, Msg
+from tinyol.targets import emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu]
 

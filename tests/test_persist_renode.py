@@ -15,7 +15,6 @@ import subprocess
 import pytest
 from conftest import ROOT
 from test_renode_static import FLASH_BASE, KB
-
 from tinyol.boards import BOARDS
 
 DRIVER = ROOT / "mcu/boards/stm32l4/flash_stm32l4.c"
@@ -101,7 +100,7 @@ def test_c_driver_erases_every_store_page_on_the_model(board, tmp_path_factory):
     pytest.importorskip("unicorn")
     if not shutil.which("arm-none-eabi-gcc"):
         pytest.skip("arm-none-eabi-gcc not installed")
-    from test_persist_unicorn import GEOMETRIES, M, Board, build
+    from test_persist_unicorn import GEOMETRIES, Board, M, build
     b = Board(build(tmp_path_factory, board), board)
     g = GEOMETRIES[board]
     arr = b.state["array"]

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.qemu, pytest.mark.tf]
 def test_simd_pooling_on_cortex_m4_equals_tflm(tmp_path, name):
     from _kernel_util import ModelCache, have_qemu_m4, random_inputs, run_on_m4
     from test_kernels import CASES
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")

@@ -11,11 +11,10 @@ import struct
 
 import numpy as np
 import pytest
-
-from tinyol import emulator
 from tinyol._defs import Msg
 from tinyol.cli import main
-from tinyol.device import Device
+from tinyol.link.device import Device
+from tinyol.targets import emulator
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -167,7 +166,7 @@ def test_fleet_paths_are_checked_before_any_round(tmp_path, capsys, opt, make, e
 
 
 def test_builds_and_platformio_cache_stay_in_the_users_folder(tmp_path, monkeypatch):
-    from tinyol.firmware import BuildConfig, build_env
+    from tinyol.targets.firmware import BuildConfig, build_env
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PLATFORMIO_CACHE_DIR", raising=False)
@@ -215,7 +214,7 @@ def stage_url(firmware):
 
 
 def predict_ok(url) -> bool:
-    from tinyol.protocol import DeviceError
+    from tinyol.link.protocol import DeviceError
     with Device.open(url) as dev:
         try:
             dev.predict(np.zeros(dev.info.input_size, np.int8))

@@ -13,9 +13,8 @@ import zlib
 
 import pytest
 from conftest import ROOT, compile_shared
-
 from tinyol._defs import Msg, Status
-from tinyol.protocol import Deframer, Frame, Info, cobs_decode, cobs_encode, crc32
+from tinyol.link.protocol import Deframer, Frame, Info, cobs_decode, cobs_encode, crc32
 
 MCU = ROOT / "mcu"
 CORE = [MCU / "src" / f for f in ("tol_crc32.c", "tol_cobs.c", "tol_proto.c", "tol_status.c", "tol_app.c")]
@@ -117,9 +116,9 @@ def test_c_device_answers_python_info(lib):
 
 
 def test_c_device_answers_python_board(lib):
-    """BOARD (0x12): C reply parsed by tinyol.device.BoardReport; values from the test HAL
+    """BOARD (0x12): C reply parsed by tinyol.link.device.BoardReport; values from the test HAL
     (tests/c/hal_capture.c) and the fixed flash region (tests/c/flash_region_fixed.c)."""
-    from tinyol.device import BoardReport
+    from tinyol.link.device import BoardReport
 
     lib.tol_test_init()
     reports = []

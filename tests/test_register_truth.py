@@ -27,7 +27,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from tinyol.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parents[1]

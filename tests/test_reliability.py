@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 from _stream_util import CPort, FaultProxy, compile_device
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol._defs import Msg, Status
-from tinyol.datasets import load_source
-from tinyol.device import Device
+from tinyol.data.datasets import load_source
 from tinyol.errors import TinyolError
-from tinyol.protocol import Frame, Link, LinkTimeout, PortBusy
-from tinyol.stream import Stream, stream
+from tinyol.link.device import Device
+from tinyol.link.protocol import Frame, Link, LinkTimeout, PortBusy
+from tinyol.link.stream import Stream, stream
+from tinyol.targets import emulator
 
 MODEL = "models/digits"
 TINYOL = str(__import__("pathlib").Path(sys.executable).parent / "tinyol")
@@ -62,7 +61,7 @@ def open_dev(lib, **kw) -> tuple[Device, CPort]:
 def exchange(port: CPort, frame_bytes: bytes) -> list[Frame]:
     port.buf.clear()
     port.write(frame_bytes)
-    from tinyol.protocol import Deframer
+    from tinyol.link.protocol import Deframer
     return [f for f in Deframer().feed(bytes(port.buf)) if isinstance(f, Frame)]
 
 
@@ -82,7 +81,7 @@ def test_a_sample_past_a_gap_is_refused_unexecuted_until_the_gap_is_filled(lib):
     """docs/protocol.md "Order": a SAMPLE 1-7 seqs ahead of the next expected one gets
     ERR_ORDER and is neither executed nor cached; sent after the missing one it runs once.
     A far seq (a new session) runs; a late seq behind the newest runs without moving it back."""
-    from tinyol.device import Result
+    from tinyol.link.device import Result
     dev, port = open_dev(lib)
     seen = dev.stats().samples_seen
     last = dev.link.seq                        # the newest seq the device handled (that STATS)
@@ -142,7 +141,7 @@ def test_reset_restarts_the_autosave_period(lib, digits):
 
 def _autosave_after_reset(dev, X, y):
     q = MANIFEST["input"]
-    from tinyol.model_folder import quantize
+    from tinyol.model.folder import quantize
     xs = [quantize(X[i].ravel(), q["scale"], q["zero_point"]) for i in range(12)]
     for i in range(3):
         dev.sample(xs[i], int(y[i]))
@@ -173,7 +172,7 @@ def test_cut_push_leaves_a_fenced_head_that_is_never_learned_or_saved(lib, digit
     w, b, _ = dev.get_head()
     mixed = int(np.sum(np.any(w != w0, axis=1)))
     assert 0 < mixed < len(w0)  # the device really holds a partly written head ...
-    from tinyol.model_folder import quantize
+    from tinyol.model.folder import quantize
     q = MANIFEST["input"]
     x = quantize(X[0].ravel(), q["scale"], q["zero_point"])
     seen = dev.stats().samples_seen
@@ -229,7 +228,7 @@ def _kill_parent_and_watch(start: str) -> None:
     """Start a target from a child Python process, kill -9 that process: every process
     of the target (the emulator under its `timeout` wrapper too) must end."""
     code = ("import sys, time; sys.path.insert(0, %r)\n"
-            "from tinyol import emulator\n"
+            "from tinyol.targets import emulator\n"
             "t = %s\n"
             "import pathlib; kids = pathlib.Path(f'/proc/{t.proc.pid}/task/{t.proc.pid}/children').read_text()\n"
             "print(t.proc.pid, kids, flush=True); time.sleep(300)\n") % (str(ROOT / "host"), start)
@@ -321,7 +320,7 @@ def test_a_client_that_connects_as_the_last_one_hangs_up_is_served(native_fw):
     """The previous client's hang-up and a newcomer's request seen in one poll (the device was
     not scheduled in between; here it is stopped): the newcomer is the next client, not told
     "busy" while the device goes on waiting for yet another one."""
-    from tinyol.protocol import Deframer
+    from tinyol.link.protocol import Deframer
     with emulator.start_native(native_fw.program, timeout=60) as t:
         host, port = t.url.split("//")[1].rsplit(":", 1)
         with Device.open(t.url) as dev:
@@ -362,7 +361,7 @@ def test_silence_is_diagnosed_as_gone_and_named(tmp_path):
             data += chunk
     except socket.timeout:
         pass
-    from tinyol.protocol import Deframer
+    from tinyol.link.protocol import Deframer
     frames = [f for f in Deframer().feed(data) if isinstance(f, Frame)]
     assert [f.type for f in frames] == [Msg.INFO] * 4 and len({f.seq for f in frames}) == 1
     assert "after 4 attempts" in str(e.value)
@@ -517,7 +516,7 @@ def test_save_against_a_port_that_is_not_a_device_fails_fast():
     r = subprocess.run([TINYOL, "save", "--port", url], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 1 and "echoes" in r.stderr and "Traceback" not in r.stderr, r.stderr
     # fast by construction, not by the clock: named at the handshake, SAVE never sent
-    from tinyol.protocol import Deframer
+    from tinyol.link.protocol import Deframer
     frames = [f for f in Deframer().feed(b"".join(seen)) if isinstance(f, Frame)]
     assert frames and all(f.type == Msg.INFO for f in frames), [f.type for f in frames]
     print(f"{len(frames)} INFO frames before the diagnosis")
@@ -609,7 +608,7 @@ class StallProxy:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _pipe(self, a, b, hold: bool):
-        from tinyol.protocol import Deframer
+        from tinyol.link.protocol import Deframer
         deframer, n = Deframer(), 0
         try:
             while True:

@@ -17,9 +17,8 @@ import ast
 import re
 
 import pytest
-from test_renode_static import Peripheral, RENODE_DIR
-
 from conftest import ROOT
+from test_renode_static import RENODE_DIR, Peripheral
 
 GPIO = 0x48000000
 MODER, PUPDR, ODR, BSRR, AFRL, AFRH, BRR = 0x00, 0x0C, 0x14, 0x18, 0x20, 0x24, 0x28

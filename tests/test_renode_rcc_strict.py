@@ -18,9 +18,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_renode_static import Peripheral
-
 from conftest import ROOT
+from test_renode_static import Peripheral
 
 RCC_CR, RCC_CFGR, RCC_PLLCFGR = 0x00, 0x08, 0x0C
 DIAG_SYSCLK, DIAG_REASON, DIAG_HZ = 0x3F0, 0x3F4, 0x3F8

@@ -19,18 +19,16 @@ import time
 
 import numpy as np
 import pytest
-from _renode_util import (Msg, _use_found_renode, heads_equal, random_head,  # noqa: F401
-                          run_until_reply, send_paused, wait_boot)
+from _renode_util import Msg, _use_found_renode, heads_equal, random_head, run_until_reply, send_paused, wait_boot  # noqa: F401
 from _stream_util import reference_run
 from click.testing import CliRunner
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol.boards import BOARDS
 from tinyol.cli import group
-from tinyol.datasets import load_source
-from tinyol.device import Device
-from tinyol.stream import stream
+from tinyol.data.datasets import load_source
+from tinyol.link.device import Device
+from tinyol.link.stream import stream
+from tinyol.targets import emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.renode]
 
@@ -55,7 +53,7 @@ def _renode(firmware, board, timeout=300):
 
 def _probe(dev, X) -> list[tuple[int, float]]:
     """Predictions (class, confidence) on probe inputs: no learning."""
-    from tinyol.model_folder import quantize
+    from tinyol.model.folder import quantize
     q = [quantize(x.ravel(), float(MANIFEST["input"]["scale"]), int(MANIFEST["input"]["zero_point"]))
          for x in X]
     return [(r.prediction, r.value) for r in (dev.predict(x) for x in q)]

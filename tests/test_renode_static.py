@@ -13,7 +13,7 @@ firmware run does not exercise:
 - every address, IRQ and size in the .repl/.resc files is cross-checked against the
   firmware's board header and linker scripts and host/tinyol/boards.py;
 - the Robot suite passes `robot --dryrun` (with the stub keywords) and covers every board;
-- host/tinyol/renode.py builds the expected command line.
+- host/tinyol/targets/renode.py builds the expected command line.
 """
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
-from tinyol.firmware import BuildConfig, BuildResult
-from tinyol import renode as tol_renode
+from tinyol.targets import renode as tol_renode
+from tinyol.targets.firmware import BuildConfig, BuildResult
 
 ROOT = Path(__file__).resolve().parents[1]
 RENODE_DIR = ROOT / "mcu" / "renode"
@@ -809,7 +808,7 @@ def test_robot_suite_covers_every_board_with_its_console():
 
 
 # ---------------------------------------------------------------------------
-# host/tinyol/renode.py
+# host/tinyol/targets/renode.py
 # ---------------------------------------------------------------------------
 
 def test_renode_command_line(tmp_path):

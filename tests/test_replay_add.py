@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol._defs import Status
-from tinyol.simulation import latents, learner_settings, load_model, make_learner
-from tinyol.datasets import load_source
-from tinyol.device import Device
-from tinyol.model_folder import quantize
-from tinyol.protocol import DeviceError
+from tinyol.data.datasets import load_source
+from tinyol.link.device import Device
+from tinyol.link.protocol import DeviceError
+from tinyol.model.folder import quantize
+from tinyol.targets import emulator
+from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
 
 MODEL = ROOT / "models" / "digits"
 

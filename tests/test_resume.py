@@ -12,12 +12,11 @@ import json
 
 import numpy as np
 import pytest
-
-from tinyol import emulator
 from tinyol.cli import main
-from tinyol.datasets import load_source
-from tinyol.device import Device
-from tinyol.stream import Stream
+from tinyol.data.datasets import load_source
+from tinyol.link.device import Device
+from tinyol.link.stream import Stream
+from tinyol.targets import emulator
 
 SOURCE = "digits:5-9@train"
 SEED = 3
@@ -191,21 +190,21 @@ def test_two_resumes_in_a_row_stay_exact(url, fresh, monkeypatch, capsys, tmp_pa
 # ---- reconcile's decision table, without a device -------------------------------------------
 def journal(n_logged, n_sent, *, checkpoint=(100, 0), end=None, checks=0, base=0):
     """A run whose first n_logged samples are in the log (learned as base+1..), n_sent sent."""
-    from tinyol.stream import Journal
+    from tinyol.link.stream import Journal
     sent = [(i, 1000 + i) for i in range(n_sent)]
     done = [(i, base + i + 1) for i in range(n_logged)]
     return Journal({"base_seen": base}, sent, done, checkpoint, end, 0, 0, checks)
 
 
 def stats_now(samples_seen, frames_ok):
-    from tinyol.device import Stats
+    from tinyol.link.device import Stats
     return Stats(frames_ok, 0, 0, 0, 0, samples_seen=samples_seen)
 
 
 def test_reconcile_decision_table():
-    from tinyol.protocol import DeviceReset
-    from tinyol.stream import reconcile
     from tinyol.errors import TinyolError
+    from tinyol.link.protocol import DeviceReset
+    from tinyol.link.stream import reconcile
 
     # killed with 4 in flight, 2 of them learned; the device ran nothing else (+1: this STATS)
     assert reconcile(journal(40, 44), stats_now(42, 100 + 42 + 1)) == 2

@@ -1,4 +1,4 @@
-"""The board's own sensor, preprocessing (mcu/src/tol_window.c <-> host/tinyol/sensor.py).
+"""The board's own sensor, preprocessing (mcu/src/tol_window.c <-> host/tinyol/data/sensor.py).
 
 One preprocessing, two sides: the C windowing/scaling compiled on the host and the Python twin
 give the same bytes for the same raw readings (a real recording of the watch set, turned into
@@ -13,9 +13,8 @@ import importlib.util
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, compile_arm_objects, compile_shared
-from tinyol import sensor as S
+from tinyol.data import sensor as S
 from tinyol.errors import TinyolError
 
 MCU = ROOT / "mcu"
@@ -119,7 +118,7 @@ def test_device_and_host_windows_of_a_recording_are_bit_identical(lib):
     window; and they are the windows datasets.watch_windows cuts (same starts, same count)."""
     import json
 
-    from tinyol.datasets import WATCH_STRIDE, WATCH_WINDOW, watch_recordings, watch_windows
+    from tinyol.data.datasets import WATCH_STRIDE, WATCH_WINDOW, watch_recordings, watch_windows
 
     m = json.loads((ROOT / "models/imu/manifest.json").read_text())
     s = S.sensor("lsm6dsl")
@@ -140,7 +139,7 @@ def test_device_and_host_windows_of_a_recording_are_bit_identical(lib):
         ds = Xw[first:first + len(dev)]
         assert np.array_equal(S.windows(rec, WATCH_WINDOW, WATCH_STRIDE), ds)
         # and the device's int8 is the host's float path on those windows within one step
-        from tinyol.simulation import quantize_input
+        from tinyol.targets.simulation import quantize_input
 
         q = quantize_input(S.windows(raw * np.asarray(s.unit_per_lsb, np.float32), WATCH_WINDOW,
                                      WATCH_STRIDE), m["input"]["scale"], m["input"]["zero_point"])

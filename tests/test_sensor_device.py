@@ -5,7 +5,7 @@ recordings of the same exercises, unlabelled) becomes RESD files (`tinyol record
 Renode's LSM6DSO model plays them on the B-L475E-IOT01A's I2C2; the firmware reads the FIFO
 over I2C, windows and scales the rows (tol_window), predicts every window and learns the
 labelled ones as two new classes. Oracles: the windows the host twin builds from the rows the
-emulated sensor reports (tinyol.sensor: the model's decimal arithmetic, then the same integer
+emulated sensor reports (tinyol.data.sensor: the model's decimal arithmetic, then the same integer
 scaling), compared by CRC-32 window for window; predictions and confidences of the numpy
 reference learner on those windows (backbone in TFLM's runtime). The native build runs the same
 pipeline on the rows from a file, with the same results.
@@ -23,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
-from tinyol import emulator
-from tinyol import sensor as S
+from tinyol.data import sensor as S
+from tinyol.targets import emulator
 
 EXAMPLE = ROOT / "examples" / "imu_learner"
 MODEL = ROOT / "models" / "imu"
@@ -53,10 +52,9 @@ def _pio_build(env: str) -> Path:
 def recording(tmp_path_factory):
     """The record-to-resd folder of PLAN (through the CLI) and the twin's expectations."""
     from click.testing import CliRunner
-
     from tinyol.cli import group
-    from tinyol.datasets import watch_recordings
-    from tinyol.simulation import latents, learner_settings, load_model, make_learner
+    from tinyol.data.datasets import watch_recordings
+    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
 
     d = watch_recordings()
     X = np.concatenate([np.asarray(d["X"][i]) for i, _ in PLAN])
@@ -138,8 +136,8 @@ def _test_windows_accuracy(rec) -> float:
 
 @pytest.mark.renode
 def test_renode_imu_learns_like_the_twin(recording, _renode_launcher):
-    """tinyol's own firmware built with --app imu, in Renode, fed through `tinyol.sensor`."""
-    from tinyol.firmware import BuildConfig, build
+    """tinyol's own firmware built with --app imu, in Renode, fed through `tinyol.data.sensor`."""
+    from tinyol.targets.firmware import BuildConfig, build
 
     elf = build(BuildConfig("disco_l475vg_iot01a", str(MODEL), app="imu", stride=50)).elf
     with emulator.start_renode("disco_l475vg_iot01a", elf, timeout=400, imu=True) as t:
@@ -197,7 +195,6 @@ def test_native_imu_from_a_file(recording, monkeypatch):
         _check(lines, recording)
         # a person at `tinyol monitor` labels the last window (class 3) and asks for the counters
         from click.testing import CliRunner
-
         from tinyol.cli import group
 
         r = CliRunner().invoke(group, ["monitor", "--port", t.url, "--until", "stats", "--json",

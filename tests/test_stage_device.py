@@ -1,6 +1,6 @@
 """The adaptive stage on the device (models/digits_adaptive: digits exported with
 `--split embed`, so Dense 256->32+ReLU and the Dense classifier both train on the board).
-Oracle: the numpy twin (tinyol.stage via `tinyol simulate`'s reference run) on the same
+Oracle: the numpy twin (tinyol.learn.stage via `tinyol simulate`'s reference run) on the same
 stream: predictions sample for sample, confidences bit for bit; SAVE/LOAD and
 GET_STAGE/SET_STAGE move the whole stage (oracle: the image read before)."""
 from __future__ import annotations
@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 from _stream_util import reference_run
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol._defs import Msg
-from tinyol.datasets import load_source
-from tinyol.device import Device
-from tinyol.protocol import DeviceError
-from tinyol.stage import stage_memory
-from tinyol.stream import stream
+from tinyol.data.datasets import load_source
+from tinyol.learn.stage import stage_memory
+from tinyol.link.device import Device
+from tinyol.link.protocol import DeviceError
+from tinyol.link.stream import stream
+from tinyol.targets import emulator
 
 pytestmark = pytest.mark.slow
 

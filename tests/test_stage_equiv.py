@@ -1,4 +1,4 @@
-"""The C adaptive stage (mcu/src/tol_stage.c) vs its numpy twin (tinyol.stage) on whole
+"""The C adaptive stage (mcu/src/tol_stage.c) vs its numpy twin (tinyol.learn.stage) on whole
 streams: identical predictions and confidences, bit-identical parameters, replay buffers and
 counters, for every supported layer and multi-layer stages. Independent checks: the numpy
 stage's gradients against finite differences and its forward pass against Keras."""
@@ -8,15 +8,31 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from _learner_util import StateStream, make_stream
 from _stage_util import CStage, build_stage_lib, c_layers
 from tinyol.errors import TinyolError
-from tinyol.learner import (MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR,
-                            LearnerError, Settings)
-from tinyol.stage import (ACT_RELU, ACT_RELU6, AVGPOOL, CONV, DENSE, DWCONV, GAP, GMAXPOOL,
-                          MAXPOOL, TRAIN_BIAS, TRAIN_FROZEN, Layer, Stage, StageConfig, n_params,
-                          n_trained, stage_bytes, stage_hash, trained_part)
+from tinyol.learn.learner import MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR, LearnerError, Settings
+from tinyol.learn.stage import (
+    ACT_RELU,
+    ACT_RELU6,
+    AVGPOOL,
+    CONV,
+    DENSE,
+    DWCONV,
+    GAP,
+    GMAXPOOL,
+    MAXPOOL,
+    TRAIN_BIAS,
+    TRAIN_FROZEN,
+    Layer,
+    Stage,
+    StageConfig,
+    n_params,
+    n_trained,
+    stage_bytes,
+    stage_hash,
+    trained_part,
+)
 
 CMAX = 8
 
@@ -439,7 +455,7 @@ def test_lean_fleet_arrays_are_the_trained_parameters():
     """The fleet moves what trains: a frozen layer has no Flower array, a bias-only layer one
     (its biases), a whole layer two; the image the twin gives decodes to the same arrays and
     back."""
-    from tinyol.fleet import StageParams
+    from tinyol.fleet.params import StageParams
 
     layers = LEAN["conv1d_pool_chain_frozen_bias_all"]
     st = Stage(make_cfg(layers, init_classes=5))

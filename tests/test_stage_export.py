@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from tinyol.errors import TinyolError
-from tinyol.stage import Stage, StageConfig
+from tinyol.learn.stage import Stage, StageConfig
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 CMAX = 6
@@ -75,7 +74,7 @@ def _models(keras):
 
 def test_stage_forward_matches_keras():
     keras = pytest.importorskip("keras")
-    from tinyol.stage_export import stage_from_keras
+    from tinyol.model.stage_export import stage_from_keras
 
     rng = np.random.default_rng(1)
     for name, (model, cut) in _models(keras).items():
@@ -98,7 +97,7 @@ def test_stage_forward_matches_keras():
 
 def test_unsupported_layer_and_board_fit_are_refused(tmp_path):
     keras = pytest.importorskip("keras")
-    from tinyol.export import export_model
+    from tinyol.model.export import export_model
 
     L = keras.layers
     inp = keras.Input((8, 8, 1))
@@ -111,7 +110,7 @@ def test_unsupported_layer_and_board_fit_are_refused(tmp_path):
     path = tmp_path / "m.keras"
     m.save(path)
     # a layer tinyol cannot train (LeakyReLU) and a real branch are refused, naming the layer
-    from tinyol.stage_export import stage_from_keras
+    from tinyol.model.stage_export import stage_from_keras
     bad = keras.Sequential([keras.Input((8, 3)), L.Conv1D(4, 3, name="c"),
                             L.LeakyReLU(name="leaky"), L.Flatten(), L.Dense(3, name="head")])
     with pytest.raises(TinyolError, match=r"'leaky' \(LeakyReLU\) cannot be in the adaptive stage"):
@@ -142,8 +141,8 @@ def test_sequential_cut_anywhere_matches_keras(tmp_path):
     node per rebuild) cuts at every layer before the head; the backbone Keras builds up to the
     cut feeds the stage, and the two together compute the model."""
     keras = pytest.importorskip("keras")
-    from tinyol.export import load_keras
-    from tinyol.stage_export import stage_from_keras
+    from tinyol.model.export import load_keras
+    from tinyol.model.stage_export import stage_from_keras
 
     L = keras.layers
     m = keras.Sequential([keras.Input((20, 3)), L.Conv1D(4, 3, name="c1"),

@@ -13,10 +13,9 @@ import json
 import numpy as np
 import pytest
 from _stream_util import reference_run
-
-from tinyol import emulator
-from tinyol.device import Device
-from tinyol.stream import stream
+from tinyol.link.device import Device
+from tinyol.link.stream import stream
+from tinyol.targets import emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
 
@@ -25,7 +24,7 @@ OLD, NEW = [0, 1, 2, 3], [4, 5, 6]
 
 @pytest.fixture(scope="module")
 def watch():
-    from tinyol.datasets import watch_windows
+    from tinyol.data.datasets import watch_windows
     X, y, subj, _ = watch_windows()
     return X, y, subj
 
@@ -33,8 +32,8 @@ def watch():
 @pytest.fixture(scope="module")
 def lean_model(tmp_path_factory, watch):
     keras = pytest.importorskip("keras")
-    from tinyol.datasets import save_npz
-    from tinyol.export import export_model
+    from tinyol.data.datasets import save_npz
+    from tinyol.model.export import export_model
 
     X, y, subj = watch
     m = np.isin(y, OLD) & (subj <= 7)

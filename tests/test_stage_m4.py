@@ -1,5 +1,5 @@
 """The C adaptive stage compiled for the Cortex-M4F and run in QEMU equals the numpy twin
-(tinyol.stage) bit for bit on whole streams: parameters, momentum buffers, every prediction
+(tinyol.learn.stage) bit for bit on whole streams: parameters, momentum buffers, every prediction
 and confidence. The M4 build takes code paths a host build never compiles (VMLA/VLDM blocks of
 mcu/src/tol_fmac.h in the stage's forward, backward and SGD loops): this is their oracle test.
 Shapes cover 4-row Dense and Conv blocks over 8-wide inputs with remainders, leftover rows,
@@ -10,11 +10,10 @@ import shutil
 
 import numpy as np
 import pytest
-
 from _learner_util import make_stream
 from test_stage_equiv import CMAX, LEAN, SETTINGS, STAGES, dense, make_cfg
-from tinyol.learner import LearnerError
-from tinyol.stage import ACT_RELU, Stage, stage_bytes
+from tinyol.learn.learner import LearnerError
+from tinyol.learn.stage import ACT_RELU, Stage, stage_bytes
 
 pytestmark = [pytest.mark.slow, pytest.mark.qemu]
 
@@ -72,7 +71,7 @@ def _header(cfg, pq, py, q, y) -> str:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_m4_stage_stream_equals_twin_bit_for_bit(tmp_path, name):
-    from tinyol.tflm_bench import STAGE_SOURCES, run_learner_stream
+    from tinyol.studies.tflm_bench import STAGE_SOURCES, run_learner_stream
 
     layers, setting = CASES[name]
     cfg = make_cfg(layers, **SETTINGS[setting])

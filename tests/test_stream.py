@@ -17,14 +17,13 @@ import pytest
 from _stream_util import CPort, compile_device, reference_run
 from click.testing import CliRunner
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol._defs import Msg, Status
-from tinyol.datasets import load_source
-from tinyol.device import Device
+from tinyol.data.datasets import load_source
 from tinyol.errors import TinyolError
-from tinyol.protocol import DeviceReset, Deframer, Frame, Link
-from tinyol.stream import Stream, check_samples, stream
+from tinyol.link.device import Device
+from tinyol.link.protocol import Deframer, DeviceReset, Frame, Link
+from tinyol.link.stream import Stream, check_samples, stream
+from tinyol.targets import emulator
 
 MODEL = "models/digits"
 MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
@@ -83,7 +82,7 @@ def test_window_never_exceeds_the_device_cache(lib, digits):
     X, y = digits
     dev, port = open_dev(lib, drop_reads=set(range(3, 60, 3)))
     Stream(dev, MANIFEST, window=8, timeout=0.05).run((i, X[i], int(y[i])) for i in range(60))
-    from tinyol.protocol import cobs_decode
+    from tinyol.link.protocol import cobs_decode
     seqs = []
     for w in port.wire_log:
         for chunk in w.split(b"\0"):
@@ -161,7 +160,7 @@ def test_rejected_before_sending(lib, digits):
 
 def test_device_rejects_what_the_host_lets_through(lib):
     """The device refuses too (defence in depth): label >= max_classes, NaN in float32 input."""
-    from tinyol.protocol import DeviceError
+    from tinyol.link.protocol import DeviceError
     dev, _ = open_dev(lib)
     x = np.zeros(64, np.float32)
     with pytest.raises(DeviceError, match="ERR_LABEL"):
@@ -189,7 +188,7 @@ def test_float32_encoding_equals_int8(lib, digits):
 
 
 def test_plot_and_curves(tmp_path):
-    from tinyol.plotting import accuracy_curves, plot_learning_curve
+    from tinyol.studies.plotting import accuracy_curves, plot_learning_curve
     c = accuracy_curves([1, 1, 2, 2], [1, 0, 2, 2], window=2)
     assert c["running"].tolist() == [1.0, 0.5, 2 / 3, 0.75]
     assert c["windowed"].tolist() == [1.0, 0.5, 0.5, 1.0]
@@ -229,8 +228,8 @@ def test_cli_stream_log_plot_json(native_url, tmp_path):
 
 
 def test_cli_stdin_predict_and_errors(native_url, tmp_path):
-    from tinyol.datasets import as_text_lines
     from tinyol.cli import main
+    from tinyol.data.datasets import as_text_lines
     X, y, _ = load_source("digits@test")
     r = _cli(["stream", "--port", native_url, "--data", "-", "--predict", "--no-progress"],
              input=as_text_lines(X[:5], y[:5]))
@@ -263,7 +262,7 @@ def test_verify_reports_mismatches():
 
 
 def test_bench_stream_native(native_url):
-    from tinyol.stream import bench_stream
+    from tinyol.link.stream import bench_stream
     r = bench_stream(native_url, str(ROOT / MODEL), n=200, mode="predict")
     # the rate is measured here, judged in benchmarks (docs/streaming.md), never by a floor
     assert r["samples"] == 200 and r["samples_per_s"] == pytest.approx(r["samples"] / r["seconds"])
@@ -278,7 +277,7 @@ def test_cli_ctrl_c_prints_summary_and_exits_130(native_url, tmp_path):
     import sys
     import time
 
-    from tinyol.datasets import as_text_lines
+    from tinyol.data.datasets import as_text_lines
     X, y, _ = load_source("digits:5-9@train")
     env = dict(__import__("os").environ, PYTHONPATH=str(ROOT / "host"))
     p = subprocess.Popen([sys.executable, "-m", "tinyol.cli", "stream", "--port", native_url,

@@ -1,4 +1,4 @@
-"""docs/study.md's depth section is what tinyol.study_depth renders from the committed raw
+"""docs/study.md's depth section is what tinyol.studies.depth renders from the committed raw
 results (docs/study_depth.json), and those results were measured on the data sets it names."""
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tinyol import study_depth as SD
+from tinyol.studies import depth as SD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +43,7 @@ def test_committed_results_cover_both_datasets_and_every_cut():
 @pytest.mark.skipif(importlib.util.find_spec("seglearn") is None,
                     reason="seglearn (the watch data) not installed: make setup")
 def test_watch_results_were_measured_on_the_watch_source():
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
 
     w = next(r for r in _results() if r["name"] == "watch")
     _, yte, _ = load_source("watch@test")
@@ -54,7 +53,7 @@ def test_watch_results_were_measured_on_the_watch_source():
 
 
 def _raw_watch() -> dict:
-    from tinyol.datasets import watch_recordings
+    from tinyol.data.datasets import watch_recordings
 
     return watch_recordings()
 
@@ -62,7 +61,7 @@ def _raw_watch() -> dict:
 @pytest.mark.skipif(importlib.util.find_spec("seglearn") is None,
                     reason="seglearn (the watch data) not installed: make setup")
 def test_new_users_split_keeps_calibration_and_test_apart():
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
 
     d = _raw_watch()
     Xu, yu, _ = load_source("watch@test")
@@ -99,7 +98,7 @@ def test_new_users_split_keeps_calibration_and_test_apart():
 @pytest.mark.skipif(importlib.util.find_spec("seglearn") is None,
                     reason="seglearn (the watch data) not installed: make setup")
 def test_new_users_results_were_measured_on_that_split():
-    from tinyol.datasets import load_source
+    from tinyol.data.datasets import load_source
 
     u = next(r for r in _results() if r.get("scenario") == "users")
     d = _raw_watch()
@@ -124,9 +123,9 @@ def test_new_users_results_were_measured_on_that_split():
 
 
 def test_lean_section_is_rendered_from_the_committed_results():
-    """docs/study.md's lean-stage section is tinyol.study_lean's rendering of
+    """docs/study.md's lean-stage section is tinyol.studies.lean's rendering of
     docs/study_lean.json, before the depth section; every row was measured (3 orders)."""
-    from tinyol import study_lean as SL
+    from tinyol.studies import lean as SL
 
     res = json.loads((ROOT / "docs" / "study_lean.json").read_text())
     doc = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")

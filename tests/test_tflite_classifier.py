@@ -1,7 +1,7 @@
 """Bring an int8 classifier .tflite: `tinyol export model.tflite` splits it at its last
 FULLY_CONNECTED (the head starts from the dequantized FC weights and bias).
 
-Models: the MLPerf Tiny KWS DS-CNN and IC ResNet-8 architectures (tinyol.models_zoo) with a
+Models: the MLPerf Tiny KWS DS-CNN and IC ResNet-8 architectures (tinyol.studies.zoo) with a
 softmax, random weights and non-trivial BatchNorm statistics, converted in the test by
 TensorFlow's converter to full int8 (int8 input/output, representative data).
 Oracles: TFLM's runtime on the original full model and on the cut backbone; the numpy
@@ -13,12 +13,10 @@ import json
 
 import numpy as np
 import pytest
-
 from _kernel_util import IMPLS, CBackbone, convert, random_inputs
-
-from tinyol import codegen
 from tinyol.errors import TinyolError
-from tinyol.tflite_model import load_model, parse_model
+from tinyol.model import codegen
+from tinyol.model.tflite import load_model, parse_model
 
 pytest.importorskip("tflite_micro")
 keras = pytest.importorskip("keras")
@@ -26,7 +24,7 @@ layers = keras.layers
 
 
 def _classifier(name: str):
-    from tinyol import models_zoo as Z
+    from tinyol.studies import zoo as Z
 
     keras.utils.set_random_seed(7)
     base = {"ds_cnn": Z.ds_cnn_model, "resnet8": Z.resnet8_model}[name]()
@@ -53,7 +51,7 @@ def zoo(tmp_path_factory):
 
 
 def _export(src, out, *args):
-    from tinyol.export import export_model
+    from tinyol.model.export import export_model
 
     return export_model(str(src), str(out), **dict(args))
 
@@ -158,8 +156,8 @@ def test_zoo_classifier_on_the_native_target(tmp_path, capsys, firmware):
     backbone bit-exact with TFLM, and `tinyol stream --train` of the new-class stream gives the
     reference learner's predictions, sample for sample."""
     from _stream_util import reference_run
-    from tinyol import emulator
     from tinyol.cli import main
+    from tinyol.targets import emulator
 
     out, _, X, y = _trained_kws_with_new_class(tmp_path, capsys)
     fw = firmware("native", model=str(out))
@@ -221,7 +219,7 @@ def test_small_classifier_split_cli(tmp_path, capsys):
 
 
 def test_sigmoid_head_is_refused_with_hint(tmp_path):
-    from tinyol.export import export_model
+    from tinyol.model.export import export_model
 
     src = _tiny_classifier(tmp_path, last_activation="sigmoid", tail_softmax=False)
     with pytest.raises(TinyolError) as ei:
@@ -230,7 +228,7 @@ def test_sigmoid_head_is_refused_with_hint(tmp_path):
 
 
 def test_keras_sigmoid_head_is_refused_with_hint(tmp_path):
-    from tinyol.export import export_model
+    from tinyol.model.export import export_model
 
     inp = keras.Input((10,))
     x = layers.Dense(8, activation="relu")(inp)

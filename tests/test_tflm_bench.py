@@ -1,5 +1,5 @@
 """`tinyol bench --tflm`: TFLM + CMSIS-NN built from ../shared/tflm and run side
-by side with tinyol in our bare-metal harness (host/tinyol/tflm_bench.py,
+by side with tinyol in our bare-metal harness (host/tinyol/studies/tflm_bench.py,
 mcu/bench/). Outside oracles: the TFLM figure measured independently for this
 very model file (design.md, "Performance anchors"), and TFLM's output bytes
 (tinyol's kernels must give the same). Without a TFLM tree the report falls
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tinyol import bench, tflm_bench
+from tinyol.studies import bench, tflm_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TFLM = next((p for p in (Path(os.environ.get("TINYOL_TFLM", "/nonexistent")), ROOT.parent / "shared" / "tflm",
@@ -75,7 +74,7 @@ def test_digits_side_by_side_with_tflm_cmsis_nn(tmp_path):
 def test_harness_table_covers_every_operator_the_exporter_accepts():
     # the exporter's own table and shape-only set (codegen), not the harness's: a new op there
     # without a registration here would make `bench --tflm` fail on the user's model again
-    from tinyol import codegen
+    from tinyol.model import codegen
 
     accepted = set(codegen._OPS) | (codegen._SHAPE_OPS - {"REDUCE_PROD"})
     assert accepted <= set(tflm_bench.HARNESS_OPS), accepted - set(tflm_bench.HARNESS_OPS)
@@ -90,7 +89,7 @@ def test_harness_table_covers_every_operator_the_exporter_accepts():
 
 
 def test_model_ops_and_unknown_operator_is_one_clear_error(monkeypatch):
-    import tinyol.tflite_model as tm
+    import tinyol.model.tflite as tm
     from tinyol.errors import TinyolError
 
     tfl = (ROOT / "models" / "ds_cnn" / "backbone.tflite").read_bytes()
@@ -121,14 +120,13 @@ def test_bench_tflm_on_a_users_converted_model_with_flatten(tmp_path, capsys):
     import json
 
     from _kernel_util import convert
-    from tinyol.export import import_tf
+    from tinyol.model.export import import_tf
 
     import_tf()
     import keras
-
     from tinyol.cli import main as cli_main
-    from tinyol.codegen import run_tflm
-    from tinyol.tflite_model import load_model
+    from tinyol.model.codegen import run_tflm
+    from tinyol.model.tflite import load_model
 
     keras.utils.set_random_seed(3)
     L = keras.layers

@@ -7,9 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT
-
-from tinyol import emulator
 from tinyol.cli import group
+from tinyol.targets import emulator
 
 pytestmark = pytest.mark.slow
 

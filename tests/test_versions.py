@@ -10,13 +10,12 @@ import json
 import shutil
 
 import pytest
-
 from _stream_util import CPort, compile_device
 from conftest import ROOT
 from tinyol import __version__, versions
-from tinyol.errors import TinyolError
 from tinyol._defs import Msg
-from tinyol.protocol import REPLY_FLAG, VERSION, Frame, Link
+from tinyol.errors import TinyolError
+from tinyol.link.protocol import REPLY_FLAG, VERSION, Frame, Link
 
 
 def _reframe(data: bytes, version: int, only_info_reply: bool = False) -> bytes:
@@ -91,7 +90,7 @@ def test_older_firmware_is_named_at_connect(lib):
 
 def test_model_from_incompatible_tinyol_is_refused(tmp_path, monkeypatch):
     from tinyol.cli import main
-    from tinyol.model_folder import load_manifest
+    from tinyol.model.folder import load_manifest
 
     model = tmp_path / "old"
     shutil.copytree(ROOT / "models" / "digits", model)
@@ -119,12 +118,12 @@ def test_model_from_incompatible_tinyol_is_refused(tmp_path, monkeypatch):
 def test_every_verb_names_an_older_firmware(lib, argv, tmp_path, monkeypatch, capsys):
     """Every command that talks to a device connects through Link.info: an older firmware
     gets the explained version error, not a parse failure or a wrong answer."""
-    import tinyol.protocol
+    import tinyol.link.protocol
     from tinyol.cli import main
 
     assert lib.sim_setup(64 * 1024, 2048, 0xFF, 0) == 0
     lib.tol_test_init()
-    monkeypatch.setattr(tinyol.protocol, "open_serial", lambda url, **kw: OlderFirmware(lib))
+    monkeypatch.setattr(tinyol.link.protocol, "open_serial", lambda url, **kw: OlderFirmware(lib))
     monkeypatch.chdir(ROOT)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert main([*argv, "--port", "loop://", "--timeout", "0.2"]) == 1

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tinyol.datasets import load_source, watch_windows
+from tinyol.data.datasets import load_source, watch_windows
 from tinyol.errors import TinyolError
 
 installed = pytest.mark.skipif(importlib.util.find_spec("seglearn") is None,

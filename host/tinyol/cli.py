@@ -10,10 +10,10 @@ import importlib
 import importlib.util
 import os
 import sys
-import tomllib
 from pathlib import Path
 
 import click
+import tomllib
 
 from . import __version__
 from .errors import TinyolError

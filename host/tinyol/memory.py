@@ -108,7 +108,7 @@ def learner_bytes(dim: int, outputs: int, capacity: int, bits: int, n_new: int, 
 
 # the adaptive stage (tol_stage.h): a layer is a tol_stage_layer_t as a tuple in the C field order
 # (kind, act, kh, kw, sh, sw, pt, pl, in_h, in_w, in_c, out_h, out_w, out_c[, train]), as the
-# manifest's stage.descriptors and tinyol.stage.Layer.as_tuple() give it (train: 0 all, 1 biases
+# manifest's stage.descriptors and tinyol.learn.stage.Layer.as_tuple() give it (train: 0 all, 1 biases
 # only, 2 frozen; absent in exports before the lean stage = 0)
 STAGE_DENSE, STAGE_CONV, STAGE_DWCONV, STAGE_GAP = 0, 1, 2, 3
 

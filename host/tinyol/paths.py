@@ -143,3 +143,9 @@ def require_tool(name: str, install_hint: str) -> str:
     if not path:
         raise TinyolError(f"{name} not found on PATH", hint=install_hint)
     return path
+
+
+def monitor_path(path: str | os.PathLike) -> str:
+    """A file argument for Renode's Monitor: `@` + the absolute path, spaces escaped."""
+    text = str(Path(path).resolve())
+    return "@" + text.replace("\\", "/").replace(" ", "\\ ")

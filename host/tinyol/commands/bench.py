@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from .. import bench, tflm_bench
 from ..checks import output_file
 from ..errors import TinyolError
+from ..link.stream import bench_emulators
 from ..options import emit_json
 from ..paths import models_dir, project_dir
-from ..stream import bench_emulators
+from ..studies import bench, tflm_bench
 
 DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "mobilenet_v1_vww")
 

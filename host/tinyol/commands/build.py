@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..firmware import BuildConfig, build
 from ..options import app_options, board_option, model_option
+from ..targets.firmware import BuildConfig, build
 
 
 @click.command("build")

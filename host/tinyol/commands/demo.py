@@ -22,16 +22,16 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .. import emulator as emu
 from ..checks import U32_MAX, output_dir
-from ..datasets import load_source
-from ..device import Device
+from ..data.datasets import load_source
 from ..errors import TinyolError
-from ..firmware import BuildConfig, build
-from ..model_folder import load_manifest
+from ..link.device import Device
+from ..link.stream import Stream
+from ..model.folder import load_manifest
 from ..options import resolve_model_option
-from ..plotting import plot_learning_curve
-from ..stream import Stream
+from ..studies.plotting import plot_learning_curve
+from ..targets import emulator as emu
+from ..targets.firmware import BuildConfig, build
 
 
 def _title(text: str) -> None:

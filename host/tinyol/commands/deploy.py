@@ -3,7 +3,7 @@
 One command per machine: the server runs `tinyol superlink` (Flower's SuperLink, the
 tinyol ServerApp), each gateway runs `tinyol gateway` (a Flower SuperNode per board);
 TLS and SuperNode authentication are on unless --insecure. The machinery is
-tinyol.deploy, the app tinyol.fleet_app; docs/fleet.md describes both.
+tinyol.fleet.deploy, the app tinyol.fleet.app; docs/fleet.md describes both.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def cmd_certs(out, hosts, nodes, n_nodes, days, as_json):
       tinyol certs fleet-certs --node lab-board7          # one more node, same CA
     """
     names = list(nodes) + [f"board{i}" for i in range(n_nodes)]
-    from ..deploy import make_certs
+    from ..fleet.deploy import make_certs
     written = make_certs(out, hosts=list(hosts) or ["localhost", "127.0.0.1"], nodes=names, days=days)
     if as_json:
         emit_json({k: str(v) for k, v in written.items()})
@@ -105,8 +105,8 @@ def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds
       tinyol superlink --certs fleet-certs --state run/ --wait 6 --rounds 20 --strategy fedadam
       tinyol superlink --insecure --state run/ --listen 127.0.0.1:9092     # a closed test network only
     """
-    from .. import deploy as D
     from .. import fleet as F
+    from ..fleet import deploy as D
     F.require_flower()
     F.check_server_lr(strategy, server_lr)
     host, port = _hostport(listen)
@@ -198,9 +198,9 @@ def cmd_gateway(superlink, ports, emulate, twins, keys, ca, insecure, model, dat
       tinyol gateway --superlink 127.0.0.1:9092 --ca fleet-certs/ca.pem --state gw/ --emulate 3 \\
           --key fleet-certs/board0.key --key fleet-certs/board1.key --key fleet-certs/board2.key
     """
-    from .. import deploy as D
     from .. import fleet as F
-    from ..emulator import free_port
+    from ..fleet import deploy as D
+    from ..targets.emulator import free_port
     F.require_flower()
     _hostport(superlink)
     D.exit_on_sigterm()

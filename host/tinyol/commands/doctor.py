@@ -17,10 +17,10 @@ import click
 
 from .. import __version__
 from ..boards import BOARDS
-from ..device import Device
 from ..errors import TinyolError
+from ..link.device import Device
+from ..link.protocol import DeviceError, Link, Msg, Status, open_serial
 from ..options import emit_json, json_option, port_option, resolve_port
-from ..protocol import DeviceError, Link, Msg, Status, open_serial
 
 BAUD_TOLERANCE = 0.025       # a UART receiver tolerates a few percent of baud error
 CLOCK_TOLERANCE = 0.025      # measured core clock vs the one the firmware assumes (MSI's spread)

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from .. import emulator, sensor as S
 from ..checks import output_dir
+from ..data import sensor as S
 from ..errors import TinyolError
-from ..firmware import BuildConfig, build
 from ..options import app_options, board_option, model_option
+from ..targets import emulator
+from ..targets.firmware import BuildConfig, build
 
 
 @click.command("emulate")

@@ -6,7 +6,7 @@ import warnings
 import click
 
 from ..checks import U32_MAX, Number
-from ..export import DEFAULT_LEARNER, ExportSettings, export_model
+from ..model.export import DEFAULT_LEARNER, ExportSettings, export_model
 
 
 def _split_arg(value):

@@ -11,9 +11,9 @@ import click
 
 from ..boards import BOARDS
 from ..errors import TinyolError
-from ..firmware import BuildConfig, build
 from ..options import board_option, model_option
 from ..paths import mcu_dir, platform_dir
+from ..targets.firmware import BuildConfig, build
 
 PROTOCOLS = ("stlink", "openocd", "pyocd", "mbed")
 

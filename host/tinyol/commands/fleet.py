@@ -15,16 +15,17 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .. import emulator as E, fleet as F
+from .. import fleet as F
 from ..checks import TIMEOUT, U32_MAX, Number, output_dir, output_file
-from ..datasets import load_source
+from ..data.datasets import load_source
 from ..errors import TinyolError
-from ..firmware import BuildConfig, build
-from ..fleet import Shard
-from ..model_folder import load_manifest
+from ..fleet.data import Shard
+from ..link.stream import DEFAULT_WINDOW, DEVICE_CACHE
+from ..model.folder import load_manifest
 from ..options import emit_json, json_option, model_option, resolve_port
-from ..simulation import load_model
-from ..stream import DEFAULT_WINDOW, DEVICE_CACHE
+from ..targets import emulator as E
+from ..targets.firmware import BuildConfig, build
+from ..targets.simulation import load_model
 
 
 class EmulatedPool:

@@ -9,9 +9,9 @@ from .. import memory
 from ..boards import get_board
 from ..checks import TIMEOUT
 from ..errors import TinyolError
-from ..model_folder import load_manifest
+from ..link.protocol import Link
+from ..model.folder import load_manifest
 from ..options import emit_json, json_option, port_option, resolve_port
-from ..protocol import Link
 
 
 def _kb(n: int) -> str:

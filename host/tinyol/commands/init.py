@@ -10,10 +10,10 @@ import click
 from .. import __version__
 from ..checks import output_dir
 from ..errors import TinyolError
-from ..firmware import project_ini_text
 from ..options import board_option
 from ..paths import example_model, user_path
-from ..pio_core import seed
+from ..targets.firmware import project_ini_text
+from ..targets.pio_core import seed
 
 README = """# {name}: a tinyol project
 

@@ -9,8 +9,8 @@ import time
 import click
 
 from ..errors import TinyolError
+from ..link.protocol import open_serial
 from ..options import emit_json, json_option, port_option, resolve_port
-from ..protocol import open_serial
 
 
 class Tally:

@@ -18,11 +18,11 @@ import numpy as np
 
 from .. import __version__
 from .._defs import Status
-from ..device import RATED_ERASE_CYCLES, Device
 from ..checks import TIMEOUT, output_file
 from ..errors import TinyolError
+from ..link.device import RATED_ERASE_CYCLES, Device
+from ..link.protocol import DeviceError
 from ..options import emit_json, json_option, port_option, resolve_port
-from ..protocol import DeviceError
 
 HINTS = {
     Status.ERR_FLASH: "the device could not erase or program its flash; QEMU cannot write flash at "

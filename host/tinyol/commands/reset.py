@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..checks import TIMEOUT
-from ..device import Device
+from ..link.device import Device
 from ..options import emit_json, json_option, port_option, resolve_port
 
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from .. import sensor as S
-from ..model_folder import load_manifest
+from ..data import sensor as S
+from ..model.folder import load_manifest
 from ..options import emit_json, json_option
 
 

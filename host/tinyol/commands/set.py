@@ -5,10 +5,10 @@ import click
 
 from .._defs import SETTING_TEXT, Setting
 from ..checks import TIMEOUT, U32_MAX, Number
-from ..device import Device
 from ..errors import TinyolError
+from ..link.device import Device
+from ..link.protocol import DeviceError
 from ..options import emit_json, json_option, port_option, resolve_port
-from ..protocol import DeviceError
 
 MODES = {"frozen": 0, "sgd": 1, "replay": 2}
 MODE_NAMES = {v: k for k, v in MODES.items()}

@@ -1,7 +1,7 @@
 """`tinyol simulate`: run a labelled stream through the numpy reference learner.
 
 The twin itself (model loading, latents, learners, prequential runs) is the library module
-:mod:`tinyol.simulation`; this module is its command line.
+:mod:`tinyol.targets.simulation`; this module is its command line.
 """
 from __future__ import annotations
 
@@ -10,14 +10,21 @@ import json
 import math
 
 import click
-
-from ..checks import U32_MAX, Number
 import numpy as np
 
-from .. import learner as L
-from ..datasets import check_labels, fit_layout
-from ..simulation import (latents, learner_settings, load_data, load_model, make_learner, quantize_input,
-                          run_anomaly, run_classifier)
+from ..checks import U32_MAX, Number
+from ..data.datasets import check_labels, fit_layout
+from ..learn import learner as L
+from ..targets.simulation import (
+    latents,
+    learner_settings,
+    load_data,
+    load_model,
+    make_learner,
+    quantize_input,
+    run_anomaly,
+    run_classifier,
+)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -2,7 +2,7 @@
 
 Modes: --train (SAMPLE: the device predicts, then learns; prequential accuracy),
 --eval (PREDICT over a set: accuracy per class), --predict (PREDICT: print the
-predictions). The engine is tinyol.stream (pipelined, exactly-once, resets
+predictions). The engine is tinyol.link.stream (pipelined, exactly-once, resets
 detected); docs/streaming.md describes it.
 """
 from __future__ import annotations
@@ -17,15 +17,27 @@ from tqdm import tqdm
 
 from .._defs import Msg
 from ..checks import Number, output_file
-from ..datasets import check_labels, fit_layout, iter_source, load_source
-from ..device import Device, Result, Stats
+from ..data.datasets import check_labels, fit_layout, iter_source, load_source
 from ..errors import TinyolError
-from ..model_folder import input_q, load_manifest, quantize
+from ..link.device import Device, Result, Stats
+from ..link.protocol import DeviceError, DeviceReset, Link
+from ..link.stream import (
+    DEFAULT_WINDOW,
+    DEVICE_CACHE,
+    WAL_SUFFIX,
+    Journal,
+    Record,
+    Stream,
+    Summary,
+    WriteAhead,
+    check_samples,
+    encode_input,
+    reconcile,
+    resend_pending,
+)
+from ..model.folder import input_q, load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
-from ..plotting import plot_learning_curve
-from ..protocol import DeviceError, DeviceReset, Link
-from ..stream import (DEFAULT_WINDOW, DEVICE_CACHE, WAL_SUFFIX, Journal, Record, Stream, Summary,
-                      WriteAhead, check_samples, encode_input, reconcile, resend_pending)
+from ..studies.plotting import plot_learning_curve
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,

@@ -14,13 +14,13 @@ import click
 import numpy as np
 
 from ..checks import U32_MAX
-from ..codegen import run_tflm
-from ..datasets import load_source
-from ..device import Device
+from ..data.datasets import load_source
 from ..errors import TinyolError
-from ..model_folder import load_manifest, quantize
+from ..link.device import Device
+from ..link.stream import embed_all
+from ..model.codegen import run_tflm
+from ..model.folder import load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
-from ..stream import embed_all
 
 
 def verify_inputs(manifest: dict, n: int, data: str | None, random_inputs: bool,

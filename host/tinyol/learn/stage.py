@@ -1,0 +1,641 @@
+"""Numpy twin of the adaptive stage (mcu/src/tol_stage.c): several float32 layers after the
+frozen int8 backbone, trained by backpropagation on the device (docs/adaptive.md).
+
+Bit-identical with the C on whole streams: every sum is taken in the C loop order. Each
+linear layer (Dense, Conv, DepthwiseConv) is described by its list of *connections* (output
+element, input element, weight) generated in the C loop order (oy, ox, co, ky, kx, ci); the
+forward sums, the weight/bias gradient sums and the input-delta sums are that list grouped by
+output, by weight and by input (stable, so each group keeps the C order) and summed left to
+right with ``np.add.accumulate``. Missing entries of a ragged group add -0.0, which leaves any
+float32 sum unchanged. :func:`stage_bytes` is the memory model the exporter and the firmware
+share (tol_stage_bytes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..errors import TinyolError
+from ..memory import stage_parts
+from .learner import (
+    MAX_OLD,
+    MODE_REPLAY,
+    REPLAY_MAX_BATCH,
+    LearnerError,
+    OnlineLearner,
+    Prng,
+    Replay,
+    Settings,
+    max_old_eff,
+    seqsum,
+    softmax_active,
+)
+
+F32 = np.float32
+DENSE, CONV, DWCONV, GAP, MAXPOOL, AVGPOOL, GMAXPOOL = 0, 1, 2, 3, 4, 5, 6
+KINDS = {DENSE: "dense", CONV: "conv", DWCONV: "dwconv", GAP: "gap", MAXPOOL: "maxpool",
+         AVGPOOL: "avgpool", GMAXPOOL: "globalmaxpool"}
+LINEAR = (DENSE, CONV, DWCONV)  # the kinds with parameters
+ACT_NONE, ACT_RELU, ACT_RELU6 = 0, 1, 2
+TRAIN_ALL, TRAIN_BIAS, TRAIN_FROZEN = 0, 1, 2  # tol_stage_train_t: what of a layer trains
+TRAINS = {TRAIN_ALL: "all", TRAIN_BIAS: "bias", TRAIN_FROZEN: "frozen"}
+ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
+MAX_LAYERS = 16
+STATE_HEADER = 72
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """tol_stage_layer_t. Dense: in_h = in_w = out_h = out_w = 1, in_c = inputs."""
+
+    kind: int
+    in_h: int
+    in_w: int
+    in_c: int
+    out_h: int
+    out_w: int
+    out_c: int
+    act: int = ACT_NONE
+    kh: int = 0
+    kw: int = 0
+    sh: int = 1
+    sw: int = 1
+    pt: int = 0
+    pl: int = 0
+    train: int = TRAIN_ALL
+
+    @property
+    def in_size(self) -> int:
+        return self.in_h * self.in_w * self.in_c
+
+    @property
+    def out_size(self) -> int:
+        return self.out_h * self.out_w * self.out_c
+
+    @property
+    def n_weights(self) -> int:
+        if self.kind == DENSE:
+            return self.out_c * self.in_size
+        if self.kind == CONV:
+            return self.out_c * self.kh * self.kw * self.in_c
+        if self.kind == DWCONV:
+            return self.kh * self.kw * self.out_c
+        return 0
+
+    @property
+    def n_params(self) -> int:
+        return self.n_weights + self.out_c if self.kind in LINEAR else 0
+
+    @property
+    def n_train(self) -> int:
+        """tol_stage_layer_trained: the parameters that train (the last n_train of W, b)."""
+        if self.kind not in LINEAR or self.train == TRAIN_FROZEN:
+            return 0
+        return self.out_c if self.train == TRAIN_BIAS else self.n_params
+
+    def ok(self) -> bool:
+        """tol_stage_layer_ok_."""
+        if min(self.in_h, self.in_w, self.in_c, self.out_c) <= 0 or self.act not in ACTS:
+            return False
+        if self.train not in TRAINS or (self.train and self.kind not in LINEAR):
+            return False
+        if self.kind == DENSE:
+            return self.out_h == 1 and self.out_w == 1
+        if self.kind in (GAP, GMAXPOOL):
+            return (self.out_h == 1 and self.out_w == 1 and self.out_c == self.in_c
+                    and self.act == ACT_NONE)
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
+            if min(self.kh, self.kw, self.sh, self.sw) <= 0:
+                return False
+            if self.kind == DWCONV and self.out_c % self.in_c:
+                return False
+            if self.kind in (MAXPOOL, AVGPOOL) and (self.out_c != self.in_c
+                                                    or self.act != ACT_NONE):
+                return False
+            if self.pt >= self.kh or self.pl >= self.kw or self.out_h <= 0 or self.out_w <= 0:
+                return False
+            return ((self.out_h - 1) * self.sh < self.in_h + self.pt
+                    and (self.out_w - 1) * self.sw < self.in_w + self.pl)
+        return False
+
+    def describe(self) -> str:
+        k = KINDS[self.kind]
+        act = "" if self.act == ACT_NONE else f"+{ACTS[self.act]}"
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL):
+            k += f"{self.kh}x{self.kw}/{self.sh}"
+        if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL) and self.sw != self.sh:
+            k += f"x{self.sw}"
+        tr = "" if self.train == TRAIN_ALL else f" ({TRAINS[self.train]})"
+        return (f"{k}{act} [{self.in_h}x{self.in_w}x{self.in_c}] -> "
+                f"[{self.out_h}x{self.out_w}x{self.out_c}]{tr}")
+
+    def as_tuple(self) -> tuple:
+        """The C struct's field order."""
+        return (self.kind, self.act, self.kh, self.kw, self.sh, self.sw, self.pt, self.pl,
+                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c, self.train)
+
+
+def chain_ok(layers) -> bool:
+    """tol_stage_chain_ok_: shapes follow each other, last layer a linear Dense."""
+    if not 1 <= len(layers) <= MAX_LAYERS:
+        return False
+    for i, l in enumerate(layers):
+        if not l.ok() or (i and l.in_size != layers[i - 1].out_size):
+            return False
+    return (layers[-1].kind == DENSE and layers[-1].act == ACT_NONE
+            and layers[-1].train == TRAIN_ALL and layers[0].in_size <= 0xFFFF)
+
+
+def n_params(layers) -> int:
+    """P: every exported parameter (init_params)."""
+    return sum(l.n_params for l in layers)
+
+
+def n_trained(layers) -> int:
+    """T: the parameters that train (the device's params[], the stage image)."""
+    return sum(l.n_train for l in layers)
+
+
+def trained_part(layers, params: np.ndarray) -> np.ndarray:
+    """The trained parameters (T) out of the exported ones (P), layer after layer."""
+    out, off = [], 0
+    for l in layers:
+        out.append(params[off + l.n_params - l.n_train:off + l.n_params])
+        off += l.n_params
+    return np.concatenate(out).astype(F32) if out else np.zeros(0, F32)
+
+
+def stage_hash(layers) -> int:
+    """tol_stage_hash: FNV-1a over every field as 4 little-endian bytes (`train` only when
+    not 0)."""
+    h = 2166136261
+    for l in layers:
+        t = l.as_tuple()
+        for f in (t if l.train else t[:14]):
+            for b in range(4):
+                h ^= (int(f) >> (8 * b)) & 0xFF
+                h = (h * 16777619) & 0xFFFFFFFF
+    return h
+
+
+# --------------------------------------------------------------------------- memory model
+def stage_memory(layers, replay_capacity: int = 0, replay_bits: int = 8, max_new: int = 1,
+                 max_old: int = 0, no_momentum: bool = False) -> dict:
+    """The stage's RAM, part by part (bytes); ``total`` == tol_stage_bytes(). The formula is
+    tinyol.memory's (:func:`tinyol.memory.stage_parts`), the one memory model of the exporter,
+    the build and `tinyol info`."""
+    if not chain_ok(layers):
+        raise TinyolError("inconsistent stage layers: each layer must take its predecessor's output")
+    del max_old  # the batch is processed sample by sample: n_old costs no memory
+    p = stage_parts([l.as_tuple() for l in layers], replay_capacity, replay_bits, max_new,
+                    not no_momentum)
+    parts = {"weights": p["stage weights"], "grads": p["gradients"], "momentum": p["momentum"],
+             "activations": p["activations"], "queue": p["queue"], "counters": p["counters"],
+             "replay": p["replay buffer"]}
+    parts["total"] = sum(parts.values())
+    parts["params"] = n_params(layers)
+    return parts
+
+
+def stage_bytes(layers, replay_capacity: int = 0, replay_bits: int = 8, max_new: int = 1,
+                max_old: int = 0, no_momentum: bool = False) -> int:
+    """tol_stage_bytes: the caller memory of one stage."""
+    return stage_memory(layers, replay_capacity, replay_bits, max_new, max_old,
+                        no_momentum)["total"]
+
+
+# --------------------------------------------------------------------------- tables
+def _connections(l: Layer):
+    """(out, in, weight) index arrays of a linear layer, in the C loop order."""
+    if l.kind == DENSE:
+        o, i = np.meshgrid(np.arange(l.out_c), np.arange(l.in_size), indexing="ij")
+        o, i = o.ravel(), i.ravel()
+        return o, i, o * l.in_size + i
+    if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+        if l.kind == GMAXPOOL:  # one window over the whole input
+            l = dataclasses.replace(l, kh=l.in_h, kw=l.in_w, sh=1, sw=1, pt=0, pl=0)
+        oy, ox, co, ky, kx = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
+                                         np.arange(l.out_c), np.arange(l.kh), np.arange(l.kw),
+                                         indexing="ij")
+        ci = co
+    elif l.kind == CONV:
+        oy, ox, co, ky, kx, ci = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
+                                             np.arange(l.out_c), np.arange(l.kh),
+                                             np.arange(l.kw), np.arange(l.in_c), indexing="ij")
+    else:
+        oy, ox, co, ky, kx = np.meshgrid(np.arange(l.out_h), np.arange(l.out_w),
+                                         np.arange(l.out_c), np.arange(l.kh), np.arange(l.kw),
+                                         indexing="ij")
+        ci = co // (l.out_c // l.in_c)
+    oy, ox, co, ky, kx, ci = (a.ravel() for a in (oy, ox, co, ky, kx, ci))
+    iy = oy * l.sh - l.pt + ky
+    ix = ox * l.sw - l.pl + kx
+    ok = (iy >= 0) & (iy < l.in_h) & (ix >= 0) & (ix < l.in_w)
+    oy, ox, co, ky, kx, ci, iy, ix = (a[ok] for a in (oy, ox, co, ky, kx, ci, iy, ix))
+    out = (oy * l.out_w + ox) * l.out_c + co
+    inp = (iy * l.in_w + ix) * l.in_c + ci
+    if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+        w = np.zeros_like(out)
+    elif l.kind == CONV:
+        w = ((co * l.kh + ky) * l.kw + kx) * l.in_c + ci
+    else:
+        w = (ky * l.kw + kx) * l.out_c + co
+    return out, inp, w
+
+
+def _group(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """[n_keys, longest] positions into keys (stable: list order kept), -1 = none."""
+    order = np.argsort(keys, kind="stable")
+    counts = np.bincount(keys, minlength=n_keys)
+    width = max(1, int(counts.max()) if counts.size else 1)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    sk = keys[order]
+    pos = np.arange(order.size) - start[sk]
+    table = np.full((n_keys, width), -1, np.int64)
+    table[sk, pos] = order
+    return table
+
+
+def _pair(table: np.ndarray, ia: np.ndarray, na: int, ib: np.ndarray, nb: int):
+    """Index arrays into a+[-0.0] and b+[1.0] for each table entry (missing: the sentinels,
+    whose product -0.0 leaves a float32 sum unchanged)."""
+    t = np.maximum(table, 0)
+    # transposed ([entry, key]): the sums run down axis 0, one vector add per entry
+    return (np.ascontiguousarray(np.where(table >= 0, ia[t], na).T),
+            np.ascontiguousarray(np.where(table >= 0, ib[t], nb).T))
+
+
+class _PoolTables:
+    """A pooling layer: each output's window taps (input indices, (ky, kx) order, -1 = none)
+    and the tap count; backward groups the (output, input) connections by input."""
+
+    def __init__(self, l: Layer):
+        o, i, _ = _connections(l)
+        by_out = _group(o, l.out_size)
+        self.taps = np.where(by_out >= 0, i[np.maximum(by_out, 0)], -1)
+        self.n = (self.taps >= 0).sum(axis=1).astype(F32)
+        self.conn_out, self.conn_in = o, i
+        self.by_in = _group(i, l.in_size)
+
+
+class _Tables:
+    """Grouped connection tables of one linear layer, as gather indices."""
+
+    def __init__(self, l: Layer):
+        o, i, w = _connections(l)
+        nw, ni, no = l.n_weights, l.in_size, l.out_size
+        self.fwd = _pair(_group(o, no), w, nw, i, ni)      # w[.] * x[.]
+        self.gw = _pair(_group(w, nw), o, no, i, ni)       # d[.] * x[.]
+        self.dx = _pair(_group(i, ni), o, no, w, nw)       # d[.] * w[.]
+        outs = np.arange(no)
+        self.gb = _pair(_group(outs % l.out_c, l.out_c), outs, no, np.zeros(no, np.int64), 1)
+
+
+_NEG0 = np.array([-0.0], F32)
+_ONE = np.array([1.0], F32)
+
+
+def _terms(idx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.concatenate([a, _NEG0])[idx[0]] * np.concatenate([b, _ONE])[idx[1]]
+
+
+def _acc(first: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """first[k] + terms[0, k] + terms[1, k] + ... left to right (float32)."""
+    m = np.concatenate([np.asarray(first, F32)[None, :], terms], axis=0)
+    return np.add.accumulate(m, axis=0, dtype=F32)[-1]
+
+
+def _act(act: int, v: np.ndarray) -> np.ndarray:
+    if act == ACT_NONE:
+        return v
+    v = np.where(v > 0, v, F32(0.0)).astype(F32)
+    if act == ACT_RELU6:
+        v = np.where(v > 6, F32(6.0), v).astype(F32)
+    return v
+
+
+def _argmax(t: _PoolTables, x: np.ndarray) -> np.ndarray:
+    """Per output: the input index of the first largest tap (the C scan: strictly larger
+    replaces)."""
+    v = np.where(t.taps >= 0, x[np.maximum(t.taps, 0)], F32(-np.inf))
+    return t.taps[np.arange(t.taps.shape[0]), np.argmax(v, axis=1)]
+
+
+def _pool_forward(l: Layer, t: _PoolTables, x: np.ndarray) -> np.ndarray:
+    if l.kind == AVGPOOL:
+        terms = np.where(t.taps >= 0, x[np.maximum(t.taps, 0)], F32(-0.0)).astype(F32)
+        s = _acc(np.zeros(l.out_size, F32), np.ascontiguousarray(terms.T))
+        return (s / t.n).astype(F32)
+    return x[_argmax(t, x)].astype(F32)
+
+
+def _pool_backward(l: Layer, t: _PoolTables, x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The input delta: each output's delta to its arg-max (max) or d / n to every tap (avg),
+    added per input in connection order ((oy, ox, c), then taps)."""
+    if l.kind == AVGPOOL:
+        share = (d / t.n).astype(F32)[t.conn_out]
+    else:
+        arg = _argmax(t, x)
+        share = np.where(t.conn_in == arg[t.conn_out], d[t.conn_out], F32(-0.0)).astype(F32)
+    share = np.concatenate([share, _NEG0])
+    terms = share[np.where(t.by_in >= 0, t.by_in, share.size - 1)]
+    return _acc(np.zeros(l.in_size, F32), np.ascontiguousarray(terms.T))
+
+
+# --------------------------------------------------------------------------- stage
+@dataclasses.dataclass
+class StageConfig:
+    """tol_stage_config_t."""
+
+    layers: list
+    init_params: np.ndarray | None = None
+    init_classes: int = 0
+    latent_scale: float = 1.0
+    latent_zero_point: int = 0
+    replay_capacity: int = 0
+    replay_bits: int = 8
+    replay_policy: int = 0
+    max_new: int = 1
+    max_old: int = 0
+    no_momentum: bool = False
+    seed: int = 1
+    settings: Settings = dataclasses.field(default_factory=Settings)
+
+    @property
+    def n_outputs(self) -> int:
+        return self.layers[-1].out_c
+
+    @property
+    def nbytes(self) -> int:
+        return stage_bytes(self.layers, self.replay_capacity, self.replay_bits, self.max_new,
+                           self.max_old, self.no_momentum)
+
+
+def _check_settings(cfg: StageConfig, s: Settings) -> None:
+    ok = (math.isfinite(s.lr) and s.lr >= 0 and 0 <= s.momentum < 1
+          and (s.momentum == 0 or not cfg.no_momentum)
+          and math.isfinite(s.weight_decay) and s.weight_decay >= 0
+          and math.isfinite(s.clip_norm) and s.clip_norm >= 0
+          and 1 <= s.n_new <= cfg.max_new
+          and (cfg.replay_capacity == 0
+               or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity, cfg.max_old))
+          and s.mode in (0, 1, 2))
+    if not ok:
+        raise LearnerError("TOL_ERR_ARG")
+
+
+class Stage(OnlineLearner):
+    """tol_stage: predict / learn / replay_add with the C call semantics (raises
+    :class:`LearnerError` where the C returns a status other than TOL_OK); the queue, the
+    call checks and the counters are :class:`OnlineLearner`'s, as for the head."""
+
+    def __init__(self, cfg: StageConfig):
+        layers = list(cfg.layers)
+        if not chain_ok(layers):
+            raise LearnerError("TOL_ERR_ARG")
+        if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD
+                and 0 <= cfg.init_classes <= layers[-1].out_c):
+            raise LearnerError("TOL_ERR_ARG")
+        _check_settings(cfg, cfg.settings)
+        self.cfg = cfg
+        self.layers = layers
+        if cfg.init_params is None and n_trained(layers) != n_params(layers):
+            raise LearnerError("TOL_ERR_ARG")  # what does not train is read from the export
+        self.n_params = n_trained(layers)  # T: params[] holds the trained parameters only
+        self.latent = layers[0].in_size
+        self.rows = layers[-1].out_c
+        # offsets of each layer's trained parameters in params[], and of all of them in the export
+        self.offsets = np.concatenate([[0], np.cumsum([l.n_train for l in layers])]).astype(int)
+        self.poffsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
+        self.first_trained = min(i for i, l in enumerate(layers) if l.n_train)
+        self.tables = [(_Tables(l) if l.kind in LINEAR else
+                        _PoolTables(l) if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL) else None)
+                       for l in layers]
+        is_w = np.zeros(self.n_params, bool)
+        for l, off in zip(layers, self.offsets):
+            if l.train == TRAIN_ALL:
+                is_w[off:off + l.n_weights] = True
+        self.is_w = is_w
+        self.prng = Prng(cfg.seed)
+        self.replay = (Replay(cfg.replay_capacity, self.latent, cfg.replay_bits, self.rows,
+                              cfg.replay_policy, cfg.latent_scale, cfg.latent_zero_point,
+                              self.prng) if cfg.replay_capacity > 0 else None)
+        self.reset()
+
+    # -- views of the last layer
+    @property
+    def last_w(self) -> np.ndarray:
+        l, off = self.layers[-1], self.offsets[-2]
+        return self.params[off:off + l.n_weights].reshape(l.out_c, l.in_size)
+
+    @property
+    def last_b(self) -> np.ndarray:
+        l, off = self.layers[-1], self.offsets[-2]
+        return self.params[off + l.n_weights:off + l.n_params]
+
+    def layer_params(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer i's weights and biases: the trained ones from params[], the others from the
+        export (tol_stage_wb_)."""
+        l, off, poff = self.layers[i], self.offsets[i], self.poffsets[i]
+        exp = self._init
+        w = (self.params[off:off + l.n_weights] if l.train == TRAIN_ALL
+             else exp[poff:poff + l.n_weights])
+        b = (self.params[off + l.n_train - l.out_c:off + l.n_train] if l.train != TRAIN_FROZEN
+             else exp[poff + l.n_weights:poff + l.n_params])
+        return w, b
+
+    @property
+    def n_active(self) -> int:
+        return int(self.active.sum())
+
+    # -- what OnlineLearner asks of a learner
+    @property
+    def _rows(self) -> int:
+        return self.rows
+
+    def _active_rows(self) -> np.ndarray:
+        return self.active
+
+    def _last_probabilities(self) -> np.ndarray:
+        return self.probs
+
+    def _threshold(self) -> float:
+        return math.inf
+
+    def reset(self) -> None:
+        cfg = self.cfg
+        self.settings = dataclasses.replace(cfg.settings)
+        self.prng.seed(cfg.seed)
+        self._init = (np.zeros(n_params(self.layers), F32) if cfg.init_params is None
+                      else np.asarray(cfg.init_params, F32).reshape(n_params(self.layers)).copy())
+        self.params = trained_part(self.layers, self._init)
+        k = cfg.init_classes
+        self.last_w[k:] = 0
+        self.last_b[k:] = 0
+        self.mom = np.zeros(self.n_params, F32)
+        self.grads = np.zeros(self.n_params, F32)
+        self.active = np.zeros(self.rows, bool)
+        self.active[:k] = True
+        self.class_count = np.zeros(self.rows, np.int64)
+        self.probs = np.zeros(self.rows, F32)
+        if self.replay is not None:
+            self.replay.clear()
+        self.pending: list[tuple[np.ndarray, int]] = []
+        self.samples_seen = self.updates = self.rejected = 0
+
+    def set_settings(self, s: Settings) -> None:
+        _check_settings(self.cfg, s)
+        self.settings = dataclasses.replace(s)
+        self.pending = []
+
+    def _activate(self, r: int) -> None:
+        if r >= self.rows or self.active[r]:
+            return
+        l, off = self.layers[-1], self.offsets[-2]
+        d = l.in_size
+        for arr in (self.params, self.mom):
+            arr[off + r * d:off + (r + 1) * d] = 0
+            arr[off + l.n_weights + r] = 0
+        self.active[r] = True
+
+    # -- forward / backward
+    def _layer_forward(self, i: int, x: np.ndarray) -> np.ndarray:
+        l, t = self.layers[i], self.tables[i]
+        if l.kind == GAP:
+            npx = l.in_h * l.in_w
+            s = np.add.accumulate(np.concatenate([np.zeros((1, l.in_c), F32),
+                                                  x.reshape(npx, l.in_c)]), axis=0, dtype=F32)[-1]
+            return (s * (F32(1.0) / F32(npx))).astype(F32)
+        if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+            return _pool_forward(l, t, x)
+        w, b = self.layer_params(i)
+        bias = b[np.arange(l.out_size) % l.out_c]
+        return _act(l.act, _acc(bias, _terms(t.fwd, w, x)))
+
+    def forward(self, x) -> list[np.ndarray]:
+        """Every layer's output for latent x (float[latent]); the last is the logits."""
+        outs = []
+        h = np.asarray(x, F32)
+        for i in range(len(self.layers)):
+            h = self._layer_forward(i, h)
+            outs.append(h)
+        return outs
+
+    def _softmax(self, z: np.ndarray) -> np.ndarray:
+        return softmax_active(z, self.active)
+
+    def _grad_add(self, x: np.ndarray, label: int, weight) -> None:
+        outs = self.forward(x)
+        p = self._softmax(outs[-1])
+        self.probs = p
+        t = np.zeros(self.rows, F32)
+        t[label] = 1
+        d = np.where(self.active, ((p - t) * F32(weight)).astype(F32), F32(0.0)).astype(F32)
+        first = self.first_trained  # backward ends at the first layer that trains
+        for i in range(len(self.layers) - 1, first - 1, -1):
+            l, tb, off = self.layers[i], self.tables[i], self.offsets[i]
+            y = outs[i]
+            inp = outs[i - 1] if i > 0 else np.asarray(x, F32)
+            if l.act != ACT_NONE:
+                keep = (y > 0) & ((y < 6) if l.act == ACT_RELU6 else True)
+                d = np.where(keep, d, F32(0.0)).astype(F32)
+            if l.kind == GAP:
+                npx = l.in_h * l.in_w
+                d = np.tile((d * (F32(1.0) / F32(npx))).astype(F32), npx)
+                continue
+            if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL):
+                if i > first:
+                    d = _pool_backward(l, tb, inp, d)
+                continue
+            g = self.grads
+            w, _ = self.layer_params(i)
+            if l.train == TRAIN_ALL:
+                gw = g[off:off + l.n_weights]
+                g[off:off + l.n_weights] = _acc(gw, _terms(tb.gw, d, inp))
+            if l.train != TRAIN_FROZEN:
+                bo = off + l.n_train - l.out_c
+                g[bo:bo + l.out_c] = _acc(g[bo:bo + l.out_c], _terms(tb.gb, d, _ONE))
+            if i > first:
+                d = _acc(np.zeros(l.in_size, F32), _terms(tb.dx, d, w))
+
+    def _step(self) -> bool:
+        s = self.settings
+        lr, mu, wd, clip = F32(s.lr), F32(s.momentum), F32(s.weight_decay), F32(s.clip_norm)
+        g = self.grads
+        with np.errstate(over="ignore", invalid="ignore"):
+            if clip > 0:
+                norm = np.sqrt(seqsum(g * g)).astype(F32)
+                if not np.isfinite(norm):
+                    return False
+                if norm > clip:
+                    g = (g * F32(clip / norm)).astype(F32)
+            g = np.where(self.is_w, (g + wd * self.params).astype(F32), g).astype(F32)
+            v = (mu * self.mom + g).astype(F32) if not self.cfg.no_momentum else g
+            wn = (self.params - lr * v).astype(F32)
+        if not (np.isfinite(v).all() and np.isfinite(wn).all()):
+            return False
+        if not self.cfg.no_momentum:
+            self.mom = v
+        self.params = wn
+        return True
+
+    # -- calls
+    def predict_f(self, x) -> tuple[int, float]:
+        x = np.asarray(x, F32)
+        if not np.isfinite(x).all():
+            raise LearnerError("TOL_ERR_NONFINITE")
+        z = self.forward(x)[-1]
+        if not self.active.any():
+            self.probs = np.zeros(self.rows, F32)
+            return -1, 0.0
+        idx = np.flatnonzero(self.active)
+        best = int(idx[np.argmax(z[idx])])
+        self.probs = self._softmax(z)
+        return best, float(self.probs[best])
+
+    def predict(self, q) -> tuple[int, float]:
+        return self.predict_f(self._deq(q))
+
+    def _update(self) -> bool:
+        s = self.settings
+        replay = s.mode == MODE_REPLAY and self.replay is not None
+        n_old = s.n_old if (replay and self.replay.fill > 0) else 0
+        weight = F32(1.0) / F32(len(self.pending) + n_old)
+        self.grads = np.zeros(self.n_params, F32)
+        for x, y in self.pending:
+            self._grad_add(x, y, weight)
+        for _ in range(n_old):
+            xr, yr = self.replay.get(self.replay.draw())
+            self._activate(yr)
+            self._grad_add(xr, yr, weight)
+        if not self._step():
+            self.rejected += 1
+            return False
+        self.updates += 1
+        if replay:
+            self.replay.add_batch(np.stack([x for x, _ in self.pending]),
+                                  [y for _, y in self.pending])
+        return True
+
+    # -- the stage image (tol_stage_image_read / tol_stage_push_commit)
+    def image(self) -> bytes:
+        """Every parameter as float32 LE, then the active flags (uint8[rows]): GET_STAGE's bytes."""
+        return self.params.astype("<f4").tobytes() + self.active.astype(np.uint8).tobytes()
+
+    def load_image(self, image: bytes) -> None:
+        """SET_STAGE's commit: parameters and flags replaced, momentum and the queue cleared
+        (class counts, replay buffer, PRNG and counters kept); a bad image changes nothing."""
+        if len(image) != 4 * self.n_params + self.rows:
+            raise LearnerError("TOL_ERR_RANGE")
+        flags = np.frombuffer(image, np.uint8, self.rows, 4 * self.n_params)
+        params = np.frombuffer(image, "<f4", self.n_params).astype(F32)
+        if (flags > 1).any():
+            raise LearnerError("TOL_ERR_RANGE")
+        if not np.isfinite(params).all():
+            raise LearnerError("TOL_ERR_NONFINITE")
+        self.params = params.copy()
+        self.active = flags.astype(bool)
+        self.mom = np.zeros(self.n_params, F32)
+        self.pending = []

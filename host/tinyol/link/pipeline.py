@@ -1,0 +1,473 @@
+"""Pipelined requests over one Link: exactly-once, reset-aware (the engine of tinyol.link.stream).
+
+:class:`Pipeline` keeps up to ``window`` requests in flight over one
+:class:`~tinyol.link.protocol.Link` so the serial line never idles while the device
+computes. Every request keeps its frame; when its reply is missing the
+*identical* frame is sent again and the device answers from its reply cache
+(docs/protocol.md, "Exactly once"), so a SAMPLE is never learned twice.
+
+How a missing reply is noticed:
+
+* order: the device handles requests one at a time, in arrival order, and
+  replies in that order. A reply to request E proves that every request sent
+  before E (whose reply has not come) was lost on the way, in either direction:
+  it is resent at once (like TCP's fast retransmit);
+* time: a request without a reply after ``timeout`` s is resent, and an INFO
+  request checks the boot counter (a reset device is reported, never fed on);
+* a ``tinyol boot`` line, or a ``samples_seen`` that repeats or goes back by
+  more than a window, means the device reset: :class:`~tinyol.link.protocol.DeviceReset`.
+
+Order: the device learns the samples in the order sent, lost frames or not.
+When a request is lost on the way, the SAMPLEs sent after it reach the device
+first; it refuses them unexecuted with ``ERR_ORDER`` (docs/protocol.md, "Order")
+and the host sends the missing request again, then each refused one, in send
+order (go-back-N: :meth:`Pipeline._go_back`). Every SAMPLE reply carries the
+device's sample counter after it (``Record.samples_seen``, logged by `--log`).
+
+The device caches the replies of its last 8 executed requests. A resend is
+safe only while fewer than 8 others can have executed after the request, so a
+new request goes out only while, for every unanswered request, the others sent
+or resent since it (a resend may be a first execution) plus those unanswered
+stay below the window (:meth:`Pipeline._exposure`); one of the 8 slots is kept
+for the INFO check: at most 7 samples in flight.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from .._defs import Msg, Status
+from ..errors import TinyolError
+from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Link, LinkTimeout, info_reply
+
+DEVICE_CACHE = 8          # TOL_APP_REPLY_CACHE: requests a host may have in flight
+MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
+DEFAULT_WINDOW = 4
+UART_BAUD = 115200
+
+
+# --------------------------------------------------------------------------- pipeline
+@dataclass
+class _Pending:
+    tag: object
+    frame: Frame
+    wire: bytes
+    first_tx: int = 0
+    last_tx: int = 0
+    t_first: float = 0.0
+    t_last: float = 0.0
+    attempts: int = 0
+    done: bool = False
+    reply: Frame | None = None
+    control: bool = False
+    latency: float = 0.0
+    seq_tx: int = 0           # transmission number of the current seq's first transmission
+    silent: int = 0           # timeouts in a row with not a byte received since the last transmission
+    spurious: bool = False    # a second reply came: the resend was needless
+
+
+@dataclass
+class Completion:
+    """One request's outcome, delivered in submission order."""
+    tag: object
+    msg: int
+    payload: bytes            # reply payload (empty on error)
+    status: int = 0           # 0, or the device's error status for this request
+    latency: float = 0.0      # seconds from the first transmission to the reply
+    attempts: int = 1
+
+
+@dataclass
+class PipelineStats:
+    requests: int = 0
+    resends: int = 0
+    resend_order: int = 0     # resent because a later reply arrived first
+    resend_timeout: int = 0   # resent after the timeout
+    resend_damage: int = 0    # resent at once because a damaged frame came back
+    resend_gap: int = 0       # resent because the device refused it as out of order (ERR_ORDER)
+    info_checks: int = 0
+    link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
+    damaged: int = 0          # frames from the device that failed their checks on the host
+    late: int = 0             # resends found needless (a second reply came): the device was slow, not lost
+    rto: float = 0.0          # resend timeout at the end (adaptive, seconds)
+    srtt: float = 0.0         # smoothed reply time (seconds)
+
+
+class Pipeline:
+    """Pipelined request/reply over a Link with exactly-once resends.
+
+    Use :meth:`run` with an iterable of ``(tag, msg, payload)``; it yields one
+    :class:`Completion` per request in the same order. ``boot_count`` is the
+    device's boot counter at session start (INFO); a change raises DeviceReset.
+    """
+
+    RTO_MIN = 0.2             # s: floor of the adaptive resend timeout (Linux TCP's; below it,
+                              # scheduling pauses of a busy host cause needless resends)
+    RTO_BACKOFF_MAX = 64      # a request's timeout doubles per resend, up to this factor
+
+    def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
+                 timeout: float = 1.0, retries: int = 8, patience: float = 120.0,
+                 adaptive: bool = True, baud: int | None = None):
+        if not 1 <= window <= DEVICE_CACHE:
+            raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
+        self.link = link
+        self.boot_count = boot_count
+        self.window = min(window, MAX_WINDOW)
+        self.timeout = timeout        # initial resend timeout (and the cap of the adaptive one)
+        self.retries = retries        # resends met by complete silence before the device counts as gone
+        self.patience = patience      # s without any answered request before a live but damaged link gives up
+        self.adaptive = adaptive
+        # a real UART adds the frame's transmission time at `baud` (8N1); emulators' sockets do not
+        url = getattr(link, "url", "") or ""
+        self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
+        self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
+        self.on_check: Callable[[], None] | None = None  # before an INFO check is transmitted
+        self.info_check = True    # an INFO check after a timeout (off while resuming)
+        self.rto = timeout
+        self.rto_floor = min(timeout, self.RTO_MIN)
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self._last_rx = time.monotonic()
+        self._last_progress = time.monotonic()
+        self._recent: dict[int, _Pending] = {}  # delivered resent requests, by seq
+        self.stats = PipelineStats()
+        self._tx = 0
+        self._history: collections.deque[int] = collections.deque(maxlen=4 * DEVICE_CACHE)
+        self._info_armed = True  # one INFO check per stall, re-armed by a data reply
+        self._queue: collections.deque[_Pending] = collections.deque()  # send order
+        self._by_seq: dict[int, _Pending] = {}
+        self._boot_lines = len(link.boot_lines)
+        self.completed = 0        # requests delivered to the caller (data, not control)
+
+    # -- sending
+    def _transmit(self, p: _Pending, fresh: bool = False) -> None:
+        self._tx += 1
+        now = time.monotonic()
+        if fresh:
+            p.seq_tx = self._tx
+        if not p.attempts:
+            p.first_tx, p.t_first = self._tx, now
+        else:
+            self.stats.resends += 1
+            self.link.stats.retries += 1
+        p.last_tx, p.t_last = self._tx, now
+        p.attempts += 1
+        self.link.write(p.wire)
+
+    def _new(self, tag, msg: int, payload: bytes, control: bool = False,
+             seq: int | None = None) -> _Pending:
+        """A new request; `seq` given: a request of an earlier session sent again with its
+        own seq (the identical frame: the device answers it from its cache if it ran)."""
+        resend = seq is not None
+        while seq is None or seq in self._by_seq:
+            seq = self.link.next_seq()
+        f = Frame(int(msg), seq, bytes(payload))
+        p = _Pending(tag, f, f.encode(), control=control, attempts=int(resend))
+        self._queue.append(p)
+        self._by_seq[seq] = p
+        self.link.stats.requests += 1
+        if not control:
+            self.stats.requests += 1
+            if self.on_send is not None:
+                self.on_send(tag, seq)  # write-ahead: logged before it can reach the device
+        self._transmit(p, fresh=True)
+        if resend:
+            p.first_tx, p.t_first = p.last_tx, p.t_last
+        return p
+
+    def _exposure(self, x: _Pending) -> int:
+        """How many other requests may execute on the device after `x` did, at most.
+
+        The device keeps the replies of its last DEVICE_CACHE executed requests, so `x` may
+        be resent safely only while fewer than DEVICE_CACHE others executed after it. Any
+        of them was transmitted after x's seq was first sent, or is still unanswered (and
+        will be resent): count those, answered ones from a short history included. A resend
+        can be a request's *first* execution (its first copy was lost), so resends count."""
+        n = sum(1 for q in self._queue if q is not x and (not q.done or q.last_tx > x.seq_tx))
+        return n + sum(1 for t in self._history if t > x.seq_tx)
+
+    def _may_send(self, limit: int, exclude: _Pending | None = None) -> bool:
+        """May one more new request go out, keeping every unanswered request's exposure
+        below `limit` (DEVICE_CACHE: the device's cache; the window for samples)?"""
+        return all(self._exposure(q) + 1 <= limit - 1
+                   for q in self._queue if not q.done and q is not exclude)
+
+    # -- receiving
+    def _check_lines(self) -> None:
+        lines = self.link.boot_lines
+        if len(lines) > self._boot_lines:
+            raise DeviceReset(
+                f"the device reset during the stream ({lines[-1]!r}) after {self.completed} "
+                "samples; its learned state since the last save is gone",
+                hint="restart the stream; results before and after a reset are not comparable")
+        # a fault report is a reset too (the device reboots or exits after it)
+        for line in self.link.stats.device_lines[-3:]:
+            if line.startswith("tinyol fault"):
+                raise DeviceReset(f"the device crashed after {self.completed} samples: {line}",
+                                  hint="this is a firmware bug; please report the line above")
+
+    def _spurious(self, p: _Pending) -> None:
+        """A second reply to a resent request: both copies reached the device, so the
+        resend was needless and the first reply answered the *first* copy (the device
+        replies in order). Its latency is then a true round-trip sample (Karn's rule
+        excludes resent requests only because that is unknown), and the timeout was too
+        short: feed it in (as TCP's Eifel/F-RTO detection of spurious timeouts does)."""
+        p.spurious = True
+        self.stats.late += 1
+        if self.adaptive:
+            r = p.latency - self._wire_time(p)
+            # the floor learns the longest stall seen (a busy host, an emulator), so one
+            # stall does not cost a resend of every request in flight each time it recurs
+            self.rto_floor = min(self.timeout, max(self.rto_floor, 1.5 * r))
+            self._rtt_update(r)
+
+    def _resend_oldest(self, since: float) -> None:
+        """A damaged frame arrived (from the device, or reported by it): the oldest
+        unanswered request's exchange is the likeliest casualty. Resend it at once, unless
+        it was sent again after the damage was seen (fast retransmit on evidence; an
+        unneeded resend is answered from the device's cache)."""
+        for q in self._queue:
+            if not q.done:
+                if q.t_last < since:
+                    self.stats.resend_damage += 1
+                    self._transmit(q)
+                return
+
+    def _rtt_sample(self, p: _Pending) -> None:
+        """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
+        (Karn: a resent request's reply may answer either copy); RTO = SRTT + 4 RTTVAR."""
+        if p.attempts != 1 or not self.adaptive:
+            return
+        self._rtt_update(p.latency - self._wire_time(p))
+
+    def _rtt_update(self, r: float) -> None:
+        if self._srtt is None:
+            self._srtt, self._rttvar = r, r / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - r)
+            self._srtt = 0.875 * self._srtt + 0.125 * r
+        self.rto = min(self.timeout, max(self.rto_floor, self._srtt + 4 * self._rttvar))
+        self.stats.rto, self.stats.srtt = self.rto, self._srtt
+
+    def _wire_time(self, p: _Pending) -> float:
+        """Seconds the request and a reply of the same size spend on a UART (0 on sockets)."""
+        return self.byte_time * (len(p.wire) + 32)
+
+    def _deadline(self, p: _Pending) -> float:
+        """When `p` is resent: the adaptive timeout plus its frame's wire time, doubled per
+        resend met by silence (exponential backoff, as TCP; a damaged reply shows the device
+        is there, so it does not back off)."""
+        back = min(2 ** p.silent, self.RTO_BACKOFF_MAX)  # back off on silence, not on damage
+        # counted from the last byte received too: while replies flow, a lost request is
+        # found by order (a later one answered first), the timer is for silence
+        wait = min(self.rto * back, max(4 * self.timeout, self.rto))  # silence is named within ~30 s
+        return max(p.t_last, self._last_rx) + wait + self._wire_time(p)
+
+    def _on_frame(self, f: Frame) -> None:
+        if f.seq == 0:
+            if f.type == Msg.ERROR:
+                self.stats.link_errors += 1  # something we sent was damaged: resend the oldest
+                self._resend_oldest(time.monotonic())
+            return
+        p = self._by_seq.get(f.seq) or self._recent.get(f.seq)
+        if p is None or p.done:
+            if p is not None and p.attempts > 1 and f.seq == p.frame.seq and not p.spurious:
+                self._spurious(p)
+            return  # a stale or repeated reply
+        if f.type != Msg.ERROR and f.type != p.frame.type | REPLY_FLAG:
+            return  # cannot be ours (a corrupted frame that passed CRC is not expected)
+        if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_FULL \
+                and p.attempts > 1 and p.frame.type in (Msg.PREDICT, Msg.EMBED, Msg.INFO, Msg.STATS):
+            # the device executed it but no longer keeps that (large) reply
+            if p.control:
+                pass  # an INFO check without a verdict: done; the next timeout asks again
+            elif self._may_send(DEVICE_CACHE, exclude=p):
+                self._reissue(p)  # idempotent: run it again under a new seq
+                return
+            else:
+                return  # no room in the device's cache yet: the timeout resends, then we retry
+        if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_ORDER:
+            self._go_back(p)  # refused, not executed: an earlier request is missing
+            return
+        p.done, p.reply = True, f
+        p.latency = time.monotonic() - p.t_first
+        self._last_progress = time.monotonic()
+        self._rtt_sample(p)
+        # order: everything transmitted before this request's first transmission was lost
+        for q in self._queue:
+            if q is p:
+                break
+            if not q.done and q.last_tx < p.first_tx:
+                self.stats.resend_order += 1
+                self._transmit(q)
+
+    def _go_back(self, p: _Pending) -> None:
+        """The device refused `p` unexecuted (ERR_ORDER): a request sent before it has not
+        reached the device. Resend the missing ones not sent again since `p` was, then `p`
+        (go-back-N): the device learns in the order sent, each sample once."""
+        missing = False
+        for q in self._queue:
+            if q is p:
+                break
+            if not q.done:
+                missing = True
+                if q.last_tx < p.last_tx:
+                    self.stats.resend_order += 1
+                    self._transmit(q)
+        if not missing:
+            raise TinyolError(
+                f"the device refuses request seq {p.frame.seq} as out of order (ERR_ORDER), but "
+                "every request sent before it was answered",
+                hint="another program may be talking to the device; restart the stream")
+        self.stats.resend_gap += 1
+        self._transmit(p)
+
+    def _reissue(self, p: _Pending) -> None:
+        """Send an idempotent request again under a fresh seq (its old reply is gone)."""
+        del self._by_seq[p.frame.seq]
+        self._history.append(p.last_tx)  # the old seq executed: it holds a cache slot
+        seq = self.link.next_seq()
+        p.frame = Frame(p.frame.type, seq, p.frame.payload)
+        p.wire = p.frame.encode()
+        self._by_seq[seq] = p
+        self._transmit(p, fresh=True)
+
+    def _on_info(self, p: _Pending) -> None:
+        if p.reply.type == Msg.ERROR:
+            return  # no verdict (e.g. ERR_FULL for a stale INFO); the next timeout asks again
+        info = info_reply(p.reply.payload)
+        if info.boot_count != self.boot_count:
+            raise DeviceReset(
+                f"the device reset during the stream (boot counter {self.boot_count} -> "
+                f"{info.boot_count}) after {self.completed} samples; its learned state since the "
+                "last save is gone",
+                hint="restart the stream; results before and after a reset are not comparable")
+
+    def observed(self) -> str:
+        s = self.stats
+        parts = [f"{s.damaged} damaged frames from the device",
+                 f"{s.link_errors} reports of damaged frames it received",
+                 f"{self.link.stats.bytes_in} bytes received in all"]
+        if s.late:
+            parts.append(f"{s.late} replies slower than the timeout")
+        return ", ".join(parts)
+
+    def _timeouts(self) -> None:
+        now = time.monotonic()
+        late = [p for p in self._queue if not p.done and now >= self._deadline(p)]
+        if not late:
+            return
+        for p in late:
+            if self._last_rx < p.t_last:
+                p.silent += 1   # not one byte since it was (re)sent
+            else:
+                p.silent = 0
+            if p.silent > self.retries:
+                raise DeviceGone(
+                    f"the device went silent after {self.completed} samples: not one byte came "
+                    f"back during {p.silent} resends over {now - self._last_rx:.1f} s "
+                    f"(before that: {self.observed()})",
+                    hint="the board was unplugged or hung, or the emulator stopped; "
+                         "a slow device needs a larger --timeout or --retries")
+        if now - self._last_progress > self.patience:
+            damaged = self.stats.damaged + self.stats.link_errors
+            what = ("the link damages nearly every frame" if damaged
+                    else "the device answers, but not these requests")
+            raise LinkTimeout(
+                f"no request answered for {now - self._last_progress:.0f} s after {self.completed} "
+                f"samples; the device is alive but {what} ({self.observed()})",
+                hint="check the cable, the baud rate and electrical noise; --patience waits longer")
+        if self.info_check and self._info_armed and not any(q.control and not q.done for q in self._queue) \
+                and self._may_send(DEVICE_CACHE):
+            self._info_armed = False
+            self.stats.info_checks += 1
+            if self.on_check is not None:
+                self.on_check()  # write-ahead: --resume counts the requests the run made
+            self._new("info-check", Msg.INFO, b"", control=True)
+        for p in late:
+            if not p.done:
+                self.stats.resend_timeout += 1
+                self._transmit(p)
+
+
+    def _pump(self, wait: float) -> None:
+        """Handle what arrives within `wait` seconds; returns early once the oldest is answered."""
+        deadline = time.monotonic() + wait
+        link = self.link
+        while True:
+            data = link.read(deadline - time.monotonic())
+            if data:
+                self._last_rx = time.monotonic()
+                g = link.stats.garbage_frames
+                for f in link.receive(data):  # every complete frame, none left behind
+                    self._on_frame(f)
+                damaged = link.stats.garbage_frames - g
+                self.stats.damaged += damaged
+                if damaged:
+                    self._resend_oldest(self._last_rx)
+                self._check_lines()
+            if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
+                break
+        self._timeouts()
+
+    def _deliver(self) -> Iterator[Completion]:
+        while self._queue and self._queue[0].done:
+            p = self._queue.popleft()
+            self._history.append(p.last_tx)
+            if p.attempts > 1 and p.frame.seq not in self._recent:  # for spurious-timeout detection
+                self._recent[p.frame.seq] = p
+                while len(self._recent) > 4 * DEVICE_CACHE:
+                    self._recent.pop(next(iter(self._recent)))
+            if not p.control:
+                self._info_armed = True
+            del self._by_seq[p.frame.seq]
+            if p.control:
+                self._on_info(p)
+                continue
+            f = p.reply
+            status = f.payload[0] if f.type == Msg.ERROR else 0
+            self.completed += 1
+            yield Completion(p.tag, p.frame.type, b"" if status else f.payload, status,
+                             p.latency, p.attempts)
+
+    def run(self, requests: Iterable[tuple[object, int, bytes]]) -> Iterator[Completion]:
+        """Send every request (keeping the window full); yield completions in order.
+
+        `requests` may yield :data:`NOT_YET` when no request is ready (a live source,
+        see :class:`Prefetch`); replies keep being handled meanwhile."""
+        it = iter(requests)
+        more = True
+        while more or self._queue:
+            while more and self._may_send(self.window):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    more = False
+                    break
+                if item is NOT_YET:
+                    break
+                self._new(*item)  # (tag, msg, payload) or (tag, msg, payload, False, seq)
+            yield from self._deliver()
+            if self._queue:
+                self._pump(min(self.rto, 0.05) if self._queue[0].done else self._wait_for_oldest())
+                yield from self._deliver()
+
+    def _wait_for_oldest(self) -> float:
+        """How long _pump may wait: until the earliest resend deadline (at least 1 ms)."""
+        now = time.monotonic()
+        nxt = min((self._deadline(q) for q in self._queue if not q.done), default=now + self.rto)
+        return min(max(0.001, nxt - now), max(self.rto, 0.001))
+
+    def drain(self, limit: float | None = None) -> list[Completion]:
+        """Collect the replies still in flight (after Ctrl-C), giving up after `limit` s."""
+        out: list[Completion] = []
+        deadline = time.monotonic() + (limit if limit is not None else 3 * self.timeout)
+        while self._queue and time.monotonic() < deadline:
+            self._pump(min(0.05, self.timeout))
+            out.extend(self._deliver())
+        return out
+
+
+NOT_YET = object()  # from a live source: no request ready yet

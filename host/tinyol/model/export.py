@@ -1,0 +1,962 @@
+"""Split a Keras model into an int8 backbone and a float head; write everything the firmware needs.
+
+``export_model(model, out_dir, ...)`` writes into ``out_dir``:
+
+``backbone.tflite``           int8-in/int8-out TFLite flatbuffer of the backbone (post-training quantized)
+``backbone.c/.h``             ahead-of-time C for the backbone (``tinyol.model.codegen.generate_backbone``)
+``model_data.c/.h``           the flatbuffer as a C array (also from codegen)
+``head_init.c``               initial head weights ``tol_head_init_weight`` [C_max][D], ``tol_head_init_bias``
+``head_init.npz``             the same as W [C_max,D] float32, b [C_max] float32, n_classes int
+``config.h``                  sizes, quantization, learner defaults, memory budget + ``_Static_assert``s
+``manifest.json``             all of the above for the host tools, with sha256 of every artifact
+
+Every generated file starts with the tinyol banner and is byte-for-byte reproducible.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import struct
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import __version__, memory
+from ..boards import BOARDS, get_board
+from ..data.datasets import load_source
+from ..errors import TinyolError
+from ..learn.stage import Layer, stage_memory
+from ..memory import Model
+from .codegen import generate_backbone, op_layer
+from .cwriter import banner, c_float, float_array
+from .folder import read_manifest
+from .stage_export import config_lines, grow_rows, stage_from_keras, stage_summary, write_stage_init
+from .tflite import parse_model, split_classifier
+
+# Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
+# that use them; they take seconds to load, and rewriting a config or reading a .tflite does not.
+
+# Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
+DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
+                       replay_n_new=1, replay_n_old=16, seed=1)  # docs/study.md
+REPLAY_BITS = (32, 8, 7)
+
+CALIB_MAX_SAMPLES = 500
+CALIB_SEED = 0
+
+ARTIFACTS = ("backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
+             "head_init.c", "head_init.npz", "config.h", "stage_init.c", "stage_init.npz")
+
+HEAD_CLASSIFIER = 0
+HEAD_AUTOENCODER = 1
+
+Echo = Callable[[str], None]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def model_hash(tflite: bytes) -> int:
+    """TOL_MODEL_HASH: first 4 bytes of sha256(backbone.tflite), little-endian."""
+    return struct.unpack("<I", hashlib.sha256(tflite).digest()[:4])[0]
+
+
+@contextlib.contextmanager
+def quiet_fds():
+    """Silence C/C++ chatter on fds 1 and 2 (TFLite converter, TFLM allocation errors).
+
+    Set TINYOL_VERBOSE=1 to see it."""
+    if os.environ.get("TINYOL_VERBOSE"):
+        yield
+        return
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved + [null]:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# TFLite flatbuffer inspection (schema bundled with TensorFlow)
+
+@dataclass
+class TensorIO:
+    shape: list[int]
+    dtype: str
+    scale: float
+    zero_point: int
+
+
+_TFL_TYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
+
+
+def import_tf():
+    """Import TensorFlow with its start-up chatter on fds 1/2 silenced."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        with quiet_fds():
+            import tensorflow as tf
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise TinyolError("TensorFlow is needed for export", hint="pip install 'tinyol[ml]'") from e
+    return tf
+
+
+def _schema():
+    import_tf()
+    try:
+        from tensorflow.lite.python import schema_py_generated as s
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise TinyolError("TensorFlow is needed for export",
+                          hint="pip install 'tinyol[ml]'") from e
+    return s
+
+
+def read_tflite(data: bytes):
+    s = _schema()
+    try:
+        return s.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    except Exception as e:
+        raise TinyolError(f"not a TFLite flatbuffer ({e.__class__.__name__})") from None
+
+
+def _tensor_io(m, idx: int) -> TensorIO:
+    t = m.subgraphs[0].tensors[idx]
+    q = t.quantization
+    scale = float(q.scale[0]) if q is not None and q.scale is not None and len(q.scale) else 0.0
+    zp = int(q.zeroPoint[0]) if q is not None and q.zeroPoint is not None and len(q.zeroPoint) else 0
+    return TensorIO([int(d) for d in t.shape], _TFL_TYPES.get(t.type, f"type{t.type}"), scale, zp)
+
+
+def tflite_io(data: bytes) -> tuple[TensorIO, TensorIO]:
+    m = read_tflite(data)
+    if len(m.subgraphs) != 1:
+        raise TinyolError(f"backbone must have one subgraph, has {len(m.subgraphs)}")
+    sg = m.subgraphs[0]
+    if len(sg.inputs) != 1 or len(sg.outputs) != 1:
+        raise TinyolError(f"backbone must have one input and one output, has "
+                          f"{len(sg.inputs)} and {len(sg.outputs)}")
+    return _tensor_io(m, int(sg.inputs[0])), _tensor_io(m, int(sg.outputs[0]))
+
+
+def tflite_ops(data: bytes) -> list[str]:
+    """Operator names in execution order (e.g. ['CONV_2D', 'RESHAPE', 'FULLY_CONNECTED'])."""
+    s = _schema()
+    names = {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
+    m = read_tflite(data)
+    out = []
+    for op in m.subgraphs[0].operators:
+        oc = m.operatorCodes[op.opcodeIndex]
+        code = max(int(oc.builtinCode), int(oc.deprecatedBuiltinCode))
+        out.append(names.get(code, f"OP{code}"))
+    return out
+
+
+def tflite_macs(data: bytes) -> int:
+    """Multiply-accumulates of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED ops."""
+    m = read_tflite(data)
+    sg = m.subgraphs[0]
+    total = 0
+    for op, name in zip(sg.operators, tflite_ops(data)):
+        out = sg.tensors[int(op.outputs[0])].shape
+        w = sg.tensors[int(op.inputs[1])].shape if len(op.inputs) > 1 else None
+        n_out = int(np.prod(out))
+        if name == "CONV_2D":            # w [Cout, kh, kw, Cin]
+            total += n_out * int(w[1] * w[2] * w[3])
+        elif name == "DEPTHWISE_CONV_2D":  # w [1, kh, kw, Cout]
+            total += n_out * int(w[1] * w[2])
+        elif name == "FULLY_CONNECTED":  # w [Cout, Cin]
+            total += n_out * int(w[1])
+    return total
+
+
+def tflm_arena_bytes(data: bytes) -> int | None:
+    """Tensor arena TFLM's Python runtime (host build, 64-bit pointers) allocates for this model.
+
+    Read from the runtime's RecordingMicroAllocator report ("Arena allocation total N bytes").
+    None when the runtime is not installed or does not report.
+    """
+    try:
+        import_tf()
+        with quiet_fds():
+            from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        return None
+    arena = max(1 << 20, 16 * len(data))
+    with tempfile.TemporaryFile() as log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            it = runtime.Interpreter.from_bytes(data, arena_size=arena)
+            it.print_allocations()
+        except Exception:
+            return None
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        log.seek(0)
+        m = re.search(rb"Arena allocation total (\d+) bytes", log.read())
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Keras side
+
+def _keras():
+    import_tf()
+    try:
+        import keras
+    except ImportError as e:  # pragma: no cover
+        raise TinyolError("TensorFlow/Keras is needed for export",
+                          hint="pip install 'tinyol[ml]'") from e
+    return keras
+
+
+def load_keras(path: str):
+    keras = _keras()
+    if not os.path.exists(path):
+        raise TinyolError(f"model file {path!r} not found")
+    try:
+        return keras.models.load_model(path, compile=False)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        if "not found" in msg.lower() or "zip" in msg.lower() or "signature" in msg.lower():
+            # Keras says "File not found" for a file that exists but is no .keras zip / HDF5
+            msg = "not a readable Keras model file (corrupt, truncated, or not .keras/.h5)"
+        raise TinyolError(f"cannot load Keras model {path!r}: {msg}",
+                          hint="save it with model.save('name.keras'); or export an int8 .tflite") from None
+
+
+_PASS_AFTER_HEAD = {"Softmax", "Dropout"}
+_RECURRENT = {"LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D", "ConvLSTM2D",
+              "ConvLSTM3D", "TimeDistributed"}
+
+
+def find_split(model, split: str | int | None):
+    """The head layer: ``split`` (name or index) or, by default, the last Dense layer."""
+    layers = [l for l in model.layers if l.__class__.__name__ != "InputLayer"]
+    if split is None:
+        dense = [l for l in layers if l.__class__.__name__ == "Dense"]
+        if not dense:
+            raise TinyolError(f"model {model.name!r} has no Dense layer to use as the head",
+                              hint="name the head layer with --split")
+        head = dense[-1]
+    else:
+        try:
+            head = (model.layers[int(split)] if str(split).lstrip("-").isdigit()
+                    else model.get_layer(str(split)))
+        except (ValueError, IndexError):
+            raise TinyolError(f"no layer {split!r} in model {model.name!r}",
+                              hint="layers: " + ", ".join(l.name for l in layers)) from None
+    kind = head.__class__.__name__
+    if kind != "Dense":
+        raise TinyolError(f"split layer {head.name!r} is a {kind}; the trainable head must be a Dense "
+                          f"layer")
+    act = getattr(head.activation, "__name__", str(head.activation))
+    if act not in ("linear", "softmax"):
+        raise TinyolError(f"head layer {head.name!r} has activation {act!r}; the device head is linear "
+                          f"(+softmax for classes)",
+                          hint="a sigmoid head becomes Dense(2)+softmax" if act == "sigmoid"
+                          else "make the last Dense linear or softmax; keep other activations in the backbone")
+    if len(head.input.shape) != 2:
+        raise TinyolError(f"head layer {head.name!r} takes a {len(head.input.shape) - 1}-D input; it "
+                          f"must take a flat vector (add Flatten before it)")
+    idx = layers.index(head)
+    for l in layers[idx + 1:]:
+        k = l.__class__.__name__
+        la = getattr(getattr(l, "activation", None), "__name__", "")
+        if not (k in _PASS_AFTER_HEAD or (k == "Activation" and la in ("softmax", "linear"))):
+            raise TinyolError(f"layer {l.name!r} ({k}) comes after the head {head.name!r}; only "
+                              f"softmax may follow the head", hint="choose another --split layer")
+    if len(model.inputs) != 1:
+        raise TinyolError(f"model has {len(model.inputs)} inputs; tinyol needs exactly one")
+    for l in layers[:idx]:
+        k = l.__class__.__name__
+        if k in _RECURRENT or "RNN" in k or "LSTM" in k or "GRU" in k:
+            # TF 2.21's int8 calibrator crashes (segfault) on recurrent layers: refuse them first
+            raise TinyolError(f"layer {l.name!r} ({k}) is not supported: recurrent layers have no "
+                              f"int8 kernel in tinyol", hint="use Conv1D/Dense over a window instead")
+    return head
+
+
+def stage_first(model, split):
+    """The first layer of an adaptive stage when ``split`` names a layer before the head (the
+    last Dense layer), else None (the one-layer TinyOL head)."""
+    if split is None:
+        return None
+    layers = [l for l in model.layers if l.__class__.__name__ != "InputLayer"]
+    try:
+        first = (model.layers[int(split)] if str(split).lstrip("-").isdigit()
+                 else model.get_layer(str(split)))
+    except (ValueError, IndexError):
+        raise TinyolError(f"no layer {split!r} in model {model.name!r}",
+                          hint="layers: " + ", ".join(l.name for l in layers)) from None
+    dense = [l for l in layers if l.__class__.__name__ == "Dense"]
+    if first not in layers or not dense or first is dense[-1]:
+        return None
+    if layers.index(first) > layers.index(dense[-1]):
+        return None  # find_split explains what is wrong with it
+    return first
+
+
+def calibration_data(calib: str | None, input_shape: tuple[int, ...], *,
+                     label_column=None, echo: Echo = lambda s: None) -> tuple[np.ndarray, str]:
+    """Up to CALIB_MAX_SAMPLES samples shaped like the model input, and a description."""
+    rng = np.random.default_rng(CALIB_SEED)
+    n_feat = int(np.prod(input_shape))
+    if calib is None:
+        X = rng.uniform(0.0, 1.0, (200,) + tuple(input_shape)).astype(np.float32)
+        return X, "random uniform [0,1) inputs (no --calib given: ranges are guesses)"
+
+    X, _, _ = load_source(calib, label_column=label_column)
+    if int(np.prod(X.shape[1:])) != n_feat:
+        raise TinyolError(f"calibration data {calib!r} has {int(np.prod(X.shape[1:]))} values per "
+                          f"sample, the model input {list(input_shape)} needs {n_feat}")
+    X = X.reshape((-1,) + tuple(input_shape))
+    if len(X) > CALIB_MAX_SAMPLES:
+        X = X[np.sort(rng.choice(len(X), CALIB_MAX_SAMPLES, replace=False))]
+    return X, f"{calib} ({len(X)} samples)"
+
+
+def quantize_backbone(backbone, X: np.ndarray) -> bytes:
+    """Full-integer post-training quantization: int8 in/out, per-channel weights."""
+    import tensorflow as tf
+
+    def rep():
+        for i in range(len(X)):
+            yield [X[i:i + 1]]
+
+    # A fixed batch of 1 lets the converter fold Flatten's shape arithmetic (SHAPE, STRIDED_SLICE,
+    # PACK) into one RESHAPE with a constant shape.
+    keras = _keras()
+    inp = keras.Input(batch_shape=(1,) + tuple(X.shape[1:]), name="input")
+    try:  # a clone keeps the layer names in the TFLite tensor names (codegen's error messages)
+        fixed = keras.models.clone_model(backbone, input_tensors=[inp])
+        fixed.set_weights(backbone.get_weights())
+    except Exception:
+        fixed = keras.Model(inp, backbone(inp), name=backbone.name)
+    conv = tf.lite.TFLiteConverter.from_keras_model(fixed)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = rep
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = tf.int8
+    conv.inference_output_type = tf.int8
+    try:
+        with quiet_fds():
+            return bytes(conv.convert())
+    except Exception as e:
+        lines = [ln for ln in str(e).splitlines() if "error" in ln.lower()] or str(e).splitlines()
+        msg = lines[0].strip() if lines else e.__class__.__name__
+        raise TinyolError(f"TFLite int8 conversion failed: {msg[:300]}",
+                          hint="run with -v for the converter's full message") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# memory budget (the numbers come from tinyol.memory, the model the build and `tinyol info` share)
+
+def replay_entry_bytes(dim: int, bits: int) -> int:
+    return (dim * bits + 7) // 8 + 2
+
+
+def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, arena_bytes: int,
+                 replay_capacity: int, replay_bits: int, replay_n_new: int, replay_n_old: int,
+                 momentum: float, flash_model_bytes: int = 0, stage=None):
+    """A tinyol.memory.Model; stage: the adaptive stage's layers (tinyol.learn.stage.Layer or C-order
+    tuples, the last one grown to `rows`), None for the one-layer head."""
+    if stage is not None:
+        stage = tuple(tuple(l.as_tuple()) if hasattr(l, "as_tuple") else tuple(l) for l in stage)
+    return Model(input_size=input_size, latent_dim=dim, outputs=rows, autoencoder=autoencoder,
+                 arena_bytes=arena_bytes, replay_capacity=replay_capacity, replay_bits=replay_bits,
+                 n_new=replay_n_new, n_old=replay_n_old, momentum=float(momentum) != 0.0,
+                 flash_model_bytes=flash_model_bytes, stage=stage)
+
+
+def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes: int) -> dict:
+    """The manifest's "memory" numbers for a tinyol.memory.Model (and the board's plan)."""
+    parts = model.parts()
+    out = dict(learner_bytes=model.learner(), learner_parts=parts,
+               head_bytes=parts.get("head weights", parts.get("stage weights", 0)) + parts["momentum"],
+               replay_bytes=parts["replay buffer"],
+               weights_bytes=weights_bytes, head_init_bytes=head_init_bytes,
+               firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
+               flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES)
+    if board_name is None:
+        fixed = max(memory.FIXED_RAM1.values()) + (memory.FIXED_RAM1_STAGE_DELTA if model.stage else 0)
+        out["ram_bytes"] = (fixed + memory.STACK_BYTES + model.arena_bytes + model.input_size
+                            + model.latent_dim + model.learner()
+                            + memory.app_bytes(model.input_size, model.latent_dim,
+                                               0 if model.autoencoder else model.outputs))
+        out["firmware_ram_base_bytes"] = fixed + memory.STACK_BYTES
+        return out
+    p = board_plan(model, board_name)
+    out["ram_bytes"] = sum(r.used for r in p.regions)
+    out["firmware_ram_base_bytes"] = p.regions[0].items["firmware"] + memory.STACK_BYTES
+    out["regions"] = {r.title: {"used": r.used, "size": r.size} for r in p.regions}
+    out["learner_region"] = memory.REGION_TITLES[p.learner_region]
+    return out
+
+
+def board_plan(model, board_name: str):
+    """tinyol.memory's plan for `board_name` (the larger of the release and test builds)."""
+    board = get_board(board_name)
+    plans = [memory.plan(model, board.name, memory.board_regions(board), flash_bytes=board.flash_bytes,
+                         test_build=t) for t in (False, True)]
+    return max(plans, key=lambda p: p.over[1])
+
+
+def check_fit(model, board_name: str, *, name: str = "the model", arena_known: bool = True) -> None:
+    """Raise a TinyolError saying by how many bytes and which knob to turn when `model` does not
+    fit `board_name` (RAM exactly as the firmware reserves it; flash as an estimate)."""
+    p = board_plan(model, board_name)
+    if not p.fits:
+        where, over = p.over
+        detail = "; ".join(p.lines()[:-1])
+        others = [b for b in BOARDS if b != board_name and board_plan(model, b).fits]
+        raise TinyolError(
+            f"{name} does not fit {board_name}: {where} over by {'at least ' if not arena_known else ''}"
+            f"{over} bytes ({detail})",
+            hint=p.advice() + (f"; or use --board {others[0]} (it fits there)" if others else ""))
+    if p.flash_needed > p.flash_room:
+        raise TinyolError(
+            f"{name} does not fit {board_name}: flash needs ~{p.flash_needed} bytes, {p.flash_room} "
+            f"are free for the image (the last 1/8 holds the saved state), over by "
+            f"{p.flash_needed - p.flash_room} bytes",
+            hint="use a smaller backbone or a board with more flash (nucleo_l4r5zi: 2 MB)")
+
+
+def choose_replay_capacity(model, board_name: str | None, given: int | None, echo: Echo) -> int:
+    """The replay capacity to export: the user's, else none for an autoencoder, else the largest
+    that fits the board (DEFAULT_LEARNER's without a board), for the one-layer head and for an
+    adaptive stage alike. Says what it chose."""
+    if given is not None:
+        return given
+    if model.autoencoder:
+        echo("replay: none (autoencoder; give --replay-capacity N to keep N latents for replay)")
+        return 0
+    if board_name is None:
+        cap = DEFAULT_LEARNER["replay_capacity"]
+        echo(f"replay: capacity {cap} (the default; give --board to size it to a board, or "
+             f"--replay-capacity)")
+        return cap
+    board = get_board(board_name)
+    caps = [memory.largest_capacity(model, board.name, memory.board_regions(board), test_build=t)
+            for t in (False, True)]
+    cap = min(caps)
+    if cap < 0:
+        model.replay_capacity = 0
+        check_fit(model, board_name)  # raises, saying by how much even without a buffer
+    model.replay_capacity = cap
+    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in "
+         f"{memory.REGION_TITLES[board_plan(model, board_name).learner_region]}; give "
+         f"--replay-capacity N to choose)")
+    return cap
+
+
+# ---------------------------------------------------------------------------------------------
+# writers
+
+def _deterministic_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Like np.savez, but with fixed zip timestamps so the bytes are reproducible."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
+        for name in sorted(arrays):
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            arr = io.BytesIO()
+            np.lib.format.write_array(arr, np.asarray(arrays[name]), allow_pickle=False)
+            z.writestr(info, arr.getvalue())
+    path.write_bytes(buf.getvalue())
+
+
+def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray,
+                    with_backbone_h: bool = False) -> None:
+    rows, dim = W.shape
+    tie = ""
+    if with_backbone_h:  # the generated pieces must agree with each other at compile time
+        tie = ('#include "backbone.h"\n\n'
+               '_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h vs config.h");\n'
+               '_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h vs config.h");\n'
+               '_Static_assert(TOL_BACKBONE_ARENA_BYTES == TOL_BUDGET_ARENA_BYTES, '
+               '"backbone.h vs config.h");\n')
+    text = (
+        banner(source)
+        + "/* Initial weights of the trainable head: W [TOL_HEAD_MAX_CLASSES][TOL_LATENT_DIM]\n"
+          " * row-major [class][latent] (autoencoder: [output][latent]), b [TOL_HEAD_MAX_CLASSES].\n"
+          " * Rows beyond TOL_HEAD_INIT_CLASSES are zero: classes the device has not seen yet. */\n"
+        + '#include "config.h"\n' + tie + "\n"
+        + f"_Static_assert(TOL_HEAD_MAX_CLASSES == {rows}, \"head_init.c does not match config.h\");\n"
+        + f"_Static_assert(TOL_LATENT_DIM == {dim}, \"head_init.c does not match config.h\");\n\n"
+        + "const float tol_head_init_weight[TOL_HEAD_MAX_CLASSES * TOL_LATENT_DIM] = {\n"
+        + float_array(W) + "};\n\n"
+        + "const float tol_head_init_bias[TOL_HEAD_MAX_CLASSES] = {\n"
+        + float_array(b) + "};\n"
+    )
+    (out / "head_init.c").write_text(text, encoding="utf-8")
+
+
+def write_config_h(out: Path, source: str, m: dict, board) -> None:
+    L, mem = m["learner"], m["memory"]
+    d = []
+
+    def define(name, value, doc=""):
+        d.append(f"#define {name:<28} {value}" + (f"  /* {doc} */" if doc else ""))
+
+    define("TOL_MODEL_NAME", json.dumps(m["name"]))
+    define("TOL_MODEL_HASH", f"0x{m['model_hash']:08X}u", "first 4 bytes of sha256(backbone.tflite), LE")
+    define("TOL_INPUT_SIZE", m["input"]["size"], "int8 values per sample")
+    define("TOL_LATENT_DIM", m["latent"]["dim"], "backbone output = head input")
+    define("TOL_INPUT_SCALE", c_float(m["input"]["scale"]), "real = scale * (q - zero_point)")
+    define("TOL_INPUT_ZERO_POINT", f"({m['input']['zero_point']})")
+    define("TOL_LATENT_SCALE", c_float(m["latent"]["scale"]))
+    define("TOL_LATENT_ZERO_POINT", f"({m['latent']['zero_point']})")
+    define("TOL_HEAD_MODE", 1 if m["head"]["mode"] == "autoencoder" else 0, "0 classifier, 1 autoencoder")
+    define("TOL_HEAD_OUT_DIM", m["head"]["out_dim"], "autoencoder target size; 0 for a classifier")
+    define("TOL_HEAD_INIT_CLASSES", m["head"]["init_classes"], "rows trained on the host")
+    define("TOL_HEAD_MAX_CLASSES", m["head"]["max_classes"], "rows allocated on the device")
+    define("TOL_REPLAY_CAPACITY", L["replay_capacity"], "latents kept for replay")
+    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed")
+    define("TOL_LR", c_float(L["lr"]))
+    define("TOL_MOMENTUM", c_float(L["momentum"]))
+    define("TOL_WEIGHT_DECAY", c_float(L["weight_decay"]))
+    define("TOL_REPLAY_N_NEW", L["replay_n_new"], "new samples per update")
+    define("TOL_REPLAY_N_OLD", L["replay_n_old"], "replayed samples per update")
+    define("TOL_SEED", f"{L['seed']}u")
+    define("TOL_HAS_MOMENTUM", 1 if float(L["momentum"]) != 0.0 else 0,
+           "momentum buffers reserved (momentum > 0 at export)")
+    body = "\n".join(d)
+    parts = mem.get("learner_parts", {})
+    bud = [
+        f"#define TOL_BUDGET_ARENA_BYTES        {mem['arena_bytes']}",
+        f"#define TOL_BUDGET_LEARNER_BYTES      {mem['learner_bytes']}  /* "
+        + ", ".join(f"{k} {v}" for k, v in parts.items() if v) + " */",
+        f"#define TOL_FLASH_NEEDED_BYTES        {mem['flash_bytes']}  /* weights + head init + "
+        f"{mem['firmware_flash_base_bytes']} firmware estimate */",
+    ]
+    if board is not None:
+        regions = ", ".join(f"{k} {v['used']}/{v['size']}" for k, v in mem.get("regions", {}).items())
+        bud += [
+            "",
+            f"/* fit checked for board {board.name} at export time (host/tinyol/memory.py): {regions};",
+            f" * learner in {mem.get('learner_region')}. The build re-checks for the board it targets. */",
+            "#ifndef TOL_BOARD_FLASH_BYTES",
+            f"#define TOL_BOARD_FLASH_BYTES         {board.flash_bytes}",
+            "#endif",
+        ]
+    bud += [
+        "",
+        "#ifdef TOL_BOARD_FLASH_BYTES",
+        '_Static_assert(TOL_FLASH_NEEDED_BYTES <= TOL_BOARD_FLASH_BYTES, '
+        '"model does not fit in the board\'s flash");',
+        "#endif",
+    ]
+    stage = ""
+    if m.get("stage"):  # an adaptive stage (docs/adaptive.md): its layers, parameters, memory
+
+        stage = config_lines(m["stage"])
+    text = (banner(source) + "#ifndef TOL_CONFIG_H\n#define TOL_CONFIG_H\n\n"
+            + body + "\n\n/* memory budget (bytes) */\n" + "\n".join(bud) + "\n" + stage
+            + "\n#endif /* TOL_CONFIG_H */\n")
+    (out / "config.h").write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# codegen (written by the kernels work; one call)
+
+def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo):
+    """Write backbone.c/.h and model_data.c/.h. Returns the BackboneInfo."""
+    return generate_backbone(str(tflite_path), str(out), source)
+
+
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """What an export may be told (the keywords of :func:`export_model`, the flags of
+    `tinyol export`), declared once and checked once (:meth:`check`)."""
+    split: str | int | None = None      # the head layer (or an earlier cut: an adaptive stage)
+    calib: str | None = None            # representative data source (None: random inputs)
+    classes: int | None = None          # initial head rows (a .tflite backbone needs it)
+    max_classes: int | None = None      # head rows allocated on the device (new classes)
+    board: str | None = None            # check the fit, size the replay buffer for it
+    class_names: list[str] | None = None
+    mode: str = "auto"                  # auto, classifier or autoencoder
+    name: str | None = None             # default: the model file's stem
+    label_column: object = None         # of a CSV calibration source
+    replay_capacity: int | None = None  # None: the largest that fits --board
+    replay_bits: int = DEFAULT_LEARNER["replay_bits"]
+    lr: float = DEFAULT_LEARNER["lr"]
+    momentum: float = DEFAULT_LEARNER["momentum"]
+    weight_decay: float = DEFAULT_LEARNER["weight_decay"]
+    replay_n_new: int = DEFAULT_LEARNER["replay_n_new"]
+    replay_n_old: int = DEFAULT_LEARNER["replay_n_old"]
+    seed: int = DEFAULT_LEARNER["seed"]
+    stage_train: str | None = None      # lean stage: all, bias or LAYER[:all|bias|frozen],...
+
+    def check(self) -> None:
+        """Raise TinyolError for a setting no export can take (before anything is loaded)."""
+        if self.replay_bits not in REPLAY_BITS:
+            raise TinyolError(f"--replay-bits must be one of 32, 8, 7, not {self.replay_bits}")
+        for k, v in (("replay-capacity", self.replay_capacity), ("replay-n-new", self.replay_n_new),
+                     ("replay-n-old", self.replay_n_old)):
+            if v is not None and v < 0:
+                raise TinyolError(f"--{k} must be >= 0, not {v}")
+        if self.replay_capacity is not None and self.replay_capacity > 0xFFFF:
+            raise TinyolError(f"--replay-capacity must be <= 65535, not {self.replay_capacity}",
+                              hint="the device counts replay slots in 16 bits; leave it out to get "
+                                   "the largest that fits --board")
+        if not 1 <= self.replay_n_new <= 32:
+            raise TinyolError(f"--replay-n-new must be 1..32, not {self.replay_n_new}",
+                              hint="fresh samples per update: the device batches at most 32")
+        if self.replay_n_old > 1024:
+            raise TinyolError(f"--replay-n-old must be <= 1024, not {self.replay_n_old}",
+                              hint="replayed samples per update; 16 is the studied default")
+        if not 0.0 <= self.momentum < 1.0:
+            raise TinyolError(f"--momentum must be in [0, 1), not {self.momentum}",
+                              hint="0 (the default) reserves no momentum buffers on the device")
+        if self.mode not in ("auto", "classifier", "autoencoder"):
+            raise TinyolError(f"unknown head mode {self.mode!r}")
+
+
+def export_model(model_path: str, out_dir: str, settings: ExportSettings | None = None, *,
+                 echo: Echo = lambda s: None, **kw) -> dict:
+    """Export a Keras model (.keras/.h5) or an int8 .tflite backbone to ``out_dir``.
+
+    Settings: an :class:`ExportSettings`, or its fields as keywords
+    (``export_model("m.keras", "out", split="fc", board="nucleo_l432kc")``).
+
+    Keras: the head is the ``split`` layer (default: the last Dense layer); the backbone is the
+    model from its input to the head's input, quantized to int8 with ``calib`` as representative
+    data (random inputs if None). The head's rows become the initial classes; ``max_classes`` rows
+    are allocated (zeros beyond). ``mode`` is ``auto`` (autoencoder when the head's output size
+    equals the model's input size), ``classifier`` or ``autoencoder``.
+    TFLite: the whole int8 model is the backbone; the head starts at zero with ``classes`` rows.
+    Returns the manifest dict (also written as manifest.json). Raises TinyolError on user errors.
+    """
+    if settings is not None and kw:
+        raise TypeError("give an ExportSettings or keywords, not both")
+    s = settings if settings is not None else ExportSettings(**kw)
+    s.check()
+    board_obj = get_board(s.board) if s.board is not None else None
+    src_path = Path(model_path)
+    if not src_path.exists():
+        raise TinyolError(f"model file {model_path!r} not found")
+    source = src_path.name
+    s = replace(s, name=s.name or src_path.stem)
+    final = Path(out_dir)
+    created = [d for d in [final, *final.parents] if not d.exists()]
+    final.mkdir(parents=True, exist_ok=True)
+    try:
+        # Everything is written to a staging directory next to out_dir and moved in at the end:
+        # a failed export (unsupported op, budget) leaves out_dir as it was.
+        with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
+            manifest = _export(src_path, Path(stage), s, source=source, board_obj=board_obj, echo=echo)
+            for a in ARTIFACTS + ("manifest.json",):
+                if (Path(stage) / a).exists():
+                    os.replace(Path(stage) / a, final / a)
+                elif (final / a).exists():
+                    (final / a).unlink()  # stale output of an earlier export
+        echo(f"wrote {final}/ (model hash 0x{manifest['model_hash']:08x})")
+        return manifest
+    except BaseException:
+        for d in created:  # a failed export leaves no folder it made (they are still empty)
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _tflite_source(src_path: Path, split, classes, echo: Echo):
+    """(backbone .tflite bytes, head W or None, head b or None, split name) for a .tflite input.
+
+    A full int8 classifier ending in a linear FULLY_CONNECTED (+ SOFTMAX) is split at that FC:
+    the head starts from its dequantized weights (``--classes`` keeps the first N rows or adds
+    zero rows). ``--split none`` (or any other model) uses the whole file as the backbone; its
+    head starts from zeros and needs ``--classes``."""
+    raw = src_path.read_bytes()
+    if split is not None and str(split).lower() not in ("none", "whole"):
+        raise TinyolError(f"--split {split!r} does not apply to a .tflite model",
+                          hint="a .tflite classifier is split at its last FULLY_CONNECTED; "
+                               "--split none uses the whole file as the backbone")
+    cut = None if split is not None else split_classifier(raw, src_path.name)
+    if cut is None:
+        m = parse_model(raw, src_path.name)
+        if split is None and m.operators and m.operators[-1].opname == "LOGISTIC":
+            raise TinyolError(f"{src_path.name} ends in a sigmoid (LOGISTIC); the device head is a "
+                              "linear layer + softmax",
+                              hint="a sigmoid head becomes Dense(2)+softmax: retrain it that way, or "
+                                   "export with --split none --classes N to keep the whole model as the backbone")
+        if classes is None or classes < 1:
+            raise TinyolError("a .tflite backbone needs --classes N >= 1 (its head starts from zeros)",
+                              hint="a full classifier ending in FULLY_CONNECTED (+ SOFTMAX) is split "
+                                   "at that layer and needs no --classes")
+        echo(f"reading {src_path} (used whole as the int8 backbone)")
+        return raw, None, None, None
+    W, b = cut.weight, cut.bias
+    if classes is not None:
+        if classes < 1:
+            raise TinyolError(f"--classes must be >= 1, not {classes}")
+        if classes < W.shape[0]:
+            W, b = W[:classes], b[:classes]
+        elif classes > W.shape[0]:
+            W = np.vstack([W, np.zeros((classes - W.shape[0], W.shape[1]), np.float32)])
+            b = np.concatenate([b, np.zeros(classes - b.shape[0], np.float32)])
+
+    full = parse_model(raw, src_path.name)
+    name = op_layer(full, full.operators[cut.fc_index])
+    echo(f"reading {src_path}: int8 classifier, split at its last FULLY_CONNECTED (operator "
+         f"{cut.fc_index}, layer {name!r}; dropped after it: {' '.join(cut.tail) or 'nothing'}); "
+         f"head {W.shape[1]} -> {W.shape[0]} from the dequantized weights")
+    return cut.backbone, W, b, name
+
+
+def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_obj, echo: Echo) -> dict:
+    """The export itself, into `out`, with settings export_model has checked."""
+    model_path = str(src_path)
+
+    calib_desc = None
+    stage = None  # (layers, params) when --split cuts before the head
+    if src_path.suffix.lower() == ".tflite":
+        tfl, W, b, split_name = _tflite_source(src_path, s.split, s.classes, echo)
+        inp, lat = tflite_io(tfl)
+        dim = int(np.prod(lat.shape[1:]))
+        if W is None:  # used whole: the head starts from zeros
+            W = np.zeros((s.classes, dim), np.float32)
+            b = np.zeros((s.classes,), np.float32)
+        head_mode = "autoencoder" if s.mode == "autoencoder" else "classifier"
+        if head_mode == "autoencoder":
+            raise TinyolError("autoencoder mode needs a Keras model (the head reconstructs its input)")
+        calib_desc = "taken from the .tflite file"
+    else:
+        echo(f"loading {model_path}")
+        model = load_keras(model_path)
+        keras = _keras()
+        first = stage_first(model, s.split)  # an earlier cut: the adaptive stage (tinyol.learn.stage)
+        head = find_split(model, None if first is not None else s.split)
+        split_name = (first if first is not None else head).name
+        kernel, *rest = head.get_weights()
+        W = np.ascontiguousarray(kernel.T.astype(np.float32))
+        b = (rest[0] if rest else np.zeros(kernel.shape[1])).astype(np.float32)
+        in_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
+        n_in = int(np.prod(in_shape))
+        if s.mode == "auto":
+            head_mode = "autoencoder" if (W.shape[0] == n_in and s.classes is None) else "classifier"
+        else:
+            head_mode = s.mode
+        if head_mode == "autoencoder" and W.shape[0] != n_in:
+            raise TinyolError(f"autoencoder head {head.name!r} outputs {W.shape[0]} values but the "
+                              f"model input has {n_in}")
+        if head_mode == "classifier" and s.classes is not None:
+            if s.classes <= 0:
+                raise TinyolError(f"--classes must be >= 1, not {s.classes}")
+            if s.classes < W.shape[0]:
+                W, b = W[:s.classes], b[:s.classes]
+            elif s.classes > W.shape[0]:
+                W = np.vstack([W, np.zeros((s.classes - W.shape[0], W.shape[1]), np.float32)])
+                b = np.concatenate([b, np.zeros(s.classes - b.shape[0], np.float32)])
+        if first is None and s.stage_train not in (None, "all"):
+            raise TinyolError("--stage-train applies to an adaptive stage (a --split layer before "
+                              "the head)", hint="give --split LAYER before the head, or drop --stage-train")
+        if first is None:
+            echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
+                 f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
+        if first is not None:
+            if head_mode != "classifier":
+                raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
+
+            stage = stage_from_keras(model, first, head, train=s.stage_train)
+            echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
+                 f"{list(first.input.shape[1:])}, adaptive stage: "
+                 + ", ".join(l.describe() for l in stage[0]))
+        if s.board is not None:  # fail fast (before quantizing) when the learner alone does not fit
+            rows = W.shape[0] if head_mode == "autoencoder" else max(s.max_classes or 0, W.shape[0])
+            layers0 = None
+            if stage is not None:
+                layers0 = grow_rows(*stage, rows)[0]
+            check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else W.shape[1],
+                                   rows=rows, autoencoder=head_mode == "autoencoder", arena_bytes=0,
+                                   replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
+                                   replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old,
+                                   momentum=s.momentum, stage=layers0), s.board, name=s.name, arena_known=False)
+        backbone = keras.Model(model.inputs, (first or head).input, name=f"{s.name}_backbone")
+        X, calib_desc = calibration_data(s.calib, in_shape, label_column=s.label_column, echo=echo)
+        echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
+        tfl = quantize_backbone(backbone, X)
+        inp, lat = tflite_io(tfl)
+
+    if inp.dtype != "int8" or lat.dtype != "int8":
+        raise TinyolError(f"backbone must have int8 input and output, has {inp.dtype} and {lat.dtype}")
+    dim = int(np.prod(lat.shape[1:]))
+    if dim != (stage[0][0].in_size if stage else W.shape[1]):
+        raise TinyolError(f"backbone output has {dim} values but the head takes {W.shape[1]}")
+
+    init_rows = W.shape[0]
+    if head_mode == "autoencoder":
+        if s.max_classes not in (None, init_rows):
+            raise TinyolError("--max-classes does not apply to an autoencoder head")
+        max_rows, out_dim = init_rows, init_rows
+    else:
+        max_rows = s.max_classes if s.max_classes is not None else init_rows
+        if max_rows < init_rows:
+            raise TinyolError(f"--max-classes {max_rows} is less than the {init_rows} initial classes")
+        out_dim = 0
+    Wp = np.zeros((max_rows, W.shape[1]), np.float32)
+    bp = np.zeros((max_rows,), np.float32)
+    Wp[:init_rows] = W
+    bp[:init_rows] = b
+
+    class_names = s.class_names
+    if head_mode == "classifier":
+        if class_names is None and s.calib is not None:
+            try:
+                class_names = load_source(s.calib, label_column=s.label_column)[2]
+            except TinyolError:
+                class_names = None
+        names = [(class_names[i] if class_names and i < len(class_names) else str(i))
+                 for i in range(init_rows)]
+    else:
+        names = []
+
+    tflite_path = out / "backbone.tflite"
+    tflite_path.write_bytes(tfl)
+    echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
+    info = run_codegen(tflite_path, out, source, echo)
+
+    # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
+    macs = int(info.macs) if info is not None else tflite_macs(tfl)
+    tflm_arena = tflm_arena_bytes(tfl)
+    arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
+    weights_bytes = int(info.weights_bytes) if info is not None else len(tfl)
+    if stage is not None:  # the last layer's rows grow to --max-classes, as the head's
+
+        stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
+    # flash: the backbone's constants + the learner's initial parameters
+    head_init_bytes = 4 * int(stage[1].size) if stage is not None else 4 * max_rows * dim + 4 * max_rows
+    mm = memory_model(input_size=int(np.prod(inp.shape[1:])), dim=dim, rows=max_rows,
+                      autoencoder=head_mode == "autoencoder", arena_bytes=arena,
+                      replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
+                      replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old, momentum=s.momentum,
+                      flash_model_bytes=weights_bytes + head_init_bytes,
+                      stage=stage[0] if stage is not None else None)
+    capacity = choose_replay_capacity(mm, s.board, s.replay_capacity, echo)
+    mm.replay_capacity = capacity
+    learner = dict(lr=float(s.lr), momentum=float(s.momentum), weight_decay=float(s.weight_decay),
+                   replay_capacity=int(capacity), replay_bits=int(s.replay_bits),
+                   replay_n_new=int(s.replay_n_new), replay_n_old=int(s.replay_n_old), seed=int(s.seed))
+    if stage is not None:
+        trained = sum(l.n_train for l in stage[0])
+        echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
+             + (f" ({trained} train, the rest stays in flash)" if trained < mm.stage_params else "")
+             + f", {mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
+    if s.board is not None:
+        check_fit(mm, s.board, name=s.name)
+        for line in board_plan(mm, s.board).lines():
+            echo(f"memory: {line}")
+    bud = budget(mm, s.board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
+    if s.board is None:
+        echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
+             f"{bud['learner_bytes']}), flash ~{bud['flash_bytes']} (give --board to check the fit)")
+
+    manifest = {
+        "tinyol_version": __version__,
+        "name": s.name,
+        "source": source,
+        "split_layer": split_name,
+        "input": {"shape": inp.shape[1:], "size": int(np.prod(inp.shape[1:])), "dtype": "int8",
+                  "scale": float(np.float32(inp.scale)), "zero_point": inp.zero_point},
+        "latent": {"dim": dim, "scale": float(np.float32(lat.scale)), "zero_point": lat.zero_point},
+        "head": {"mode": head_mode, "classes": names, "init_classes": init_rows,
+                 "max_classes": max_rows, "out_dim": out_dim},
+        "model_hash": model_hash(tfl),
+        "learner": learner,
+        "memory": {"arena_bytes": arena, "tflm_arena_bytes": tflm_arena, "macs": macs, **bud},
+        "board": s.board,
+        "calibration": calib_desc,
+        "ops": tflite_ops(tfl),
+    }
+
+    if stage is not None:
+        stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
+                                 not mm.momentum)
+        manifest["stage"] = stage_summary(stage[0], stage_mem)
+        _deterministic_npz(out / "stage_init.npz",
+                           {"params": stage[1], "n_classes": np.array(init_rows, dtype=np.int64),
+                            "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
+        write_stage_init(out, source, stage[0], stage[1])
+        write_config_h(out, source, manifest, board_obj)
+    else:
+        _deterministic_npz(out / "head_init.npz",
+                           {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
+        write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
+        write_config_h(out, source, manifest, board_obj)
+
+    manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
+    manifest["_generated_by"] = banner(source, comment=None)
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    (out / "manifest.json").write_text(text, encoding="utf-8")
+    return manifest
+
+
+def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = True,
+                   **changes) -> dict:
+    """Rewrite config.h and the manifest's memory numbers of an existing export from its
+    manifest.json (e.g. after the memory model changed); the backbone and head stay as they are.
+    ``changes``: learner settings to change (replay_capacity=..., momentum=...) and/or board=...
+    ``check``: refuse a configuration that does not fit the board."""
+    out = Path(model_dir)
+    m = read_manifest(out)
+    if "board" in changes:
+        m["board"] = changes.pop("board")
+    m["learner"].update(changes)
+    L, mem, head = m["learner"], m["memory"], m["head"]
+    ae = head["mode"] == "autoencoder"
+    rows = int(head["max_classes"])
+    dim = int(m["latent"]["dim"])
+    layers = None
+    if m.get("stage"):
+        layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w",
+                                    "in_c", "out_h", "out_w", "out_c", "train"), d)))
+                  for d in m["stage"]["descriptors"]]
+    init_bytes = 4 * int(m["stage"]["params"]) if layers else 4 * rows * dim + 4 * rows
+    mm = memory_model(input_size=int(m["input"]["size"]), dim=dim, rows=rows, autoencoder=ae,
+                      arena_bytes=int(mem["arena_bytes"]), replay_capacity=int(L["replay_capacity"]),
+                      replay_bits=int(L["replay_bits"]), replay_n_new=int(L["replay_n_new"]),
+                      replay_n_old=int(L["replay_n_old"]), momentum=float(L["momentum"]),
+                      flash_model_bytes=int(mem["weights_bytes"]) + init_bytes, stage=layers)
+    board = m.get("board")
+    if board is not None and check:
+        check_fit(mm, board, name=m["name"])
+    bud = budget(mm, board, weights_bytes=int(mem["weights_bytes"]), head_init_bytes=init_bytes)
+    m["memory"] = {"arena_bytes": mem["arena_bytes"], "tflm_arena_bytes": mem.get("tflm_arena_bytes"),
+                   "macs": mem["macs"], **bud}
+    if layers:
+        m["stage"] = stage_summary(layers, stage_memory(layers, mm.replay_capacity, mm.replay_bits,
+                                                        mm.n_new, 0, not mm.momentum))
+    write_config_h(out, m["source"], m, get_board(board) if board else None)
+    m["artifacts"]["config.h"] = sha256(out / "config.h")
+    (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    echo(f"rewrote {out}/config.h and manifest.json")
+    return m
