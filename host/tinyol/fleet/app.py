@@ -52,7 +52,7 @@ from .flower import (
     strategy_state,
     write_params,
 )
-from .loop import _jsonable
+from .loop import jsonable
 from .params import initial_params
 from .simulation import params_accuracy
 
@@ -373,7 +373,7 @@ class DeployedFleet:
     def write(self, rec: dict) -> None:
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
-                f.write(json.dumps(rec, default=_jsonable) + "\n")
+                f.write(json.dumps(rec, default=jsonable) + "\n")
         self.on_record(rec)
 
     def wait_for_nodes(self) -> list[int]:
@@ -521,7 +521,7 @@ def main(grid: Grid, context: Context) -> None:
     rc = {**RUN_DEFAULTS, **dict(context.run_config)}
     fleet = None
     try:
-        fleet = DeployedFleet(grid, rc, on_record=lambda rec: print("tinyol:", json.dumps(rec, default=_jsonable),
+        fleet = DeployedFleet(grid, rc, on_record=lambda rec: print("tinyol:", json.dumps(rec, default=jsonable),
                                                                     flush=True))
         fleet.run()
     except Exception as e:  # noqa: BLE001 - told to whoever follows the log, then Flower's own report
