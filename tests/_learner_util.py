@@ -18,7 +18,7 @@ from tinyol.learn.learner import Config, LearnerError, Settings
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MCU = ROOT / "mcu"
 SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c", "tol_segs.c",
-           "tol_learner.c"]
+           "tol_state.c", "tol_learner.c"]
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wconversion", "-Wdouble-promotion",
           "-Wshadow"]
 ARM = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
@@ -26,6 +26,7 @@ ARM = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-
 SHIM = r"""
 #include "tol_learner.h"
 size_t shim_sizeof_learner(void) { return sizeof(tol_learner_t); }
+size_t shim_sizeof_state(void) { return sizeof(tol_state_t); }
 size_t shim_learner_bytes(unsigned d, unsigned c, unsigned cap, unsigned bits, unsigned mx,
                           unsigned mo, unsigned mom)
 { return TOL_LEARNER_BYTES_EX(d, c, cap, bits, mx, mo, mom); }
@@ -59,6 +60,42 @@ def build_learner_lib(tmpdir: pathlib.Path) -> C.CDLL:
     lib = C.CDLL(str(out))
     _declare(lib)
     return lib
+
+
+STATE_T_BYTES = 512  # room for a tol_state_t (tests check sizeof against it)
+
+
+def declare_state(lib: C.CDLL) -> None:
+    """tol_state.h's calls: a learner's state stream read and written by byte range."""
+    P = C.c_void_p
+    for name, res, args in [("tol_state_bytes", C.c_uint32, [P]),
+                            ("tol_state_read", None, [P, C.c_uint32, C.c_char_p, C.c_uint32]),
+                            ("tol_state_write", C.c_int, [P, C.c_uint32, C.c_char_p, C.c_uint32])]:
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+class StateStream:
+    """The stream a learner's *_state_stream() gives (tol_state.h), over ctypes: `fn` is
+    tol_learner_state_stream or tol_stage_state_stream, `header` the header bytes to fill (0:
+    none, for a restore's step 2). Valid until the learner changes."""
+
+    def __init__(self, lib: C.CDLL, fn, obj, parts: int, header: int = 0):
+        self.lib = lib
+        self.hdr = C.create_string_buffer(header) if header else None
+        self.buf = C.create_string_buffer(STATE_T_BYTES)
+        fn(obj, parts, self.hdr, self.buf)
+
+    def __len__(self) -> int:
+        return self.lib.tol_state_bytes(self.buf)
+
+    def read(self, at: int, n: int) -> bytes:
+        out = C.create_string_buffer(n)
+        self.lib.tol_state_read(self.buf, at, out, n)
+        return out.raw
+
+    def write(self, at: int, data: bytes) -> int:
+        return self.lib.tol_state_write(self.buf, at, data, len(data))
 
 
 def arm_gcc() -> str | None:
@@ -97,6 +134,11 @@ class CStats(C.Structure):
 def _declare(lib: C.CDLL) -> None:
     P = C.c_void_p
     i8p, f32p = C.POINTER(C.c_int8), C.POINTER(C.c_float)
+    declare_state(lib)
+    lib.tol_learner_state_stream.restype = None
+    lib.tol_learner_state_stream.argtypes = [P, C.c_uint8, C.c_char_p, C.c_void_p]
+    lib.shim_sizeof_state.restype = C.c_size_t
+    assert lib.shim_sizeof_state() <= STATE_T_BYTES
     sigs = {
         "tol_status_name": (C.c_char_p, [C.c_int]),
         "tol_learner_init": (C.c_int, [P, P, C.c_size_t, C.POINTER(CConfig)]),

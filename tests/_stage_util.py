@@ -7,12 +7,12 @@ import pathlib
 import subprocess
 
 import numpy as np
-from _learner_util import MCU, STRICT, CSettings, CStats, settings_to_c
+from _learner_util import MCU, STRICT, CSettings, CStats, StateStream, declare_state, settings_to_c
 from tinyol.learn.learner import LearnerError
 from tinyol.learn.stage import Layer, StageConfig
 
 SOURCES = ["tol_status.c", "tol_prng.c", "tol_head.c", "tol_replay.c", "tol_anomaly.c", "tol_segs.c",
-           "tol_learner.c", "tol_stage.c"]
+           "tol_state.c", "tol_learner.c", "tol_stage.c"]
 
 SHIM = r"""
 #include "tol_stage.h"
@@ -70,11 +70,9 @@ def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.C
         "tol_stage_replay_add": (C.c_int, [P, i8p, C.c_uint16]),
         "tol_stage_set_settings": (C.c_int, [P, C.POINTER(CSettings)]),
         "tol_stage_get_stats": (None, [P, C.POINTER(CStats)]),
-        "tol_stage_state_bytes": (C.c_uint32, [P, C.c_uint8]),
-        "tol_stage_state_read": (None, [P, C.c_uint8, C.c_uint32, C.c_char_p, C.c_uint32]),
+        "tol_stage_state_stream": (None, [P, C.c_uint8, C.c_char_p, C.c_void_p]),
         "tol_stage_state_begin": (C.c_int, [P, C.c_char_p, C.c_uint32, C.POINTER(C.c_uint8),
                                             C.POINTER(C.c_uint32)]),
-        "tol_stage_state_write": (C.c_int, [P, C.c_uint8, C.c_uint32, C.c_char_p, C.c_uint32]),
         "tol_stage_state_end": (C.c_int, [P, C.c_uint8]),
         "shim_sizeof_stage": (C.c_size_t, []),
         "shim_params": (f32p, [P]),
@@ -90,6 +88,7 @@ def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.C
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    declare_state(lib)
     return lib
 
 
@@ -173,10 +172,8 @@ class CStage:
         return bytes(np.ctypeslib.as_array(self.lib.shim_replay_row(self.state, i), (n,)))
 
     def state_bytes(self, parts: int) -> bytes:
-        n = self.lib.tol_stage_state_bytes(self.state, parts)
-        buf = C.create_string_buffer(n)
-        self.lib.tol_stage_state_read(self.state, parts, 0, buf, n)
-        return buf.raw
+        s = StateStream(self.lib, self.lib.tol_stage_state_stream, self.state, parts, 72)
+        return s.read(0, len(s))
 
     def restore(self, data: bytes, chunk: int = 50) -> None:
         parts, total = C.c_uint8(), C.c_uint32()
@@ -184,8 +181,7 @@ class CStage:
                                                    C.byref(total)))
         if total.value != len(data):
             raise LearnerError("TOL_ERR_MODEL")
+        s = StateStream(self.lib, self.lib.tol_stage_state_stream, self.state, parts.value)
         for at in range(72, len(data), chunk):
-            part = data[at:at + chunk]
-            self._check(self.lib.tol_stage_state_write(self.state, parts.value, at, part,
-                                                       len(part)))
+            self._check(s.write(at, data[at:at + chunk]))
         self._check(self.lib.tol_stage_state_end(self.state, parts.value))

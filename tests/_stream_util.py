@@ -202,7 +202,8 @@ def compile_device(model: str = "models/digits"):
     from conftest import ROOT, compile_shared
     mcu = ROOT / "mcu"
     srcs = (sorted((mcu / "src").glob("*.c")) + sorted((mcu / "src/kernels/ref").glob("*.c"))
-            + [mcu / "app/model.c", mcu / "app/learner_head.c", mcu / "embed/tinyol.c", ROOT / model / "backbone.c", ROOT / model / "head_init.c",
+            + [mcu / "app/model.c", mcu / "app/learner_head.c", mcu / "app/wire_head.c", mcu / "embed/tinyol.c",
+               mcu / "embed/tinyol_head.c", ROOT / model / "backbone.c", ROOT / model / "head_init.c",
                ROOT / "tests/c/hal_capture.c", ROOT / "tests/c/flash_sim.c"])
     lib = compile_shared(srcs, [mcu / "include", ROOT / model], {"TOL_TEST_BUILD": 0})
     lib.tol_test_feed.argtypes = [ctypes.c_char_p, ctypes.c_size_t]

@@ -168,3 +168,37 @@ def test_filter_errors():
         load_source("digits:12")
     with pytest.raises(TinyolError, match="unknown sensor variant"):
         load_source("sensor:bogus")
+
+
+def _aeon_file(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("aeon")
+    if spec is None:
+        pytest.skip("aeon (the UEA archive files) not installed: make setup")
+    return Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / name
+
+
+def test_vowels_is_the_archive_split_read_back():
+    """`vowels` is JapaneseVowels's equal-length files as aeon ships them: @train the TRAIN
+    file (30 utterances per speaker, the archive's description), @test the TEST file; each
+    row read back channel by channel, time last in the file, channels last here."""
+    base = _aeon_file("JapaneseVowels")
+    Xtr, ytr, names = load_source("vowels@train")
+    Xte, yte, _ = load_source("vowels@test")
+    assert Xtr.shape == (270, 25, 12) and Xte.shape == (370, 25, 12)
+    assert np.array_equal(np.bincount(ytr), [30] * 9) and len(names) == 9
+    for X, y, part in ((Xtr, ytr, "TRAIN"), (Xte, yte, "TEST")):
+        data = [ln for ln in (base / f"JapaneseVowels_eq_{part}.ts").read_text().splitlines()
+                if ln and not ln.startswith(("#", "@"))]
+        assert len(data) == len(y)
+        for i in (0, len(data) // 2, len(data) - 1):
+            *chans, label = data[i].split(":")
+            assert int(label) - 1 == y[i]
+            assert np.array_equal(X[i], np.array([[float(v) for v in c.split(",")]
+                                                  for c in chans], np.float32).T)
+    X, y, _ = load_source("vowels:5-8@train")
+    assert X.shape[0] == 120 and set(y) == {5, 6, 7, 8}
+    Xall, _, _ = load_source("vowels")
+    assert Xall.shape[0] == 640

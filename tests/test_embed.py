@@ -36,6 +36,9 @@ def _lib():
     lib.shim_predict.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)]
     lib.shim_learn.argtypes = [ctypes.c_uint16]
     lib.shim_learn_sample.argtypes = [ctypes.c_void_p, ctypes.c_uint16]
+    lib.shim_learn_result.argtypes = [ctypes.c_uint16, ctypes.c_void_p, ctypes.c_void_p]
+    lib.shim_learn_sample_result.argtypes = [ctypes.c_void_p, ctypes.c_uint16, ctypes.c_void_p,
+                                             ctypes.c_void_p]
     lib.shim_quantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.shim_anomaly.argtypes = [ctypes.c_void_p]
     lib.sim_setup.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint8, ctypes.c_uint32]
@@ -97,6 +100,44 @@ def test_library_api_learns_like_the_reference_learner():
     assert lib.shim_seen() == N_STREAM
     assert _accuracy_new(preds, y) > 0.5  # it learned the five classes pretraining never saw
     assert lib.shim_anomaly(Xq[0].ctypes.data) == 12  # TOL_ERR_UNSUPPORTED on a classifier
+
+
+def test_learn_returns_what_happened_like_the_reference_learner():
+    """tinyol_learn's result, field by field, against the numpy learner on the same stream:
+    the prediction and its probability, the true label's probability (the loss), learned,
+    new class and the counters after the call. Every other sample goes through
+    tinyol_learn_sample (predict + learn in one call)."""
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    from tinyol.targets.simulation import latents, learner_settings, make_learner
+
+    lib = _lib()
+    assert lib.shim_init() == 0
+    model, Xq, y = _stream()
+    lrn = make_learner(model, *learner_settings(model))
+    out, prob = np.zeros(6, np.int32), np.zeros(2, np.float32)
+    label, conf = ctypes.c_int32(), ctypes.c_float()
+    new_classes = 0
+    for i, (x, q, t) in enumerate(zip(Xq, latents(model, Xq), y)):
+        x, t = np.ascontiguousarray(x, np.int8), int(t)
+        pred, p = lrn.predict(q)
+        probs = lrn.head.softmax(lrn.head.forward(lrn._deq(q)))
+        fresh = not lrn.head.active[t]
+        r = lrn.learn_result(q, t, pred, p)  # the twin's tinyol_learn
+        if i % 2:
+            assert lib.shim_learn_sample_result(x.ctypes.data, t, out.ctypes.data, prob.ctypes.data) == 0
+        else:
+            assert lib.shim_predict(x.ctypes.data, ctypes.byref(label), ctypes.byref(conf)) == 0
+            assert lib.shim_learn_result(t, out.ctypes.data, prob.ctypes.data) == 0
+        st = lrn.stats()
+        assert out.tolist() == [pred, 1, int(fresh), st["samples_seen"], st["updates"], st["n_active"]], i
+        assert out.tolist() == [r.prediction, r.learned, r.new_class, r.samples_seen, r.updates, r.n_active]
+        assert prob[0].tobytes() == np.float32(p).tobytes()
+        want = probs[t] if not fresh else np.float32(0)
+        assert prob[1].tobytes() == want.tobytes() == np.float32(r.label_probability).tobytes()
+        assert r.error is None
+        new_classes += fresh
+    assert new_classes == 5  # digits 5-9: the classes pretraining never saw
+    assert st["updates"] > 0
 
 
 def test_library_quantize_and_persistence_round_trip():

@@ -10,6 +10,7 @@ later ones resume the fleet the earlier ones left in its checkpoint.
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from tinyol.targets import emulator  # noqa: E402
 from tinyol.targets.simulation import load_model  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
+D_STATE = "deploy_state.json"
 NAMES = ["board0", "board1", "board2"]
 K = 10
 
@@ -64,11 +66,11 @@ class Fleet:
         self.link = D.start_superlink(self.root / "link", self.port, self.tls, host="127.0.0.1", env=self.env)
         return D.register_keys(self.address, self.tls, [self.root / "certs" / f"{n}.pub" for n in NAMES], self.env)
 
-    def start_node(self, i, **kw):
+    def start_node(self, i, superlink=None, **kw):
         nc = {"name": NAMES[i], "port": f"socket://127.0.0.1:{self.board_ports[i]}", "model": MODEL,
               "data": "digits:5-9@train", "split": "classes:2", "parts": 3, "part": i,
               "state": str(self.root / "gateway")}
-        self.nodes[i] = D.start_supernode(self.address, NAMES[i], nc, emulator.free_port(),
+        self.nodes[i] = D.start_supernode(superlink or self.address, NAMES[i], nc, emulator.free_port(),
                                           self.root / "gateway" / f"{NAMES[i]}.log", tls=D.Tls(self.tls.ca),
                                           key=self.root / "certs" / f"{NAMES[i]}.key", env=self.env, **kw)
         return self.nodes[i]
@@ -153,6 +155,183 @@ def test_gateway_cli_refuses_what_it_cannot_do(tmp_path, capsys):
     assert "HOST:PORT" in capsys.readouterr().err
     assert main(["superlink", "--state", str(tmp_path), "--certs", str(tmp_path / "none")]) == 1
     assert "tinyol certs" in capsys.readouterr().err
+
+
+def test_gateway_keeps_its_dealt_shard_until_the_source_changes(tmp_path):
+    """A ClientApp is a new process per message: the gateway deals its data once and keeps
+    the shard in the node's state; what it returns is what load_shards deals, and a source
+    file that changes is dealt again."""
+    from tinyol.fleet.app import _gateway_shard
+    src, state = tmp_path / "stream.npz", tmp_path / "gw"
+    rng = np.random.default_rng(0)
+    np.savez(src, X=rng.random((30, 64), dtype=np.float32), y=np.arange(30) % 3)
+    want = F.load_shards(str(src), 2, "classes:1", 0)[1]
+    for _ in range(2):  # dealt, then read back
+        got = _gateway_shard(str(src), 2, 1, "classes:1", 0, MODEL, str(state), False)
+        assert np.array_equal(got.X, want.X) and np.array_equal(got.y, want.y) and got.classes == want.classes
+    assert len(list(state.glob("shard-*.npz"))) == 1
+    np.savez(src, X=rng.random((30, 64), dtype=np.float32), y=(np.arange(30) + 1) % 3)  # new data
+    want = F.load_shards(str(src), 2, "classes:1", 0)[1]
+    got = _gateway_shard(str(src), 2, 1, "classes:1", 0, MODEL, str(state), False)
+    assert np.array_equal(got.X, want.X) and np.array_equal(got.y, want.y)
+
+
+def test_serverapp_waits_out_a_busy_superlink(monkeypatch):
+    """A SuperLink too busy for a TLS handshake (httpx.ConnectTimeout: nothing was sent) is
+    asked again, with growing pauses, for any call; a call that timed out after it was sent
+    is repeated only if it reads, never a push that may have arrived (no message twice)."""
+    import httpx
+
+    from tinyol.fleet import app as A
+    waits = []
+    monkeypatch.setattr(A.time, "sleep", waits.append)
+    fleet = A.DeployedFleet.__new__(A.DeployedFleet)  # only its SuperLink calls
+    calls = []
+
+    def flaky(errors, result):
+        def fn(*args):
+            calls.append(args)
+            if errors:
+                raise errors.pop(0)
+            return result
+        return fn
+    handshake = httpx.ConnectTimeout("_ssl.c:989: The handshake operation timed out")
+    assert fleet._grid(flaky([handshake, handshake, handshake], [1, 2]), "x") == [1, 2]
+    assert len(calls) == 4 and waits == [1.0, 2.0, 4.0]
+    calls.clear()
+    assert fleet._grid(flaky([httpx.ReadTimeout("slow")], ["reply"]), "ids") == ["reply"]  # a read: again
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(httpx.ReadTimeout):  # a push that may have arrived: not again
+        fleet._grid(flaky([httpx.ReadTimeout("slow")], ["id"]), "msgs", reads=False)
+    assert len(calls) == 1
+    monkeypatch.setattr(A, "GRID_PATIENCE", 0.0)
+    with pytest.raises(httpx.ConnectTimeout):  # and not for ever
+        fleet._grid(flaky([handshake], None))
+
+
+def test_serverapp_keeps_at_most_in_flight_messages_out(monkeypatch):
+    """in-flight N: the ServerApp pushes a round's messages N at a time, the next one as a
+    reply comes in, and still pairs every reply with its node (a fake Grid that answers one
+    pushed message per pull and counts what is out)."""
+    from types import SimpleNamespace
+
+    from tinyol.fleet import app as A
+    monkeypatch.setattr(A.time, "sleep", lambda s: None)
+
+    class Grid:
+        def __init__(self):
+            self.out, self.most, self.n = [], 0, 0
+
+        def push_messages(self, msgs):
+            ids = [f"m{m}" for m in msgs]
+            self.out += ids
+            self.most = max(self.most, len(self.out))
+            return ids
+
+        def pull_messages(self, ids):
+            if not self.out:
+                return []
+            mid = self.out.pop(0)
+            return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=mid), node=mid)]
+    for window, most in ((2, 2), (0, 7)):
+        fleet = A.DeployedFleet.__new__(A.DeployedFleet)
+        fleet.grid, fleet.rc = Grid(), {"round-timeout": 60.0, "in-flight": window}
+        got = fleet.exchange([10 + i for i in range(7)], list(range(7)))
+        assert sorted((n, r.node) for n, r in got) == [(10 + i, f"m{i}") for i in range(7)]
+        assert fleet.grid.most == most
+
+
+def test_relay_counts_bytes_and_cuts_the_link():
+    """The relay the scale bench counts bytes with and the network-cut test cuts: an echo
+    server behind it; a cut silences the open connection and refuses new ones until restored."""
+    import socket
+    import threading
+
+    from tinyol.fleet.deploy_bench import Relays
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def echo():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda c=c: [c.sendall(d) for d in iter(lambda: c.recv(4096), b"")],
+                             daemon=True).start()
+    threading.Thread(target=echo, daemon=True).start()
+    relay = Relays(2, srv.getsockname()[1])
+    try:
+        a = socket.create_connection(("127.0.0.1", relay.ports[1]), timeout=10)
+        a.sendall(b"x" * 1000)
+        got = b""
+        while len(got) < 1000:
+            got += a.recv(4096)
+        assert got == b"x" * 1000
+        assert relay.snapshot() == ([0, 1000], [0, 1000])
+        relay.cut(1)
+        a.settimeout(0.5)
+        a.sendall(b"lost")
+        with pytest.raises(socket.timeout):              # the open connection went silent ...
+            a.recv(4096)
+        with pytest.raises(ConnectionRefusedError):      # ... and a new one is refused
+            socket.create_connection(("127.0.0.1", relay.ports[1]), timeout=10)
+        relay.restore(1)
+        c = socket.create_connection(("127.0.0.1", relay.ports[1]), timeout=10)
+        c.sendall(b"back")
+        assert c.recv(4096) == b"back"
+        assert relay.snapshot() == ([0, 1004], [0, 1004])
+        for s_ in (a, c):
+            s_.close()
+    finally:
+        relay.stop()
+        srv.close()
+
+
+@pytest.mark.slow
+def test_clientapp_saves_and_measures_its_board(firmware, tmp_path, monkeypatch):
+    """tinyol superlink --save / --eval-every, on the gateway's side: tinyol's ClientApp,
+    called in this process as Flower calls it, on a native board. The board's own head is
+    measured on the gateway's copy of the eval set (the firmware streams it) and agrees with
+    the numpy twin on the pulled head; SAVE makes the learned head survive a power cycle."""
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from tinyol.fleet import app as A
+    for k, v in {"_task_id": 1, "_run_id": 1, "_node_id": 7}.items():  # as flwr-clientapp sets them
+        monkeypatch.setattr(TaskIdentity, k, v)
+    program, flash = firmware("native", "models/digits").program, tmp_path / "flash"
+    flash.mkdir()
+    port = emulator.free_port()
+    target = emulator.start_native(program, port=port, state_dir=flash, timeout=600)
+    try:
+        model = load_model(MODEL)
+        init = F.initial_params(model)
+        ctx = Context(run_id=1, node_id=7, node_config={"name": "board0", "port": f"socket://127.0.0.1:{port}",
+                                                          "model": MODEL, "state": str(tmp_path / "gw")},
+                      state=RecordDict(), run_config={})
+        msg = Message(RecordDict({"params": ArrayRecord(init.to_ndarrays()),
+                                  "config": ConfigRecord({"version": 0, "k": K, "round": 1, "save": 1,
+                                                          "eval": "digits@test"})}),
+                      dst_node_id=7, message_type="train")
+        reply = A._train(msg, ctx)
+        met = dict(reply.content["metrics"])
+        pulled = F.Head.from_ndarrays(reply.content["params"].to_numpy_ndarrays())
+        assert met["saved"] == 1 and met["num-examples"] == K and not np.array_equal(pulled.w, init.w)
+        ev = F.load_shards("digits@test", 1, "iid", 0, latents_of=F.latents_fn(MODEL))[0]
+        assert met["accuracy"] == pytest.approx(F.params_accuracy(model, pulled, ev.Q, ev.y), abs=1e-12)
+        target.stop()                          # power cycle: the board boots from its SAVE
+        target = emulator.start_native(program, port=port, state_dir=flash, timeout=600)
+        dev = Device.open(f"socket://127.0.0.1:{port}", timeout=2.0)
+        try:
+            w, b, a = dev.get_head()
+            assert np.array_equal(w, pulled.w) and np.array_equal(b, pulled.b) and np.array_equal(a, pulled.active)
+            assert dev.stats().samples_seen == K
+        finally:
+            dev.close()
+    finally:
+        target.stop()
 
 
 # --------------------------------------------------------------------------- loopback deployment
@@ -299,3 +478,71 @@ def test_gateway_killed_mid_round_then_rejoins(fleet):
         assert dev.stats().samples_seen == pos
     finally:
         dev.close()
+
+
+@pytest.mark.slow
+def test_gateway_sigkilled_and_link_cut_mid_round(fleet):
+    """One round, both while their train message is in hand: board1's gateway is killed
+    with SIGKILL (no goodbye to the SuperLink), and board2's link to the SuperLink is cut (a
+    TCP relay on loopback: its connections go silent, new ones are refused). The SuperLink
+    marks both offline once their heartbeats stop (Flower: 2 x 30 s), writes their error
+    replies, and the round closes with board0 alone, long before the round timeout. Then
+    board1's gateway starts again with its key and board2's link comes back (its SuperNode
+    reconnects by itself): the next round has all three, and no board learned a sample
+    twice or skipped one."""
+    import signal
+
+    from tinyol.fleet.deploy_bench import Relays
+    if not (fleet.state / D_STATE).is_file():
+        fleet.run(rounds=1)  # run alone: one ordinary round first
+    r0 = json.loads((fleet.state / D_STATE).read_text())["round"]
+    before = [json.loads(x) for x in fleet.log.read_text().splitlines()]
+    p0 = {n: b["position"] for n, b in next(r for r in before if r.get("round") == r0 and "boards" in r)["boards"].items()}
+    relay = Relays(1, fleet.port)
+    try:
+        D.stop_all([fleet.nodes[2]])                      # board2's gateway now dials through the relay
+        node2 = fleet.start_node(2, superlink=f"127.0.0.1:{relay.ports[0]}")
+        D.node_started(node2)
+        start = fleet.log.stat().st_size
+        timeout = 400.0
+        cfg = {"model": MODEL, "every": K, "rounds": r0 + 1, "state": str(fleet.state), "log": str(fleet.log),
+               "wait": 3, "record-pulls": True, "round-timeout": timeout, "eval": ""}
+        node1 = fleet.nodes[1]
+        since = [node1.log.stat().st_size, node2.log.stat().st_size]
+        D.start_run(fleet.app, fleet.env, cfg, fleet.root / "flwr-run.log")
+        node1.wait_for(r"Receiving: train message", 600, since=since[0])
+        node2.wait_for(r"Received successfully", 600, since=since[1])  # the message is at the gateway
+        node1.signal(signal.SIGKILL)                      # SuperNode, SuperExec and ClientApp: gone
+        relay.cut(0)                                      # board2's gateway keeps running, alone
+        recs = D.follow(fleet.log, fleet.link, lambda rec: None, start=start, timeout=900)
+        r1 = next(r for r in recs if r.get("round") == r0 + 1 and "boards" in r)
+        assert r1["aggregated_from"] == ["board0"], r1["boards"]
+        assert r1["boards"]["board1"]["status"] == r1["boards"]["board2"]["status"] == "dropped"
+        assert "heartbeat" in r1["boards"]["board1"]["error"] and "heartbeat" in r1["boards"]["board2"]["error"]
+        assert r1["seconds"] < timeout / 2                # closed by Flower's heartbeats, not the timeout
+        assert node1.proc.wait(10) == -signal.SIGKILL and node2.alive()
+        gw2 = fleet.root / "gateway" / "board2.json"
+        deadline = time.monotonic() + 300      # board2's ClientApp finishes the round on its gateway, cut off
+        while json.loads(gw2.read_text())["pos"] != p0["board2"] + K:
+            assert time.monotonic() < deadline, gw2.read_text()
+            time.sleep(0.2)                    # polling the gateway's state file
+
+        relay.restore(0)                                  # the link is back: board2's SuperNode reconnects
+        D.node_started(fleet.start_node(1))               # board1's gateway restarted, same key
+        recs = fleet.run(rounds=r0 + 2)
+        r2 = next(r for r in recs if r.get("round") == r0 + 2 and "boards" in r)
+        assert r2["aggregated_from"] == NAMES and r2["boards"]["board0"]["position"] == p0["board0"] + 2 * K
+        b1, b2 = r2["boards"]["board1"], r2["boards"]["board2"]
+        # board2 learned the cut round (its reply was lost): it gets that round's aggregate and goes on
+        assert b2["pushed"] == 1 and b2["position"] == p0["board2"] + 2 * K
+        # board1 was killed before or while it learned: it goes on from what its counter says
+        assert p0["board1"] + K <= b1["position"] <= p0["board1"] + 2 * K, b1
+        for i, b in ((1, b1), (2, b2)):
+            base = json.loads((fleet.root / "gateway" / f"{NAMES[i]}.json").read_text())["base"]
+            dev = Device.open(f"socket://127.0.0.1:{fleet.board_ports[i]}", timeout=2.0)
+            try:  # a board counted exactly the samples its stream advanced by: none twice, none skipped
+                assert dev.stats().samples_seen - base == b["position"], (i, b, base)
+            finally:
+                dev.close()
+    finally:
+        relay.stop()

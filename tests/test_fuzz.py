@@ -30,7 +30,8 @@ CORE = sorted((MCU / "src").glob("*.c")) + sorted((MCU / "src/kernels/ref").glob
 BUDGET_S = float(os.environ.get("TINYOL_FUZZ_SECONDS", "6"))  # per variant (two variants)
 SAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
 VARIANTS = {
-    "digits": ([MCU / "app/model.c", MCU / "app/learner_head.c", MCU / "embed/tinyol.c", ROOT / "models/digits/backbone.c", ROOT / "models/digits/head_init.c"],
+    "digits": ([MCU / "app/model.c", MCU / "app/learner_head.c", MCU / "app/wire_head.c", MCU / "embed/tinyol.c",
+                MCU / "embed/tinyol_head.c", ROOT / "models/digits/backbone.c", ROOT / "models/digits/head_init.c"],
                ROOT / "models/digits"),
     "nomodel": ([MCU / "app/nomodel/nomodel.c"], MCU / "app/nomodel"),
 }

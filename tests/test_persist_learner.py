@@ -7,7 +7,7 @@ import ctypes as C
 
 import numpy as np
 import pytest
-from _learner_util import CLearner, build_learner_lib
+from _learner_util import CLearner, StateStream, build_learner_lib
 from conftest import ROOT, compile_arm_objects
 from tinyol.learn.learner import HEAD_AUTOENCODER, Config, LearnerError, Settings
 
@@ -19,13 +19,8 @@ HEADER = 104
 def lib(tmp_path_factory):
     lib = build_learner_lib(tmp_path_factory.mktemp("learner"))
     P = C.c_void_p
-    lib.tol_learner_state_bytes.restype = C.c_uint32
-    lib.tol_learner_state_bytes.argtypes = [P, C.c_uint8]
-    lib.tol_learner_state_read.restype = None
-    lib.tol_learner_state_read.argtypes = [P, C.c_uint8, C.c_uint32, C.c_char_p, C.c_uint32]
     lib.tol_learner_state_begin.argtypes = [P, C.c_char_p, C.c_uint32, C.POINTER(C.c_uint8),
                                             C.POINTER(C.c_uint32)]
-    lib.tol_learner_state_write.argtypes = [P, C.c_uint8, C.c_uint32, C.c_char_p, C.c_uint32]
     lib.tol_learner_state_end.argtypes = [P, C.c_uint8]
     lib.tol_learner_set_head_row.argtypes = [P, C.c_uint16, C.c_uint16, C.POINTER(C.c_float), C.c_uint16,
                                              C.c_float, C.c_uint8]
@@ -34,14 +29,9 @@ def lib(tmp_path_factory):
 
 def export(lrn: CLearner, parts: int, chunk: int = 37) -> bytes:
     lib = lrn.lib
-    n = lib.tol_learner_state_bytes(lrn.state, parts)
-    out = bytearray()
-    for at in range(0, n, chunk):
-        k = min(chunk, n - at)
-        buf = C.create_string_buffer(k)
-        lib.tol_learner_state_read(lrn.state, parts, at, buf, k)
-        out += buf.raw
-    return bytes(out)
+    s = StateStream(lib, lib.tol_learner_state_stream, lrn.state, parts, HEADER)
+    n = len(s)
+    return b"".join(s.read(at, min(chunk, n - at)) for at in range(0, n, chunk))
 
 
 def restore(lrn: CLearner, blob: bytes, chunk: int = 29) -> int:
@@ -51,9 +41,9 @@ def restore(lrn: CLearner, blob: bytes, chunk: int = 29) -> int:
     if rc:
         return rc
     assert total.value == len(blob)
+    s = StateStream(lib, lib.tol_learner_state_stream, lrn.state, parts.value)
     for at in range(HEADER, len(blob), chunk):
-        piece = blob[at:at + chunk]
-        assert lib.tol_learner_state_write(lrn.state, parts.value, at, piece, len(piece)) == 0
+        assert s.write(at, blob[at:at + chunk]) == 0
     return lib.tol_learner_state_end(lrn.state, parts.value)
 
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from _learner_util import make_stream
+from _learner_util import StateStream, make_stream
 from _stage_util import CStage, build_stage_lib, c_layers
 from tinyol.errors import TinyolError
 from tinyol.learn.learner import MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR, LearnerError, Settings
@@ -341,8 +341,6 @@ def test_stage_state_stream_layout_and_chunking(lib):
     parameters, flags, class counts and momentum at the documented offsets, and any chunking
     of a read (across the header and every segment boundary) or of a restore gives the same
     bytes."""
-    import ctypes as C
-
     cfg = make_cfg(STAGES["dense_dense"], replay_capacity=20, replay_bits=8, max_new=2,
                    settings=Settings(lr=0.05, momentum=0.5, n_new=2, n_old=3))
     py, cl, _, _ = run_pair(lib, cfg, n=41)
@@ -361,11 +359,9 @@ def test_stage_state_stream_layout_and_chunking(lib):
     assert data[at:at + 4 * p] == py.mom.tobytes()
     for chunk in (1, 7, 71, 72, 73, 4 * p + 1):
         got = b""
+        s = StateStream(lib, lib.tol_stage_state_stream, cl.state, 0x03, 72)
         for off in range(0, len(data), chunk):
-            n = min(chunk, len(data) - off)
-            buf = C.create_string_buffer(n)
-            lib.tol_stage_state_read(cl.state, 0x03, off, buf, n)
-            got += buf.raw
+            got += s.read(off, min(chunk, len(data) - off))
         assert got == data, chunk
         fresh = CStage(lib, cfg)
         fresh.restore(data, chunk=chunk)

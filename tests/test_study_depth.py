@@ -132,6 +132,244 @@ def test_lean_section_is_rendered_from_the_committed_results():
     i, j = doc.index(SL.MARK_BEGIN), doc.index(SL.MARK_END)
     assert j < doc.index(SD.MARK_BEGIN)
     assert doc[i:j + len(SL.MARK_END)] + "\n" == SL.markdown(res, 3)
+    depth = {(r["name"], r.get("scenario"), c["cut"]): c["replay"] for r in _results()
+             for c in r["cuts"]}
     for r in res:
         for row in r["rows"]:
-            assert len(row["acc"]) == 3 and row["trained"] <= row["params"]
+            assert row["trained"] <= row["params"] and all(0 <= a <= 1 for a in row["acc"])
+            # every row over 3 orders, but watch's lean variants (order 0 only, as printed)
+            lean_watch = r["name"] == "watch" and row["train"] not in (None, "all")
+            assert len(row["acc"]) == (1 if lean_watch else 3)
+            # rows taken from the depth study are its runs, and its last layer was re-run
+            key = (r["name"], r.get("scenario"), row["cut"])
+            if row.get("acc_source") == "docs/study_depth.json" or (
+                    r["name"] == "watch" and row["cut"] == "head"):
+                assert row["acc"] == depth[key]
+
+
+# --------------------------------------------------------------------------- the lean tables
+def _lean_doc() -> str:
+    from tinyol.studies import lean as SL
+
+    doc = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
+    return doc[doc.index(SL.MARK_BEGIN):doc.index(SL.MARK_END)]
+
+
+def _lean_rows(section: str, title: str) -> dict:
+    """The table under `### title`: (cut, variant) -> its cells."""
+    part = section[section.index(f"### {title}\n"):]
+    part = part[:part.index("\n### ", 5)] if "\n### " in part[5:] else part
+    rows = {}
+    for line in part.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and not set(cells[0]) <= {"-"} and cells[0] != "cut":
+            rows[(cells[0], cells[1])] = cells
+    return rows
+
+
+def _stated(section: str) -> dict:
+    """The hyper-parameters and the cost ratio the lean section states."""
+    import re
+
+    m = re.search(r"\((\d+) int8 slots, reservoir, n_new = (\d+), n_old = (\d+), lr = ([0-9.]+), "
+                  r"momentum 0\)", section)
+    return {"slots": int(m.group(1)), "n_new": int(m.group(2)), "n_old": int(m.group(3)),
+            "lr": float(m.group(4)),
+            "seeds": int(re.search(r"mean ± std over (\d+) stream orders", section).group(1))}
+
+
+def _taps(n_in: int, k: int, stride: int, n_out: int) -> int:
+    """Kernel taps that land inside the input for a 'same' 1-D convolution (Keras's padding:
+    the extra pad goes after)."""
+    pad = max((n_out - 1) * stride + k - n_in, 0) // 2
+    return sum(1 for o in range(n_out) for t in range(k) if 0 <= o * stride - pad + t < n_in)
+
+
+def _train_macs(layers: list[tuple], n_old: int) -> int:
+    """One train step (1 + n_old samples, then the SGD step) of a chain of layers, counted by
+    hand: ('dense', n_in, n_out, train) / ('conv', W_in, C_in, W_out, C_out, k, stride, train) /
+    ('gap', n_in); train is 'all', 'bias' or None. Per sample the forward pass, then backward
+    down to the first layer that trains: weight gradients where weights train, bias gradients
+    where biases train, the input delta of every layer above the first that trains."""
+    def conns(l):
+        if l[0] == "dense":
+            return l[1] * l[2]
+        if l[0] == "gap":
+            return l[1]
+        _, wi, ci, wo, co, k, s, _t = l
+        return _taps(wi, k, s, wo) * co * ci
+
+    first = min(i for i, l in enumerate(layers) if l[0] != "gap" and l[-1])
+    fwd = sum(conns(l) for l in layers)
+    bwd, trained = 0, 0
+    for i in range(len(layers) - 1, first - 1, -1):
+        l = layers[i]
+        if l[0] != "gap":
+            outs = l[2] if l[0] == "dense" else l[3] * l[4]
+            n_b = l[2] if l[0] == "dense" else l[4]
+            bwd += (conns(l) if l[-1] == "all" else 0) + (outs if l[-1] else 0)
+            w = l[1] * l[2] if l[0] == "dense" else l[5] * l[2] * l[4]
+            trained += (w + n_b) if l[-1] == "all" else n_b if l[-1] == "bias" else 0
+        if i > first:
+            bwd += conns(l)
+    return (1 + n_old) * (fwd + bwd) + trained
+
+
+# the stage of each cut by hand (docs/study.md's networks: digits.keras, the watch network)
+_DIGITS_EMBED = [("dense", 256, 32), ("dense", 32, 10)]
+_WATCH_CONV3 = [("conv", 25, 16, 25, 16, 3, 1), ("gap", 400), ("dense", 16, 24), ("dense", 24, 7)]
+_WATCH_CONV2 = [("conv", 50, 8, 25, 16, 3, 2)] + _WATCH_CONV3
+_WATCH_EMBED = [("dense", 16, 24), ("dense", 24, 7)]
+
+
+def _with(train: list, layers: list) -> list:
+    return [l if l[0] == "gap" else l + (t,) for l, t in zip(layers, train)]
+
+
+def test_lean_cost_columns_recomputed_from_the_layer_shapes():
+    """The MACs cells: counted here by hand from the networks' layer shapes (not by the
+    study's counter) for float and lean variants of digits and watch; the float stages'
+    instruction cells are the depth study's QEMU measurements."""
+    sec = _lean_doc()
+    st = _stated(sec)
+    digits, watch = _lean_rows(sec, "digits (new classes)"), _lean_rows(sec, "watch: new classes")
+    cases = [(digits, ("embed", "float stage"), _with(["all", "all"], _DIGITS_EMBED)),
+             (digits, ("embed", "lean: biases"), _with(["bias", "all"], _DIGITS_EMBED)),
+             (watch, ("embed", "float stage"), _with(["all", "all"], _WATCH_EMBED)),
+             (watch, ("conv3", "float stage"), _with(["all", None, "all", "all"], _WATCH_CONV3)),
+             (watch, ("conv3", "lean: biases"), _with(["bias", None, "bias", "all"], _WATCH_CONV3)),
+             (watch, ("conv2", "lean: embed weights + biases"),
+              _with(["bias", "bias", None, "all", "all"], _WATCH_CONV2))]
+    for table, key, layers in cases:
+        assert table[key][6] == f"{_train_macs(layers, st['n_old']):,}", key
+    depth = {(r["name"], c["cut"]): c["bench"]["train"] for r in _results()
+             if "scenario" not in r for c in r["cuts"] if "train" in c.get("bench", {})}
+    assert digits[("embed", "float stage")][7] == f"{depth[('digits', 'embed')]:,}"
+    assert watch[("conv2", "float stage")][7] == f"{depth[('watch', 'conv2')]:,}"
+
+
+needs_digits = pytest.mark.skipif(not (ROOT / "models/digits/manifest.json").exists(),
+                                  reason="models/digits not exported")
+
+
+@pytest.mark.slow   # about 40 s of twin runs on an idle core
+@needs_digits
+def test_lean_rows_recomputed(tmp_path):
+    """A few accuracy cells of the lean tables recomputed (not re-rendered) from the
+    hyper-parameters the document states, with the learner twin driven here: the digits
+    stream of new classes in the stated orders (seed s permutes the pre-training samples into
+    the buffer, then the stream), prefill, predict-then-learn, final accuracy on the test
+    split."""
+    from tinyol.data.datasets import load_source
+    from tinyol.learn import learner as L
+    from tinyol.model.export import export_model
+    from tinyol.targets import simulation as S
+
+    sec = _lean_doc()
+    st = _stated(sec)
+    rows = _lean_rows(sec, "digits (new classes)")
+    Xtr, ytr, _ = load_source("digits@train")
+    Xte, yte, _ = load_source("digits@test")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, X=Xtr[ytr < 5].reshape(-1, 64), y=ytr[ytr < 5])
+    for (cut, variant), train in {("head", "last layer"): None,
+                                  ("embed", "lean: biases"): "bias"}.items():
+        out = tmp_path / cut
+        export_model(str(ROOT / "models/digits/digits.keras"), str(out),
+                     split=None if cut == "head" else cut, calib=str(calib), max_classes=10,
+                     replay_capacity=st["slots"], replay_bits=8, stage_train=train)
+        model = S.load_model(out)
+        q = [S.latents(model, S.quantize_input(X.reshape(len(X), -1), *model.input_q))
+             for X in (Xtr, Xte)]
+        accs = []
+        for s in range(st["seeds"]):
+            rng = np.random.default_rng(s)
+            pre = rng.permutation(np.flatnonzero(ytr < 5))
+            stream = rng.permutation(np.flatnonzero(ytr >= 5))
+            lrn = S.make_learner(model, L.Settings(lr=st["lr"], n_new=st["n_new"],
+                                                   n_old=st["n_old"], mode=L.MODE_REPLAY),
+                                 dict(capacity=st["slots"], bits=8, policy=L.POLICY_RESERVOIR,
+                                      seed=s + 1, max_new=1))
+            for i in pre:
+                lrn.replay_add(q[0][i], int(ytr[i]))
+            for i in stream:
+                lrn.predict(q[0][i])
+                lrn.learn(q[0][i], int(ytr[i]))
+            accs.append(np.mean([lrn.predict(x)[0] for x in q[1]] == yte))
+        cell = f"{100 * np.mean(accs):.1f} ± {100 * np.std(accs):.1f}"
+        assert rows[(cut, variant)][8] == cell, (cut, variant)
+
+
+@pytest.mark.slow   # about 30 s of twin runs on an idle core
+@needs_digits
+def test_lean_l476_last_layer_row_recomputed(tmp_path):
+    """The L476RG table's digits last-layer row: its slot count fits the board by the one
+    memory model (one more slot does not fit), and its accuracy cells are recomputed here from
+    the row's stated slots and recipe, with idle rehearsal written out in this test: after each
+    streamed sample, `extra` SGD steps of the head on n_old replayed samples (weight 1/n_old)."""
+    import re
+
+    from tinyol import memory
+    from tinyol.boards import BOARDS
+    from tinyol.data.datasets import load_source
+    from tinyol.learn import learner as L
+    from tinyol.model.export import export_model
+    from tinyol.model.folder import read_manifest
+    from tinyol.targets import simulation as S
+
+    sec = _lean_doc()
+    st = _stated(sec)
+    part = sec[sec.index("### The best configuration that fits the NUCLEO-L476RG"):]
+    line = next(ln for ln in part.splitlines() if ln.startswith("| digits | head | last layer |"))
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    slots = int(cells[3])
+    m = re.fullmatch(r"(reservoir|balanced), (\d+) idle steps, lr ([0-9.]+)", cells[5])
+    policy = {"reservoir": L.POLICY_RESERVOIR, "balanced": L.POLICY_BALANCED}[m.group(1)]
+    extra, lr = int(m.group(2)), float(m.group(3))
+
+    Xtr, ytr, _ = load_source("digits@train")
+    Xte, yte, _ = load_source("digits@test")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, X=Xtr[ytr < 5].reshape(-1, 64), y=ytr[ytr < 5])
+    out = tmp_path / "head"
+    export_model(str(ROOT / "models/digits/digits.keras"), str(out), calib=str(calib),
+                 max_classes=10, replay_capacity=slots, replay_bits=8)
+    mm = memory.Model.from_manifest(read_manifest(out))
+    b = BOARDS["nucleo_l476rg"]
+    regions = memory.board_regions(b)
+    assert memory.plan(mm, b.name, regions).fits
+    if slots < 1000:   # the study tries at most 1000 slots
+        mm.replay_capacity = slots + 1
+        assert not memory.plan(mm, b.name, regions).fits
+
+    model = S.load_model(out)
+    q = [S.latents(model, S.quantize_input(X.reshape(len(X), -1), *model.input_q))
+         for X in (Xtr, Xte)]
+
+    def one(seed, pol, ex, rate):
+        rng = np.random.default_rng(seed)
+        pre = rng.permutation(np.flatnonzero(ytr < 5))
+        stream = rng.permutation(np.flatnonzero(ytr >= 5))
+        lrn = S.make_learner(model, L.Settings(lr=rate, n_new=1, n_old=st["n_old"],
+                                               mode=L.MODE_REPLAY),
+                             dict(capacity=slots, bits=8, policy=pol, seed=seed + 1, max_new=1))
+        for i in pre:
+            lrn.replay_add(q[0][i], int(ytr[i]))
+        h, w = lrn.head, np.float32(1.0) / np.float32(st["n_old"])
+        for i in stream:
+            lrn.predict(q[0][i])
+            lrn.learn(q[0][i], int(ytr[i]))
+            for _ in range(ex):
+                h.grad_zero()
+                for _ in range(st["n_old"]):
+                    xr, yr = lrn.replay.get(lrn.replay.draw())
+                    h.activate(yr)
+                    h.grad_add_ce(xr, yr, w)
+                h.step(rate, 0.0, 0.0, 0.0)
+        return np.mean([lrn.predict(x)[0] for x in q[1]] == yte)
+
+    def pm(v):
+        return f"{100 * np.mean(v):.1f} ± {100 * np.std(v):.1f}"
+
+    assert cells[9] == pm([one(s, policy, extra, lr) for s in range(st["seeds"])])
+    assert cells[8] == pm([one(s, L.POLICY_RESERVOIR, 0, st["lr"]) for s in range(st["seeds"])])

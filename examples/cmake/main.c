@@ -21,7 +21,7 @@ int main(void)
         float conf = 0.0f;
         if (tinyol_predict(&tl, x, &pred, &conf) != TOL_OK) return 2;
         printf("pred %ld %.9g\n", (long)pred, (double)conf);
-        if (label != 0xFFu && tinyol_learn(&tl, label) != TOL_OK) return 3;
+        if (label != 0xFFu && tinyol_learn(&tl, label, NULL) != TOL_OK) return 3;
     }
     tol_learner_stats_t st;
     tinyol_stats(&tl, &st);

@@ -3,12 +3,14 @@
  * learner of a model exported with an early `--split` (its directory has
  * stage_init.c; docs/adaptive.md). The backbone's int8 output feeds several
  * float32 layers trained by backprop. SAVE/LOAD move the whole stage (its
- * STG1 state); GET_STAGE / SET_STAGE its image (every parameter + active flags).
+ * STG1 state); GET_STAGE / SET_STAGE its image (payloads in wire_stage.c).
  */
 #include <string.h>
 
 #include "model_learner.h"
-#include "tol_proto.h"
+#include "model_wire.h"
+#include "tinyol.h"
+#include "tol_persist.h"
 #include "tol_stage.h"
 
 #ifndef TOL_REPLAY_POLICY
@@ -21,13 +23,7 @@ _Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS
  * checked again by tol_stage_init */
 _Static_assert(TOL_MODEL_LEARNER_BYTES == TOL_STAGE_MEM_BYTES,
                "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_STAGE_MEM_BYTES");
-_Static_assert(TOL_STAGE_STATE_REPLAY == TOL_LEARNER_STATE_REPLAY &&
-                   TOL_STAGE_STATE_MOMENTUM == TOL_LEARNER_STATE_MOMENTUM,
-               "SAVE reports the parts with the learner's bits");
 
-#ifndef TOL_STAGE_TRAINED /* exports before the lean stage: every parameter trains */
-#define TOL_STAGE_TRAINED TOL_STAGE_PARAMS
-#endif
 _Static_assert(TOL_STAGE_TRAINED <= TOL_STAGE_PARAMS, "trained parameters");
 
 extern const tol_stage_layer_t tol_stage_layers[TOL_STAGE_LAYERS];
@@ -35,8 +31,10 @@ extern const float tol_stage_init_params[TOL_STAGE_PARAMS];
 
 static tol_stage_t tol_stage;
 
-const uint8_t tol_model_learner_get_msg = (uint8_t)TOL_MSG_GET_STAGE;
-const uint8_t tol_model_learner_set_msg = (uint8_t)TOL_MSG_SET_STAGE;
+tol_stage_t *tol_model_stage(void)
+{
+    return &tol_stage;
+}
 
 tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
 {
@@ -64,29 +62,42 @@ tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
     return tol_stage_init(&tol_stage, mem, bytes, &cfg);
 }
 
-tol_status_t tol_model_learner_predict(const int8_t *latent, int32_t *label, float *confidence)
+static void tol_model_stage_counters_(tinyol_result_t *r)
 {
-    return tol_stage_predict(&tol_stage, latent, label, confidence);
+    r->samples_seen = tol_stage.samples_seen;
+    r->updates = tol_stage.updates;
+    r->n_active = tol_stage.n_active;
 }
 
-float tol_model_learner_prob(uint16_t label)
+tol_status_t tol_model_learner_predict(const int8_t *latent, tinyol_result_t *r)
 {
-    return label < tol_stage.rows && tol_stage.active[label] ? tol_stage.probs[label] : 0.0f;
+    memset(r, 0, sizeof(*r));
+    r->prediction = -1;
+    TOL_TRY(tol_stage_predict(&tol_stage, latent, &r->prediction, &r->probability));
+    tol_model_stage_counters_(r);
+    return TOL_OK;
 }
 
-tol_status_t tol_model_learner_learn(const int8_t *latent, uint16_t label)
+tol_status_t tol_model_learner_learn(const int8_t *latent, uint16_t label, tinyol_result_t *r)
 {
-    return tol_stage_learn(&tol_stage, latent, label);
+    /* the probabilities of the last predict (on this latent) */
+    r->label_probability = label < tol_stage.rows && tol_stage.active[label] ? tol_stage.probs[label] : 0.0f;
+    const uint32_t seen = tol_stage.samples_seen;
+    const uint16_t active = tol_stage.n_active;
+    const tol_status_t st = tol_stage_learn(&tol_stage, latent, label);
+    r->learned = tol_stage.samples_seen != seen;
+    r->new_class = tol_stage.n_active > active;
+    tol_model_stage_counters_(r);
+    return st;
 }
 
-tol_status_t tol_model_learner_anomaly(const int8_t *latent, const int8_t *input, bool learn, float *score,
-                                       uint8_t *is_anomaly)
+tol_status_t tol_model_learner_anomaly(const int8_t *latent, const int8_t *input, bool learn,
+                                       tinyol_result_t *r)
 {
     (void)latent;
     (void)input;
     (void)learn;
-    (void)score;
-    (void)is_anomaly;
+    (void)r;
     return TOL_ERR_UNSUPPORTED; /* classifier stages only */
 }
 
@@ -127,114 +138,42 @@ uint32_t tol_model_learner_record_max(void)
 
 uint32_t tol_model_learner_state_bytes(void)
 {
-    return tol_stage_state_bytes(&tol_stage, TOL_STAGE_STATE_REPLAY);
+    tol_state_t st;
+    tol_stage_state_stream(&tol_stage, TOL_STAGE_STATE_REPLAY, NULL, &st);
+    return tol_state_bytes(&st);
 }
 
 tol_status_t tol_model_learner_save(tol_store_t *s, bool no_replay, uint8_t *parts_out, uint32_t *payload)
 {
     tol_learner_settings_t set;
     tol_stage_get_settings(&tol_stage, &set);
-    uint8_t parts = (uint8_t)(no_replay ? 0u : TOL_STAGE_STATE_REPLAY);
-    if (set.momentum != 0.0f) parts |= (uint8_t)TOL_STAGE_STATE_MOMENTUM;
-    uint32_t total = tol_stage_state_bytes(&tol_stage, parts);
-    if (total > tol_store_capacity(s) && (parts & TOL_STAGE_STATE_REPLAY)) {
+    uint8_t parts = tinyol_save_parts(set.momentum, no_replay);
+    uint8_t hdr[TOL_STAGE_STATE_HEADER];
+    tol_state_t st;
+    tol_stage_state_stream(&tol_stage, parts, hdr, &st);
+    if (!tol_persist_fits(s, &st)) {
         parts &= (uint8_t)~TOL_STAGE_STATE_REPLAY; /* too big for a slot: the stage still fits */
-        total = tol_stage_state_bytes(&tol_stage, parts);
+        tol_stage_state_stream(&tol_stage, parts, hdr, &st);
     }
-    TOL_TRY(tol_store_begin(s, total));
-    uint8_t buf[64];
-    for (uint32_t at = 0; at < total; at += sizeof(buf)) {
-        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
-        tol_stage_state_read(&tol_stage, parts, at, buf, n);
-        TOL_TRY(tol_store_append(s, buf, n));
-    }
-    TOL_TRY(tol_store_commit(s));
     *parts_out = parts;
-    *payload = total;
-    return TOL_OK;
+    return tol_persist_write(s, &st, payload);
 }
 
 tol_status_t tol_model_learner_load(tol_store_t *s, tol_store_record_t *rec)
 {
-    TOL_TRY(tol_store_newest(s, rec));
-    uint8_t buf[TOL_STAGE_STATE_HEADER];
-    TOL_CHECK(rec->payload_len >= sizeof(buf), TOL_ERR_MODEL);
-    TOL_TRY(tol_store_read(s, rec, 0u, buf, sizeof(buf)));
+    uint8_t hdr[TOL_STAGE_STATE_HEADER];
     uint8_t parts = 0u;
     uint32_t total = 0u;
-    TOL_TRY(tol_stage_state_begin(&tol_stage, buf, sizeof(buf), &parts, &total));
-    tol_status_t st = total == rec->payload_len ? TOL_OK : TOL_ERR_MODEL;
-    for (uint32_t at = sizeof(buf); st == TOL_OK && at < total; at += sizeof(buf)) {
-        uint32_t n = total - at < sizeof(buf) ? total - at : (uint32_t)sizeof(buf);
-        st = tol_store_read(s, rec, at, buf, n);
-        if (st == TOL_OK) st = tol_stage_state_write(&tol_stage, parts, at, buf, n);
-    }
-    if (st != TOL_OK) {
+    TOL_TRY(tol_persist_read_header(s, rec, hdr, sizeof(hdr)));
+    TOL_TRY(tol_stage_state_begin(&tol_stage, hdr, sizeof(hdr), &parts, &total));
+    tol_state_t st;
+    tol_stage_state_stream(&tol_stage, parts, NULL, &st);
+    const tol_status_t r = tol_persist_read_body(s, rec, &st);
+    if (r != TOL_OK) {
         tol_stage_reset(&tol_stage); /* half-applied: back to the exported stage */
-        return st;
+        return r;
     }
     TOL_TRY(tol_stage_state_end(&tol_stage, parts));
     tol_stage.push_fill = 0u; /* the loaded state replaces a staged image */
     return TOL_OK;
-}
-
-/* GET_STAGE: offset:u32. Reply: offset:u32 total:u32 n:u16 0:u16 bytes[n] of the stage
- * image (tol_stage_image_read: every parameter as f32, then the active flags). */
-tol_status_t tol_model_learner_get(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t cap,
-                                   uint16_t *reply_len)
-{
-    TOL_CHECK(n == 4u, TOL_ERR_LENGTH);
-    const uint32_t offset = tol_get_u32(req);
-    const uint32_t total = tol_stage_image_bytes(&tol_stage);
-    TOL_CHECK(offset <= total, TOL_ERR_RANGE);
-    uint32_t count = total - offset;
-    if (count > (uint32_t)cap - 12u) count = (uint32_t)cap - 12u;
-    TOL_TRY(tol_stage_image_read(&tol_stage, offset, reply + 12, count));
-    tol_put_u32(reply, offset);
-    tol_put_u32(reply + 4, total);
-    tol_put_u16(reply + 8, (uint16_t)count);
-    tol_put_u16(reply + 10, 0u);
-    *reply_len = (uint16_t)(12u + count);
-    return TOL_OK;
-}
-
-/* SET_STAGE: offset:u32 bytes[n]: stage image bytes, staged (offset 0 starts a new image,
- * later writes continue where the last ended); the write that completes the image commits
- * it (all or nothing). The fence is up while an image is part way staged; a complete image
- * refused at the commit (NaN, bad flags) leaves the live stage as it was, unfenced.
- * Reply: offset:u32 staged:u32 total:u32 committed:u8 0:u8 n_active:u16 */
-tol_status_t tol_model_learner_set(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len,
-                                   bool *staged)
-{
-    TOL_CHECK(n >= 4u, TOL_ERR_LENGTH);
-    const uint32_t offset = tol_get_u32(req);
-    const uint32_t total = tol_stage_image_bytes(&tol_stage);
-    tol_status_t st = tol_stage_push_write(&tol_stage, offset, req + 4, (uint32_t)n - 4u);
-    const uint32_t fill = tol_stage.push_fill;
-    uint8_t committed = 0u;
-    if (st == TOL_OK && fill == total) {
-        st = tol_stage_push_commit(&tol_stage);
-        committed = st == TOL_OK ? 1u : 0u;
-    }
-    *staged = fill > 0u && fill < total;
-    TOL_TRY(st);
-    tol_put_u32(reply, offset);
-    tol_put_u32(reply + 4, fill);
-    tol_put_u32(reply + 8, total);
-    reply[12] = committed;
-    reply[13] = 0u;
-    tol_put_u16(reply + 14, tol_stage.n_active);
-    *reply_len = 16u;
-    return TOL_OK;
-}
-
-/* INFO's stage block: layers:u8 params:u32 (the trained ones: the image's) bytes:u32 hash:u32 */
-uint16_t tol_model_learner_info(uint8_t *out, uint16_t cap)
-{
-    if (cap < 13u) return 0u;
-    out[0] = (uint8_t)TOL_STAGE_LAYERS;
-    tol_put_u32(out + 1, (uint32_t)TOL_STAGE_TRAINED);
-    tol_put_u32(out + 5, (uint32_t)TOL_MODEL_LEARNER_BYTES);
-    tol_put_u32(out + 9, (uint32_t)TOL_STAGE_HASH);
-    return 13u;
 }

@@ -1,10 +1,11 @@
 /*
- * model.c - model glue of the app layer: owns the backbone's input/latent
- * buffers and the learner's memory (static, sized by the model's config.h) and
- * turns protocol payloads into backbone and learner calls (see tol_model.h,
- * payload layouts in docs/protocol.md). The learner is behind model_learner.h:
- * learner_head.c (TinyOL's last layer) or learner_stage.c (the adaptive stage of
- * an earlier --split), whichever the builder links.
+ * model.c - model glue of the app layer, a client of tinyol.h: owns the backbone's
+ * input/latent buffers and the learner's memory (static, sized by the model's
+ * config.h) and turns protocol payloads into backbone and learner calls (see
+ * tol_model.h, payload layouts in docs/protocol.md). The learner is behind
+ * model_learner.h: learner_head.c (TinyOL's last layer) or learner_stage.c (the
+ * adaptive stage of an earlier --split), whichever the builder links, with its
+ * pull/push payloads (model_wire.h: wire_head.c or wire_stage.c).
  */
 #include <math.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "backbone.h"
 #include "config.h"
 #include "model_learner.h"
+#include "model_wire.h"
+#include "tinyol.h"
 #include "tol_app.h"
 #include "tol_hal.h"
 #include "tol_model.h"
@@ -25,11 +28,6 @@
 #define TOL_AUTOSAVE_UPDATES 0u
 #endif
 #define TOL_SAVE_NO_REPLAY 0x01u /* SAVE option bit: leave the replay buffer out */
-
-_Static_assert(TOL_BACKBONE_INPUT_SIZE == TOL_INPUT_SIZE, "backbone.h and config.h disagree on the input");
-_Static_assert(TOL_BACKBONE_LATENT_SIZE == TOL_LATENT_DIM, "backbone.h and config.h disagree on the latent");
-_Static_assert(TOL_HEAD_MODE == 0 || TOL_HEAD_OUT_DIM == TOL_INPUT_SIZE,
-               "autoencoder head must reconstruct the model input");
 
 /* The learner's memory: TOL_MODEL_LEARNER_BYTES (model_learner.h), the exporter's budget.
  * Where the learner's memory lives: 1 SRAM1, 2 SRAM2, 3 SRAM3. The build decides it from the
@@ -91,6 +89,21 @@ tol_status_t tol_model_init(void)
     return TOL_OK;
 }
 
+static void tol_put_f32(uint8_t *p, float v)
+{
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    tol_put_u32(p, bits);
+}
+
+static float tol_get_f32(const uint8_t *p)
+{
+    uint32_t bits = tol_get_u32(p);
+    float v;
+    memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
 /* float32 input payload size; 0 where float inputs are not accepted (> 8 KB) */
 #define TOL_FLOAT_REQUEST_BYTES (TOL_APP_FLOAT_INPUT ? 1u + 4u * (uint32_t)TOL_INPUT_SIZE : 0u)
 
@@ -106,36 +119,10 @@ static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
     TOL_CHECK(p[0] == TOL_INPUT_FLOAT32, TOL_ERR_ARG);
     TOL_CHECK(TOL_APP_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(n == TOL_FLOAT_REQUEST_BYTES, TOL_ERR_LENGTH);
-    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
-        uint32_t bits = tol_get_u32(p + 1 + 4u * i);
-        float x;
-        memcpy(&x, &bits, sizeof(x));
-        TOL_CHECK(isfinite(x), TOL_ERR_NONFINITE);
-    }
-    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) {
-        uint32_t bits = tol_get_u32(p + 1 + 4u * i);
-        float x;
-        memcpy(&x, &bits, sizeof(x));
-        float q = roundf(x / TOL_INPUT_SCALE) + (float)TOL_INPUT_ZERO_POINT; /* half away from zero */
-        q = q < -128.0f ? -128.0f : (q > 127.0f ? 127.0f : q);
-        tol_input[i] = (int8_t)q;
-    }
+    const uint8_t *x = p + 1;
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) TOL_CHECK(isfinite(tol_get_f32(x + 4u * i)), TOL_ERR_NONFINITE);
+    for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) tol_input[i] = tinyol_quantize_value(tol_get_f32(x + 4u * i));
     return TOL_OK;
-}
-
-static void tol_put_f32(uint8_t *p, float v)
-{
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof(bits));
-    tol_put_u32(p, bits);
-}
-
-static float tol_get_f32(const uint8_t *p)
-{
-    uint32_t bits = tol_get_u32(p);
-    float v;
-    memcpy(&v, &bits, sizeof(v));
-    return v;
 }
 
 /* SAMPLE / PREDICT reply: pred i16, flags u8, 0, value f32, loss f32, seen u32, active u16 */
@@ -153,49 +140,39 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
     tol_cycles.backbone = tol_since(s);
 
-    tol_learner_stats_t before;
-    tol_model_learner_get_stats(&before);
-    int32_t pred = -1;
-    float value = 0.0f;
+    tinyol_result_t r;
     float loss = 0.0f;
     uint8_t flags = 0u;
     if (TOL_HEAD_MODE == 0) {
         TOL_CHECK(!learn || label < TOL_HEAD_MAX_CLASSES, TOL_ERR_LABEL);
         s = tol_now();
-        TOL_TRY(tol_model_learner_predict(tol_latent, &pred, &value));
+        TOL_TRY(tol_model_learner_predict(tol_latent, &r));
         tol_cycles.predict = tol_since(s);
         if (learn) {
-            float p = tol_model_learner_prob(label);
-            loss = -logf(p > 1e-7f ? p : 1e-7f);
             s = tol_now();
-            TOL_TRY(tol_model_learner_learn(tol_latent, label));
+            TOL_TRY(tol_model_learner_learn(tol_latent, label, &r));
             tol_cycles.learn = tol_since(s);
+            const float p = r.label_probability;
+            loss = -logf(p > 1e-7f ? p : 1e-7f);
         }
     } else {
-        uint8_t is_anomaly = 0u;
         s = tol_now();
-        TOL_TRY(tol_model_learner_anomaly(tol_latent, tol_input, learn, &value, &is_anomaly));
+        TOL_TRY(tol_model_learner_anomaly(tol_latent, tol_input, learn, &r));
         tol_cycles.learn = tol_since(s);
-        pred = is_anomaly;
-        loss = value;
-        if (is_anomaly) flags |= TOL_FLAG_ANOMALY;
+        loss = r.probability;
+        if (r.anomaly) flags |= TOL_FLAG_ANOMALY;
     }
-    tol_learner_stats_t after;
-    tol_model_learner_get_stats(&after);
     /* learned: the classifier accepted the sample (it may wait in the mini-batch); the
      * autoencoder updated its head (flagged samples are not learned unless train_anomalies) */
-    if (learn && (TOL_HEAD_MODE == 0 ? after.samples_seen != before.samples_seen
-                                     : after.updates != before.updates)) {
-        flags |= TOL_FLAG_LEARNED;
-    }
-    if (after.n_active > before.n_active) flags |= TOL_FLAG_NEW_CLASS;
-    tol_put_u16(reply, (uint16_t)(int16_t)pred);
+    if (learn && r.learned) flags |= TOL_FLAG_LEARNED;
+    if (r.new_class) flags |= TOL_FLAG_NEW_CLASS;
+    tol_put_u16(reply, (uint16_t)(int16_t)r.prediction);
     reply[2] = flags;
     reply[3] = 0u;
-    tol_put_f32(reply + 4, value);
+    tol_put_f32(reply + 4, r.probability);
     tol_put_f32(reply + 8, loss);
-    tol_put_u32(reply + 12, after.samples_seen);
-    tol_put_u16(reply + 16, after.n_active);
+    tol_put_u32(reply + 12, r.samples_seen);
+    tol_put_u16(reply + 16, r.n_active);
     *reply_len = 18u;
     return TOL_OK;
 }
@@ -380,14 +357,14 @@ static void tol_model_autosave(void)
     if (tol_persist.last_status != (uint8_t)TOL_OK) tol_persist.saved_updates = ls.updates; /* retry later */
 }
 
-/* SET_HEAD / SET_STAGE: one slice of a push (model_learner.h). From the first staged slice
+/* SET_HEAD / SET_STAGE: one slice of a push (model_wire.h). From the first staged slice
  * on, the learner is fenced (SAMPLE, PREDICT, SAVE refused with TOL_ERR_BUSY, no auto-save)
  * until the slice that completes the push commits, or RESET/LOAD replace the state: a cut
  * push never becomes the learned state. */
 static tol_status_t tol_model_push(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len)
 {
     bool staged = tol_persist.head_staged;
-    tol_status_t st = tol_model_learner_set(req, n, reply, reply_len, &staged);
+    tol_status_t st = tol_model_wire_set(req, n, reply, reply_len, &staged);
     tol_persist.head_staged = staged;
     return st;
 }
@@ -395,7 +372,7 @@ static tol_status_t tol_model_push(const uint8_t *req, uint16_t n, uint8_t *repl
 /* INFO's stage block (tol_app.c appends it; nothing for the one-layer head) */
 uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap)
 {
-    return tol_model_learner_info(out, cap);
+    return tol_model_wire_info(out, cap);
 }
 
 tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len, uint8_t *reply,
@@ -455,12 +432,12 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
         return TOL_OK;
     }
     case TOL_MSG_GET_HEAD:
-    case TOL_MSG_GET_STAGE: /* the pair of the learner linked (model_learner.h) */
-        TOL_CHECK(type == tol_model_learner_get_msg, TOL_ERR_TYPE);
-        return tol_model_learner_get(req, req_len, reply, reply_cap, reply_len);
+    case TOL_MSG_GET_STAGE: /* the pair of the learner linked (model_wire.h) */
+        TOL_CHECK(type == tol_model_wire_get_msg, TOL_ERR_TYPE);
+        return tol_model_wire_get(req, req_len, reply, reply_cap, reply_len);
     case TOL_MSG_SET_HEAD:
     case TOL_MSG_SET_STAGE:
-        TOL_CHECK(type == tol_model_learner_set_msg, TOL_ERR_TYPE);
+        TOL_CHECK(type == tol_model_wire_set_msg, TOL_ERR_TYPE);
         return tol_model_push(req, req_len, reply, reply_len);
     case TOL_MSG_SAVE:
         return tol_model_on_save(req, req_len, reply, reply_len);
@@ -524,20 +501,20 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
 {
     TOL_CHECK(!(tol_persist.head_staged && region >= 3u), TOL_ERR_BUSY); /* fenced head: no use */
-    int32_t label = 0;
-    float conf = 0.0f;
+    tinyol_result_t r;
+    memset(&r, 0, sizeof(r));
     tol_stamp_t s = tol_now();
     switch (region) {
     case 2:
         TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
         break;
     case 3:
-        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_model_learner_predict(tol_latent, &label, &conf)
-                                   : tol_model_learner_anomaly(tol_latent, tol_input, false, &conf, NULL));
+        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_model_learner_predict(tol_latent, &r)
+                                   : tol_model_learner_anomaly(tol_latent, tol_input, false, &r));
         break;
     case 4:
-        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_model_learner_learn(tol_latent, 0u)
-                                   : tol_model_learner_anomaly(tol_latent, tol_input, true, &conf, NULL));
+        TOL_TRY(TOL_HEAD_MODE == 0 ? tol_model_learner_learn(tol_latent, 0u, &r)
+                                   : tol_model_learner_anomaly(tol_latent, tol_input, true, &r));
         break;
     default:
         return TOL_ERR_RANGE;

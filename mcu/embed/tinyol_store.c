@@ -13,8 +13,7 @@ tol_status_t tinyol_save(tinyol_t *t, tol_store_t *store)
     TOL_CHECK(t != NULL && store != NULL, TOL_ERR_ARG);
     tol_learner_settings_t set;
     tol_learner_get_settings(&t->learner, &set);
-    uint8_t parts = (uint8_t)TOL_LEARNER_STATE_REPLAY;
-    if (set.momentum != 0.0f) parts |= (uint8_t)TOL_LEARNER_STATE_MOMENTUM;
+    uint8_t parts = tinyol_save_parts(set.momentum, false);
     uint32_t bytes = 0u;
     return tol_persist_save(&t->learner, store, parts, &parts, &bytes);
 }

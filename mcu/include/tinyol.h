@@ -6,6 +6,10 @@
  * flash persistence, behind a handful of calls. No main loop, no protocol,
  * no UART, no heap, no globals: the caller owns every byte.
  *
+ * The protocol firmware (mcu/app/) is a client of this library too: it takes the
+ * learner configuration, the input rounding, the saved parts and the learn result
+ * from here (docs/embedding.md).
+ *
  * Build: compile the .c files of mcu/src (except tol_app.c), of mcu/src/kernels/simd
  * (Cortex-M4) or mcu/src/kernels/ref (anything), of mcu/embed, and of the model
  * directory (except model_data.c), with
@@ -18,7 +22,9 @@
  *   ...
  *   tinyol_predict(&tl, window, &label, &confidence);   // window: int8_t[TINYOL_INPUT_SIZE]
  *   ... later, when the true label is known:
- *   tinyol_learn(&tl, true_label);                      // learns the window last predicted
+ *   tinyol_result_t r;
+ *   tinyol_learn(&tl, true_label, &r);                  // learns the window last predicted;
+ *                                                       // r: what happened (learned, new class, ...)
  *
  * Threading: one tinyol_t is not reentrant; call all functions on it from one
  * context (main loop or one task). Never from an interrupt handler: a predict
@@ -59,14 +65,53 @@
 #define TINYOL_RECORD_MAX \
     TOL_PERSIST_RECORD_MAX(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
 
+/* What one call did to one sample (tinyol_learn, tinyol_anomaly_learn; the SAMPLE reply). */
+typedef struct {
+    int32_t prediction;      /* classifier: the class predicted before learning (-1: no class
+                                active); autoencoder: 1 anomaly, 0 normal */
+    float probability;       /* classifier: its softmax probability; autoencoder: the score (MSE) */
+    float label_probability; /* classifier: the probability the prediction gave the true label
+                                (0 for a class not active yet): the loss is -log of it */
+    bool learned;            /* classifier: the sample was accepted (queued for the next step, or
+                                stepped); autoencoder: the head updated on it */
+    bool new_class;          /* the label activated an output row */
+    bool anomaly;            /* autoencoder: score above the learned threshold */
+    uint32_t samples_seen;   /* counters after the call (tol_learner_stats_t) */
+    uint32_t updates;
+    uint16_t n_active;
+} tinyol_result_t;
+
 typedef struct {
     tol_learner_t learner;
     int8_t latent[TOL_LATENT_DIM];  /* backbone output of the last tinyol_predict() */
     bool has_latent;                /* latent holds a sample not learned yet */
+    tinyol_result_t last;           /* the prediction of that sample */
 } tinyol_t;
 
 /* Fill a learner configuration from the generated model (config.h, head_init.c). */
 void tinyol_learner_config(tol_learner_config_t *cfg);
+
+/* One input value (the model's input units) as the model's int8 input: rounded half away
+ * from zero, saturated. x must be finite. */
+int8_t tinyol_quantize_value(float x);
+
+/* The parts a save writes (TOL_LEARNER_STATE_* bits; the stage uses the same bits): the replay
+ * buffer unless no_replay, the momentum buffers when momentum is in use. */
+uint8_t tinyol_save_parts(float momentum, bool no_replay);
+
+/* ---- the learner calls with their results, for firmware that runs the backbone itself ----
+ * (the protocol firmware's mcu/app/learner_head.c). L: a learner set up with
+ * tinyol_learner_config(); latent: int8_t[TOL_LATENT_DIM]; r (out, not NULL). */
+/* Classify: r->prediction, r->probability, counters; learned/new_class false. */
+tol_status_t tinyol_head_predict(tol_learner_t *L, const int8_t *latent, tinyol_result_t *r);
+/* Learn the latent last given to tinyol_head_predict (r carries that prediction on):
+ * r->label_probability, learned, new_class, counters. */
+tol_status_t tinyol_head_learn(tol_learner_t *L, const int8_t *latent, uint16_t label, tinyol_result_t *r);
+/* Autoencoder: score `target` (the model input, int8_t[TINYOL_INPUT_SIZE]) from its latent;
+ * learn = false only scores. r: prediction and anomaly (flagged), probability (the score),
+ * learned (the head updated), counters. */
+tol_status_t tinyol_head_anomaly(tol_learner_t *L, const int8_t *latent, const int8_t *target, bool learn,
+                                 tinyol_result_t *r);
 
 /*
  * Set up `t` with the exported head and the model's settings (config.h).
@@ -95,12 +140,15 @@ tol_status_t tinyol_predict(tinyol_t *t, const int8_t *input, int32_t *label, fl
  * Classifier: learn the sample last given to tinyol_predict() with its true
  * `label` (< TOL_HEAD_MAX_CLASSES; a label never seen before adds a class).
  * One online SGD step every n_new samples, with replayed latents (config.h).
+ * result (out, may be NULL): what happened, in one call: the prediction and its
+ * probability, the true label's probability, learned, new class, counters.
  * TOL_ERR_ARG when there is no predicted sample to learn (each is learned once).
  */
-tol_status_t tinyol_learn(tinyol_t *t, uint16_t label);
+tol_status_t tinyol_learn(tinyol_t *t, uint16_t label, tinyol_result_t *result);
 
-/* Classifier: backbone + learn in one call, for a labelled sample not predicted first. */
-tol_status_t tinyol_learn_sample(tinyol_t *t, const int8_t *input, uint16_t label);
+/* Classifier: backbone + predict + learn in one call, for a labelled sample not
+ * predicted first (result as tinyol_learn; may be NULL). */
+tol_status_t tinyol_learn_sample(tinyol_t *t, const int8_t *input, uint16_t label, tinyol_result_t *result);
 
 /*
  * Autoencoder: score `input` (int8_t[TINYOL_INPUT_SIZE]) by its reconstruction

@@ -31,6 +31,7 @@
 #include "tol_head.h"
 #include "tol_prng.h"
 #include "tol_replay.h"
+#include "tol_state.h"
 #include "tol_status.h"
 
 typedef enum {
@@ -151,6 +152,11 @@ void tol_learner_settings_default(tol_learner_settings_t *s);
 /* The classifier settings in a state header (the learner's and the stage's): 21 bytes at p,
  * lr, momentum, weight_decay, clip_norm (float32 LE), n_new, n_old (uint16 LE), mode.
  * unpack sets only those fields of *s. */
+/* The checks every classifier learner (the head's, the stage's) makes of its settings: lr,
+ * momentum (0 without momentum buffers), weight decay, clip norm, 1 <= n_new <= max_new,
+ * n_old <= max_old when there is a replay buffer, mode. TOL_ERR_ARG when one fails. */
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
+                                        uint16_t replay_capacity, uint8_t no_momentum);
 #define TOL_LEARNER_SETTINGS_PACKED 21u
 void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p);
 void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s);
@@ -229,16 +235,16 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
  * slots only, in their stored 32/8/7-bit form). Restoring it gives a learner
  * that predicts and keeps learning bit-identically to the one saved. */
 #define TOL_LEARNER_STATE_HEADER 104u
-#define TOL_LEARNER_STATE_REPLAY 0x01u   /* parts: include the replay buffer */
-#define TOL_LEARNER_STATE_MOMENTUM 0x02u /* parts: include the momentum buffers */
+#define TOL_LEARNER_STATE_REPLAY TOL_STATE_REPLAY     /* parts: include the replay buffer */
+#define TOL_LEARNER_STATE_MOMENTUM TOL_STATE_MOMENTUM /* parts: include the momentum buffers */
 
-/* Bytes of the state with the given parts (an OR of TOL_LEARNER_STATE_*). */
-uint32_t tol_learner_state_bytes(const tol_learner_t *L, uint8_t parts);
-
-/* Copy bytes [offset, offset + n) of the state to dst (out); the range must lie
- * inside tol_learner_state_bytes(L, parts). Changes nothing. */
-void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offset, uint8_t *dst,
-                            uint32_t n);
+/* The state as a stream (tol_state.h) for the given parts (an OR of TOL_LEARNER_STATE_*, the
+ * ones this learner cannot give dropped): the header written into hdr (TOL_LEARNER_STATE_HEADER
+ * bytes; NULL when no header byte is read), the learner's arrays as segments. Its size:
+ * tol_state_bytes(s); save: tol_state_read(s, ...) (changes nothing); restore, step 2:
+ * tol_state_write(s, ...) on the stream of the parts step 1 gave. Valid until the learner
+ * changes. */
+void tol_learner_state_stream(const tol_learner_t *L, uint8_t parts, uint8_t *hdr, tol_state_t *s);
 
 /* Restore, step 1: header[0..n) (n >= TOL_LEARNER_STATE_HEADER) is checked
  * against this learner's configuration and applied. Out: *parts, *total (bytes
@@ -247,10 +253,8 @@ void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offs
 tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
                                      uint8_t *parts, uint32_t *total);
 
-/* Restore, step 2: bytes [offset, offset + n) of the state (offset >=
- * TOL_LEARNER_STATE_HEADER), in any order and chunking. TOL_ERR_RANGE past the end. */
-tol_status_t tol_learner_state_write(tol_learner_t *L, uint8_t parts, uint32_t offset,
-                                     const uint8_t *src, uint32_t n);
+/* Restore, step 2: tol_state_write() on tol_learner_state_stream(L, parts, NULL, &s), bytes
+ * past the header in any order and chunking (TOL_ERR_RANGE past the end). */
 
 /* Restore, step 3: validate (finite weights, labels in range, counts
  * consistent). On error the learner is reset to the exported head and

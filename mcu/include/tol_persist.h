@@ -7,6 +7,7 @@
 #ifndef TOL_PERSIST_H
 #define TOL_PERSIST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tol_learner.h"
@@ -22,6 +23,19 @@
      (4u * (dim) + 2u) * (uint32_t)(n_new) +                                                       \
      (uint32_t)(replay_capacity) * ((uint32_t)TOL_REPLAY_ROW_BYTES((dim), (replay_bits)) + 2u) +   \
      6u * (uint32_t)(n_outputs))
+
+/* ---- any learner's state stream (tol_state.h) <-> a record: the head's below, the adaptive
+ * stage's in mcu/app/learner_stage.c ---- */
+/* Does the stream fit one slot of `s`? (A learner leaves its replay buffer out when not.) */
+bool tol_persist_fits(const tol_store_t *s, const tol_state_t *st);
+/* Write the stream (its header filled) as a new record of `s`; out: *payload its bytes. */
+tol_status_t tol_persist_write(tol_store_t *s, const tol_state_t *st, uint32_t *payload);
+/* Load, step 1: the newest record (out: *rec) and its first hdr_n bytes into hdr.
+ * TOL_ERR_NO_RECORD when there is none, TOL_ERR_MODEL when it is shorter. */
+tol_status_t tol_persist_read_header(tol_store_t *s, tol_store_record_t *rec, uint8_t *hdr, uint32_t hdr_n);
+/* Load, step 2 (after the learner took the header): the rest of the record into the
+ * stream's segments; TOL_ERR_MODEL when the record's size is not the stream's. */
+tol_status_t tol_persist_read_body(tol_store_t *s, const tol_store_record_t *rec, const tol_state_t *st);
 
 /*
  * Write the learner's state (parts: TOL_LEARNER_STATE_* bits) as a new record

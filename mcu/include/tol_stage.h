@@ -212,20 +212,16 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st);
  * the layer list, settings, PRNG, counters) then params, active flags, class
  * counts, the queue, [momentum], [replay rows, labels, class_seen, count]. */
 #define TOL_STAGE_STATE_HEADER 72u
-#define TOL_STAGE_STATE_REPLAY 0x01u   /* parts: include the replay buffer */
-#define TOL_STAGE_STATE_MOMENTUM 0x02u /* parts: include the momentum buffers */
-uint32_t tol_stage_state_bytes(const tol_stage_t *S, uint8_t parts);
-void tol_stage_state_read(const tol_stage_t *S, uint8_t parts, uint32_t offset, uint8_t *dst,
-                          uint32_t n);
+#define TOL_STAGE_STATE_REPLAY TOL_STATE_REPLAY     /* parts: include the replay buffer */
+#define TOL_STAGE_STATE_MOMENTUM TOL_STATE_MOMENTUM /* parts: include the momentum buffers */
+/* The state as a stream (tol_state.h), as tol_learner_state_stream: its size, save and restore
+ * (step 2) through tol_state_bytes / tol_state_read / tol_state_write. */
+void tol_stage_state_stream(const tol_stage_t *S, uint8_t parts, uint8_t *hdr, tol_state_t *s);
 /* Step 1: check the header against this stage and apply it (TOL_ERR_MODEL:
  * another stage or configuration; TOL_ERR_ARG: malformed; no change on error).
  * Out: *parts, *total (bytes of the whole state). */
 tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32_t n,
                                    uint8_t *parts, uint32_t *total);
-/* Step 2: bytes [offset, offset + n) past the header, any order and chunking
- * (TOL_ERR_RANGE past the end). */
-tol_status_t tol_stage_state_write(tol_stage_t *S, uint8_t parts, uint32_t offset,
-                                   const uint8_t *src, uint32_t n);
 /* Step 3: validate (finite parameters, flags and labels in range); on error
  * reset to the exported parameters and return TOL_ERR_RANGE. */
 tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "tol_segs.h"
+#include "tol_state.h"
 
 void tol_learner_settings_default(tol_learner_settings_t *s)
 {
@@ -21,19 +22,25 @@ void tol_learner_settings_default(tol_learner_settings_t *s)
     s->warmup = 50;
 }
 
-static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
-                                                const tol_learner_settings_t *s)
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
+                                        uint16_t replay_capacity, uint8_t no_momentum)
 {
     TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
+    TOL_CHECK(s->momentum == 0.0f || !no_momentum, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
-    TOL_CHECK(cfg->replay_capacity == 0u ||
-                  s->n_old <= TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old),
-              TOL_ERR_ARG);
+    TOL_CHECK(s->n_new >= 1u && s->n_new <= max_new, TOL_ERR_ARG);
+    TOL_CHECK(replay_capacity == 0u || s->n_old <= max_old, TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
+    return TOL_OK;
+}
+
+static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
+                                                const tol_learner_settings_t *s)
+{
+    const size_t max_old = TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old);
+    TOL_TRY(tol_learner_settings_check(s, cfg->max_new, max_old, cfg->replay_capacity, cfg->no_momentum));
     TOL_CHECK(isfinite(s->threshold_k) && s->threshold_k >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->ema_alpha > 0.0f && s->ema_alpha <= 1.0f, TOL_ERR_ARG);
     return TOL_OK;
@@ -408,7 +415,6 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
 /* ---- persistence: the state as a byte stream (see tol_learner.h) ----------------- */
 
 #define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
-#define TOL_LEARNER_MAX_SEGS 12u
 
 void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p)
 {
@@ -434,37 +440,7 @@ void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s)
 
 static uint8_t tol_learner_parts_(const tol_learner_t *L, uint8_t parts)
 {
-    if (L->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_REPLAY);
-    if (L->head.vw == NULL) parts = (uint8_t)(parts & ~TOL_LEARNER_STATE_MOMENTUM);
-    return (uint8_t)(parts & (TOL_LEARNER_STATE_REPLAY | TOL_LEARNER_STATE_MOMENTUM));
-}
-
-/* The arrays after the header, in stream order. */
-static uint32_t tol_learner_segs_(const tol_learner_t *L, uint8_t parts, tol_seg_t *seg)
-{
-    const tol_head_t *h = &L->head;
-    const uint32_t rows = h->rows;
-    const uint32_t wn = rows * h->dim;
-    const uint32_t d = L->cfg.latent_dim;
-    uint32_t k = 0;
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->w, 4u * wn};
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->b, 4u * rows};
-    seg[k++] = (tol_seg_t){h->active, rows};
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)L->class_count, 4u * L->cfg.n_outputs};
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->x, 4u * d * L->n_pending}; /* the queue */
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)L->pending_labels, 2u * L->n_pending};
-    if (parts & TOL_LEARNER_STATE_MOMENTUM) {
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->vw, 4u * wn};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)h->vb, 4u * rows};
-    }
-    if (parts & TOL_LEARNER_STATE_REPLAY) {
-        const tol_replay_t *rb = &L->replay;
-        seg[k++] = (tol_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
-    }
-    return k;
+    return tol_state_parts(parts, L->cfg.replay_capacity, L->head.vw != NULL);
 }
 
 static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uint8_t *p)
@@ -486,10 +462,7 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
     tol_segs_putf(p + 40, s->threshold_k);
     tol_segs_putf(p + 44, s->ema_alpha);
     tol_segs_put32(p + 48, s->warmup);
-    tol_segs_put32(p + 52, L->prng.state);
-    tol_segs_put32(p + 56, L->samples_seen);
-    tol_segs_put32(p + 60, L->updates);
-    tol_segs_put32(p + 64, L->rejected);
+    tol_state_put_counters(p + 52, L->prng.state, L->samples_seen, L->updates, L->rejected);
     tol_segs_put32(p + 68, L->anomalies);
     tol_segs_put16(p + 72, L->n_pending);
     tol_segs_put16(p + 74, L->head.n_active);
@@ -504,22 +477,23 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
     }
 }
 
-uint32_t tol_learner_state_bytes(const tol_learner_t *L, uint8_t parts)
-{
-    tol_seg_t seg[TOL_LEARNER_MAX_SEGS];
-    const uint32_t k = tol_learner_segs_(L, tol_learner_parts_(L, parts), seg);
-    return TOL_LEARNER_STATE_HEADER + tol_segs_bytes(seg, k);
-}
-
-void tol_learner_state_read(const tol_learner_t *L, uint8_t parts, uint32_t offset, uint8_t *dst,
-                            uint32_t n)
+void tol_learner_state_stream(const tol_learner_t *L, uint8_t parts, uint8_t *hdr, tol_state_t *s)
 {
     parts = tol_learner_parts_(L, parts);
-    uint8_t hdr[TOL_LEARNER_STATE_HEADER];
-    if (offset < TOL_LEARNER_STATE_HEADER) tol_learner_state_header_(L, parts, hdr);
-    tol_seg_t seg[TOL_LEARNER_MAX_SEGS];
-    const uint32_t k = tol_learner_segs_(L, parts, seg);
-    tol_segs_read(hdr, TOL_LEARNER_STATE_HEADER, seg, k, offset, dst, n);
+    const tol_head_t *h = &L->head;
+    const uint32_t wn = (uint32_t)h->rows * h->dim;
+    if (hdr != NULL) tol_learner_state_header_(L, parts, hdr);
+    tol_state_init(s, hdr, TOL_LEARNER_STATE_HEADER);
+    tol_state_add(s, h->w, 4u * wn);
+    tol_state_add(s, h->b, 4u * h->rows);
+    tol_state_add(s, h->active, h->rows);
+    tol_state_add(s, L->class_count, 4u * L->cfg.n_outputs);
+    tol_state_add_queue(s, h->x, L->cfg.latent_dim, L->n_pending, L->pending_labels);
+    if (parts & TOL_LEARNER_STATE_MOMENTUM) {
+        tol_state_add(s, h->vw, 4u * wn);
+        tol_state_add(s, h->vb, 4u * h->rows);
+    }
+    tol_state_add_replay(s, parts, &L->replay);
 }
 
 tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
@@ -542,17 +516,11 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     s.warmup = tol_segs_get32(p + 48);
     TOL_TRY(tol_learner_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 72);
-    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
     const uint16_t fill = tol_segs_get16(p + 92);
-    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
-    const uint32_t prng = tol_segs_get32(p + 52);
-    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 52)));
     /* checked: apply */
     L->set = s;
-    L->prng.state = prng;
-    L->samples_seen = tol_segs_get32(p + 56);
-    L->updates = tol_segs_get32(p + 60);
-    L->rejected = tol_segs_get32(p + 64);
+    tol_state_get_counters(p + 52, &L->prng.state, &L->samples_seen, &L->updates, &L->rejected);
     L->anomalies = tol_segs_get32(p + 68);
     L->n_pending = n_pending;
     tol_anomaly_init(&L->anomaly, s.threshold_k, s.ema_alpha, s.warmup);
@@ -560,33 +528,17 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     L->anomaly.mean = tol_segs_getf(p + 80);
     L->anomaly.m2 = tol_segs_getf(p + 84);
     L->anomaly.var = tol_segs_getf(p + 88);
-    if (c->replay_capacity > 0u) {
-        tol_replay_clear(&L->replay);
-        if (pt & TOL_LEARNER_STATE_REPLAY) {
-            L->replay.fill = fill;
-            L->replay.seen = tol_segs_get32(p + 96);
-            L->replay.batches = tol_segs_get32(p + 100);
-        }
-    }
+    tol_state_restore_replay(&L->replay, c->replay_capacity, pt, fill, tol_segs_get32(p + 96),
+                             tol_segs_get32(p + 100));
     if (!(pt & TOL_LEARNER_STATE_MOMENTUM) && L->head.vw != NULL) {
         const size_t wn = (size_t)L->head.rows * L->head.dim;
         memset(L->head.vw, 0, wn * sizeof(float));
         memset(L->head.vb, 0, (size_t)L->head.rows * sizeof(float));
     }
     *parts = pt;
-    *total = tol_learner_state_bytes(L, pt);
-    return TOL_OK;
-}
-
-tol_status_t tol_learner_state_write(tol_learner_t *L, uint8_t parts, uint32_t offset,
-                                     const uint8_t *src, uint32_t n)
-{
-    parts = tol_learner_parts_(L, parts);
-    const uint32_t total = tol_learner_state_bytes(L, parts);
-    TOL_CHECK(offset >= TOL_LEARNER_STATE_HEADER && offset <= total && n <= total - offset, TOL_ERR_RANGE);
-    tol_seg_t seg[TOL_LEARNER_MAX_SEGS];
-    const uint32_t k = tol_learner_segs_(L, parts, seg);
-    tol_segs_write(seg, k, TOL_LEARNER_STATE_HEADER, offset, src, n);
+    tol_state_t st;
+    tol_learner_state_stream(L, pt, NULL, &st);
+    *total = tol_state_bytes(&st);
     return TOL_OK;
 }
 
@@ -604,13 +556,8 @@ static tol_status_t tol_learner_state_check_(tol_learner_t *L, uint8_t parts)
         active = (uint16_t)(active + h->active[r]);
     }
     h->n_active = active;
-    for (uint16_t i = 0; i < L->n_pending; i++) {
-        TOL_CHECK(L->pending_labels[i] < L->cfg.n_outputs, TOL_ERR_RANGE);
-        TOL_CHECK(tol_learner_all_finite_(&h->x[(size_t)i * L->cfg.latent_dim], L->cfg.latent_dim),
-                  TOL_ERR_RANGE);
-    }
-    if (parts & TOL_LEARNER_STATE_REPLAY) TOL_TRY(tol_replay_check(&L->replay));
-    return TOL_OK;
+    return tol_state_check_queue(h->x, L->cfg.latent_dim, L->n_pending, L->pending_labels, L->cfg.n_outputs,
+                                 parts, &L->replay);
 }
 
 tol_status_t tol_learner_state_end(tol_learner_t *L, uint8_t parts)

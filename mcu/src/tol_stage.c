@@ -7,6 +7,7 @@
 
 #include "tol_fmac.h"
 #include "tol_segs.h"
+#include "tol_state.h"
 
 /* ---- shapes and memory ------------------------------------------------------------ */
 
@@ -137,15 +138,8 @@ static size_t tol_stage_max_old_(const tol_stage_config_t *c)
 static tol_status_t tol_stage_check_settings_(const tol_stage_config_t *cfg,
                                               const tol_learner_settings_t *s)
 {
-    TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(s->momentum) && s->momentum >= 0.0f && s->momentum < 1.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->momentum == 0.0f || !cfg->no_momentum, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
-    TOL_CHECK(s->n_new >= 1u && s->n_new <= cfg->max_new, TOL_ERR_ARG);
-    TOL_CHECK(cfg->replay_capacity == 0u || s->n_old <= tol_stage_max_old_(cfg), TOL_ERR_ARG);
-    TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
-    return TOL_OK;
+    return tol_learner_settings_check(s, cfg->max_new, tol_stage_max_old_(cfg), cfg->replay_capacity,
+                                      cfg->no_momentum);
 }
 
 void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s)
@@ -1044,7 +1038,6 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
 /* ---- persistence ------------------------------------------------------------------------- */
 
 #define TOL_STAGE_STATE_MAGIC 0x31475453u /* "STG1" */
-#define TOL_STAGE_MAX_SEGS 10u
 
 uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
 {
@@ -1066,30 +1059,7 @@ uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
 
 static uint8_t tol_stage_parts_(const tol_stage_t *S, uint8_t parts)
 {
-    if (S->cfg.replay_capacity == 0u) parts = (uint8_t)(parts & ~TOL_STAGE_STATE_REPLAY);
-    if (S->mom == NULL) parts = (uint8_t)(parts & ~TOL_STAGE_STATE_MOMENTUM);
-    return (uint8_t)(parts & (TOL_STAGE_STATE_REPLAY | TOL_STAGE_STATE_MOMENTUM));
-}
-
-static uint32_t tol_stage_segs_(const tol_stage_t *S, uint8_t parts, tol_seg_t *seg)
-{
-    uint32_t k = 0;
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->params, 4u * S->n_params};
-    seg[k++] = (tol_seg_t){S->active, S->rows};
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->class_count, 4u * S->rows};
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->queue, 4u * S->latent * S->n_pending};
-    seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->pending_labels, 2u * S->n_pending};
-    if (parts & TOL_STAGE_STATE_MOMENTUM) {
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)S->mom, 4u * S->n_params};
-    }
-    if (parts & TOL_STAGE_STATE_REPLAY) {
-        const tol_replay_t *rb = &S->replay;
-        seg[k++] = (tol_seg_t){rb->rows, (uint32_t)rb->row_bytes * rb->fill};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->labels, 2u * rb->fill};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->class_seen, 4u * rb->n_classes};
-        seg[k++] = (tol_seg_t){(uint8_t *)(void *)rb->count, 2u * rb->n_classes};
-    }
-    return k;
+    return tol_state_parts(parts, S->cfg.replay_capacity, S->mom != NULL);
 }
 
 /* Header: 0 magic, 4 parts, 5 replay_bits, 6 replay_policy, 7 n_layers, 8 layer hash,
@@ -1110,10 +1080,7 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
     tol_segs_put32(p + 12, S->n_params);
     tol_learner_settings_pack(&S->set, p + 16);
     tol_segs_put16(p + 38, S->n_pending);
-    tol_segs_put32(p + 40, S->prng.state);
-    tol_segs_put32(p + 44, S->samples_seen);
-    tol_segs_put32(p + 48, S->updates);
-    tol_segs_put32(p + 52, S->rejected);
+    tol_state_put_counters(p + 40, S->prng.state, S->samples_seen, S->updates, S->rejected);
     const uint16_t fill = (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.fill : 0u;
     tol_segs_put16(p + 56, fill);
     tol_segs_put16(p + 58, c->replay_capacity);
@@ -1123,22 +1090,17 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
     tol_segs_put16(p + 70, S->rows);
 }
 
-uint32_t tol_stage_state_bytes(const tol_stage_t *S, uint8_t parts)
-{
-    tol_seg_t seg[TOL_STAGE_MAX_SEGS];
-    const uint32_t k = tol_stage_segs_(S, tol_stage_parts_(S, parts), seg);
-    return TOL_STAGE_STATE_HEADER + tol_segs_bytes(seg, k);
-}
-
-void tol_stage_state_read(const tol_stage_t *S, uint8_t parts, uint32_t offset, uint8_t *dst,
-                          uint32_t n)
+void tol_stage_state_stream(const tol_stage_t *S, uint8_t parts, uint8_t *hdr, tol_state_t *s)
 {
     parts = tol_stage_parts_(S, parts);
-    uint8_t h[TOL_STAGE_STATE_HEADER];
-    if (offset < TOL_STAGE_STATE_HEADER) tol_stage_header_(S, parts, h);
-    tol_seg_t seg[TOL_STAGE_MAX_SEGS];
-    const uint32_t k = tol_stage_segs_(S, parts, seg);
-    tol_segs_read(h, TOL_STAGE_STATE_HEADER, seg, k, offset, dst, n);
+    if (hdr != NULL) tol_stage_header_(S, parts, hdr);
+    tol_state_init(s, hdr, TOL_STAGE_STATE_HEADER);
+    tol_state_add(s, S->params, 4u * S->n_params);
+    tol_state_add(s, S->active, S->rows);
+    tol_state_add(s, S->class_count, 4u * S->rows);
+    tol_state_add_queue(s, S->queue, S->latent, S->n_pending, S->pending_labels);
+    if (parts & TOL_STAGE_STATE_MOMENTUM) tol_state_add(s, S->mom, 4u * S->n_params);
+    tol_state_add_replay(s, parts, &S->replay);
 }
 
 tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32_t n,
@@ -1160,44 +1122,21 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     tol_learner_settings_unpack(p + 16, &s);
     TOL_TRY(tol_stage_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 38);
-    TOL_CHECK(n_pending < s.n_new, TOL_ERR_ARG);
     const uint16_t fill = tol_segs_get16(p + 56);
-    TOL_CHECK(fill <= c->replay_capacity, TOL_ERR_ARG);
-    const uint32_t prng = tol_segs_get32(p + 40);
-    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
+    TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 40)));
     /* checked: apply */
     S->set = s;
-    S->prng.state = prng;
-    S->samples_seen = tol_segs_get32(p + 44);
-    S->updates = tol_segs_get32(p + 48);
-    S->rejected = tol_segs_get32(p + 52);
+    tol_state_get_counters(p + 40, &S->prng.state, &S->samples_seen, &S->updates, &S->rejected);
     S->n_pending = n_pending;
-    if (c->replay_capacity > 0u) {
-        tol_replay_clear(&S->replay);
-        if (pt & TOL_STAGE_STATE_REPLAY) {
-            S->replay.fill = fill;
-            S->replay.seen = tol_segs_get32(p + 60);
-            S->replay.batches = tol_segs_get32(p + 64);
-        }
-    }
+    tol_state_restore_replay(&S->replay, c->replay_capacity, pt, fill, tol_segs_get32(p + 60),
+                             tol_segs_get32(p + 64));
     if (!(pt & TOL_STAGE_STATE_MOMENTUM) && S->mom != NULL) {
         memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
     }
     *parts = pt;
-    *total = tol_stage_state_bytes(S, pt);
-    return TOL_OK;
-}
-
-tol_status_t tol_stage_state_write(tol_stage_t *S, uint8_t parts, uint32_t offset,
-                                   const uint8_t *src, uint32_t n)
-{
-    parts = tol_stage_parts_(S, parts);
-    const uint32_t total = tol_stage_state_bytes(S, parts);
-    TOL_CHECK(offset >= TOL_STAGE_STATE_HEADER && offset <= total && n <= total - offset,
-              TOL_ERR_RANGE);
-    tol_seg_t seg[TOL_STAGE_MAX_SEGS];
-    const uint32_t k = tol_stage_segs_(S, parts, seg);
-    tol_segs_write(seg, k, TOL_STAGE_STATE_HEADER, offset, src, n);
+    tol_state_t st;
+    tol_stage_state_stream(S, pt, NULL, &st);
+    *total = tol_state_bytes(&st);
     return TOL_OK;
 }
 
@@ -1211,12 +1150,8 @@ static tol_status_t tol_stage_state_check_(tol_stage_t *S, uint8_t parts)
         active = (uint16_t)(active + S->active[r]);
     }
     S->n_active = active;
-    for (uint16_t i = 0; i < S->n_pending; i++) {
-        TOL_CHECK(S->pending_labels[i] < S->rows, TOL_ERR_RANGE);
-        TOL_CHECK(tol_stage_finite_(&S->queue[(size_t)i * S->latent], S->latent), TOL_ERR_RANGE);
-    }
-    if (parts & TOL_STAGE_STATE_REPLAY) TOL_TRY(tol_replay_check(&S->replay));
-    return TOL_OK;
+    return tol_state_check_queue(S->queue, S->latent, S->n_pending, S->pending_labels, S->rows, parts,
+                                 &S->replay);
 }
 
 tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts)

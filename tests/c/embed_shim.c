@@ -17,8 +17,39 @@ int shim_predict(const int8_t *x, int32_t *label, float *conf)
 {
     return (int)tinyol_predict(&shim_t, x, label, conf);
 }
-int shim_learn(uint16_t label) { return (int)tinyol_learn(&shim_t, label); }
-int shim_learn_sample(const int8_t *x, uint16_t label) { return (int)tinyol_learn_sample(&shim_t, x, label); }
+int shim_learn(uint16_t label) { return (int)tinyol_learn(&shim_t, label, NULL); }
+int shim_learn_sample(const int8_t *x, uint16_t label)
+{
+    return (int)tinyol_learn_sample(&shim_t, x, label, NULL);
+}
+/* tinyol_learn / tinyol_learn_sample with their result, flattened for ctypes: out[0] prediction,
+ * out[1] learned, out[2] new_class, out[3] samples_seen, out[4] updates, out[5] n_active;
+ * prob[0] probability, prob[1] label_probability */
+static void shim_flat(const tinyol_result_t *r, int32_t *out, float *prob)
+{
+    out[0] = r->prediction;
+    out[1] = r->learned;
+    out[2] = r->new_class;
+    out[3] = (int32_t)r->samples_seen;
+    out[4] = (int32_t)r->updates;
+    out[5] = r->n_active;
+    prob[0] = r->probability;
+    prob[1] = r->label_probability;
+}
+int shim_learn_result(uint16_t label, int32_t *out, float *prob)
+{
+    tinyol_result_t r;
+    const int st = (int)tinyol_learn(&shim_t, label, &r);
+    shim_flat(&r, out, prob);
+    return st;
+}
+int shim_learn_sample_result(const int8_t *x, uint16_t label, int32_t *out, float *prob)
+{
+    tinyol_result_t r;
+    const int st = (int)tinyol_learn_sample(&shim_t, x, label, &r);
+    shim_flat(&r, out, prob);
+    return st;
+}
 int shim_quantize(const float *x, int8_t *q) { return (int)tinyol_quantize(x, q); }
 int shim_anomaly(const int8_t *x) { return (int)tinyol_anomaly(&shim_t, x, true, NULL, NULL); }
 void shim_reset(void) { tinyol_reset(&shim_t); }

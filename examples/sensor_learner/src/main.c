@@ -82,11 +82,10 @@ int tol_app_main(void)
             }
             break;
         case SENSOR_LABEL: {
-            st = tinyol_learn(&learner, (uint16_t)value);
-            tol_learner_stats_t s;
-            tinyol_stats(&learner, &s);
+            tinyol_result_t r;
+            st = tinyol_learn(&learner, (uint16_t)value, &r);
             if (st == TOL_OK) {
-                report("learned", value, (int32_t)s.samples_seen);
+                report("learned", value, (int32_t)r.samples_seen);
             } else {
                 report("error", (int32_t)st, 0);
             }

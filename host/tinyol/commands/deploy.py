@@ -84,18 +84,25 @@ def cmd_certs(out, hosts, nodes, n_nodes, days, as_json):
 @click.option("--min-boards", type=click.IntRange(1), default=1, show_default=True,
               help="Aggregate only when at least this many boards finished the round.")
 @click.option("--strict", is_flag=True, help="A round where any board failed pushes nothing.")
+@click.option("--save", is_flag=True, help="Every board SAVEs its learned state after the PULL, before the next "
+              "PUSH (survives resets; as tinyol fleet --save).")
 @click.option("--wait", "wait_n", type=click.IntRange(1), default=1, show_default=True,
               help="Boards to wait for before round 1.")
+@click.option("--in-flight", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+              help="At most N boards' messages out at a time (many SuperNodes on one small machine; 0: all).")
 @click.option("--round-timeout", type=float, default=300.0, show_default=True,
               help="Seconds a round waits for its boards; a board that has not answered is a failure.")
 @click.option("--eval", "eval_spec", default="digits@test", show_default=True, metavar="SOURCE",
-              help="Held-out set for the aggregate's accuracy ('' to skip).")
+              help="Held-out set for the aggregate's accuracy ('' to skip); each gateway measures its "
+                   "board's own head on its copy of it.")
+@click.option("--eval-every", type=click.IntRange(0), default=1, show_default=True,
+              help="Measure every board's own head every N rounds and the last (0: never).")
 @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="One JSON record per round (default: STATE/fleet.jsonl).")
 @click.option("--record-pulls", is_flag=True, hidden=True, help="Keep every reply's parameters in STATE.")
 @json_option
 def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds, strategy, server_lr, min_boards,
-                  strict, wait_n, round_timeout, eval_spec, log, record_pulls, as_json):
+                  strict, save, wait_n, in_flight, round_timeout, eval_spec, eval_every, log, record_pulls, as_json):
     """The server side of a fleet over Flower's deployment engine: start a SuperLink
     (TLS, SuperNode authentication, its database in --state), register the gateways'
     keys, run tinyol's Flower App and print every round; stop when the run ends.
@@ -135,7 +142,8 @@ def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds
         rc = {"model": str(Path(model).resolve()), "every": k, "rounds": rounds, "strategy": strategy,
               "server-lr": float(server_lr or 0.0), "min-boards": min_boards, "strict": strict,
               "eval": eval_spec, "state": str(state_dir / "fleet"), "log": str(log), "wait": wait_n,
-              "round-timeout": round_timeout, "record-pulls": record_pulls}
+              "round-timeout": round_timeout, "record-pulls": record_pulls, "save": save,
+              "eval-every": eval_every, "in-flight": in_flight}
         run_id = D.start_run(app, env, rc, state_dir / "flwr-run.log")
         echo(f"run {run_id}: waiting for {wait_n} board{'s' if wait_n > 1 else ''}; {rounds} rounds of {k} samples, "
              f"strategy {strategy}")

@@ -209,7 +209,7 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
     def on_event(kind: str, d: dict) -> None:
         if kind == "round":
             if logf:
-                logf.write(json.dumps(d, default=F._jsonable) + "\n")
+                logf.write(json.dumps(d, default=F.jsonable) + "\n")
             echo(_round_line(d, travels))
             if n <= 8:
                 for name, b in sorted(d["boards"].items()):

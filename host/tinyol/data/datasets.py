@@ -9,6 +9,11 @@ A *source spec* is a short string:
                           (3-axis accelerometer, 3-axis gyroscope), X [N,100,6] channels last;
                           classes Standing, Running, Walking, Badminton. The files ship inside the
                           `aeon` wheel (``pip install --no-deps aeon``: the data files are enough)
+``vowels``                JapaneseVowels (UCI, via the UEA archive): 9 male speakers saying /ae/,
+                          12 LPC cepstrum coefficients per frame, in the archive's equal-length
+                          version (25 frames), X [N,25,12] channels last; the class is the
+                          speaker. ``@train``/``@test`` are the archive's own split (270 / 370).
+                          The files ship inside the `aeon` wheel, as BasicMotions's
 ``watch``                 seglearn's smartwatch physiotherapy set: 10 subjects, 7 shoulder exercises
                           (PEN ABD FEL IR ER TRAP ROW), both sides, 6-axis IMU at 50 Hz (ax ay az
                           in g, wx wy wz in rad/s); 140 recordings cut into 2 s windows (100 steps,
@@ -56,7 +61,7 @@ SENSOR_N_NORMAL = 1000
 SENSOR_N_ANOMALOUS = 300
 SENSOR_SEED = 20260701
 
-BUILTIN = ("digits", "sensor", "basicmotions", "watch")
+BUILTIN = ("digits", "sensor", "basicmotions", "watch", "vowels")
 
 # seglearn's watch set: 2 s windows at 50 Hz, half-overlapping; subjects 8-10 are `@test`.
 WATCH_WINDOW = 100
@@ -239,14 +244,29 @@ def _ts_file(path) -> tuple[np.ndarray, list[str], list[str]]:
     return X, labels, classes
 
 
-def _basicmotions() -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _aeon_parts(folder: str, stem: str, what: str) -> list:
+    """The TRAIN and TEST .ts files of one data set inside the installed `aeon` package."""
     spec = importlib.util.find_spec("aeon")  # the data files only: aeon is not imported
-    base = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "BasicMotions" \
+    base = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / folder \
         if spec is not None and spec.submodule_search_locations else None
-    if base is None or not (base / "BasicMotions_TRAIN.ts").is_file():
-        raise TinyolError("the BasicMotions data set ships inside the `aeon` package, which is not "
+    if base is None or not (base / f"{stem}_TRAIN.ts").is_file():
+        raise TinyolError(f"the {what} data set ships inside the `aeon` package, which is not "
                           "installed", hint="pip install --no-deps aeon  (its data files are enough)")
-    parts = [_ts_file(base / f"BasicMotions_{s}.ts") for s in ("TRAIN", "TEST")]
+    return [_ts_file(base / f"{stem}_{s}.ts") for s in ("TRAIN", "TEST")]
+
+
+def _vowels() -> tuple[np.ndarray, np.ndarray, list[str], int]:
+    """JapaneseVowels, equal-length version: X [640, 25, 12], y (speaker 0-8), class names, and
+    the number of rows of the archive's TRAIN file (the rest is its TEST file)."""
+    parts = _aeon_parts("JapaneseVowels", "JapaneseVowels_eq", "JapaneseVowels")
+    names = [f"speaker {c}" for c in parts[0][2]]
+    X = np.concatenate([p[0] for p in parts])
+    y = np.array([parts[0][2].index(lab) for p in parts for lab in p[1]], dtype=np.int64)
+    return X, y, names, len(parts[0][1])
+
+
+def _basicmotions() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    parts = _aeon_parts("BasicMotions", "BasicMotions", "BasicMotions")
     names = parts[0][2]
     X = np.concatenate([p[0] for p in parts])
     y = np.array([names.index(lab) for p in parts for lab in p[1]], dtype=np.int64)
@@ -406,6 +426,11 @@ def load_source(spec: str, *, label_column: str | int | None = None,
         if split:  # by subject: the test split is people the model never saw
             keep = np.isin(subject, WATCH_TEST_SUBJECTS) == (split == "test")
             X, y, split = X[keep], y[keep], None
+    elif name == "vowels":
+        X, y, names, n_train = _vowels()
+        if split:  # the archive's own split
+            X, y = (X[:n_train], y[:n_train]) if split == "train" else (X[n_train:], y[n_train:])
+            split = None
     elif name == "sensor":
         X, y, names = _sensor(flt, spec)
         flt = None
@@ -414,7 +439,8 @@ def load_source(spec: str, *, label_column: str | int | None = None,
             raise TinyolError(f"data source {name!r} not found",
                               hint="give a CSV/NPZ file, `-` for stdin, or one of: "
                                    "digits[:a-b][@train|@test], basicmotions[:a-b][@train|@test], "
-                                   "watch[:a-b][@train|@test], sensor[:anomalies]")
+                                   "watch[:a-b][@train|@test], vowels[:a-b][@train|@test], "
+                                   "sensor[:anomalies]")
         if os.path.isdir(name):
             raise TinyolError(f"data source {name!r} is a directory, not a CSV/NPZ file")
         if name.lower().endswith(".npz"):

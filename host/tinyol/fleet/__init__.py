@@ -63,6 +63,7 @@ _WHERE = {
     "dropped_row": "flower",
     "head_accuracy": "simulation",
     "initial_params": "params",
+    "jsonable": "loop",
     "latents_fn": "data",
     "load_shards": "data",
     "make_certs": "deploy",

@@ -52,12 +52,13 @@ from .flower import (
     strategy_state,
     write_params,
 )
-from .loop import _jsonable
+from .loop import jsonable
 from .params import initial_params
 from .simulation import params_accuracy
 
 STATE_FILE = "deploy_state.json"
 PUSH_BATCH = 8  # messages per push to the SuperLink (50 at once outlived Flower's push session here)
+GRID_PATIENCE = 300.0  # seconds the ServerApp keeps trying a SuperLink that does not answer
 
 # The run config the ServerApp reads (tinyol superlink passes every one of them).
 RUN_DEFAULTS = {
@@ -75,6 +76,9 @@ RUN_DEFAULTS = {
     "wait-timeout": 600.0,
     "round-timeout": 300.0,
     "record-pulls": False,  # keep every reply's parameters in state/pulls_r<N>.npz (tests, audits)
+    "save": False,          # every board SAVEs its learned state after the PULL (before the next PUSH)
+    "eval-every": 1,        # every N rounds (and the last) each gateway measures its board's own head on `eval`
+    "in-flight": 0,         # at most N messages out at a time (0: all at once)
 }
 
 
@@ -116,12 +120,39 @@ def _node_shard(nc: dict, model_dir: str, use_latents: bool) -> Shard:
     """This node's local data: part `part` of `parts` of `data` dealt by `split` (as
     `tinyol fleet` deals it), or a whole file/source when `parts` is 1."""
     parts, part = int(nc.get("parts", 1)), int(nc.get("part", 0))
-    latents_of = _cached_latents(model_dir, str(nc.get("state", ""))) if use_latents else None
-    shards = load_shards(str(nc.get("data", "digits:5-9@train")), parts, str(nc.get("split", "iid")),
-                           int(nc.get("seed", 0)), latents_of=latents_of)
     if not 0 <= part < parts:
         raise TinyolError(f"node config part={part} is not one of 0..{parts - 1}")
-    return shards[part]
+    return _gateway_shard(str(nc.get("data", "digits:5-9@train")), parts, part, str(nc.get("split", "iid")),
+                          int(nc.get("seed", 0)), model_dir, str(nc.get("state", "")), use_latents)
+
+
+def _gateway_shard(data: str, parts: int, part: int, split: str, seed: int, model_dir: str, state: str,
+                   use_latents: bool) -> Shard:
+    """Part `part` of `data`, kept in the node's state directory after the first message: a
+    ClientApp is a new process for every message, and loading a source (the digits import
+    scikit-learn) cost more than the round's work. A source file whose bytes change is
+    dealt again; stdin is never cached."""
+    import hashlib
+
+    from ..data.datasets import split_spec
+    latents_of = _cached_latents(model_dir, state) if use_latents else None
+    if not state or data == "-":
+        return load_shards(data, parts, split, seed, latents_of=latents_of)[part]
+    src = Path(split_spec(data)[0])
+    stamp = hashlib.sha1(src.read_bytes()).hexdigest() if src.is_file() else ""
+    backbone = hashlib.sha1((Path(model_dir) / "backbone.tflite").read_bytes()).hexdigest() if use_latents else ""
+    key = hashlib.sha1(json.dumps([data, parts, part, split, seed, stamp, backbone]).encode()).hexdigest()[:16]
+    path = Path(state) / f"shard-{key}.npz"
+    if path.is_file():
+        z = np.load(path)
+        return Shard(z["X"], z["y"], z["Q"] if use_latents else None, [int(c) for c in z["classes"]])
+    sh = load_shards(data, parts, split, seed, latents_of=latents_of)[part]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + f".{os.getpid()}.tmp.npz")
+    np.savez(tmp, X=sh.X, y=sh.y, Q=sh.Q if sh.Q is not None else np.zeros(0, np.int8),
+             classes=np.asarray(sh.classes, np.int64))
+    os.replace(tmp, path)
+    return sh
 
 
 def _cached_latents(model_dir: str, state: str):
@@ -192,13 +223,21 @@ def _train(msg: Message, context: Context) -> Message:
         elif seen > st["seen"]:  # it learned past the last reply (the gateway died mid-round)
             st["holds"] = int(cfg["version"])
         version = int(cfg["version"])
+        ev = str(cfg.get("eval", ""))  # this round, the board's own head is measured on the gateway's copy
+        eval_shard = None
+        if ev:
+            eval_shard = _gateway_shard(ev, 1, 0, "iid", 0, model_dir, str(nc.get("state", "")), twin)
         client = board_client(board, shard, base=st["base"], use_latents=twin, template=template,
-                                cid=gw.name)
+                                cid=gw.name, eval_shard=eval_shard)
         pos = client.position()
         k = int(cfg["k"])
         params = msg.content["params"].to_numpy_ndarrays() if "params" in msg.content else []
         push = int(bool(params) and st.get("holds") != version)
-        arrays, n, metrics = client.fit(params, {"target": pos + k, "start": pos, "push": push})
+        arrays, n, metrics = client.fit(params, {"target": pos + k, "start": pos, "push": push,
+                                                 "evaluate": int(bool(ev))})
+        if int(cfg.get("save", 0)):  # what it learned survives a reset (the PUSH of the next round comes later)
+            board.save()
+            metrics["saved"] = 1
         st.update(pos=int(metrics["position"]), seen=int(metrics["samples_seen"]), boot=board.boot(),
                   holds=None)
         gw.store(st)
@@ -334,16 +373,35 @@ class DeployedFleet:
     def write(self, rec: dict) -> None:
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
-                f.write(json.dumps(rec, default=_jsonable) + "\n")
+                f.write(json.dumps(rec, default=jsonable) + "\n")
         self.on_record(rec)
 
     def wait_for_nodes(self) -> list[int]:
         want, t_end = int(self.rc["wait"]), time.monotonic() + float(self.rc["wait-timeout"])
         while True:
-            nodes = sorted(self.grid.get_node_ids())
+            nodes = sorted(self._grid(self.grid.get_node_ids))
             if len(nodes) >= want or time.monotonic() > t_end:
                 return nodes
             time.sleep(0.5)  # polling the SuperLink for nodes, not a synchronisation in a test
+
+    def _grid(self, fn, *args, reads: bool = True):
+        """A call to the SuperLink through Flower's Grid, tried again while the SuperLink is
+        too busy to answer (a loaded machine: the TLS handshake times out). A call whose
+        connection never opened sent nothing, so it is always safe to repeat; one that timed
+        out later is repeated only if it reads (pulling replies, listing nodes), never a push
+        that may have arrived."""
+        import httpx
+        t_end = time.monotonic() + GRID_PATIENCE
+        wait = 1.0
+        while True:
+            try:
+                return fn(*args)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.TransportError) as e:
+                sent = not isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+                if (sent and not reads) or time.monotonic() + wait > t_end:
+                    raise
+                time.sleep(wait)  # backing off from a busy SuperLink
+                wait = min(2 * wait, 30.0)
 
     def _messages(self, nodes, mtype: str, **cfg) -> list[Message]:
         arrays = self.glob.to_ndarrays()
@@ -358,29 +416,41 @@ class DeployedFleet:
         """Push the messages, pull the replies until every node answered or the round
         timeout passed (Flower's send_and_receive, with each reply paired with the node the
         message went to: an error the SuperLink writes for a node that went away comes from
-        the SuperLink, not from the node)."""
-        ids: list[str] = []
-        for lo in range(0, len(msgs), PUSH_BATCH):  # one push session per batch: a session can expire
-            ids += list(self.grid.push_messages(msgs[lo:lo + PUSH_BATCH]))
-        to = dict(zip(ids, nodes))
-        pending, out = set(ids), []
+        the SuperLink, not from the node). ``in-flight`` N > 0: at most N messages out at a
+        time, the next pushed as a reply comes in (many SuperNodes sharing one small
+        machine: each message starts a ClientApp process there)."""
+        window = int(self.rc.get("in-flight", 0)) or len(msgs)
+        queue = list(zip(nodes, msgs))
+        to: dict[str, int] = {}
+        pending: set[str] = set()
+        out = []
         t_end = time.monotonic() + float(self.rc["round-timeout"])
-        while pending and time.monotonic() < t_end:
-            for rep in self.grid.pull_messages(list(pending)):
+        while (pending or queue) and time.monotonic() < t_end:
+            room = window - len(pending)
+            while queue and room > 0:  # one push session per batch: a session can expire
+                batch, queue = queue[:min(room, PUSH_BATCH)], queue[min(room, PUSH_BATCH):]
+                ids = list(self._grid(self.grid.push_messages, [m for _, m in batch], reads=False))
+                to.update(zip(ids, [n for n, _ in batch]))
+                pending.update(ids)
+                room -= len(batch)
+            for rep in self._grid(self.grid.pull_messages, list(pending)):
                 mid = rep.metadata.reply_to_message_id
                 if mid in pending:
                     pending.discard(mid)
                     out.append((to[mid], rep))
-            if pending:
+            if pending and not (queue and len(pending) < window):
                 time.sleep(1.0)  # polling the SuperLink, as send_and_receive does
         return out
 
     def run_round(self) -> dict:
         r = self.round + 1
-        nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self.grid.get_node_ids())
+        nodes = self.wait_for_nodes() if r == 1 or not self.waited else sorted(self._grid(self.grid.get_node_ids))
         self.waited = True
         t0 = time.monotonic()
-        msgs = self._messages(nodes, "train", k=int(self.rc["every"]), round=r)
+        every = int(self.rc["eval-every"])
+        ev = str(self.rc["eval"]) if every and (r % every == 0 or r == int(self.rc["rounds"])) else ""
+        msgs = self._messages(nodes, "train", k=int(self.rc["every"]), round=r, save=int(bool(self.rc["save"])),
+                              eval=ev)
         down = sum(m.content["params"].count_bytes() for m in msgs)
         replies = self.exchange(nodes, msgs)
         results, failures, rows, pulls = [], [], {}, {}
@@ -428,7 +498,7 @@ class DeployedFleet:
 
     def push_last(self) -> list[str]:
         """Send the last aggregate to every node (nothing learned); the nodes that took it."""
-        nodes = sorted(self.grid.get_node_ids())
+        nodes = sorted(self._grid(self.grid.get_node_ids))
         replies = self.exchange(nodes, self._messages(nodes, "evaluate"))
         return sorted(str(r.content["metrics"]["board"]) for _, r in replies if not r.has_error())
 
@@ -451,7 +521,7 @@ def main(grid: Grid, context: Context) -> None:
     rc = {**RUN_DEFAULTS, **dict(context.run_config)}
     fleet = None
     try:
-        fleet = DeployedFleet(grid, rc, on_record=lambda rec: print("tinyol:", json.dumps(rec, default=_jsonable),
+        fleet = DeployedFleet(grid, rc, on_record=lambda rec: print("tinyol:", json.dumps(rec, default=jsonable),
                                                                     flush=True))
         fleet.run()
     except Exception as e:  # noqa: BLE001 - told to whoever follows the log, then Flower's own report

@@ -210,12 +210,17 @@ class Tls:
 
 
 def start_superlink(state: Path, port: int, tls: Tls, *, host: str = "0.0.0.0", auth: bool = True,
-                    env: dict | None = None, timeout: float = 180.0) -> Child:
+                    env: dict | None = None, timeout: float = 180.0, database: bool = True) -> Child:
     """flower-superlink with its database in `state` (a restart resumes it), TLS and
-    SuperNode authentication unless `tls` is insecure; waits until it serves."""
+    SuperNode authentication unless `tls` is insecure; waits until it serves.
+    `database=False`: Flower's in-memory state instead of SQLite (nothing survives a
+    restart; under many nodes on few cores, SQLite's file lock makes the SuperLink
+    answer "database is locked" and lose replies, docs/fleet.md)."""
     state.mkdir(parents=True, exist_ok=True)
-    argv = [_bin("flower-superlink"), "--database", str(state / "superlink.db"), "--host", host,
-            "--port", str(port), "--disable-runtime-dependency-installation"]
+    argv = [_bin("flower-superlink")]
+    if database:
+        argv += ["--database", str(state / "superlink.db")]
+    argv += ["--host", host, "--port", str(port), "--disable-runtime-dependency-installation"]
     if tls.insecure:
         if auth:
             raise TinyolError("SuperNode authentication needs TLS", hint="leave out --insecure, or --no-auth too")

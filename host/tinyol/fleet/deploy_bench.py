@@ -1,6 +1,6 @@
 """Scale run of a fleet over Flower's deployment engine (docs/fleet.md, "Measured").
 
-    PYTHONPATH=host .venv/bin/python -m tinyol.fleet.deploy_bench --nodes 50 --rounds 2 --every 5 [--ray]
+    .venv/bin/python -m tinyol.fleet.deploy_bench --nodes 50 --rounds 2 --every 5 [--ray] [--database]
 
 N SuperNodes, each a numpy twin of the board (the firmware's learner, bit-exact), on this
 machine, against one SuperLink with TLS and SuperNode authentication; every SuperNode
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import threading
 import time
@@ -25,17 +26,25 @@ import numpy as np
 
 class Relays:
     """One TCP relay per node in a background asyncio loop: bytes up (node -> SuperLink)
-    and down, per node."""
+    and down, per node. :meth:`cut` is a network cut between node i and the SuperLink:
+    what its open connections carry is lost from then on (they go silent, as when packets
+    are dropped: the peers' timeouts notice) and new connections are refused until
+    :meth:`restore` listens on the same port again. (A relay that closed connections
+    instead would break TLS mid-record, which Flower's SuperNode treats as a TLS fault it
+    does not retry.)"""
 
     def __init__(self, n: int, target_port: int):
         self.up, self.down = [0] * n, [0] * n
         self.ports: list[int] = []
+        self.conns: list[set] = [set() for _ in range(n)]  # per node: the live connections' flags
         self.loop = asyncio.new_event_loop()
         ready = threading.Event()
 
-        async def pipe(reader, writer, i, up):
+        async def pipe(reader, writer, i, up, conn):
             try:
                 while data := await reader.read(65536):
+                    if conn["cut"]:
+                        continue  # lost on the way
                     if up:
                         self.up[i] += len(data)
                     else:
@@ -54,12 +63,24 @@ class Relays:
                 except OSError:
                     writer.close()
                     return
-                await asyncio.gather(pipe(reader, w2, i, True), pipe(r2, writer, i, False))
+                conn = {"cut": False, "writers": (writer, w2)}
+                self.conns[i].add(id(conn))
+                self._conn[id(conn)] = conn
+                try:
+                    await asyncio.gather(pipe(reader, w2, i, True, conn), pipe(r2, writer, i, False, conn))
+                finally:
+                    self.conns[i].discard(id(conn))
+                    self._conn.pop(id(conn), None)
             return h
+
+        self.servers: list = []
+        self._conn: dict[int, dict] = {}
+        self._handler = handler
 
         async def start():
             for i in range(n):
                 srv = await asyncio.start_server(handler(i), "127.0.0.1", 0)
+                self.servers.append(srv)
                 self.ports.append(srv.sockets[0].getsockname()[1])
             ready.set()
 
@@ -74,24 +95,63 @@ class Relays:
     def snapshot(self) -> tuple[list[int], list[int]]:
         return list(self.up), list(self.down)
 
+    def cut(self, i: int) -> None:
+        """Cut node i off: stop listening; its open connections go silent for good."""
+        async def do():
+            self.servers[i].close()
+            for c in list(self.conns[i]):
+                self._conn[c]["cut"] = True
+        asyncio.run_coroutine_threadsafe(do(), self.loop).result(10)
+
+    def restore(self, i: int) -> None:
+        """Node i's link is back: listen on its port again."""
+        async def do():
+            self.servers[i] = await asyncio.start_server(self._handler(i), "127.0.0.1", self.ports[i])
+        asyncio.run_coroutine_threadsafe(do(), self.loop).result(10)
+
     def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Close every connection and listener, then end the loop's thread."""
+        async def down():
+            for srv in self.servers:
+                srv.close()
+            for c in list(self._conn.values()):
+                for w in c["writers"]:
+                    w.transport.abort()
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.thread.is_alive():
+            asyncio.run_coroutine_threadsafe(down(), self.loop).result(10)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
 
 
 def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, root: Path, insecure: bool,
-             batch: int = 10) -> dict:
+             batch: int = 10, database: bool = False, in_flight: int = 0) -> dict:
+    """`database`: the SuperLink keeps its state in SQLite (as `tinyol superlink` does,
+    to survive a restart) instead of Flower's in-memory state."""
+    from ..data.datasets import load_source
+    from ..errors import TinyolError
     from ..targets.emulator import free_port
     from . import deploy as D
+    from .app import _cached_latents
     names = [f"board{i}" for i in range(n)]
+    # the gateway's latent cache, computed once before the nodes start (every node of a real
+    # gateway would compute it once, on its first message; 50 at once measure TFLM, not a round)
+    _cached_latents(model, str(root / "gateway"))(load_source(data)[0])
     D.make_certs(root / "certs", nodes=[] if insecure else names)
     tls = D.Tls() if insecure else D.Tls.from_dir(root / "certs")
     port = free_port()
     env = D.flwr_env(root / "home", f"127.0.0.1:{port}", tls)
     t0 = time.monotonic()
-    link = D.start_superlink(root / "link", port, tls, host="127.0.0.1", auth=not insecure, env=env)
+    link = D.start_superlink(root / "link", port, tls, host="127.0.0.1", auth=not insecure, env=env,
+                             database=database)
     t_link = time.monotonic() - t0
     relays, nodes = Relays(n, port), []
-    out: dict = {"nodes": n, "tls": not insecure}
+    out: dict = {"nodes": n, "tls": not insecure, "state": "sqlite" if database else "in-memory",
+                 "in_flight": in_flight}
     try:
         if not insecure:
             D.register_keys(f"127.0.0.1:{port}", tls, [root / "certs" / f"{x}.pub" for x in names], env)
@@ -106,25 +166,38 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
             group = list(range(lo, min(n, lo + batch)))
             nodes += [start(i) for i in group]
             for i in group:
-                D.node_started(nodes[i], timeout=1800)
+                for attempt in range(3):
+                    try:
+                        D.node_started(nodes[i], timeout=1800)
+                        break
+                    except TinyolError:
+                        # its Runtime API port, free a moment ago, was taken meanwhile (a busy machine)
+                        if attempt == 2 or "address already in use" not in nodes[i].text():
+                            raise
+                        D.stop_all([nodes[i]])
+                        nodes[i] = start(i)
         t_nodes = time.monotonic() - t0
         snaps = [relays.snapshot()]
         app = D.write_app(root / "app")
         rc = {"model": model, "every": k, "rounds": rounds, "state": str(root / "fleet"),
-              "log": str(root / "fleet.jsonl"), "wait": n, "round-timeout": 3600.0, "eval": "digits@test"}
+              "log": str(root / "fleet.jsonl"), "wait": n, "round-timeout": 3600.0, "eval": "digits@test", "in-flight": in_flight}
         D.start_run(app, env, rc, root / "flwr-run.log")
-        recs = []
+        recs, loads = [], []
 
         def on(rec):
             if "boards" in rec:
                 recs.append(rec)
                 snaps.append(relays.snapshot())
+                loads.append(os.getloadavg()[0])
+                print(f"round {rec['round']}: {len(rec['aggregated_from'])}/{n} aggregated, "
+                      f"{rec['seconds']:.1f} s, load average {loads[-1]:.1f}", flush=True)
         D.follow(root / "fleet.jsonl", link, on, timeout=7200)
         per = []
-        for r, (a, b) in zip(recs, zip(snaps, snaps[1:])):
+        for r, load, (a, b) in zip(recs, loads, zip(snaps, snaps[1:])):
             up = [b[0][i] - a[0][i] for i in range(n)]
             down = [b[1][i] - a[1][i] for i in range(n)]
             per.append({"round": r["round"], "seconds": r["seconds"], "aggregated_from": len(r["aggregated_from"]),
+                        "load_average": load,
                         "fleet_accuracy": r.get("fleet_accuracy"),
                         "payload_down_per_node": r["bytes"]["down"] / n, "payload_up_per_node": r["bytes"]["up"] / n,
                         "wire_up_per_node": float(np.mean(up)), "wire_down_per_node": float(np.mean(down))})
@@ -183,6 +256,12 @@ def main(argv=None) -> None:
     ap.add_argument("--split", default="iid")
     ap.add_argument("--model", default=None)
     ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--database", action="store_true",
+                    help="the SuperLink's state in SQLite (as tinyol superlink) instead of in memory")
+    ap.add_argument("--batch", type=int, default=10, help="SuperNodes started at a time")
+    ap.add_argument("--in-flight", type=int, default=0,
+                    help="at most N messages out at a time (N ClientApp processes at once; 0: all)")
+    ap.add_argument("--root", default=None, help="keep every file and log here (default: a temporary folder)")
     ap.add_argument("--ray", action="store_true", help="also run Flower's simulation engine (slow)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
@@ -196,8 +275,11 @@ def main(argv=None) -> None:
     res["host_loop"]["seconds"] = time.monotonic() - t0
     print(json.dumps(res["host_loop"]), flush=True)
     with tempfile.TemporaryDirectory(prefix="tinyol-deploy-bench-") as d:
+        root = Path(a.root).resolve() if a.root else Path(d)
+        root.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, Path(d), a.insecure)
+        res["deployment"] = deployed(a.nodes, a.rounds, a.every, a.data, a.split, model, root, a.insecure,
+                                     batch=a.batch, database=a.database, in_flight=a.in_flight)
         res["deployment"]["seconds"] = time.monotonic() - t0
     print(json.dumps(res["deployment"]), flush=True)
     if a.ray:

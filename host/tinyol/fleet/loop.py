@@ -127,7 +127,7 @@ class Fleet:
                                             "holds": m.holds} for m in self.members},
                  "log": self.log}
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, default=_jsonable))
+        tmp.write_text(json.dumps(state, default=jsonable))
         os.replace(tmp, p)
         for old in list(self.state_dir.glob("global_head_r*.npz")) + list(self.state_dir.glob("strategy_r*.pkl")):
             if old.name not in (head.name, strat.name):
@@ -376,7 +376,7 @@ class Fleet:
             m.board.close()
 
 
-def _jsonable(v):
+def jsonable(v):
     if isinstance(v, np.generic):
         return v.item()
     if isinstance(v, np.ndarray):

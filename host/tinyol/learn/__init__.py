@@ -10,6 +10,8 @@ _WHERE = {
     "Learner": "learner",
     "LearnerError": "learner",
     "MODES": "learner",
+    "OnlineLearner": "learner",
+    "Result": "learner",
     "Settings": "learner",
     "Stage": "stage",
     "StageConfig": "stage",

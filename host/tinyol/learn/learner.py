@@ -10,7 +10,10 @@ oracle the C tests compare against.
 
 Classes mirror the C modules: :class:`Prng` (tol_prng), :class:`Head`
 (tol_head), :class:`Replay` (tol_replay), :class:`AnomalyThreshold`
-(tol_anomaly), :class:`Learner` (tol_learner).
+(tol_anomaly), :class:`Learner` (tol_learner). :class:`OnlineLearner` holds what
+the head learner and the adaptive stage (stage.py) share around their arithmetic: the
+queue of fresh samples, the call checks, replay_add, the counters and the result of a
+learn call (:class:`Result`, tinyol.h's tinyol_result_t).
 """
 from __future__ import annotations
 
@@ -91,6 +94,18 @@ def expf(x) -> np.ndarray:
             p = (p * r + c).astype(F32)
         scale = ((kf.astype(np.int32) + 127).astype(np.uint32) << np.uint32(23)).view(F32)
         return np.where(flush, F32(0.0), p * scale).astype(F32)
+
+
+def softmax_active(z: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Softmax over the active rows of z, 0 for the others (tol_head's and tol_stage's, the
+    C order: max, expf of the differences, their sequential sum)."""
+    p = np.zeros(len(z), F32)
+    if not active.any():
+        return p
+    za = z[active]
+    e = expf(za - za.max())
+    p[active] = e / seqsum(e)
+    return p
 
 
 def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
@@ -210,6 +225,7 @@ class Head:
         self.gb = np.zeros(r, F32)
         self.active = np.zeros(r, bool)
         self.active[:k] = True
+        self.probs = np.zeros(r, F32)
 
     @property
     def n_active(self) -> int:
@@ -235,22 +251,18 @@ class Head:
         return z
 
     def softmax(self, z: np.ndarray) -> np.ndarray:
-        a = self.active
-        p = np.zeros(self.rows, F32)
-        if not a.any():
-            return p
-        za = z[a]
-        e = expf(za - za.max())
-        p[a] = e / seqsum(e)
-        return p
+        return softmax_active(z, self.active)
 
     def predict(self, x) -> tuple[int, float]:
+        """The best active row and its probability; self.probs keeps every row's (tol_head's z
+        after a predict)."""
         if not self.active.any():
             return -1, 0.0
         z = self.forward(x)
         idx = np.flatnonzero(self.active)
         best = int(idx[np.argmax(z[idx])])
         p = self.softmax(z)
+        self.probs = p
         return best, float(p[best])
 
     def grad_zero(self) -> None:
@@ -560,7 +572,123 @@ def check_settings(cfg: Config, s: Settings) -> None:
         raise LearnerError("TOL_ERR_ARG")
 
 
-class Learner:
+@dataclasses.dataclass
+class Result:
+    """What one learn call did (tinyol_result_t; the SAMPLE reply's fields). error: the C
+    status name when the call returned one (the counters are those after it)."""
+
+    prediction: int
+    probability: float
+    label_probability: float = 0.0
+    learned: bool = False
+    new_class: bool = False
+    samples_seen: int = 0
+    updates: int = 0
+    n_active: int = 0
+    error: str | None = None
+
+    @property
+    def loss(self) -> float:
+        """-log of the true label's probability, floored at 1e-7 (model.c's SAMPLE loss)."""
+        return float(-np.log(np.float32(max(np.float32(self.label_probability), np.float32(1e-7)))))
+
+
+class OnlineLearner:
+    """The C call semantics tol_learner.c and tol_stage.c share around their arithmetic: label
+    and value checks, the queue of fresh samples (one update every n_new), a new label
+    activating its row, replay_add, the counters. A learner provides ``_rows`` (labels below
+    it), ``_active_rows()``, ``_activate(r)``, ``_update()`` (one step on the queue: True, or
+    False when refused as diverged), ``_last_probabilities()`` (every row's, from the last
+    predict) and ``_threshold()``."""
+
+    _rows: int
+    anomalies: int = 0
+
+    def _check_classifier(self) -> None:
+        """Raise where a learner has no classifier mode (the head in autoencoder mode)."""
+
+    def _deq(self, q) -> np.ndarray:
+        return dequantize(q, self.cfg.latent_scale, self.cfg.latent_zero_point)
+
+    def _check_label(self, label: int) -> None:
+        self._check_classifier()
+        if not 0 <= label < self._rows:
+            raise LearnerError("TOL_ERR_LABEL")
+
+    def learn_f(self, x, label: int) -> None:
+        self._check_label(label)
+        x = np.asarray(x, F32)
+        if not np.isfinite(x).all():
+            raise LearnerError("TOL_ERR_NONFINITE")
+        if self.settings.mode == MODE_FROZEN:
+            return
+        newly = not self._active_rows()[label]
+        self._activate(label)
+        self.pending.append((x.copy(), int(label)))
+        self.samples_seen += 1
+        self.class_count[label] += 1
+        if len(self.pending) < self.settings.n_new:
+            return
+        ok = self._update()
+        self.pending = []
+        if not ok:
+            if newly:
+                self._active_rows()[label] = False
+            raise LearnerError("TOL_ERR_DIVERGED")
+
+    def learn(self, q, label: int) -> None:
+        self._check_label(label)
+        if self.settings.mode == MODE_FROZEN:
+            return
+        self.learn_f(self._deq(q), label)
+
+    def learn_result(self, q, label: int, prediction: int, probability: float) -> Result:
+        """learn() of the latent q just predicted (prediction, probability), returning what
+        happened as tinyol_learn does (the true label's probability from that predict, as the C
+        reads it); a refused call is in ``error``, not raised."""
+        active = self._active_rows()
+        r = Result(int(prediction), float(probability))
+        if 0 <= label < self._rows and active[label]:
+            r.label_probability = float(self._last_probabilities()[label])
+        seen, n_active = self.samples_seen, int(active.sum())
+        try:
+            self.learn(q, label)
+        except LearnerError as e:
+            r.error = e.status
+        active = self._active_rows()
+        r.learned, r.new_class = self.samples_seen != seen, int(active.sum()) > n_active
+        r.samples_seen, r.updates, r.n_active = self.samples_seen, self.updates, int(active.sum())
+        return r
+
+    def replay_add_f(self, x, label: int) -> None:
+        if self.replay is None:
+            raise LearnerError("TOL_ERR_UNSUPPORTED")
+        if not 0 <= label < self._rows:
+            raise LearnerError("TOL_ERR_LABEL")
+        x = np.asarray(x, F32)
+        if not np.isfinite(x).all():
+            raise LearnerError("TOL_ERR_NONFINITE")
+        self.replay.add_batch(x[None, :], [label])
+
+    def replay_add(self, q, label: int) -> None:
+        self.replay_add_f(self._deq(q), label)
+
+    def stats(self) -> dict:
+        active = self._active_rows()
+        return {
+            "samples_seen": self.samples_seen,
+            "updates": self.updates,
+            "rejected": self.rejected,
+            "anomalies": self.anomalies,
+            "n_active": int(active.sum()),
+            "replay_fill": self.replay.fill if self.replay is not None else 0,
+            "replay_capacity": self.cfg.replay_capacity,
+            "class_count": self.class_count.tolist(),
+            "threshold": self._threshold(),
+        }
+
+
+class Learner(OnlineLearner):
     """tol_learner: predict / learn / anomaly with the C call semantics.
 
     Methods raise :class:`LearnerError` where the C function returns a status
@@ -602,10 +730,28 @@ class Learner:
         a = self.anomaly_stats
         a.k, a.alpha, a.warmup = F32(s.threshold_k), F32(s.ema_alpha), max(1, int(s.warmup))
 
-    # -- helpers
-    def _deq(self, q) -> np.ndarray:
-        return dequantize(q, self.cfg.latent_scale, self.cfg.latent_zero_point)
+    # -- what OnlineLearner asks of a learner
+    @property
+    def _rows(self) -> int:
+        return self.cfg.n_outputs
 
+    def _active_rows(self) -> np.ndarray:
+        return self.head.active
+
+    def _activate(self, r: int) -> None:
+        self.head.activate(r)
+
+    def _check_classifier(self) -> None:
+        if self.cfg.head_kind != HEAD_CLASSIFIER:
+            raise LearnerError("TOL_ERR_UNSUPPORTED")
+
+    def _last_probabilities(self) -> np.ndarray:
+        return self.head.probs
+
+    def _threshold(self) -> float:
+        return self.anomaly_stats.threshold()
+
+    # -- helpers
     @staticmethod
     def _finite(x) -> bool:
         return bool(np.isfinite(np.asarray(x, F32)).all())
@@ -641,51 +787,6 @@ class Learner:
             self.replay.add_batch(np.stack([x for x, _ in self.pending]),
                                   [y for _, y in self.pending])
         return True
-
-    def learn_f(self, x, label: int) -> None:
-        cfg = self.cfg
-        if cfg.head_kind != HEAD_CLASSIFIER:
-            raise LearnerError("TOL_ERR_UNSUPPORTED")
-        if not 0 <= label < cfg.n_outputs:
-            raise LearnerError("TOL_ERR_LABEL")
-        if not self._finite(x):
-            raise LearnerError("TOL_ERR_NONFINITE")
-        if self.settings.mode == MODE_FROZEN:
-            return
-        newly = not self.head.active[label]
-        self.head.activate(label)
-        self.pending.append((np.asarray(x, F32).copy(), int(label)))
-        self.samples_seen += 1
-        self.class_count[label] += 1
-        if len(self.pending) < self.settings.n_new:
-            return
-        ok = self._update()
-        self.pending = []
-        if not ok:
-            if newly:
-                self.head.active[label] = False
-            raise LearnerError("TOL_ERR_DIVERGED")
-
-    def learn(self, q, label: int) -> None:
-        if self.cfg.head_kind != HEAD_CLASSIFIER:
-            raise LearnerError("TOL_ERR_UNSUPPORTED")
-        if not 0 <= label < self.cfg.n_outputs:
-            raise LearnerError("TOL_ERR_LABEL")
-        if self.settings.mode == MODE_FROZEN:
-            return
-        self.learn_f(self._deq(q), label)
-
-    def replay_add_f(self, x, label: int) -> None:
-        if self.replay is None:
-            raise LearnerError("TOL_ERR_UNSUPPORTED")
-        if not 0 <= label < self.cfg.n_outputs:
-            raise LearnerError("TOL_ERR_LABEL")
-        if not self._finite(x):
-            raise LearnerError("TOL_ERR_NONFINITE")
-        self.replay.add_batch(np.asarray(x, F32)[None, :], [label])
-
-    def replay_add(self, q, label: int) -> None:
-        self.replay_add_f(self._deq(q), label)
 
     # -- autoencoder
     def score_f(self, x, target) -> tuple[float, bool]:
@@ -728,17 +829,3 @@ class Learner:
         x = self._deq(q_latent)
         t = dequantize(q_target, self.cfg.target_scale, self.cfg.target_zero_point)
         return self.anomaly_f(x, t)
-
-    # -- stats
-    def stats(self) -> dict:
-        return {
-            "samples_seen": self.samples_seen,
-            "updates": self.updates,
-            "rejected": self.rejected,
-            "anomalies": self.anomalies,
-            "n_active": self.head.n_active,
-            "replay_fill": self.replay.fill if self.replay is not None else 0,
-            "replay_capacity": self.cfg.replay_capacity,
-            "class_count": self.class_count.tolist(),
-            "threshold": self.anomaly_stats.threshold(),
-        }

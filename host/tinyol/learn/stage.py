@@ -21,17 +21,16 @@ from ..errors import TinyolError
 from ..memory import stage_parts
 from .learner import (
     MAX_OLD,
-    MODE_FROZEN,
     MODE_REPLAY,
     REPLAY_MAX_BATCH,
     LearnerError,
+    OnlineLearner,
     Prng,
     Replay,
     Settings,
-    dequantize,
-    expf,
     max_old_eff,
     seqsum,
+    softmax_active,
 )
 
 F32 = np.float32
@@ -387,9 +386,10 @@ def _check_settings(cfg: StageConfig, s: Settings) -> None:
         raise LearnerError("TOL_ERR_ARG")
 
 
-class Stage:
+class Stage(OnlineLearner):
     """tol_stage: predict / learn / replay_add with the C call semantics (raises
-    :class:`LearnerError` where the C returns a status other than TOL_OK)."""
+    :class:`LearnerError` where the C returns a status other than TOL_OK); the queue, the
+    call checks and the counters are :class:`OnlineLearner`'s, as for the head."""
 
     def __init__(self, cfg: StageConfig):
         layers = list(cfg.layers)
@@ -449,6 +449,20 @@ class Stage:
     @property
     def n_active(self) -> int:
         return int(self.active.sum())
+
+    # -- what OnlineLearner asks of a learner
+    @property
+    def _rows(self) -> int:
+        return self.rows
+
+    def _active_rows(self) -> np.ndarray:
+        return self.active
+
+    def _last_probabilities(self) -> np.ndarray:
+        return self.probs
+
+    def _threshold(self) -> float:
+        return math.inf
 
     def reset(self) -> None:
         cfg = self.cfg
@@ -510,14 +524,7 @@ class Stage:
         return outs
 
     def _softmax(self, z: np.ndarray) -> np.ndarray:
-        a = self.active
-        p = np.zeros(self.rows, F32)
-        if not a.any():
-            return p
-        za = z[a]
-        e = expf(za - za.max())
-        p[a] = e / seqsum(e)
-        return p
+        return softmax_active(z, self.active)
 
     def _grad_add(self, x: np.ndarray, label: int, weight) -> None:
         outs = self.forward(x)
@@ -575,9 +582,6 @@ class Stage:
         return True
 
     # -- calls
-    def _deq(self, q) -> np.ndarray:
-        return dequantize(q, self.cfg.latent_scale, self.cfg.latent_zero_point)
-
     def predict_f(self, x) -> tuple[int, float]:
         x = np.asarray(x, F32)
         if not np.isfinite(x).all():
@@ -615,48 +619,6 @@ class Stage:
                                   [y for _, y in self.pending])
         return True
 
-    def learn_f(self, x, label: int) -> None:
-        if not 0 <= label < self.rows:
-            raise LearnerError("TOL_ERR_LABEL")
-        x = np.asarray(x, F32)
-        if not np.isfinite(x).all():
-            raise LearnerError("TOL_ERR_NONFINITE")
-        if self.settings.mode == MODE_FROZEN:
-            return
-        newly = not self.active[label]
-        self._activate(label)
-        self.pending.append((x.copy(), int(label)))
-        self.samples_seen += 1
-        self.class_count[label] += 1
-        if len(self.pending) < self.settings.n_new:
-            return
-        ok = self._update()
-        self.pending = []
-        if not ok:
-            if newly:
-                self.active[label] = False
-            raise LearnerError("TOL_ERR_DIVERGED")
-
-    def learn(self, q, label: int) -> None:
-        if not 0 <= label < self.rows:
-            raise LearnerError("TOL_ERR_LABEL")
-        if self.settings.mode == MODE_FROZEN:
-            return
-        self.learn_f(self._deq(q), label)
-
-    def replay_add_f(self, x, label: int) -> None:
-        if self.replay is None:
-            raise LearnerError("TOL_ERR_UNSUPPORTED")
-        if not 0 <= label < self.rows:
-            raise LearnerError("TOL_ERR_LABEL")
-        x = np.asarray(x, F32)
-        if not np.isfinite(x).all():
-            raise LearnerError("TOL_ERR_NONFINITE")
-        self.replay.add_batch(x[None, :], [label])
-
-    def replay_add(self, q, label: int) -> None:
-        self.replay_add_f(self._deq(q), label)
-
     # -- the stage image (tol_stage_image_read / tol_stage_push_commit)
     def image(self) -> bytes:
         """Every parameter as float32 LE, then the active flags (uint8[rows]): GET_STAGE's bytes."""
@@ -677,16 +639,3 @@ class Stage:
         self.active = flags.astype(bool)
         self.mom = np.zeros(self.n_params, F32)
         self.pending = []
-
-    def stats(self) -> dict:
-        return {
-            "samples_seen": self.samples_seen,
-            "updates": self.updates,
-            "rejected": self.rejected,
-            "anomalies": 0,
-            "n_active": self.n_active,
-            "replay_fill": self.replay.fill if self.replay is not None else 0,
-            "replay_capacity": self.cfg.replay_capacity,
-            "class_count": self.class_count.tolist(),
-            "threshold": math.inf,
-        }

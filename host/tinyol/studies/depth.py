@@ -177,11 +177,12 @@ def watch_dataset(work: Path, echo) -> Dataset:
     te = np.sort(rng.choice(len(yte), min(WATCH_TEST, len(yte)), replace=False))
     Xte, yte = Xte[te][:, None], yte[te]
     path = work / "watch.keras"
-    echo("training the watch backbone on exercises "
-         + ", ".join(names[c] for c in WATCH_OLD) + " (subjects 1-7)")
-    m = np.isin(ytr, WATCH_OLD)
-    net = _fit(watch_model(len(WATCH_OLD), seed=0), Xtr[m], ytr[m], seed=0)
-    net.save(path)
+    if not path.exists():  # a work folder kept between runs keeps the trained backbone
+        echo("training the watch backbone on exercises "
+             + ", ".join(names[c] for c in WATCH_OLD) + " (subjects 1-7)")
+        m = np.isin(ytr, WATCH_OLD)
+        net = _fit(watch_model(len(WATCH_OLD), seed=0), Xtr[m], ytr[m], seed=0)
+        net.save(path)
     return Dataset("watch", path, Xtr, ytr, Xte, yte, WATCH_OLD, WATCH_NEW,
                    ["head", "embed", "conv3", "conv2"],
                    lambda s: watch_model(len(WATCH_OLD) + len(WATCH_NEW), s), work)
@@ -306,8 +307,9 @@ def users_dataset(work: Path, echo) -> tuple[Dataset, dict]:
     Xtr, Xu = Xtr[:, None], Xu[:, None]
     classes = list(range(len(names)))
     path = work / "watch_users.keras"
-    echo("new users: training the watch network on all exercises of subjects 1-7")
-    _fit(watch_model(len(classes), seed=0), Xtr, ytr, seed=0).save(path)
+    if not path.exists():  # a work folder kept between runs keeps the trained network
+        echo("new users: training the watch network on all exercises of subjects 1-7")
+        _fit(watch_model(len(classes), seed=0), Xtr, ytr, seed=0).save(path)
     ds = Dataset("watch_users", path, Xtr, ytr, Xu, yu, classes, [],
                  ["head", "embed", "conv3", "conv2"], lambda s: watch_model(len(classes), s), work)
     return ds, watch_user_split()

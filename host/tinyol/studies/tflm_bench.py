@@ -511,7 +511,7 @@ def run_tflm_sized(tree: Tree, variant: str, lib: Path, work: Path, tfl: bytes, 
 # ---------------------------------------------------------------------------- the learner by part
 
 LEARNER_SOURCES = ("tol_learner.c", "tol_head.c", "tol_replay.c", "tol_prng.c", "tol_anomaly.c", "tol_status.c",
-                   "tol_segs.c")
+                   "tol_segs.c", "tol_state.c")
 
 
 def run_learner_profile(work: Path, *, timeout: float = 300) -> dict[str, int]:

@@ -214,21 +214,13 @@ def run_classifier(lrn: L.Learner, Q: np.ndarray, y: np.ndarray, *, prefill=None
     for i, (q, t) in enumerate(zip(Q, y)):
         pred, conf = lrn.predict(q)
         preds.append(pred)
+        r = lrn.learn_result(q, int(t), pred, conf)  # what the device's SAMPLE reply says
+        if r.error is not None:
+            errors[r.error] = errors.get(r.error, 0) + 1
         if on_sample is not None:
-            h = lrn.head
-            p = h.softmax(h.forward(lrn._deq(q)))[int(t)] if h.active[int(t)] else np.float32(0)
-            loss = float(-np.log(np.float32(max(np.float32(p), np.float32(1e-7)))))
-            seen, active = lrn.samples_seen, h.n_active
-        err = None
-        try:
-            lrn.learn(q, int(t))
-        except L.LearnerError as e:
-            errors[e.status] = errors.get(e.status, 0) + 1
-            err = e.status
-        if on_sample is not None:
-            on_sample(i, dict(prediction=int(pred), confidence=float(conf), loss=loss,
-                              learned=lrn.samples_seen != seen, new_class=h.n_active > active,
-                              error=err, samples_seen=lrn.samples_seen))
+            on_sample(i, dict(prediction=r.prediction, confidence=r.probability, loss=r.loss,
+                              learned=r.learned, new_class=r.new_class, error=r.error,
+                              samples_seen=r.samples_seen))
     preds = np.array(preds)
     labels = sorted(set(int(v) for v in y))
     res = {

@@ -113,15 +113,14 @@ static uint8_t label_at(uint32_t row)
 
 static void learn(uint32_t index, uint8_t label)
 {
-    tol_status_t st = tinyol_learn(&learner, label);
+    tinyol_result_t r;
+    tol_status_t st = tinyol_learn(&learner, label, &r);
     if (st != TOL_OK) {
         const int32_t v[1] = {(int32_t)st};
         line("error", v, 1);
         return;
     }
-    tol_learner_stats_t s;
-    tinyol_stats(&learner, &s);
-    const int32_t v[3] = {(int32_t)index, (int32_t)label, (int32_t)s.samples_seen};
+    const int32_t v[3] = {(int32_t)index, (int32_t)label, (int32_t)r.samples_seen};
     line("learned", v, 3);
 }
 

@@ -159,10 +159,12 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
         # a model directory without backbone.h brings its own glue; the one glue (model.c)
         # drives the learner of the export: the adaptive stage when the directory has
         # stage_init.c (export --split before the head), else the one-layer head
+        # with its pull/push payloads (wire_*.c); both over tinyol.h (embed/tinyol.c: the
+        # input rounding, the saved parts, the model's checks)
         if os.path.isfile(os.path.join(model_dir, "stage_init.c")):
-            src += ["+<app/model.c>", "+<app/learner_stage.c>"]
+            src += ["+<app/model.c>", "+<app/learner_stage.c>", "+<app/wire_stage.c>", "+<embed/tinyol.c>"]
         else:
-            src += ["+<app/model.c>", "+<app/learner_head.c>", "+<embed/>"]
+            src += ["+<app/model.c>", "+<app/learner_head.c>", "+<app/wire_head.c>", "+<embed/>"]
     if family == "stm32l4":
         exit_impl = "exit_semihost.c" if test_build else "exit_reset.c"
         src += ["+<boards/stm32l4/startup.c>", "+<boards/stm32l4/hal_stm32l4.c>",
