@@ -72,6 +72,7 @@ void tol_model_learner_get_settings(tol_learner_settings_t *s)
 
 tol_status_t tol_model_learner_set_settings(const tol_learner_settings_t *s)
 {
+    TOL_CHECK(s->rehearse == 0u, TOL_ERR_UNSUPPORTED); /* idle rehearsal: adaptive stages only */
     return tol_learner_set_settings(&tol_learner, s);
 }
 
@@ -162,6 +163,16 @@ tol_status_t tol_model_learner_set(const uint8_t *req, uint16_t n, uint8_t *repl
     tol_put_u16(reply + 6, ls.n_active);
     *reply_len = 8u;
     return TOL_OK;
+}
+
+tol_status_t tol_model_learner_rehearse(void)
+{
+    return TOL_ERR_UNSUPPORTED; /* the one-layer head has no idle rehearsal */
+}
+
+uint8_t tol_model_learner_rehearsed(void)
+{
+    return 0u;
 }
 
 uint16_t tol_model_learner_info(uint8_t *out, uint16_t cap)

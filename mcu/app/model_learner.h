@@ -86,6 +86,13 @@ tol_status_t tol_model_learner_get(const uint8_t *req, uint16_t n, uint8_t *repl
 tol_status_t tol_model_learner_set(const uint8_t *req, uint16_t n, uint8_t *reply, uint16_t *reply_len,
                                    bool *staged);
 
+/* Idle-time rehearsal (docs/adaptive.md, "Recipe"): one replay-only step while the idle
+ * budget (SET key REHEARSE) lasts: TOL_OK when a step ran, else why not (nothing to do:
+ * TOL_ERR_UNSUPPORTED). The head learner has none. */
+tol_status_t tol_model_learner_rehearse(void);
+/* Rehearsal steps run since the last learned sample (the SAMPLE/PREDICT reply's byte 3). */
+uint8_t tol_model_learner_rehearsed(void);
+
 /* INFO's adaptive-stage block (layers:u8 params:u32 bytes:u32 hash:u32); 0 bytes for the head. */
 uint16_t tol_model_learner_info(uint8_t *out, uint16_t cap);
 
