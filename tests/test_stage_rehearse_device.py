@@ -112,6 +112,25 @@ def test_native_head_refuses_rehearsal(firmware):
             dev.set(Setting.REHEARSE, 1)
 
 
+def test_native_export_sets_the_default(firmware, tmp_path):
+    """The export's rehearse (manifest learner.rehearse -> config.h TOL_REHEARSE) is what the
+    firmware boots with, and what the twin's settings read from the manifest."""
+    import shutil
+
+    from tinyol.model.export import refresh_config
+    d = tmp_path / "da"
+    shutil.copytree(ROOT / MODEL, d)
+    refresh_config(str(d), check=False, rehearse=3)
+    assert "#define TOL_REHEARSE                 3u" in (d / "config.h").read_text()
+    assert learner_settings(load_model(d))[0].rehearse == 3
+    fw = firmware("native", model=str(d))
+    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
+        assert dev.get(Setting.REHEARSE) == 3
+        dev.set(Setting.REHEARSE, 0)
+        dev.reset()
+        assert dev.get(Setting.REHEARSE) == 3
+
+
 @pytest.mark.qemu
 def test_qemu_rehearsal_equals_twin(firmware, digits):
     """The Cortex-M4 build in QEMU: the idle loop between frames, the same bits."""
