@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from tinyol._defs import Setting
+from tinyol.cli import main as cli_main
 from tinyol.data.datasets import load_source
 from tinyol.link.device import Device
 from tinyol.model.folder import quantize
@@ -104,15 +105,20 @@ def test_native_rehearsal_equals_twin(firmware, digits):
     _check_end(twin, counts, image, st)
 
 
-def test_native_head_refuses_rehearsal(firmware):
+def test_native_head_refuses_rehearsal(firmware, capsys):
     fw = firmware("native", model="models/digits")
-    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
-        assert dev.get(Setting.REHEARSE) == 0
-        with pytest.raises(DeviceError, match="UNSUPPORTED|not supported"):
-            dev.set(Setting.REHEARSE, 1)
+    with emulator.start_native(fw.program, timeout=120) as t:
+        with Device.open(t.url) as dev:
+            assert dev.get(Setting.REHEARSE) == 0
+            with pytest.raises(DeviceError, match="UNSUPPORTED|not supported"):
+                dev.set(Setting.REHEARSE, 1)
+        # the CLI: one line naming the setting, a hint, exit code 1
+        assert cli_main(["set", "-p", t.url, "--rehearse", "1"]) == 1
+        err = capsys.readouterr().err
+        assert "refused rehearse = 1" in err and "adaptive stage" in err
 
 
-def test_native_export_sets_the_default(firmware, tmp_path):
+def test_native_export_sets_the_default(firmware, tmp_path, capsys):
     """The export's rehearse (manifest learner.rehearse -> config.h TOL_REHEARSE) is what the
     firmware boots with, and what the twin's settings read from the manifest."""
     import shutil
@@ -124,11 +130,13 @@ def test_native_export_sets_the_default(firmware, tmp_path):
     assert "#define TOL_REHEARSE                 3u" in (d / "config.h").read_text()
     assert learner_settings(load_model(d))[0].rehearse == 3
     fw = firmware("native", model=str(d))
-    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
-        assert dev.get(Setting.REHEARSE) == 3
-        dev.set(Setting.REHEARSE, 0)
-        dev.reset()
-        assert dev.get(Setting.REHEARSE) == 3
+    with emulator.start_native(fw.program, timeout=120) as t:
+        assert cli_main(["set", "-p", t.url, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["rehearse"] == 3
+        with Device.open(t.url) as dev:
+            dev.set(Setting.REHEARSE, 0)
+            dev.reset()  # back to the export's
+            assert dev.get(Setting.REHEARSE) == 3
 
 
 @pytest.mark.qemu
