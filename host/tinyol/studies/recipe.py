@@ -75,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=D.SEEDS)
     ap.add_argument("--cuts", default="embed:all:200,embed:all:40",
                     help="CUT:STAGE_TRAIN:CAPACITY,... (40 slots: what fits the NUCLEO-L476RG)")
-    ap.add_argument("--only", default=None, help="comma-separated configuration names")
+    ap.add_argument("--only", default=None, help="configuration names separated by ;")
     ap.add_argument("--json", default=None, help="append the raw results here")
     a = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    grid = [c for c in GRID if a.only is None or c.name in a.only.split(",")]
+    grid = [c for c in GRID if a.only is None or c.name in a.only.split(";")]
     results = json.loads(Path(a.json).read_text()) if a.json and Path(a.json).exists() else []
     with tempfile.TemporaryDirectory(prefix="tinyol-recipe-") as tmp:
         ds = D.digits_dataset(Path(tmp))
