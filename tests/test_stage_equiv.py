@@ -77,6 +77,11 @@ STAGES = {
                            conv(3, 4, 12, 6, 1, act=ACT_RELU6), dense(3 * 4 * 6, CMAX)],
     "dw_mult2_c8_gap": [conv(3, 3, 8, 16, 3, dw=True, act=ACT_RELU), Layer(GAP, 3, 3, 16, 1, 1, 16),
                         dense(16, 13, ACT_RELU), dense(13, CMAX)],
+    # depthwise with multiplier 1 over 12 channels: the 8-channel blocks (forward and backward,
+    # input deltas too: a 1x1 conv before it) and a remainder of 4
+    "dw_mult1_c12_blocks": [conv(4, 4, 3, 12, 1, act=ACT_RELU),
+                            conv(4, 4, 12, 12, 3, act=ACT_RELU, dw=True),
+                            Layer(GAP, 4, 4, 12, 1, 1, 12), dense(12, CMAX)],
     # pooling: the Conv1D-pool chains of the models users bring (MaxPooling1D after every
     # convolution), overlapping windows (stride < pool), 'same' windows cut by the border,
     # average pooling (border windows count only their taps), global max, a pool at the cut

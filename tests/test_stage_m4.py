@@ -25,6 +25,7 @@ CASES = {
     "dense_blocks_replay_i8": ([dense(40, 20, ACT_RELU), dense(20, CMAX)], "replay_i8"),
     "conv_c8_c12_momentum_wd_clip": (STAGES["conv_c8_c12_blocks"], "replay_7bit_momentum_wd_clip"),
     "dw_mult2_c8_gap_f32_batch": (STAGES["dw_mult2_c8_gap"], "replay_f32_ar1_batch"),
+    "dw_mult1_c12_blocks_momentum": (STAGES["dw_mult1_c12_blocks"], "replay_7bit_momentum_wd_clip"),
     "conv1x1_dw_stride2_sgd": (STAGES["conv1x1_dw_stride2_flatten"], "sgd"),
     # pooling and the lean stage (biases only, frozen layers read from flash)
     "conv1d_maxpool_chain": (STAGES["conv1d_maxpool_chain"], "replay_i8"),

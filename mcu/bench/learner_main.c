@@ -114,24 +114,22 @@ int tol_bench_main(void)
                    c.latent_scale * (float)((int32_t)tol_bench_q[j] - c.latent_zero_point));
     TOL_BENCH_TIME("part_forward", tol_head_forward(h, slot));
     TOL_BENCH_TIME("part_softmax", tol_head_softmax(h));
-    TOL_BENCH_TIME("part_grad_add_ce", (void)tol_head_grad_add_ce(h, slot, 3u, w, NULL));
+    /* the 16 replayed rows drawn and dequantized into batch slots 1..16 (8-bit rows) */
+    uint16_t labels[17];
+    labels[0] = 3u;
     uint64_t t_get = 0;
-    uint64_t t_add = 0;
     for (uint32_t r = 0; r < 16u; r++) {
-        uint16_t y;
-        float *s = tol_head_batch_slot(h);
-        if (s == NULL) return 4;
+        float *s = slot + (size_t)(r + 1u) * C_D;
         uint64_t t0 = tol_bench_ticks();
-        tol_replay_get(&tol_bench_lc.replay, tol_replay_draw(&tol_bench_lc.replay), s, &y);
+        tol_replay_get(&tol_bench_lc.replay, tol_replay_draw(&tol_bench_lc.replay), s, &labels[r + 1u]);
         uint64_t t1 = tol_bench_ticks();
-        tol_head_activate(h, y);
-        (void)tol_head_grad_add_ce(h, s, y, w, NULL);
-        uint64_t t2 = tol_bench_ticks();
         t_get += t1 - t0 - tol_bench_overhead;
-        t_add += t2 - t1 - tol_bench_overhead;
     }
     tol_bench_kv("part_replay_get_x16", t_get);
-    tol_bench_kv("part_grad_add_x16", t_add);
+    /* one sample alone (the fresh one), then the 16 replayed as one batch, as tol_learner does */
+    TOL_BENCH_TIME("part_grad_add_ce", (void)tol_head_grad_add_ce_n(h, labels, 1u, w));
+    TOL_BENCH_TIME("part_grad_add_x16", (void)tol_head_grad_add_ce_n(h, labels + 1, 16u, w));
+    if (h->n_batch != 17u) return 4;
     TOL_BENCH_TIME("part_step", (void)tol_head_step(h, 0.03f, 0.0f, 0.0f, 0.0f));
     uint16_t lab = 3u;
     TOL_BENCH_TIME("part_replay_add", (void)tol_replay_add_batch(&tol_bench_lc.replay, h->x, &lab, 1u));

@@ -126,6 +126,14 @@ float *tol_head_batch_slot(tol_head_t *h);
 tol_status_t tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label, float weight,
                                   float *loss);
 
+/* Add n samples to the batch at once, the same as n calls of tol_head_grad_add_ce
+ * (same errors, bit for bit) with their inputs already in their batch slots (write
+ * them at tol_head_batch_slot() + k * dim, k = 0..n-1) and labels[k] (each < rows, an
+ * active row): the forward passes share each load of the weights (four rows times two
+ * samples per register block). h->z is left as it was. TOL_ERR_FULL if fewer than n
+ * slots are free, TOL_ERR_LABEL if a label is out of range (nothing added). */
+tol_status_t tol_head_grad_add_ce_n(tol_head_t *h, const uint16_t *labels, uint16_t n, float weight);
+
 /* Add one sample to the batch: MSE gradient, MSE = mean_r (y_r - t_r)^2,
  * e_r = (y_r - t_r) * (2/rows * weight). target: in, float[rows]. mse (may be
  * NULL) gets the sample's MSE (sum ascending, then / rows). */

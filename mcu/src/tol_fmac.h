@@ -31,10 +31,11 @@ static inline float tol_fmac_mls(float acc, float a, float b)
 
 /* ---- assembler text, one instruction over the lanes of a register block ----------------
  * A block is a list of operands, one per lane: a bank of consecutive S registers
- * (TOL_FMAC_S8_, _S16_, _S24_: 8 lanes; _S16Q_ ... _S28Q_: 4 lanes) or one named asm
+ * (TOL_FMAC_S0_, _S8_, _S16_, _S24_: 8 lanes; _S16Q_ ... _S28Q_: 4 lanes) or one named asm
  * operand repeated (TOL_FMAC_ALL8_("%[lr]")). TOL_FMAC_OP8_(ins, A, B, C) is the 8 lines
  * "ins A_k, B_k, C_k"; TOL_FMAC_MOV8_(A, B) the 8 lines "vmov.f32 A_k, B_k"; 4-lane forms
  * likewise. Every asm block below is written from these. */
+#define TOL_FMAC_S0_ "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"
 #define TOL_FMAC_S8_ "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15"
 #define TOL_FMAC_S16_ "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23"
 #define TOL_FMAC_S24_ "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31"
@@ -136,6 +137,70 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     z[3] = a3;
 }
 
+/* Two samples at once: lane k of a block is "vmla a0, w_k, x0_k" then "vmla a1, w_k, x1_k"
+ * (w in s16-s23, x0 in s8-s15, x1 in s24-s31): each sum still runs left to right. */
+#define TOL_FMAC_DOT2_K_(a0, a1, w, x0, x1) TOL_FMAC_L3_("vmla.f32", a0, w, x0) TOL_FMAC_L3_("vmla.f32", a1, w, x1)
+#define TOL_FMAC_DOT8X2_(a0, a1)                                                                   \
+    TOL_FMAC_DOT2_K_(a0, a1, "s16", "s8", "s24") TOL_FMAC_DOT2_K_(a0, a1, "s17", "s9", "s25")     \
+    TOL_FMAC_DOT2_K_(a0, a1, "s18", "s10", "s26") TOL_FMAC_DOT2_K_(a0, a1, "s19", "s11", "s27")   \
+    TOL_FMAC_DOT2_K_(a0, a1, "s20", "s12", "s28") TOL_FMAC_DOT2_K_(a0, a1, "s21", "s13", "s29")   \
+    TOL_FMAC_DOT2_K_(a0, a1, "s22", "s14", "s30") TOL_FMAC_DOT2_K_(a0, a1, "s23", "s15", "s31")
+
+/* Four rows (w rows `stride` floats apart) times two samples x0, x1: z0[i] = bias[i] + w_i . x0
+ * and z1[i] = bias[i] + w_i . x1 (i = 0..3) over n8 blocks of 8, every sum left to right. Each
+ * block of a row is loaded once for both samples; the eight sums stay in s0-s7. The six
+ * pointers reach the asm through memory (one LDM into registers it reserves), so that the
+ * operands the compiler must place stay few at any optimisation level. */
+static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *bias, const float *w,
+                                    uint32_t stride, const float *x0, const float *x1, uint32_t n8)
+{
+    const float *p[6] = {w, w + stride, w + 2u * stride, w + 3u * stride, x0, x1};
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11}\n"
+        "vldmia %[bias], {s0-s3}\n"
+        TOL_FMAC_MOV4X_("s4", "s5", "s6", "s7", "s0", "s1", "s2", "s3")
+        "1:\n"
+        "vldmia r10!, {s8-s15}\n"
+        "vldmia r11!, {s24-s31}\n"
+        "vldmia r4!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s0", "s4")
+        "vldmia r5!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s1", "s5")
+        "vldmia r6!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s2", "s6")
+        "vldmia r8!, {s16-s23}\n"
+        TOL_FMAC_DOT8X2_("s3", "s7")
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia %[z0], {s0-s3}\n"
+        "vstmia %[z1], {s4-s7}\n"
+        : [n] "+r"(n8)
+        : [p] "r"(p), [bias] "r"(bias), [z0] "r"(z0), [z1] "r"(z1)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7",
+          TOL_FMAC_CLOBBER24_, "cc", "memory");
+}
+
+/* One row times two samples: *z0 = bias + w . x0, *z1 = bias + w . x1 over n8 blocks of 8. */
+static inline void tol_fmac_dot1x2_(float *z0, float *z1, float bias, const float *w, const float *x0,
+                                    const float *x1, uint32_t n8)
+{
+    float a0 = bias;
+    float a1 = bias;
+    __asm__ volatile(
+        "1:\n"
+        "vldmia %[w]!, {s16-s23}\n"
+        "vldmia %[x0]!, {s8-s15}\n"
+        "vldmia %[x1]!, {s24-s31}\n"
+        TOL_FMAC_DOT8X2_("%[a0]", "%[a1]")
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        : [a0] "+t"(a0), [a1] "+t"(a1), [w] "+r"(w), [x0] "+r"(x0), [x1] "+r"(x1), [n] "+r"(n8)
+        :
+        : TOL_FMAC_CLOBBER24_, "cc", "memory");
+    *z0 = a0;
+    *z1 = a1;
+}
+
 /* y[k] = y[k] + a x[k] over n8 blocks of 8: VLDM x, VLDM y, 8 VMLA, VSTM y. */
 static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
 {
@@ -175,6 +240,204 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         : [t] "=&t"(t), [pe] "+r"(e), [px] "+r"(x), [n] "+r"(nb)
         : [zero] "t"(zero), [es] "r"(es_b), [xs] "r"(xs_b), [out] "r"(out)
         : TOL_FMAC_CLOBBER16_, "cc", "memory");
+}
+
+/* Four output channels of a convolution over the kernel rows of one window: z[i] += the sum, row
+ * after row (nrows), of w_i[row] . x[row] over n8 blocks of 8 (each row's run of taps, left to
+ * right). w: channel 0's first tap, channels wstride floats apart; each next kernel row starts
+ * wrow floats further in W and xrow floats further in x. One call per window instead of one
+ * per kernel row; the four sums stay in s0-s3 across the rows. */
+static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstride, uint32_t wrow,
+                                         const float *x, uint32_t xrow, uint32_t n8, uint32_t nrows)
+{
+    const uintptr_t p[9] = {(uintptr_t)w, (uintptr_t)(w + wstride), (uintptr_t)(w + 2u * wstride),
+                            (uintptr_t)(w + 3u * wstride), (uintptr_t)x, 4u * (wrow - 8u * n8),
+                            4u * (xrow - 8u * n8), n8, nrows};
+    uint32_t t;
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11}\n"
+        "ldr lr, [%[p], #32]\n"
+        "vldmia %[z], {s0-s3}\n"
+        "2:\n"
+        "ldr %[t], [%[p], #28]\n"
+        "1:\n"
+        "vldmia r10!, {s24-s31}\n"
+        "vldmia r4!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s0")
+        "vldmia r5!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s1")
+        "vldmia r6!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s2")
+        "vldmia r8!, {s16-s23}\n"
+        TOL_FMAC_DOT8_("s3")
+        "subs %[t], %[t], #1\n"
+        "bne 1b\n"
+        "add r4, r4, r11\n"
+        "add r5, r5, r11\n"
+        "add r6, r6, r11\n"
+        "add r8, r8, r11\n"
+        "ldr %[t], [%[p], #24]\n"
+        "add r10, r10, %[t]\n"
+        "subs lr, lr, #1\n"
+        "bne 2b\n"
+        "vstmia %[z], {s0-s3}\n"
+        : [t] "=&r"(t)
+        : [p] "r"(p), [z] "r"(z)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "lr", "s0", "s1", "s2", "s3", TOL_FMAC_CLOBBER16_, "cc",
+          "memory");
+}
+
+/* Eight lanes of y[k] += a[k] b[k] (k = 0..7): VLDM y, a, b, 8 VMLA, VSTM y. */
+static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
+{
+    __asm__ volatile(
+        "vldmia %[a], {s8-s15}\n"
+        "vldmia %[b], {s16-s23}\n"
+        "vldmia %[y], {s0-s7}\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        "vstmia %[y], {s0-s7}\n"
+        :
+        : [y] "r"(y), [a] "r"(a), [b] "r"(b)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "memory");
+}
+
+/* A depthwise window, eight channels: acc[k] = bias[k] + the taps of nrows kernel rows (ntaps
+ * each) in (ky, kx) order, w_t[k] x_t[k]; a tap is ws floats further in W and xs in x, a kernel
+ * row wrow floats further in W and xrow in x (from the row's first tap). The eight sums stay
+ * in s0-s7; pointers and strides reach the asm through memory (one LDM). */
+static inline void tol_fmac_dwwin8_(float *acc, const float *bias, const float *w, uint32_t ws,
+                                    uint32_t wrow, const float *x, uint32_t xs, uint32_t xrow,
+                                    uint32_t ntaps, uint32_t nrows)
+{
+    const uintptr_t p[8] = {(uintptr_t)w, (uintptr_t)x, 4u * ws, 4u * xs, 4u * (wrow - ntaps * ws),
+                            4u * (xrow - ntaps * xs), ntaps, nrows};
+    uint32_t t;
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11}\n"
+        "ldr lr, [%[p], #28]\n"
+        "vldmia %[bias], {s0-s7}\n"
+        "2:\n"
+        "ldr %[t], [%[p], #24]\n"
+        "1:\n"
+        "vldmia r4, {s8-s15}\n"
+        "vldmia r5, {s16-s23}\n"
+        "add r4, r4, r6\n"
+        "add r5, r5, r8\n"
+        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        "subs %[t], %[t], #1\n"
+        "bne 1b\n"
+        "add r4, r4, r10\n"
+        "add r5, r5, r11\n"
+        "subs lr, lr, #1\n"
+        "bne 2b\n"
+        "vstmia %[acc], {s0-s7}\n"
+        : [t] "=&r"(t)
+        : [p] "r"(p), [acc] "r"(acc), [bias] "r"(bias)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "lr", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8",
+          "s9", "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19", "s20", "s21", "s22",
+          "s23", "cc", "memory");
+}
+
+/* Column sums of eight lanes: out[k] = 0.0f + x[0][k] + x[1][k] + ... (n rows xs floats apart,
+ * left to right; n >= 1). */
+static inline void tol_fmac_colsum8_(float *out, const float *x, uint32_t xs, uint32_t n)
+{
+    static const float zero[8];
+    const uint32_t xs_b = 4u * xs;
+    __asm__ volatile(
+        "vldmia %[z], {s0-s7}\n"
+        "1:\n"
+        "vldmia %[x], {s8-s15}\n"
+        "add %[x], %[x], %[xs]\n"
+        TOL_FMAC_OP8_("vadd.f32", TOL_FMAC_S0_, TOL_FMAC_S0_, TOL_FMAC_S8_)
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia %[out], {s0-s7}\n"
+        : [x] "+r"(x), [n] "+r"(n)
+        : [z] "r"(zero), [out] "r"(out), [xs] "r"(xs_b)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "cc", "memory");
+}
+
+/* Eight lanes of y[k] += a[k]: VLDM y, a, 8 VADD, VSTM y. */
+static inline void tol_fmac_vadd8_(float *y, const float *a)
+{
+    __asm__ volatile(
+        "vldmia %[y], {s0-s7}\n"
+        "vldmia %[a], {s8-s15}\n"
+        TOL_FMAC_OP8_("vadd.f32", TOL_FMAC_S0_, TOL_FMAC_S0_, TOL_FMAC_S8_)
+        "vstmia %[y], {s0-s7}\n"
+        :
+        : [y] "r"(y), [a] "r"(a)
+        : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12", "s13", "s14",
+          "s15", "memory");
+}
+
+/* y[k] = a[k], k = 0..7: one VLDM, one VSTM. */
+static inline void tol_fmac_copy8_(float *y, const float *a)
+{
+    __asm__ volatile("vldmia %[a], {s0-s7}\n"
+                     "vstmia %[y], {s0-s7}\n"
+                     :
+                     : [y] "r"(y), [a] "r"(a)
+                     : "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "memory");
+}
+
+/* A 5 x 4 block of the batch gradient: g[i][k] = 0.0f + e[0][i] x[0][k] + e[1][i] x[1][k] + ...
+ * (nb terms, left to right; i = 0..4 rows, k = 0..3 columns), the 20 sums in s12-s31, one VLDM
+ * each for the five errors and the four inputs of a sample. g rows gs floats apart; e and x
+ * rows (samples) es and xs floats apart. The pointers and strides reach the asm through
+ * memory (one LDM into registers it reserves). */
+static inline void tol_fmac_outer5x4_(float *g, uint32_t gs, const float *e, uint32_t es,
+                                      const float *x, uint32_t xs, uint32_t nb)
+{
+    static const float zero[20];
+    const uintptr_t p[7] = {(uintptr_t)e, (uintptr_t)x, (uintptr_t)g, 4u * es, 4u * xs, 4u * gs,
+                            (uintptr_t)zero};
+    __asm__ volatile(
+        "ldm %[p], {r4, r5, r6, r8, r10, r11, lr}\n"
+        "vldmia lr, {s12-s31}\n"
+        "1:\n"
+        "vldmia r4, {s0-s4}\n"
+        "vldmia r5, {s5-s8}\n"
+        "add r4, r4, r8\n"
+        "add r5, r5, r10\n"
+        "vmla.f32 s12, s0, s5\n"
+        "vmla.f32 s13, s0, s6\n"
+        "vmla.f32 s14, s0, s7\n"
+        "vmla.f32 s15, s0, s8\n"
+        "vmla.f32 s16, s1, s5\n"
+        "vmla.f32 s17, s1, s6\n"
+        "vmla.f32 s18, s1, s7\n"
+        "vmla.f32 s19, s1, s8\n"
+        "vmla.f32 s20, s2, s5\n"
+        "vmla.f32 s21, s2, s6\n"
+        "vmla.f32 s22, s2, s7\n"
+        "vmla.f32 s23, s2, s8\n"
+        "vmla.f32 s24, s3, s5\n"
+        "vmla.f32 s25, s3, s6\n"
+        "vmla.f32 s26, s3, s7\n"
+        "vmla.f32 s27, s3, s8\n"
+        "vmla.f32 s28, s4, s5\n"
+        "vmla.f32 s29, s4, s6\n"
+        "vmla.f32 s30, s4, s7\n"
+        "vmla.f32 s31, s4, s8\n"
+        "subs %[n], %[n], #1\n"
+        "bne 1b\n"
+        "vstmia r6, {s12-s15}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s16-s19}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s20-s23}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s24-s27}\n"
+        "add r6, r6, r11\n"
+        "vstmia r6, {s28-s31}\n"
+        : [n] "+r"(nb)
+        : [p] "r"(p)
+        : "r4", "r5", "r6", "r8", "r10", "r11", "lr", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7",
+          TOL_FMAC_CLOBBER24_, "cc", "memory");
 }
 
 /* SGD without momentum buffers over n8 blocks of 8 weights, gradient g:
@@ -400,6 +663,28 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     }
 }
 
+static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *bias, const float *w,
+                                    uint32_t stride, const float *x0, const float *x1, uint32_t n8)
+{
+    for (uint32_t i = 0; i < 4u; i++) {
+        z0[i] = bias[i];
+        z1[i] = bias[i];
+    }
+    tol_fmac_dot4x8_(z0, w, stride, x0, n8);
+    tol_fmac_dot4x8_(z1, w, stride, x1, n8);
+}
+
+static inline void tol_fmac_dot1x2_(float *z0, float *z1, float bias, const float *w, const float *x0,
+                                    const float *x1, uint32_t n8)
+{
+    const float *pw = w;
+    const float *px = x0;
+    *z0 = tol_fmac_dot8_(bias, &pw, &px, n8);
+    pw = w;
+    px = x1;
+    *z1 = tol_fmac_dot8_(bias, &pw, &px, n8);
+}
+
 static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
 {
     for (uint32_t k = 0; k < 8u * n8; k++) y[k] = tol_fmac_mla(y[k], a, x[k]);
@@ -412,6 +697,62 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         float a = 0.0f;
         for (uint32_t b = 0; b < nb; b++) a = tol_fmac_mla(a, e[b * es], x[b * xs + k]);
         out[k] = a;
+    }
+}
+
+static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstride, uint32_t wrow,
+                                         const float *x, uint32_t xrow, uint32_t n8, uint32_t nrows)
+{
+    for (uint32_t r = 0; r < nrows; r++) tol_fmac_dot4x8_(z, w + (size_t)r * wrow, wstride, x + (size_t)r * xrow, n8);
+}
+
+static inline void tol_fmac_dwwin8_(float *acc, const float *bias, const float *w, uint32_t ws,
+                                    uint32_t wrow, const float *x, uint32_t xs, uint32_t xrow,
+                                    uint32_t ntaps, uint32_t nrows)
+{
+    for (uint32_t k = 0; k < 8u; k++) acc[k] = bias[k];
+    for (uint32_t r = 0; r < nrows; r++) {
+        for (uint32_t t = 0; t < ntaps; t++) {
+            for (uint32_t k = 0; k < 8u; k++) {
+                acc[k] = tol_fmac_mla(acc[k], w[r * wrow + t * ws + k], x[r * xrow + t * xs + k]);
+            }
+        }
+    }
+}
+
+static inline void tol_fmac_colsum8_(float *out, const float *x, uint32_t xs, uint32_t n)
+{
+    for (uint32_t k = 0; k < 8u; k++) {
+        float a = 0.0f;
+        for (uint32_t i = 0; i < n; i++) a += x[i * xs + k];
+        out[k] = a;
+    }
+}
+
+static inline void tol_fmac_vadd8_(float *y, const float *a)
+{
+    for (uint32_t k = 0; k < 8u; k++) y[k] += a[k];
+}
+
+static inline void tol_fmac_copy8_(float *y, const float *a)
+{
+    for (uint32_t k = 0; k < 8u; k++) y[k] = a[k];
+}
+
+static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
+{
+    for (uint32_t k = 0; k < 8u; k++) y[k] = tol_fmac_mla(y[k], a[k], b[k]);
+}
+
+static inline void tol_fmac_outer5x4_(float *g, uint32_t gs, const float *e, uint32_t es,
+                                      const float *x, uint32_t xs, uint32_t nb)
+{
+    for (uint32_t i = 0; i < 5u; i++) {
+        for (uint32_t k = 0; k < 4u; k++) {
+            float a = 0.0f;
+            for (uint32_t b = 0; b < nb; b++) a = tol_fmac_mla(a, e[b * es + i], x[b * xs + k]);
+            g[i * gs + k] = a;
+        }
     }
 }
 

@@ -134,10 +134,10 @@ void tol_head_forward(tol_head_t *h, const float *x)
     }
 }
 
-float tol_head_expf(float x)
+/* tol_head_expf for x in [-87, 0] (inlined where a loop knows that much: its constants
+ * then stay in registers across the loop). */
+static inline float tol_head_exp_le0_(float x)
 {
-    if (!(x >= -87.0f)) return 0.0f; /* also NaN */
-    if (x > 0.0f) x = 0.0f;
     /* x = k ln2 + r, |r| <= ln2/2; ln2 split in two (Cody-Waite) */
     /* floor(y) for y in [-125.5, 0.5]: truncate, then step down if that rounded up
      * (the same float as floorf, without a libm call) */
@@ -157,6 +157,13 @@ float tol_head_expf(float x)
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
+}
+
+float tol_head_expf(float x)
+{
+    if (!(x >= -87.0f)) return 0.0f; /* also NaN */
+    if (x > 0.0f) x = 0.0f;
+    return tol_head_exp_le0_(x);
 }
 
 void tol_head_softmax(tol_head_t *h)
@@ -235,6 +242,123 @@ tol_status_t tol_head_grad_add_ce(tol_head_t *h, const float *x, uint16_t label,
     return TOL_OK;
 }
 
+/* Scores of batch samples b0 .. b0+n-1 into their error rows: e[b][r] = b[r] + W[r] . x_b
+ * (j ascending) for the active rows (the others are left alone). Four active rows times two
+ * samples share each block of weights and inputs (tol_fmac_dot4x2_); every sum keeps the
+ * order of tol_head_forward. */
+static void tol_head_forward_n_(tol_head_t *h, uint16_t b0, uint16_t n)
+{
+    const uint16_t d = h->dim;
+    const uint16_t rows = h->rows;
+    const uint8_t *act = h->active;
+    const uint32_t n8 = (uint32_t)d >> 3;
+    const uint16_t j0 = (uint16_t)(d & ~7u);
+    const float *xs = &h->x[(size_t)b0 * d];
+    float *es = &h->e[(size_t)b0 * rows];
+    uint16_t r = 0;
+    while (r < rows) {
+        if (!act[r]) {
+            r++;
+            continue;
+        }
+        const float *wr = &h->w[(size_t)r * d];
+        const uint16_t nr = (d >= 8u && r + 4u <= rows && act[r + 1u] && act[r + 2u] && act[r + 3u]) ? 4u : 1u;
+        const float *br = &h->b[r];
+        uint16_t b = 0;
+        if (n8 > 0u) {
+            for (; b + 2u <= n; b = (uint16_t)(b + 2u)) {
+                float *z0 = &es[(size_t)b * rows + r];
+                const float *x0 = &xs[(size_t)b * d];
+                if (nr == 4u) {
+                    tol_fmac_dot4x2_(z0, z0 + rows, br, wr, d, x0, x0 + d, n8);
+                } else {
+                    tol_fmac_dot1x2_(z0, z0 + rows, br[0], wr, x0, x0 + d, n8);
+                }
+            }
+        }
+        for (; b < n; b++) {
+            /* the last of an odd number of samples (or every sample if d < 8) */
+            float *z0 = &es[(size_t)b * rows + r];
+            const float *x0 = &xs[(size_t)b * d];
+            for (uint16_t i = 0; i < nr; i++) z0[i] = br[i];
+            if (n8 == 0u) continue;
+            if (nr == 4u) {
+                tol_fmac_dot4x8_(z0, wr, d, x0, n8);
+            } else {
+                const float *pw = wr;
+                const float *px = x0;
+                z0[0] = tol_fmac_dot8_(z0[0], &pw, &px, n8);
+            }
+        }
+        if (j0 < d) {
+            for (b = 0; b < n; b++) {
+                float *z = &es[(size_t)b * rows + r];
+                const float *x = &xs[(size_t)b * d];
+                for (uint16_t i = 0; i < nr; i++) {
+                    float acc = z[i];
+                    for (uint16_t j = j0; j < d; j++) acc = tol_fmac_mla(acc, wr[(size_t)i * d + j], x[j]);
+                    z[i] = acc;
+                }
+            }
+        }
+        r = (uint16_t)(r + nr);
+    }
+}
+
+/* One sample's scores in e (float[rows], active rows) -> its cross-entropy errors
+ * (p_r - [r == label]) * weight, 0 for inactive rows: tol_head_softmax's steps. */
+static void tol_head_ce_errors_(const tol_head_t *h, float *e, uint16_t label, float weight)
+{
+    const uint16_t rows = h->rows;
+    const uint8_t *act = h->active;
+    float zmax = -INFINITY;
+    float sum = 0.0f;
+    if (h->n_active == rows) {
+        for (uint16_t r = 0; r < rows; r++) {
+            if (e[r] > zmax) zmax = e[r];
+        }
+        for (uint16_t r = 0; r < rows; r++) {
+            /* e[r] - zmax <= 0 (or NaN): tol_head_expf without its clamp */
+            const float x = e[r] - zmax;
+            const float p = x >= -87.0f ? tol_head_exp_le0_(x) : 0.0f;
+            e[r] = p;
+            sum += p;
+        }
+        /* (p - 0.0f) * weight is p * weight */
+        const float pl = e[label] / sum;
+        for (uint16_t r = 0; r < rows; r++) e[r] = e[r] / sum * weight;
+        e[label] = (pl - 1.0f) * weight;
+        return;
+    }
+    for (uint16_t r = 0; r < rows; r++) {
+        if (act[r] && e[r] > zmax) zmax = e[r];
+    }
+    for (uint16_t r = 0; r < rows; r++) {
+        if (act[r]) {
+            const float p = tol_head_expf(e[r] - zmax);
+            e[r] = p;
+            sum += p;
+        }
+    }
+    for (uint16_t r = 0; r < rows; r++) {
+        const float t = (r == label) ? 1.0f : 0.0f;
+        e[r] = act[r] ? (e[r] / sum - t) * weight : 0.0f;
+    }
+}
+
+tol_status_t tol_head_grad_add_ce_n(tol_head_t *h, const uint16_t *labels, uint16_t n, float weight)
+{
+    TOL_CHECK(n <= h->max_batch - h->n_batch, TOL_ERR_FULL);
+    for (uint16_t i = 0; i < n; i++) TOL_CHECK(labels[i] < h->rows, TOL_ERR_LABEL);
+    const uint16_t b0 = h->n_batch;
+    tol_head_forward_n_(h, b0, n);
+    for (uint16_t i = 0; i < n; i++) {
+        tol_head_ce_errors_(h, &h->e[(size_t)(b0 + i) * h->rows], labels[i], weight);
+    }
+    h->n_batch = (uint16_t)(b0 + n);
+    return TOL_OK;
+}
+
 float tol_head_mse(tol_head_t *h, const float *x, const float *target)
 {
     tol_head_forward(h, x);
@@ -279,29 +403,46 @@ tol_status_t tol_head_grad_add_mse_z(tol_head_t *h, const float *x, const float 
 
 /* The gradient of the active rows into gW/gb (max_batch > 1):
  * gW[r][j] = sum_b e_b[r] x_b[j], gb[r] = sum_b e_b[r], b ascending from 0.0f.
- * Two rows x four columns per block keep eight sums in registers. */
+ * Five active rows at a time: 5 x 4 blocks of sums in registers (tol_fmac_outer5x4_);
+ * other rows one at a time, eight columns per block (tol_fmac_outer8_). */
 static void tol_head_grad_form_(tol_head_t *h)
 {
     const uint16_t d = h->dim;
     const uint16_t rows = h->rows;
     const uint16_t nb = h->n_batch;
-    for (uint16_t r = 0; r < rows; r++) {
-        if (!h->active[r]) continue;
-        float *g0 = &h->gw[(size_t)r * d];
-        const float *e0 = &h->e[r];
-        float sb = 0.0f;
-        for (uint16_t b = 0; b < nb; b++) sb += e0[(size_t)b * rows];
-        h->gb[r] = sb;
-        uint16_t j = 0;
-        for (; j + 8u <= d; j = (uint16_t)(j + 8u)) {
-            tol_fmac_outer8_(&g0[j], e0, rows, &h->x[j], d, nb);
+    const uint8_t *act = h->active;
+    uint16_t r = 0;
+    while (r < rows) {
+        if (!act[r]) {
+            r++;
+            continue;
         }
-        for (; j < d; j++) {
-            float a = 0.0f;
-            for (uint16_t b = 0; b < nb; b++) {
-                a = tol_fmac_mla(a, e0[(size_t)b * rows], h->x[(size_t)b * d + j]);
+        const uint16_t nr = (d >= 4u && r + 5u <= rows && act[r + 1u] && act[r + 2u] && act[r + 3u] &&
+                             act[r + 4u]) ? 5u : 1u;
+        const uint16_t r_end = (uint16_t)(r + nr);
+        uint16_t j_rest = 0; /* columns already formed for all nr rows */
+        if (nr == 5u) {
+            for (; j_rest + 4u <= d; j_rest = (uint16_t)(j_rest + 4u)) {
+                tol_fmac_outer5x4_(&h->gw[(size_t)r * d + j_rest], d, &h->e[r], rows, &h->x[j_rest], d, nb);
             }
-            g0[j] = a;
+        }
+        for (; r < r_end; r++) {
+            float *g0 = &h->gw[(size_t)r * d];
+            const float *e0 = &h->e[r];
+            float sb = 0.0f;
+            for (uint16_t b = 0; b < nb; b++) sb += e0[(size_t)b * rows];
+            h->gb[r] = sb;
+            uint16_t j = j_rest;
+            for (; j + 8u <= d; j = (uint16_t)(j + 8u)) {
+                tol_fmac_outer8_(&g0[j], e0, rows, &h->x[j], d, nb);
+            }
+            for (; j < d; j++) {
+                float a = 0.0f;
+                for (uint16_t b = 0; b < nb; b++) {
+                    a = tol_fmac_mla(a, e0[(size_t)b * rows], h->x[(size_t)b * d + j]);
+                }
+                g0[j] = a;
+            }
         }
     }
 }

@@ -162,6 +162,11 @@ tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t
     return tol_learner_predict_f(L, L->x, label, confidence);
 }
 
+/* Replayed samples go through the head in chunks (one batched forward each); a chunk
+ * also ends before a sample whose class row is still inactive, so that every sample
+ * sees the rows active when the one-at-a-time order would reach it. */
+#define TOL_LEARNER_CHUNK 16u
+
 /* One SGD step on the queued samples plus n_old replayed ones. */
 static tol_status_t tol_learner_update_(tol_learner_t *L)
 {
@@ -171,27 +176,37 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
     const uint16_t n_old = (replay && L->replay.fill > 0u) ? L->set.n_old : 0u;
     const float weight = 1.0f / (float)(L->n_pending + n_old);
     tol_head_grad_zero(h);
-    for (uint16_t i = 0; i < L->n_pending; i++) {
-        /* the queued latent already sits in batch slot i */
-        TOL_TRY(tol_head_grad_add_ce(h, &h->x[(size_t)i * d], L->pending_labels[i], weight,
-                                     NULL));
-    }
+    /* the queued latents already sit in batch slots 0 .. n_pending-1 */
+    TOL_TRY(tol_head_grad_add_ce_n(h, L->pending_labels, L->n_pending, weight));
+    const tol_replay_t *rb = &L->replay;
+    uint16_t labels[TOL_LEARNER_CHUNK];
+    uint16_t k = 0;
     for (uint16_t r = 0; r < n_old; r++) {
         uint16_t y;
-        float *slot = tol_head_batch_slot(h);
+        float *slot = &h->x[(size_t)(h->n_batch + k) * d];
         const uint16_t idx = tol_replay_draw(&L->replay);
-        if (L->replay.bits == 8u) {
+        if (rb->bits == 8u) {
             /* int8 rows: dequantized here (tol_replay_get's formula, unrolled) */
-            const tol_replay_t *rb = &L->replay;
-            tol_learner_dequantize_((const int8_t *)(const void *)&rb->rows[(size_t)idx * rb->row_bytes],
-                                    d, rb->scale, rb->zero_point, slot);
+            tol_learner_dequantize_((const int8_t *)(const void *)&rb->rows[(size_t)idx * rb->row_bytes], d,
+                                    rb->scale, rb->zero_point, slot);
             y = rb->labels[idx];
         } else {
             tol_replay_get(&L->replay, idx, slot, &y);
         }
-        tol_head_activate(h, y);
-        TOL_TRY(tol_head_grad_add_ce(h, slot, y, weight, NULL));
+        TOL_CHECK(y < h->rows, TOL_ERR_LABEL);
+        if (!h->active[y]) {
+            /* the samples before this one see the row inactive */
+            TOL_TRY(tol_head_grad_add_ce_n(h, labels, k, weight)); /* slot is next now */
+            k = 0;
+            tol_head_activate(h, y);
+        }
+        labels[k++] = y;
+        if (k == TOL_LEARNER_CHUNK) {
+            TOL_TRY(tol_head_grad_add_ce_n(h, labels, k, weight));
+            k = 0;
+        }
     }
+    TOL_TRY(tol_head_grad_add_ce_n(h, labels, k, weight));
     const tol_status_t s =
         tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
     if (s != TOL_OK) {

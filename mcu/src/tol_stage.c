@@ -490,6 +490,34 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                 tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
                 const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
                 float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
+                if (dw && mult == 1u) {
+                    /* one channel per input channel: the channels of a tap are contiguous in x
+                     * and in W, so eight channels' sums run side by side over the whole window
+                     * (tol_fmac_dwwin8_), each in (ky, kx) order; the channels past the last
+                     * eight one by one */
+                    const uint32_t c8 = cout & ~7u;
+                    const uint32_t nk = kx1 - kx0, nky = ky1 - ky0;
+                    const float *w0 = &w[((size_t)ky0 * l->kw + kx0) * cout];
+                    const float *x0 = &x[((size_t)iy0 * l->in_w + ix0) * cin];
+                    const uint32_t wky = (uint32_t)l->kw * cout, xky = (uint32_t)l->in_w * cin; /* one kernel row on */
+                    for (uint32_t co = 0; co < cout; co++) {
+                        if (co < c8 && nk > 0u && nky > 0u) {
+                            tol_fmac_dwwin8_(&yo[co], &b[co], &w0[co], cout, wky, &x0[co], cin, xky, nk, nky);
+                            co += 7u;
+                            continue;
+                        }
+                        float acc = b[co];
+                        for (uint32_t r = 0; r < nky; r++) {
+                            for (uint32_t t = 0; t < nk; t++) {
+                                acc = tol_fmac_mla(acc, w0[(size_t)r * wky + (size_t)t * cout + co],
+                                                   x0[(size_t)r * xky + (size_t)t * cin + co]);
+                            }
+                        }
+                        yo[co] = acc;
+                    }
+                    for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
+                    continue;
+                }
                 if (dw) {
                     /* every channel's sum in its own slot of yo, taps in (ky, kx) order */
                     for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
@@ -516,6 +544,14 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
                     const uint32_t nr = cout - co < 4u ? cout - co : 4u;
                     float z[4];
                     for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
+                    if (nr == 4u && run > 0u && (run & 7u) == 0u && ky1 > ky0) {
+                        /* every kernel row's run in blocks of 8: all rows in one call */
+                        tol_fmac_dot4x8_rows_(z, &w[(size_t)co * wrow + ((size_t)ky0 * l->kw + kx0) * cin], wrow,
+                                              (uint32_t)l->kw * cin, &x[((size_t)iy0 * l->in_w + ix0) * cin],
+                                              (uint32_t)l->in_w * cin, run >> 3, ky1 - ky0);
+                        for (uint32_t r = 0; r < 4u; r++) yo[co + r] = tol_stage_act_(l->act, z[r]);
+                        continue;
+                    }
                     for (uint32_t ky = ky0; ky < ky1; ky++) {
                         const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
                         const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
@@ -536,11 +572,15 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
     case TOL_STAGE_GAP: {
         const uint32_t np = (uint32_t)l->in_h * l->in_w;
         const float inv = 1.0f / (float)np;
-        for (uint16_t c = 0; c < l->in_c; c++) {
+        const uint16_t c8 = (uint16_t)(l->in_c & ~7u);
+        /* eight channels' sums side by side (each from 0.0f over p ascending), then the rest */
+        for (uint16_t c = 0; c < c8; c = (uint16_t)(c + 8u)) tol_fmac_colsum8_(&y[c], &x[c], l->in_c, np);
+        for (uint16_t c = c8; c < l->in_c; c++) {
             float s = 0.0f;
             for (uint32_t p = 0; p < np; p++) s += x[(size_t)p * l->in_c + c];
-            y[c] = s * inv;
+            y[c] = s;
         }
+        for (uint16_t c = 0; c < l->in_c; c++) y[c] = y[c] * inv;
         break;
     }
     case TOL_STAGE_MAXPOOL:
@@ -565,6 +605,69 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
     }
 }
 
+/* 1 if every one of the n floats is finite with |v| < 2^65 (exponent field below 0xC0: its
+ * two top bits not both set), two instructions per value. */
+static int tol_stage_moderate_(const float *v, uint32_t n)
+{
+    uint32_t acc = 0u;
+    uint32_t i = 0;
+    for (; i + 8u <= n; i += 8u) {
+        uint32_t u[8];
+        memcpy(u, &v[i], sizeof u);
+        acc |= ((u[0] & (u[0] << 1)) | (u[1] & (u[1] << 1))) | ((u[2] & (u[2] << 1)) | (u[3] & (u[3] << 1))) |
+               ((u[4] & (u[4] << 1)) | (u[5] & (u[5] << 1))) | ((u[6] & (u[6] << 1)) | (u[7] & (u[7] << 1)));
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        acc |= u & (u << 1);
+    }
+    return (acc & 0x40000000u) == 0u;
+}
+
+/* DWCONV backward with one output channel per input channel (multiplier 1), eight channels
+ * at a time (tol_fmac_vmla8_): per output position, per tap, g[k] += d x and dx += d W over
+ * the channels of the tap, which are contiguous in W, x and dx. Every gW, gb and dx element
+ * still takes its terms in (oy, ox) order, one per position. Zero deltas are not skipped
+ * here: their terms are d * x = +-0 and d * W = +-0, which leave the sums (started at +0.0f,
+ * never -0) unchanged, provided x and W are finite: the caller checks x (W always is). */
+static void tol_stage_dw_backward8_(const tol_stage_layer_t *l, const float *w, const float *x,
+                                    const float *d, float *g, float *gb, float *dx)
+{
+    const uint32_t c = l->out_c;
+    const uint32_t c8 = c & ~7u;
+    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        uint32_t ky0, ky1;
+        tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
+        const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+            uint32_t kx0, kx1;
+            tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
+            const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+            const float *dp = &d[((size_t)oy * l->out_w + ox) * c];
+            if (gb != NULL) {
+                for (uint32_t co = 0; co < c8; co += 8u) tol_fmac_vadd8_(&gb[co], &dp[co]);
+                for (uint32_t co = c8; co < c; co++) gb[co] += dp[co];
+            }
+            if (g == NULL && dx == NULL) continue;
+            for (uint32_t ky = ky0; ky < ky1; ky++) {
+                for (uint32_t kx = kx0; kx < kx1; kx++) {
+                    const size_t k = ((size_t)ky * l->kw + kx) * c;
+                    const size_t xo = ((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * c;
+                    for (uint32_t co = 0; co < c8; co += 8u) {
+                        if (g != NULL) tol_fmac_vmla8_(&g[k + co], &dp[co], &x[xo + co]);
+                        if (dx != NULL) tol_fmac_vmla8_(&dx[xo + co], &dp[co], &w[k + co]);
+                    }
+                    for (uint32_t co = c8; co < c; co++) {
+                        if (g != NULL) g[k + co] = tol_fmac_mla(g[k + co], dp[co], x[xo + co]);
+                        if (dx != NULL) dx[xo + co] = tol_fmac_mla(dx[xo + co], dp[co], w[k + co]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* Add this sample's gradient to g (weights, NULL if they do not train) and gb
  * (biases, NULL if they do not train), and, if dx != NULL, write the input delta dx
  * from the output delta d. x: the layer's input. Output elements whose delta is zero
@@ -573,7 +676,9 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
 static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w, const float *x,
                                       const float *d, float *g, float *gb, float *dx)
 {
-    if (dx != NULL) memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
+    if (dx != NULL && l->kind != TOL_STAGE_GAP) { /* GAP writes every element of dx */
+        memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
+    }
     switch (l->kind) {
     case TOL_STAGE_DENSE: {
         const uint32_t n = tol_stage_in_size_(l);
@@ -592,6 +697,10 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
         const uint32_t cin = l->in_c, cout = l->out_c;
         const uint32_t wrow = (uint32_t)l->kh * l->kw * cin;
+        if (dw && mult == 1u && tol_stage_moderate_(x, tol_stage_in_size_(l))) {
+            tol_stage_dw_backward8_(l, w, x, d, g, gb, dx);
+            break;
+        }
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
             uint32_t ky0, ky1;
             tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
@@ -634,8 +743,14 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
         if (dx == NULL) break;
         const uint32_t np = (uint32_t)l->in_h * l->in_w;
         const float inv = 1.0f / (float)np;
-        for (uint32_t p = 0; p < np; p++) {
-            for (uint16_t c = 0; c < l->in_c; c++) dx[(size_t)p * l->in_c + c] = d[c] * inv;
+        const uint16_t cn = l->in_c;
+        const uint16_t c8 = (uint16_t)(cn & ~7u);
+        /* every position gets the same d[c] * inv: computed once (position 0), then copied */
+        for (uint16_t c = 0; c < cn; c++) dx[c] = d[c] * inv;
+        for (uint32_t p = 1; p < np; p++) {
+            float *row = &dx[(size_t)p * cn];
+            for (uint16_t c = 0; c < c8; c = (uint16_t)(c + 8u)) tol_fmac_copy8_(&row[c], &dx[c]);
+            for (uint16_t c = c8; c < cn; c++) row[c] = dx[c];
         }
         break;
     }

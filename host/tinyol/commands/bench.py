@@ -95,6 +95,8 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     if not model_dirs and not no_firmware:
         click.echo("measuring the learner by part (harness) ...")
         learner = tflm_bench.run_learner_profile(work / "learner")
+        click.echo("measuring the adaptive stage per layer type (harness) ...")
+        learner["stage"] = tflm_bench.run_stage_profile(work / "stage")
     compare = {}
     if tflm_dir:
         tree = tflm_bench.open_tree(tflm_dir)

@@ -212,6 +212,29 @@ def latent256_model(out: Path, dim: int = 256, classes: int = 10, capacity: int 
 
 # ---- report ---------------------------------------------------------------------------
 
+def _stage_rows(rows: list[dict]) -> list[str]:
+    """The adaptive stage's cost per layer type (tinyol.studies.tflm_bench.run_stage_profile)."""
+    lines = ["", "## Adaptive stage: training step per layer type", "",
+             "mcu/bench/stage_main.c: each stage is the layer under test followed by a Dense classifier",
+             "(10 classes, all active), one training step = 1 fresh + 16 replayed latents (8-bit replay,",
+             "32 slots), no momentum; \"all\" trains every parameter (the float stage), \"bias\" is the lean",
+             "stage (`--stage-train bias`: the layers below the classifier train their biases only, their",
+             "weights stay in flash). Nominal MACs of a step = 17 x (every layer's forward + the weight",
+             "gradients of the layers whose weights train + the input deltas above the first layer that",
+             "trains); tol_stage skips ReLU-masked and zero deltas, so fewer are done (a max pool passes",
+             "one delta in four back to its convolution). The pooling rows share the Conv2D 3x3 in front",
+             "of the pool: compare them with each other. Instructions per MAC include everything (replay",
+             "draws and dequantization, softmax, the SGD pass and its finiteness check).", "",
+             "| layer type | stage | params (trained) | forward MACs / sample | prediction | training step | nominal MACs / step | instr / MAC |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        stage = " → ".join(r["describe"])
+        lines.append(f"| {r['layer']} ({r['mode']}) | {stage} | {_fmt(r['params'])} ({_fmt(r['trained'])}) "
+                     f"| {_fmt(r['fwd_macs'])} | {_fmt(r['predict'])} | {_fmt(r['step'])} "
+                     f"| {_fmt(r['step_macs'])} | {r['per_mac']:.2f} |")
+    return lines
+
+
 def _fmt(n) -> str:
     return "–" if n is None else (n if isinstance(n, str) else f"{n:,}")
 
@@ -434,9 +457,12 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
               "A training step is one SGD update on 1 fresh + `n_old` replayed latents (8-bit replay storage),",
               "including the replay buffer update; a prediction is the head's forward pass and softmax.",
               "The autoencoder's step is one MSE update of its 640-output reconstruction layer, no replay.",
+              "The replayed samples go through the head as one batch (four rows x two samples per register",
+              "block: each block of weights is loaded once for two samples), then softmax and errors per sample.",
               "The gradient is formed once per step (a batch of one: e_r x_j inline; larger batches: into a",
-              "rows x D scratch), every multiply-add is the M4F's VMLA/VMLS (rounds like the separate",
-              "multiply and add, so the numpy twin is unchanged and bit-identical) with VLDM block loads;",
+              "rows x D scratch, five rows x four columns of sums in registers), every multiply-add is the",
+              "M4F's VMLA/VMLS (rounds like the separate multiply and add, so the numpy twin is unchanged",
+              "and bit-identical) with VLDM block loads;",
               "a step checks every new weight before committing any (two passes over the weights), except that",
               "a step on one sample (the autoencoder) skips the check pass when a magnitude bound proves no new",
               "value can overflow (same committed values), and then commits in one tight row loop. The commit",
@@ -455,14 +481,16 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
                   "all 10 classes active, 1 + 16; and a D = 8, 640-output autoencoder head):", "",
                   "| part | instructions |", "|---|---:|"]
         names = {"train_step": "train step (whole)", "part_forward": "forward, one sample (320 MACs)",
-                 "part_softmax": "softmax, one sample", "part_grad_add_ce": "forward + softmax + errors, one sample",
-                 "part_grad_add_x16": "the same for 16 replayed samples", "part_replay_get_x16": "16 replay rows dequantized",
-                 "part_step": "gradient (5,440 MACs, once) + check pass + commit pass", "part_replay_add": "replay buffer update",
+                 "part_softmax": "softmax, one sample", "part_grad_add_ce": "the fresh sample: forward + softmax + errors",
+                 "part_grad_add_x16": "16 replayed samples as one batch: forward + softmax + errors", "part_replay_get_x16": "16 replay rows drawn and dequantized",
+                 "part_step": "gradient (5,440 MACs, once, 5 x 4 blocks) + check pass + commit pass", "part_replay_add": "replay buffer update",
                  "predict": "prediction (10 active classes)", "ae_step": "autoencoder step (whole)",
                  "ae_score": "autoencoder score (forward 5,120 MACs + MSE)", "ae_part_step": "autoencoder update (check + commit, 5,120 weights)"}
         for k, v in learner.items():
             if k in names:
                 lines.append(f"| {names[k]} | {_fmt(v)} |")
+    if learner and learner.get("stage"):
+        lines += _stage_rows(learner["stage"])
     if stream:
         lines += ["", "## Streaming throughput (end to end)", "",
                   "`tinyol stream` in train mode (SAMPLE: predict, then learn; int8 inputs) over the emulators'",
@@ -518,14 +546,11 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         lines += _reproducing()
         return "\n".join(lines)
     lines.append(_target_line("train step (1 + 16, D = 32, C = 10), digits firmware", dig.train_instr if dig else None,
-                              TARGET_TRAIN, " (was 186,134)",
-                              "Where it goes (table above): 17 forward passes + softmaxes + errors (~1,650 each, "
-                              "~28 k), the gradient over 17 samples formed once (5,440 MACs) with the check and "
-                              "commit passes (~15.6 k), 16 replay rows dequantized (~5 k). Skipping the check pass by a "
-                              "magnitude bound (done for the autoencoder, below) was tried on the batch's gradient "
-                              "and dropped: on this head the bound over gW fell back to the check pass and cost "
-                              "~4.8 k more. Next: one batched forward for all 17 samples (4 rows x 2 samples per "
-                              "register block) and a cheaper softmax, each kept bit-identical with the numpy twin."))
+                              TARGET_TRAIN, " (was 186,134; 49,727 before the batched forward and the 5 x 4 "
+                              "gradient blocks)",
+                              "Where it goes (table above): the fresh sample's forward + softmax + errors, the 16 "
+                              "replayed ones as one batch, the gradient over 17 samples formed once (5,440 MACs) "
+                              "with the check and commit passes, 16 replay rows dequantized."))
     lines.append(_target_line("autoencoder step (640 outputs)", ae.train_instr if ae else None, TARGET_AE,
                               " (was 595,120)",
                               "The update now skips its check pass when a bound proves no new weight or momentum "
