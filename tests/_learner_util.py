@@ -106,7 +106,7 @@ def arm_gcc() -> str | None:
 class CSettings(C.Structure):
     _fields_ = [("lr", C.c_float), ("momentum", C.c_float), ("weight_decay", C.c_float),
                 ("clip_norm", C.c_float), ("n_new", C.c_uint16), ("n_old", C.c_uint16),
-                ("mode", C.c_uint8), ("train_anomalies", C.c_uint8),
+                ("mode", C.c_uint8), ("train_anomalies", C.c_uint8), ("rehearse", C.c_uint8),
                 ("threshold_k", C.c_float), ("ema_alpha", C.c_float), ("warmup", C.c_uint32)]
 
 
@@ -193,7 +193,7 @@ def _i8ptr(a: np.ndarray):
 
 def settings_to_c(s: Settings) -> CSettings:
     return CSettings(s.lr, s.momentum, s.weight_decay, s.clip_norm, s.n_new, s.n_old, s.mode,
-                     s.train_anomalies, s.threshold_k, s.ema_alpha, s.warmup)
+                     s.train_anomalies, s.rehearse, s.threshold_k, s.ema_alpha, s.warmup)
 
 
 def settings_from_c(c: CSettings) -> Settings:

@@ -26,6 +26,7 @@ const uint8_t *shim_replay_row(const tol_stage_t *S, unsigned i)
 { return &S->replay.rows[(size_t)i * S->replay.row_bytes]; }
 unsigned shim_replay_label(const tol_stage_t *S, unsigned i) { return S->replay.labels[i]; }
 unsigned shim_replay_fill(const tol_stage_t *S) { return S->replay.fill; }
+unsigned shim_rehearsed(const tol_stage_t *S) { return S->rehearsed; }
 """
 
 
@@ -68,6 +69,8 @@ def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.C
         "tol_stage_learn": (C.c_int, [P, i8p, C.c_uint16]),
         "tol_stage_learn_f": (C.c_int, [P, f32p, C.c_uint16]),
         "tol_stage_replay_add": (C.c_int, [P, i8p, C.c_uint16]),
+        "tol_stage_rehearse": (C.c_int, [P]),
+        "shim_rehearsed": (C.c_uint, [P]),
         "tol_stage_set_settings": (C.c_int, [P, C.POINTER(CSettings)]),
         "tol_stage_get_stats": (None, [P, C.POINTER(CStats)]),
         "tol_stage_state_stream": (None, [P, C.c_uint8, C.c_char_p, C.c_void_p]),
@@ -146,6 +149,23 @@ class CStage:
 
     def reset(self) -> None:
         self.lib.tol_stage_reset(self.state)
+
+    def rehearse(self) -> bool:
+        st = self.lib.tol_stage_rehearse(self.state)
+        if st != 0 and self.lib.tol_status_name(st).decode() == "TOL_ERR_UNSUPPORTED":
+            return False
+        self._check(st)
+        return True
+
+    def idle(self, steps=None) -> int:
+        n = 0
+        while (steps is None or n < steps) and self.rehearse():
+            n += 1
+        return n
+
+    @property
+    def rehearsed(self) -> int:
+        return self.lib.shim_rehearsed(self.state)
 
     @property
     def params(self) -> np.ndarray:

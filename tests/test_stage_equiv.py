@@ -473,3 +473,111 @@ def test_lean_fleet_arrays_are_the_trained_parameters():
     assert back.image() == st.image()
     with pytest.raises(Exception, match="does not fit a stage of 828 parameters"):
         StageParams.from_image(STAGES["conv1d_maxpool_chain"], st.image())
+
+
+# ---------------------------------------------------------------------- idle-time rehearsal
+def run_rehearsing(lib, cfg, idle_steps, n=120, prefill=30):
+    """run_pair with idle time after each sample: the C runs idle_steps(i) rehearsal steps
+    (None: its whole budget) as a device would between two requests, and the twin replays
+    the count the C reports (as a host replays a device's SAMPLE replies)."""
+    d = cfg.layers[0].in_size
+    rng = np.random.default_rng(5)
+    py, cl = Stage(cfg), CStage(lib, cfg)
+    pq, py_, _ = make_stream(rng, prefill, d, CMAX, classes=range(4))
+    for qi, yi in zip(pq, py_):
+        py.replay_add(qi, int(yi))
+        cl.replay_add(qi, int(yi))
+    q, y, _ = make_stream(np.random.default_rng(1), n, d, CMAX, classes=range(2, CMAX))
+    pp, pc, counts = [], [], []
+    for i, (qi, yi) in enumerate(zip(q, y)):
+        pp.append(py.predict(qi))
+        pc.append(cl.predict(qi))
+        for learner in (py, cl):
+            try:
+                learner.learn(qi, int(yi))
+            except LearnerError as e:
+                assert e.status == "TOL_ERR_DIVERGED", e.status
+        k = cl.idle(idle_steps(i))
+        counts.append(k)
+        assert py.idle(k) == k and py.rehearsed == cl.rehearsed
+    return py, cl, pp, pc, counts
+
+
+REHEARSE_STAGES = ["conv1d_maxpool_chain", "conv1x1_dw_stride2_flatten"]
+
+
+@pytest.mark.parametrize("stage", REHEARSE_STAGES)
+@pytest.mark.parametrize("setting", ["replay_i8", "replay_7bit_momentum_wd_clip", "replay_f32_ar1_batch"])
+def test_rehearsal_c_matches_numpy(lib, stage, setting):
+    """Idle rehearsal steps between samples (0 to the budget, varying): the C and the twin
+    given the C's step counts stay bit-identical on a whole stream."""
+    kw = dict(SETTINGS[setting])
+    kw["settings"] = dataclasses.replace(kw["settings"], rehearse=3)
+    cfg = make_cfg(STAGES[stage], **kw)
+    py, cl, pp, pc, counts = run_rehearsing(lib, cfg, lambda i: None if i % 3 else i % 4)
+    assert_same(py, cl, pp, pc)
+    # the budget: at most 3 per idle period, all 3 when the idle time is unbounded
+    assert max(counts) == 3 and all(c == 3 for i, c in enumerate(counts) if i % 3)
+    assert py.updates + py.rejected == 120 // py.settings.n_new + sum(counts)
+
+
+def test_rehearsal_lean_stage_c_matches_numpy(lib):
+    cfg = make_cfg(LEAN["conv1d_pool_chain_frozen_bias_all"], **SETTINGS["replay_i8"])
+    cfg.settings = dataclasses.replace(cfg.settings, rehearse=2)
+    py, cl, pp, pc, counts = run_rehearsing(lib, cfg, lambda i: None)
+    assert_same(py, cl, pp, pc)
+    assert counts == [2] * 120
+
+
+def test_rehearsal_changes_the_stage_and_keeps_the_queue(lib):
+    """Rehearsal is real training (the parameters differ from a stream without it) that
+    leaves the fresh-sample queue alone: with n_new = 3 a step between queued samples keeps
+    them, and the next update takes all three."""
+    base = dict(SETTINGS["replay_f32_ar1_batch"])
+    with_r = make_cfg(STAGES["dense_dense"], **{**base, "settings": dataclasses.replace(
+        base["settings"], rehearse=2)})
+    without = make_cfg(STAGES["dense_dense"], **base)
+    a, _, _, _, counts = run_rehearsing(lib, with_r, lambda i: None)
+    b, _, _, _, zero = run_rehearsing(lib, without, lambda i: None)
+    assert sum(counts) == 240 and sum(zero) == 0
+    assert not np.array_equal(a.params, b.params)
+    assert a.samples_seen == b.samples_seen == 120 and a.updates - b.updates == 240 - a.rejected
+
+
+@pytest.mark.parametrize("why", ["frozen", "sgd", "no_old", "empty", "off"])
+def test_rehearsal_refuses_without_replay(lib, why):
+    """Nothing to rehearse: no step, no PRNG draw, nothing changed (C and twin alike)."""
+    s = dict(SETTINGS["replay_i8"])
+    st = dataclasses.replace(s["settings"], rehearse=0 if why == "off" else 4,
+                             mode={"frozen": 0, "sgd": MODE_SGD}.get(why, 2),
+                             n_old=0 if why == "no_old" else 3)
+    cfg = make_cfg(STAGES["dense_dense"], **{**s, "settings": st})
+    for learner in (Stage(cfg), CStage(lib, cfg)):
+        if why != "empty":
+            learner.replay_add(np.zeros(24, np.int8), 1)
+        before = learner.params.copy()
+        assert learner.idle() == 0 and not learner.rehearse()
+        np.testing.assert_array_equal(learner.params, before)
+        assert learner.stats()["updates"] == 0
+
+
+def test_rehearse_setting_range(lib):
+    cfg = make_cfg(STAGES["dense_dense"], **SETTINGS["replay_i8"])
+    with pytest.raises(LearnerError):
+        Stage(dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, rehearse=256)))
+    ok = dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, rehearse=255))
+    assert Stage(ok).settings.rehearse == 255
+
+
+def test_rehearsal_state_keeps_the_setting(lib):
+    """SAVE/LOAD carry the rehearse setting (STG1 header byte 37): a stage restored from a
+    state saved with rehearse = 5 rehearses 5 steps per idle period."""
+    cfg = make_cfg(STAGES["dense_dense"], **SETTINGS["replay_i8"])
+    src = CStage(lib, dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings,
+                                                                            rehearse=5)))
+    src.replay_add(np.zeros(24, np.int8), 1)
+    blob = src.state_bytes(1)
+    assert blob[37] == 5
+    dst = CStage(lib, cfg)
+    dst.restore(blob)
+    assert dst.idle() == 5

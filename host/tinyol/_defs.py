@@ -116,6 +116,7 @@ class Setting(enum.IntEnum):
     EMA_ALPHA = 10
     WARMUP = 11
     AUTOSAVE = 12
+    REHEARSE = 13
 
 
 # wire type of each setting: 'f' float32, 'u' uint32
@@ -132,6 +133,7 @@ SETTING_TYPE = {
     Setting.EMA_ALPHA: 'f',
     Setting.WARMUP: 'u',
     Setting.AUTOSAVE: 'u',
+    Setting.REHEARSE: 'u',
 }
 
 SETTING_TEXT = {
@@ -147,4 +149,5 @@ SETTING_TEXT = {
     Setting.EMA_ALPHA: 'autoencoder: score statistics EMA factor',
     Setting.WARMUP: 'autoencoder: samples that train before flagging',
     Setting.AUTOSAVE: 'save to flash every N committed updates, 0 = off',
+    Setting.REHEARSE: 'adaptive stage: replay-only steps per idle period (0..255), 0 = off',
 }

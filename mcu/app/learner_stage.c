@@ -16,6 +16,10 @@
 #ifndef TOL_REPLAY_POLICY
 #define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
 #endif
+#ifndef TOL_REHEARSE /* exports before idle rehearsal: off */
+#define TOL_REHEARSE 0u
+#endif
+_Static_assert(TOL_REHEARSE <= 255u, "rehearsal steps per idle period: 0..255");
 
 _Static_assert(TOL_HEAD_MODE == 0, "an adaptive stage needs a classifier head");
 _Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS, "stage layers");
@@ -59,6 +63,7 @@ tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
     cfg.settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
     cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
     cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
+    cfg.settings.rehearse = (uint8_t)TOL_REHEARSE;
     return tol_stage_init(&tol_stage, mem, bytes, &cfg);
 }
 
@@ -124,6 +129,16 @@ void tol_model_learner_get_settings(tol_learner_settings_t *s)
 tol_status_t tol_model_learner_set_settings(const tol_learner_settings_t *s)
 {
     return tol_stage_set_settings(&tol_stage, s);
+}
+
+tol_status_t tol_model_learner_rehearse(void)
+{
+    return tol_stage_rehearse(&tol_stage);
+}
+
+uint8_t tol_model_learner_rehearsed(void)
+{
+    return tol_stage.rehearsed;
 }
 
 /* Largest stage state (header, params, active, counts, a full queue, momentum, a full

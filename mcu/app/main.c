@@ -24,6 +24,7 @@ int tol_app_main(void)
     for (;;) {
         uint8_t byte;
         while (tol_hal_uart_read(&byte)) tol_app_feed(&tol_app, byte);
+        if (tol_app_idle_work(&tol_app)) continue; /* idle rehearsal: one step, then poll again */
         tol_hal_idle(); /* sleep until the next interrupt (a received byte, SysTick) */
     }
 }

@@ -125,7 +125,8 @@ static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
     return TOL_OK;
 }
 
-/* SAMPLE / PREDICT reply: pred i16, flags u8, 0, value f32, loss f32, seen u32, active u16 */
+/* SAMPLE / PREDICT reply: pred i16, flags u8, rehearsed u8 (idle rehearsal steps since the
+ * last learned sample, before this request), value f32, loss f32, seen u32, active u16 */
 #define TOL_FLAG_LEARNED 0x01u
 #define TOL_FLAG_NEW_CLASS 0x02u
 #define TOL_FLAG_ANOMALY 0x04u
@@ -140,6 +141,7 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     TOL_TRY(tol_backbone_invoke(tol_input, tol_latent));
     tol_cycles.backbone = tol_since(s);
 
+    const uint8_t rehearsed = tol_model_learner_rehearsed();
     tinyol_result_t r;
     float loss = 0.0f;
     uint8_t flags = 0u;
@@ -168,7 +170,7 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
     if (r.new_class) flags |= TOL_FLAG_NEW_CLASS;
     tol_put_u16(reply, (uint16_t)(int16_t)r.prediction);
     reply[2] = flags;
-    reply[3] = 0u;
+    reply[3] = rehearsed;
     tol_put_f32(reply + 4, r.probability);
     tol_put_f32(reply + 8, loss);
     tol_put_u32(reply + 12, r.samples_seen);
@@ -230,6 +232,11 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
     case TOL_SET_WARMUP:
         if (set) st.warmup = u;
         uv = st.warmup;
+        break;
+    case TOL_SET_REHEARSE:
+        TOL_CHECK(!set || u <= 0xFFu, TOL_ERR_RANGE);
+        if (set) st.rehearse = (uint8_t)u;
+        uv = st.rehearse;
         break;
     default:
         return TOL_ERR_ARG;
@@ -523,5 +530,12 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
     return TOL_OK;
 }
 
+/* Idle work (between requests): one rehearsal step of the learner while its budget lasts;
+ * none while a push is staged (the fence). */
+static bool tol_model_idle(void)
+{
+    return !tol_persist.head_staged && tol_model_learner_rehearse() == TOL_OK;
+}
+
 const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
-                                       tol_model_store_status, tol_model_info_stage};
+                                       tol_model_store_status, tol_model_info_stage, tol_model_idle};

@@ -80,4 +80,11 @@ tol_status_t tol_model_learner_save(tol_store_t *s, bool no_replay, uint8_t *par
  * TOL_ERR_RANGE for a damaged one (reset to the export). Drops a staged push when it loaded. */
 tol_status_t tol_model_learner_load(tol_store_t *s, tol_store_record_t *rec);
 
+/* Idle-time rehearsal (docs/adaptive.md, "Recipe"): one replay-only step while the idle
+ * budget (SET key REHEARSE) lasts: TOL_OK when a step ran, else why not (nothing to do:
+ * TOL_ERR_UNSUPPORTED). The head learner has none. */
+tol_status_t tol_model_learner_rehearse(void);
+/* Rehearsal steps run since the last learned sample (the SAMPLE/PREDICT reply's byte 3). */
+uint8_t tol_model_learner_rehearsed(void);
+
 #endif /* TOL_MODEL_LEARNER_H */

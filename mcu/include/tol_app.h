@@ -66,6 +66,10 @@ typedef struct {
     /* INFO's adaptive-stage block (layers:u8 params:u32 bytes:u32 hash:u32; docs/adaptive.md);
      * returns bytes written. NULL for a model without an adaptive stage. */
     uint16_t (*info_stage)(uint8_t *out, uint16_t cap);
+    /* Idle work: called by tol_app_idle_work between frames while no byte waits; does one
+     * bounded unit (a rehearsal step) and returns true, or false when there is none left.
+     * NULL: never any. */
+    bool (*idle)(void);
 } tol_model_if_t;
 
 typedef struct {
@@ -111,6 +115,11 @@ void tol_app_init(tol_app_t *app, const tol_model_if_t *model);
 
 /* Consume one received byte; may send a reply. */
 void tol_app_feed(tol_app_t *app, uint8_t byte);
+
+/* The main loop calls this when no received byte waits: between frames (none part way
+ * received) it runs one unit of the model's idle work (tol_model_if_t.idle). Returns true
+ * if it did some (poll the UART again before sleeping), false when there is nothing to do. */
+bool tol_app_idle_work(tol_app_t *app);
 
 /*
  * Send a device text line: `text` (must start with "tinyol "), then "\r\n" and

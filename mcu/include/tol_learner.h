@@ -55,6 +55,8 @@ typedef struct {
     uint16_t n_old;        /* replayed samples per update, 0..max_old (unused without buffer) */
     uint8_t mode;          /* tol_learn_mode_t */
     uint8_t train_anomalies; /* autoencoder: also train on flagged samples */
+    uint8_t rehearse;      /* adaptive stage: rehearsal steps per idle period, 0 = off
+                              (tol_stage_rehearse; the head learner refuses > 0 in the app) */
     float threshold_k;     /* autoencoder: threshold = mean + k*std, >= 0 */
     float ema_alpha;       /* autoencoder: score EMA factor after warm-up, (0, 1] */
     uint32_t warmup;       /* autoencoder: scores that all train before flagging */

@@ -157,6 +157,7 @@ typedef struct {
     uint16_t *pending_labels;    /* [max_new] */
     uint8_t *active;             /* [rows] */
     uint16_t n_pending;
+    uint8_t rehearsed;           /* rehearsal steps since the last learned sample */
     uint32_t samples_seen, updates, rejected;
     uint32_t push_fill;          /* staged image bytes (tol_stage_push_write), 0 = none */
 } tol_stage_t;
@@ -196,6 +197,16 @@ tol_status_t tol_stage_predict_f(tol_stage_t *S, const float *latent, int32_t *l
  * leaves every parameter unchanged and drops the queued batch). */
 tol_status_t tol_stage_learn(tol_stage_t *S, const int8_t *latent, uint16_t label);
 tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t label);
+
+/* Idle-time rehearsal: one SGD step on n_old latents drawn from the replay buffer alone
+ * (weight 1 / n_old each; their rows activated as in an update; nothing added to the
+ * buffer; the queue untouched), when the settings are in replay mode with n_old > 0, the
+ * buffer is not empty and fewer than set.rehearse steps ran since the last learned sample
+ * (S->rehearsed, reset by every learned sample). TOL_OK: a step ran (counted in updates, or
+ * in rejected if it diverged: nothing changed then); TOL_ERR_UNSUPPORTED: nothing to do
+ * (budget spent, off, empty buffer); TOL_ERR_BUSY: a SET_STAGE image is staged in the
+ * gradient buffers (nothing done). host/tinyol/learn/stage.py Stage.rehearse is its twin. */
+tol_status_t tol_stage_rehearse(tol_stage_t *S);
 
 /* Put a latent into the replay buffer without training. */
 tol_status_t tol_stage_replay_add(tol_stage_t *S, const int8_t *latent, uint16_t label);

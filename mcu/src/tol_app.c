@@ -427,3 +427,9 @@ void tol_app_feed(tol_app_t *app, uint8_t byte)
         app->rx_overflow = true;
     }
 }
+
+bool tol_app_idle_work(tol_app_t *app)
+{
+    if (app->rx_len > 0u || app->rx_overflow || app->model->idle == NULL) return false;
+    return app->model->idle();
+}

@@ -17,6 +17,7 @@ void tol_learner_settings_default(tol_learner_settings_t *s)
     s->n_old = 16;
     s->mode = (uint8_t)TOL_LEARN_REPLAY;
     s->train_anomalies = 0;
+    s->rehearse = 0;
     s->threshold_k = 3.0f;
     s->ema_alpha = 0.01f;
     s->warmup = 50;

@@ -289,6 +289,7 @@ void tol_stage_reset(tol_stage_t *S)
     memset(S->probs, 0, (size_t)S->rows * sizeof(float));
     if (c->replay_capacity > 0u) tol_replay_clear(&S->replay);
     S->n_pending = 0;
+    S->rehearsed = 0;
     S->push_fill = 0;
     S->samples_seen = 0;
     S->updates = 0;
@@ -985,6 +986,7 @@ tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t lab
     S->n_pending++;
     S->samples_seen++;
     S->class_count[label]++;
+    S->rehearsed = 0; /* a new idle period begins after this sample */
     if (S->n_pending < S->set.n_new) return TOL_OK;
     const tol_status_t s = tol_stage_update_(S);
     S->n_pending = 0;
@@ -1003,6 +1005,30 @@ tol_status_t tol_stage_learn(tol_stage_t *S, const int8_t *latent, uint16_t labe
     float *slot = &S->queue[(size_t)S->n_pending * S->latent];
     tol_stage_dequantize_(S, latent, slot);
     return tol_stage_learn_f(S, slot, label);
+}
+
+tol_status_t tol_stage_rehearse(tol_stage_t *S)
+{
+    TOL_CHECK(S->push_fill == 0u, TOL_ERR_BUSY); /* the staged image lives in grads */
+    const uint16_t n_old = S->set.n_old;
+    TOL_CHECK(S->rehearsed < S->set.rehearse && S->set.mode == (uint8_t)TOL_LEARN_REPLAY &&
+                  S->cfg.replay_capacity > 0u && S->replay.fill > 0u && n_old > 0u,
+              TOL_ERR_UNSUPPORTED);
+    S->rehearsed++;
+    const float weight = 1.0f / (float)n_old;
+    memset(S->grads, 0, (size_t)S->n_params * sizeof(float));
+    for (uint16_t r = 0; r < n_old; r++) {
+        uint16_t y;
+        tol_replay_get(&S->replay, tol_replay_draw(&S->replay), S->x, &y);
+        tol_stage_activate_(S, y);
+        tol_stage_grad_add_(S, S->x, y, weight);
+    }
+    if (tol_stage_step_(S) == TOL_OK) {
+        S->updates++;
+    } else {
+        S->rejected++;
+    }
+    return TOL_OK;
 }
 
 tol_status_t tol_stage_replay_add_f(tol_stage_t *S, const float *latent, uint16_t label)
@@ -1064,7 +1090,7 @@ static uint8_t tol_stage_parts_(const tol_stage_t *S, uint8_t parts)
 
 /* Header: 0 magic, 4 parts, 5 replay_bits, 6 replay_policy, 7 n_layers, 8 layer hash,
  * 12 n_params, 16 lr, 20 momentum, 24 weight_decay, 28 clip_norm, 32 n_new:u16,
- * 34 n_old:u16, 36 mode, 37 0, 38 n_pending:u16, 40 prng, 44 samples_seen, 48 updates,
+ * 34 n_old:u16, 36 mode, 37 rehearse (0 before idle rehearsal), 38 n_pending:u16, 40 prng, 44 samples_seen, 48 updates,
  * 52 rejected, 56 replay fill:u16, 58 replay capacity:u16, 60 replay seen,
  * 64 replay batches, 68 max_new:u16, 70 rows:u16 */
 static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
@@ -1079,6 +1105,7 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
     tol_segs_put32(p + 8, tol_stage_hash(c->layers, c->n_layers));
     tol_segs_put32(p + 12, S->n_params);
     tol_learner_settings_pack(&S->set, p + 16);
+    p[37] = S->set.rehearse;
     tol_segs_put16(p + 38, S->n_pending);
     tol_state_put_counters(p + 40, S->prng.state, S->samples_seen, S->updates, S->rejected);
     const uint16_t fill = (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.fill : 0u;
@@ -1120,6 +1147,7 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     TOL_CHECK(pt == tol_stage_parts_(S, pt), TOL_ERR_MODEL);
     tol_learner_settings_t s = S->set;
     tol_learner_settings_unpack(p + 16, &s);
+    s.rehearse = p[37];
     TOL_TRY(tol_stage_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 38);
     const uint16_t fill = tol_segs_get16(p + 56);

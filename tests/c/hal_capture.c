@@ -51,3 +51,5 @@ size_t tol_test_take(uint8_t *dst, size_t cap)
     return n;
 }
 size_t tol_test_app_bytes(void) { return sizeof(tol_app_t); }
+/* the main loop's idle work (mcu/app/main.c): one unit, 1 if it did some */
+int tol_test_idle(void) { return tol_app_idle_work(&app) ? 1 : 0; }

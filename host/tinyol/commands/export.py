@@ -59,10 +59,15 @@ def _split_arg(value):
 @click.option("--fc-weights", type=click.Choice(list(FC_WEIGHTS)), default=FC_WEIGHTS[0], show_default=True,
               help="How FULLY_CONNECTED weights are stored in flash: int8 (smallest) or int16, "
                    "pre-widened: twice their flash, fewer instructions (docs/kernels.md).")
+@click.option("--rehearse", type=click.IntRange(0, 255), default=DEFAULT_LEARNER["rehearse"],
+              show_default=True,
+              help="Adaptive stage: replay-only training steps the device runs while idle after "
+                   "each learned sample (docs/adaptive.md, \"Recipe\"); `tinyol set --rehearse` "
+                   "changes it on the device.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        stage_train, fc_weights, quiet):
+        stage_train, fc_weights, rehearse, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -81,7 +86,7 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               replay_bits=int(replay_bits), lr=lr, momentum=momentum,
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
                               replay_n_old=replay_n_old, seed=seed,
-                              stage_train=stage_train, fc_weights=fc_weights)
+                              stage_train=stage_train, fc_weights=fc_weights, rehearse=rehearse)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "

@@ -30,6 +30,9 @@ OPTIONS = [
     ("warmup", Setting.WARMUP, click.IntRange(0, U32_MAX), SETTING_TEXT[Setting.WARMUP]),
     ("train-anomalies", Setting.TRAIN_ANOMALIES, click.IntRange(0, 1), SETTING_TEXT[Setting.TRAIN_ANOMALIES]),
     ("autosave", Setting.AUTOSAVE, click.IntRange(0, U32_MAX), SETTING_TEXT[Setting.AUTOSAVE]),
+    ("rehearse", Setting.REHEARSE, click.IntRange(0, 255),
+     "Adaptive stage: replay-only training steps the device runs while idle after each "
+     "learned sample (0..255), 0 = off."),
 ]
 
 
@@ -43,13 +46,21 @@ def _hint(key: str, value, dev) -> str:
                 "with a larger --replay-n-old")
     if key == "n-new":
         return "n_new must be 1..the --replay-n-new the model was exported with"
+    if key == "rehearse":
+        return ("idle rehearsal runs on a model exported with an adaptive stage (--split before "
+                "the head) and a firmware of this tinyol or later")
     return "see `tinyol set --help` for each setting's range"
 
 
 def read_all(dev) -> dict:
     out = {}
     for name, s, _, _ in OPTIONS:
-        v = dev.get(s)
+        try:
+            v = dev.get(s)
+        except DeviceError:
+            if s == Setting.REHEARSE:  # firmware from before idle rehearsal: it has none
+                continue
+            raise
         out[name.replace("-", "_")] = MODE_NAMES.get(v, v) if s == Setting.MODE else v
     return out
 

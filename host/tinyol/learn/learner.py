@@ -522,6 +522,9 @@ class Settings:
     threshold_k: float = 3.0
     ema_alpha: float = 0.01
     warmup: int = 50
+    # idle-time rehearsal (the adaptive stage only): replay-only SGD steps per idle period
+    # (between two learned samples), 0..255, 0 = off (docs/adaptive.md, "Recipe")
+    rehearse: int = 0
 
 
 @dataclasses.dataclass

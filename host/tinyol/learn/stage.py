@@ -43,6 +43,7 @@ TRAIN_ALL, TRAIN_BIAS, TRAIN_FROZEN = 0, 1, 2  # tol_stage_train_t: what of a la
 TRAINS = {TRAIN_ALL: "all", TRAIN_BIAS: "bias", TRAIN_FROZEN: "frozen"}
 ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
 MAX_LAYERS = 16
+REHEARSE_MAX = 255  # most rehearsal steps per idle period (a u8 in the SAMPLE/PREDICT reply)
 STATE_HEADER = 72
 
 
@@ -362,6 +363,9 @@ class StageConfig:
     no_momentum: bool = False
     seed: int = 1
     settings: Settings = dataclasses.field(default_factory=Settings)
+    # twin only (not on the device): learning rate lr / (1 + lr_decay * samples_seen), a
+    # schedule measured for the recipe (docs/adaptive.md, "Recipe"); 0 = constant, the C's
+    lr_decay: float = 0.0
 
     @property
     def n_outputs(self) -> int:
@@ -381,7 +385,7 @@ def _check_settings(cfg: StageConfig, s: Settings) -> None:
           and 1 <= s.n_new <= cfg.max_new
           and (cfg.replay_capacity == 0
                or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity, cfg.max_old))
-          and s.mode in (0, 1, 2))
+          and s.mode in (0, 1, 2) and 0 <= s.rehearse <= REHEARSE_MAX)
     if not ok:
         raise LearnerError("TOL_ERR_ARG")
 
@@ -484,6 +488,7 @@ class Stage(OnlineLearner):
             self.replay.clear()
         self.pending: list[tuple[np.ndarray, int]] = []
         self.samples_seen = self.updates = self.rejected = 0
+        self.rehearsed = 0  # rehearsal steps since the last learned sample (tol_stage_t.rehearsed)
 
     def set_settings(self, s: Settings) -> None:
         _check_settings(self.cfg, s)
@@ -562,7 +567,8 @@ class Stage(OnlineLearner):
 
     def _step(self) -> bool:
         s = self.settings
-        lr, mu, wd, clip = F32(s.lr), F32(s.momentum), F32(s.weight_decay), F32(s.clip_norm)
+        lr = s.lr if not self.cfg.lr_decay else s.lr / (1.0 + self.cfg.lr_decay * self.samples_seen)
+        lr, mu, wd, clip = F32(lr), F32(s.momentum), F32(s.weight_decay), F32(s.clip_norm)
         g = self.grads
         with np.errstate(over="ignore", invalid="ignore"):
             if clip > 0:
@@ -618,6 +624,48 @@ class Stage(OnlineLearner):
             self.replay.add_batch(np.stack([x for x, _ in self.pending]),
                                   [y for _, y in self.pending])
         return True
+
+    def learn_f(self, x, label: int) -> None:
+        seen = self.samples_seen
+        try:
+            super().learn_f(x, label)
+        finally:
+            if self.samples_seen != seen:
+                self.rehearsed = 0  # a new idle period begins after this sample
+
+    # -- idle-time rehearsal (tol_stage_rehearse)
+    def rehearse(self) -> bool:
+        """One rehearsal step: an SGD step on n_old latents drawn from the replay buffer alone
+        (weight 1 / n_old each, their rows activated as in an update; nothing is added to the
+        buffer, the queue is left alone). Only in replay mode with a non-empty buffer, n_old > 0
+        and fewer than settings.rehearse steps since the last learned sample; returns False
+        (nothing done) otherwise. A diverged step counts as run (rejected += 1), changes no
+        parameter and raises nothing, as the device's idle loop."""
+        s = self.settings
+        if (self.rehearsed >= s.rehearse or s.mode != MODE_REPLAY or self.replay is None
+                or self.replay.fill == 0 or s.n_old == 0):
+            return False
+        self.rehearsed += 1
+        weight = F32(1.0) / F32(s.n_old)
+        self.grads = np.zeros(self.n_params, F32)
+        for _ in range(s.n_old):
+            xr, yr = self.replay.get(self.replay.draw())
+            self._activate(yr)
+            self._grad_add(xr, yr, weight)
+        if self._step():
+            self.updates += 1
+        else:
+            self.rejected += 1
+        return True
+
+    def idle(self, steps: int | None = None) -> int:
+        """What the device does while no request comes: rehearsal steps until the idle
+        period's budget (settings.rehearse) is spent, or `steps` of them (the count a device
+        reported, to replay its stream exactly). Returns the steps run."""
+        n = 0
+        while (steps is None or n < steps) and self.rehearse():
+            n += 1
+        return n
 
     # -- the stage image (tol_stage_image_read / tol_stage_push_commit)
     def image(self) -> bytes:

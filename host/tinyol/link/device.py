@@ -33,12 +33,15 @@ class Result:
     anomaly: bool
     samples_seen: int
     n_active: int
+    # idle-time rehearsal steps the device ran since the last learned sample, before this
+    # request (an adaptive stage's SET key REHEARSE; 0 otherwise and from older firmware)
+    rehearsed: int = 0
 
     @classmethod
     def parse(cls, p: bytes) -> "Result":
-        pred, flags, value, loss, seen, active = struct.unpack_from("<hBxffIH", p)
+        pred, flags, rehearsed, value, loss, seen, active = struct.unpack_from("<hBBffIH", p)
         return cls(pred, value, loss, bool(flags & FLAG_LEARNED), bool(flags & FLAG_NEW_CLASS),
-                   bool(flags & FLAG_ANOMALY), seen, active)
+                   bool(flags & FLAG_ANOMALY), seen, active, rehearsed)
 
 
 @dataclass

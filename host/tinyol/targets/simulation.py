@@ -143,7 +143,8 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
                    clip_norm=float(get("clip_norm", 0.0)), n_new=n_new,
                    n_old=int(get("replay_n_old", 4)), mode=mode,
                    threshold_k=float(get("threshold_k", 3.0)),
-                   ema_alpha=float(get("ema_alpha", 0.01)), warmup=int(get("warmup", 50)))
+                   ema_alpha=float(get("ema_alpha", 0.01)), warmup=int(get("warmup", 50)),
+                   rehearse=int(get("rehearse", 0)) if model.stage is not None else 0)
     replay = dict(capacity=cap, bits=int(get("replay_bits", 8)),
                   policy=L.POLICIES[get("policy", "reservoir")], seed=int(get("seed", 1)),
                   max_new=n_new)
@@ -217,6 +218,8 @@ def run_classifier(lrn: L.Learner, Q: np.ndarray, y: np.ndarray, *, prefill=None
         r = lrn.learn_result(q, int(t), pred, conf)  # what the device's SAMPLE reply says
         if r.error is not None:
             errors[r.error] = errors.get(r.error, 0) + 1
+        if getattr(lrn.settings, "rehearse", 0) and hasattr(lrn, "idle"):
+            lrn.idle()  # the device idles between samples: its whole rehearsal budget
         if on_sample is not None:
             on_sample(i, dict(prediction=r.prediction, confidence=r.probability, loss=r.loss,
                               learned=r.learned, new_class=r.new_class, error=r.error,

@@ -91,8 +91,7 @@ static void line(const char *what, const int32_t *v, size_t n)
 static uint8_t read_byte(void)
 {
     uint8_t b;
-    while (!tol_hal_uart_read(&b)) {
-    }
+    while (!tol_hal_uart_read(&b)) tol_hal_idle(); /* sleep until a byte (or SysTick) */
     return b;
 }
 

@@ -258,7 +258,7 @@ bool tol_hal_uart_read(uint8_t *byte)
     struct pollfd p[3] = {{.fd = tol_nat.fd, .events = POLLIN},
                           {.fd = tol_nat.listen_fd, .events = POLLIN},
                           {.fd = tol_nat.refused_fd, .events = POLLIN}};
-    if (poll(p, 3u, 100) <= 0) return false; /* negative fds are ignored */
+    if (poll(p, 3u, 0) <= 0) return false; /* negative fds are ignored; tol_hal_idle waits */
     if (tol_nat.refused_fd >= 0 && (p[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0) tol_drain_refused();
     /* The current client first: when it hung up just before a newcomer connected, both show
      * in one poll, and the newcomer must become the next client, not be refused while the
@@ -288,7 +288,13 @@ bool tol_hal_uart_read(uint8_t *byte)
 
 void tol_hal_idle(void)
 {
-    /* nothing: tol_hal_uart_read() already sleeps in poll() while the line is idle */
+    /* sleep until something arrives on the line (or 100 ms pass); tol_hal_uart_read reads it.
+     * tol_hal_uart_read itself never waits, so the main loop's idle work runs between frames. */
+    if (tol_nat.at < tol_nat.len) return;
+    struct pollfd p[3] = {{.fd = tol_nat.fd, .events = POLLIN},
+                          {.fd = tol_nat.listen_fd, .events = POLLIN},
+                          {.fd = tol_nat.refused_fd, .events = POLLIN}};
+    (void)poll(p, 3u, 100);
 }
 
 uint32_t tol_hal_uart_errors(void)
