@@ -13,6 +13,10 @@
 #ifndef TOL_FMAC_H
 #define TOL_FMAC_H
 
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
 #if defined(__arm__) && defined(__ARM_FP) && ((__ARM_FP & 4) != 0) && !defined(__SOFTFP__)
 
 #include <stdint.h>
@@ -827,6 +831,26 @@ static inline float tol_fmac_sgd1_(float *w, float *vw, float g, float lr, float
         *w = wn;
     }
     return tol_fmac_mla(chk, wn, 0.0f);
+}
+
+/* Bit 30 of the result (acc ORed in) is set iff one of the n floats has a magnitude >= 2^65
+ * or is inf or NaN (exponent field >= 0xC0: its two top bits, 30 and 29, set):
+ * two instructions per value (AND with a shifted operand, ORR). */
+static inline uint32_t tol_fmac_big_(const float *v, size_t n, uint32_t acc)
+{
+    size_t i = 0;
+    for (; i + 8u <= n; i += 8u) {
+        uint32_t u[8];
+        memcpy(u, &v[i], sizeof u);
+        acc |= ((u[0] & (u[0] << 1)) | (u[1] & (u[1] << 1))) | ((u[2] & (u[2] << 1)) | (u[3] & (u[3] << 1))) |
+               ((u[4] & (u[4] << 1)) | (u[5] & (u[5] << 1))) | ((u[6] & (u[6] << 1)) | (u[7] & (u[7] << 1)));
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], sizeof u);
+        acc |= u & (u << 1);
+    }
+    return acc;
 }
 
 #endif /* TOL_FMAC_H */

@@ -617,26 +617,6 @@ static void tol_head_commit_v0_one_(tol_head_t *h, float lr, float wd)
     }
 }
 
-/* Bit 30 of the result is set iff one of the n floats has a magnitude >= 2^65
- * or is inf or NaN (exponent field >= 0xC0: its two top bits, 30 and 29, set):
- * two instructions per value (AND with a shifted operand, ORR). */
-static uint32_t tol_head_big_(const float *v, size_t n, uint32_t acc)
-{
-    size_t i = 0;
-    for (; i + 8u <= n; i += 8u) {
-        uint32_t u[8];
-        memcpy(u, &v[i], sizeof u);
-        acc |= ((u[0] & (u[0] << 1)) | (u[1] & (u[1] << 1))) | ((u[2] & (u[2] << 1)) | (u[3] & (u[3] << 1))) |
-               ((u[4] & (u[4] << 1)) | (u[5] & (u[5] << 1))) | ((u[6] & (u[6] << 1)) | (u[7] & (u[7] << 1)));
-    }
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &v[i], sizeof u);
-        acc |= u & (u << 1);
-    }
-    return acc;
-}
-
 /* The OR of the bits of n floats, continuing acc: one instruction per value. */
 static uint32_t tol_head_or_(const float *v, size_t n, uint32_t acc)
 {
@@ -696,11 +676,11 @@ static int tol_head_bounded_(const tol_head_t *h, float lr, float mu, float wd)
     for (uint16_t r = 0; r < nrun; r++) {
         if (!all && !h->active[r]) continue;
         const size_t o = (size_t)r * d;
-        big = tol_head_big_(&h->b[r], blen, tol_head_big_(&h->w[o], len, big));
-        if (scan_v) big = tol_head_big_(&h->vb[r], blen, tol_head_big_(&h->vw[o], len, big));
+        big = tol_fmac_big_(&h->b[r], blen, tol_fmac_big_(&h->w[o], len, big));
+        if (scan_v) big = tol_fmac_big_(&h->vb[r], blen, tol_fmac_big_(&h->vw[o], len, big));
         if (one) ebits = tol_head_or_(&h->e[r], blen, ebits);
     }
-    if (one) big = tol_head_big_(h->x, d, big);
+    if (one) big = tol_fmac_big_(h->x, d, big);
     if (big & TOL_HEAD_BIG_BIT) return 0;
     const uint32_t eexp = (ebits >> 23) & 0xFFu;
     if (eexp >= 0xFEu) return 0; /* |e| may reach 2^127, or inf / NaN */

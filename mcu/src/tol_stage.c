@@ -599,24 +599,10 @@ static void tol_stage_act_backward_(uint8_t act, const float *y, float *d, uint3
     }
 }
 
-/* 1 if every one of the n floats is finite with |v| < 2^65 (exponent field below 0xC0: its
- * two top bits not both set), two instructions per value. */
+/* 1 if every one of the n floats is finite with |v| < 2^65 (tol_fmac_big_). */
 static int tol_stage_moderate_(const float *v, uint32_t n)
 {
-    uint32_t acc = 0u;
-    uint32_t i = 0;
-    for (; i + 8u <= n; i += 8u) {
-        uint32_t u[8];
-        memcpy(u, &v[i], sizeof u);
-        acc |= ((u[0] & (u[0] << 1)) | (u[1] & (u[1] << 1))) | ((u[2] & (u[2] << 1)) | (u[3] & (u[3] << 1))) |
-               ((u[4] & (u[4] << 1)) | (u[5] & (u[5] << 1))) | ((u[6] & (u[6] << 1)) | (u[7] & (u[7] << 1)));
-    }
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &v[i], sizeof u);
-        acc |= u & (u << 1);
-    }
-    return (acc & 0x40000000u) == 0u;
+    return (tol_fmac_big_(v, n, 0u) & 0x40000000u) == 0u;
 }
 
 /* DWCONV backward with one output channel per input channel (multiplier 1), eight channels
