@@ -174,14 +174,14 @@ def cmd(model_dir, data, eval_spec, prefill_spec, lr, momentum, weight_decay, cl
     if logf is not None:
         logf.close()
     if as_json:
-        click.echo(json.dumps(res, indent=2, default=jsonable))
+        click.echo(json.dumps(res, indent=2, default=_jsonable))
     elif model.autoencoder:
         _print_anomaly(res)
     else:
         _print_classifier(res, names)
 
 
-def jsonable(v):
+def _jsonable(v):
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating,)):
