@@ -43,6 +43,7 @@ const uint8_t *shim_replay_row(const tol_learner_t *L, unsigned i)
 { return &L->replay.rows[(size_t)i * L->replay.row_bytes]; }
 unsigned shim_replay_label(const tol_learner_t *L, unsigned i) { return L->replay.labels[i]; }
 unsigned shim_replay_fill(const tol_learner_t *L) { return L->replay.fill; }
+unsigned shim_rehearsed(const tol_learner_t *L) { return L->rehearsed; }
 """
 
 
@@ -107,6 +108,7 @@ class CSettings(C.Structure):
     _fields_ = [("lr", C.c_float), ("momentum", C.c_float), ("weight_decay", C.c_float),
                 ("clip_norm", C.c_float), ("n_new", C.c_uint16), ("n_old", C.c_uint16),
                 ("mode", C.c_uint8), ("train_anomalies", C.c_uint8), ("rehearse", C.c_uint8),
+                ("replay_policy", C.c_uint8),
                 ("threshold_k", C.c_float), ("ema_alpha", C.c_float), ("warmup", C.c_uint32)]
 
 
@@ -151,6 +153,7 @@ def _declare(lib: C.CDLL) -> None:
         "tol_learner_replay_add_f": (C.c_int, [P, f32p, C.c_uint16]),
         "tol_learner_anomaly": (C.c_int, [P, i8p, i8p, f32p, C.POINTER(C.c_uint8)]),
         "tol_learner_anomaly_f": (C.c_int, [P, f32p, f32p, f32p, C.POINTER(C.c_uint8)]),
+        "tol_learner_rehearse": (C.c_int, [P]),
         "tol_learner_get_settings": (None, [P, C.POINTER(CSettings)]),
         "tol_learner_set_settings": (C.c_int, [P, C.POINTER(CSettings)]),
         "tol_learner_get_stats": (None, [P, C.POINTER(CStats)]),
@@ -176,6 +179,7 @@ def _declare(lib: C.CDLL) -> None:
         "shim_replay_row": (C.POINTER(C.c_uint8), [P, C.c_uint]),
         "shim_replay_label": (C.c_uint, [P, C.c_uint]),
         "shim_replay_fill": (C.c_uint, [P]),
+        "shim_rehearsed": (C.c_uint, [P]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -193,7 +197,8 @@ def _i8ptr(a: np.ndarray):
 
 def settings_to_c(s: Settings) -> CSettings:
     return CSettings(s.lr, s.momentum, s.weight_decay, s.clip_norm, s.n_new, s.n_old, s.mode,
-                     s.train_anomalies, s.rehearse, s.threshold_k, s.ema_alpha, s.warmup)
+                     s.train_anomalies, s.rehearse, s.replay_policy, s.threshold_k, s.ema_alpha,
+                     s.warmup)
 
 
 def settings_from_c(c: CSettings) -> Settings:
@@ -295,6 +300,24 @@ class CLearner:
         self._check(self.lib.tol_learner_score_f(self.state, _fptr(x), _fptr(t), C.byref(s),
                                                  C.byref(f)))
         return s.value, bool(f.value)
+
+    def rehearse(self) -> bool:
+        """tol_learner_rehearse: True when a step ran, False when there was nothing to do."""
+        status = self.lib.tol_learner_rehearse(self.state)
+        if status != 0 and self.lib.tol_status_name(status).decode() == "TOL_ERR_UNSUPPORTED":
+            return False
+        self._check(status)
+        return True
+
+    @property
+    def rehearsed(self) -> int:
+        return self.lib.shim_rehearsed(self.state)
+
+    def idle(self, steps: int | None = None) -> int:
+        n = 0
+        while (steps is None or n < steps) and self.rehearse():
+            n += 1
+        return n
 
     def get_settings(self) -> Settings:
         cs = CSettings()

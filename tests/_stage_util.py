@@ -72,6 +72,7 @@ def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.C
         "tol_stage_rehearse": (C.c_int, [P]),
         "shim_rehearsed": (C.c_uint, [P]),
         "tol_stage_set_settings": (C.c_int, [P, C.POINTER(CSettings)]),
+        "tol_stage_get_settings": (None, [P, C.POINTER(CSettings)]),
         "tol_stage_get_stats": (None, [P, C.POINTER(CStats)]),
         "tol_stage_state_stream": (None, [P, C.c_uint8, C.c_char_p, C.c_void_p]),
         "tol_stage_state_begin": (C.c_int, [P, C.c_char_p, C.c_uint32, C.POINTER(C.c_uint8),
@@ -149,6 +150,15 @@ class CStage:
 
     def reset(self) -> None:
         self.lib.tol_stage_reset(self.state)
+
+    def get_settings(self):
+        from _learner_util import settings_from_c
+        cs = CSettings()
+        self.lib.tol_stage_get_settings(self.state, C.byref(cs))
+        return settings_from_c(cs)
+
+    def set_settings(self, s) -> None:
+        self._check(self.lib.tol_stage_set_settings(self.state, C.byref(settings_to_c(s))))
 
     def rehearse(self) -> bool:
         st = self.lib.tol_stage_rehearse(self.state)

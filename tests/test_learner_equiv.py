@@ -352,3 +352,151 @@ def test_real_anomaly_model_c_matches_numpy(lib):
     np.testing.assert_array_equal(cl.w, py.head.w)
     np.testing.assert_array_equal(cl.b, py.head.b)
     assert cl.stats()["anomalies"] == sum(flags) > 0
+
+
+# ---------------------------------------------------------------------- idle-time rehearsal
+def run_rehearsing(lib, cfg, idle_steps, n=150, prefill=40):
+    """A prequential stream with idle time after each sample: the C runs idle_steps(i)
+    rehearsal steps (None: its whole budget) as the device's main loop does between two
+    requests, and the twin replays the count the C reports (as a host replays a device's
+    SAMPLE replies)."""
+    from tinyol.learn.learner import LearnerError
+    rng = np.random.default_rng(5)
+    py, cl = Learner(cfg), CLearner(lib, cfg)
+    pq, pyl, _ = make_stream(rng, prefill, D, CMAX, classes=range(5))
+    for qi, yi in zip(pq, pyl):
+        py.replay_add(qi, int(yi))
+        cl.replay_add(qi, int(yi))
+    q, y, _ = make_stream(np.random.default_rng(1), n, D, CMAX, classes=range(3, 10))
+    pp, pc, counts = [], [], []
+    for i, (qi, yi) in enumerate(zip(q, y)):
+        pp.append(py.predict(qi))
+        pc.append(cl.predict(qi))
+        for learner in (py, cl):
+            try:
+                learner.learn(qi, int(yi))
+            except LearnerError as e:
+                assert e.status == "TOL_ERR_DIVERGED", e.status
+        k = cl.idle(idle_steps(i))
+        counts.append(k)
+        assert py.idle(k) == k and py.rehearsed == cl.rehearsed
+    return py, cl, pp, pc, counts
+
+
+def assert_same(py, cl, pp, pc):
+    assert pp == pc  # labels and float32 confidences, every sample
+    np.testing.assert_array_equal(cl.w.view(np.uint32), py.head.w.view(np.uint32))
+    np.testing.assert_array_equal(cl.b.view(np.uint32), py.head.b.view(np.uint32))
+    assert (cl.active == py.head.active).all()
+    sc, sp = cl.stats(), py.stats()
+    for k in ("samples_seen", "updates", "rejected", "n_active", "replay_fill", "class_count"):
+        assert sc[k] == sp[k], k
+    assert cl.replay_labels() == py.replay.labels[: py.replay.fill].tolist()
+    for i in range(py.replay.fill):
+        assert cl.replay_row(i) == py.replay.packed_row(i)
+
+
+REHEARSE_CASES = ["replay_i8_reservoir", "replay_7bit_balanced", "replay_i8_ar1_batch",
+                  "replay_f32_balanced_batch"]
+
+
+@pytest.mark.parametrize("name", REHEARSE_CASES)
+def test_head_rehearsal_c_matches_numpy(lib, name):
+    """The head's idle rehearsal (tol_learner_rehearse) against its twin (Learner.idle): a
+    varying number of steps between samples (0 to the budget of 3), bit-identical weights,
+    predictions, counters and buffer on a whole stream. The batch cases (n_new 4 and 3) keep
+    fresh samples queued across rehearsal steps: the twin holds its queue apart, so a step
+    that overwrote the C's queue would show here."""
+    kw = dict(CASES[name])
+    kw["settings"] = dataclasses.replace(kw["settings"], rehearse=3)
+    cfg = base_cfg(np.random.default_rng(zlib.crc32(name.encode())), **kw)
+    py, cl, pp, pc, counts = run_rehearsing(lib, cfg, lambda i: None if i % 3 else i % 4)
+    assert_same(py, cl, pp, pc)
+    assert max(counts) == 3 and all(c == 3 for i, c in enumerate(counts) if i % 3)
+    assert py.updates + py.rejected == 150 // py.settings.n_new + sum(counts)
+
+
+def test_head_rehearsal_trains_and_keeps_the_queue(lib):
+    """Rehearsal is real training (the weights differ from the same stream without it) and
+    leaves queued fresh samples alone: with n_new = 4, every update still takes four."""
+    kw = dict(CASES["replay_i8_ar1_batch"])
+    with_r = base_cfg(np.random.default_rng(3), **{**kw, "settings": dataclasses.replace(
+        kw["settings"], rehearse=2)})
+    without = base_cfg(np.random.default_rng(3), **kw)
+    a, ca, _, _, counts = run_rehearsing(lib, with_r, lambda i: None)
+    b, cb, _, _, zero = run_rehearsing(lib, without, lambda i: None)
+    assert counts == [2] * 150 and sum(zero) == 0
+    assert not np.array_equal(ca.w, cb.w)
+    assert a.samples_seen == b.samples_seen == 150
+    assert b.updates == 150 // 4 + 0 and a.updates + a.rejected == b.updates + 300
+
+
+@pytest.mark.parametrize("why", ["frozen", "sgd", "no_old", "empty", "off", "autoencoder"])
+def test_head_rehearsal_refuses_without_replay(lib, why):
+    """Nothing to rehearse: no step, no PRNG draw, nothing changed (C and twin alike)."""
+    st = Settings(lr=0.05, n_old=0 if why == "no_old" else 3, rehearse=0 if why == "off" else 4,
+                  mode={"frozen": 0, "sgd": MODE_SGD}.get(why, MODE_REPLAY))
+    kw = dict(replay_capacity=20, replay_bits=8, settings=st)
+    if why == "autoencoder":
+        kw.update(head_kind=HEAD_AUTOENCODER, replay_capacity=0)
+    cfg = base_cfg(np.random.default_rng(4), **kw)
+    for learner in (Learner(cfg), CLearner(lib, cfg)):
+        if why not in ("empty", "autoencoder"):
+            learner.replay_add(np.zeros(D, np.int8), 1)
+        w = np.array(learner.head.w if isinstance(learner, Learner) else learner.w)
+        assert learner.idle() == 0 and not learner.rehearse()
+        w2 = learner.head.w if isinstance(learner, Learner) else learner.w
+        np.testing.assert_array_equal(w2, w)
+        assert learner.stats()["updates"] == 0
+
+
+# ---------------------------------------------------------------------- replay policy setting
+def test_replay_policy_set_mid_stream_c_matches_numpy(lib):
+    """The replay policy is a setting: reservoir, then class-balanced after 120 samples, then
+    AR1 after 240 (C and twin bit-identical). A change keeps the slots already stored; the
+    new policy decides the later offers (the run differs from one that never changed)."""
+    cfg = base_cfg(np.random.default_rng(9), replay_capacity=30, replay_bits=8,
+                   replay_policy=POLICY_RESERVOIR, settings=Settings(lr=0.05, n_old=4))
+    q, y, _ = make_stream(np.random.default_rng(1), 360, D, CMAX, classes=range(3, 10))
+    py, cl = Learner(cfg), CLearner(lib, cfg)
+    same = Learner(cfg)
+    assert cl.get_settings().replay_policy == py.settings.replay_policy == POLICY_RESERVOIR
+    for i, (qi, yi) in enumerate(zip(q, y)):
+        if i in (120, 240):
+            pol = POLICY_BALANCED if i == 120 else POLICY_AR1
+            labels_before = py.replay.labels[: py.replay.fill].tolist()
+            for learner in (py, cl):
+                learner.set_settings(dataclasses.replace(learner.get_settings() if learner is cl
+                                                         else learner.settings, replay_policy=pol))
+            assert cl.get_settings().replay_policy == py.settings.replay_policy == pol
+            assert cl.replay_labels() == labels_before  # the stored slots stay
+        assert py.predict(qi) == cl.predict(qi)
+        same.predict(qi)
+        for learner in (py, cl, same):
+            learner.learn(qi, int(yi))
+    np.testing.assert_array_equal(cl.w.view(np.uint32), py.head.w.view(np.uint32))
+    assert cl.replay_labels() == py.replay.labels[: py.replay.fill].tolist()
+    for i in range(py.replay.fill):
+        assert cl.replay_row(i) == py.replay.packed_row(i)
+    assert py.replay.labels.tolist() != same.replay.labels.tolist()
+    # reset brings back the config's policy
+    cl.reset()
+    py.reset()
+    assert cl.get_settings().replay_policy == py.settings.replay_policy == POLICY_RESERVOIR
+
+
+def test_replay_policy_setting_range(lib):
+    cfg = base_cfg(np.random.default_rng(2), replay_capacity=10, replay_bits=8)
+    cl, py = CLearner(lib, cfg), Learner(cfg)
+    from tinyol.learn.learner import LearnerError
+    for learner, s in ((cl, cl.get_settings()), (py, py.settings)):
+        with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+            learner.set_settings(dataclasses.replace(s, replay_policy=3))
+    # the config's policy is what init takes (the one in cfg.settings is ignored)
+    c2 = dataclasses.replace(cfg, replay_policy=POLICY_AR1,
+                             settings=dataclasses.replace(cfg.settings, replay_policy=POLICY_BALANCED))
+    assert CLearner(lib, c2).get_settings().replay_policy == Learner(c2).settings.replay_policy == POLICY_AR1
+    with pytest.raises(LearnerError):
+        CLearner(lib, dataclasses.replace(cfg, replay_policy=3))
+    with pytest.raises(LearnerError):
+        Learner(dataclasses.replace(cfg, replay_policy=3))

@@ -4,6 +4,7 @@ Oracle: the saved learner itself, continuing without a save/restore."""
 from __future__ import annotations
 
 import ctypes as C
+import dataclasses
 
 import numpy as np
 import pytest
@@ -181,3 +182,41 @@ def test_learner_compiles_for_cortex_m4():
     compile_arm_objects([ROOT / "mcu/src/tol_learner.c"], [ROOT / "mcu/include"])
 
 
+
+
+def test_state_carries_replay_policy_and_rehearse(lib):
+    """The replay policy and the rehearse budget are settings saved with the state (header
+    byte 7: the policy in use, byte 38: rehearse). A learner exported with reservoir restored
+    from a state saved with class-balanced + rehearse 3 continues with those, bit-identically."""
+    cfg = classifier_cfg(replay_bits=8)
+    a = CLearner(lib, cfg)
+    run(a, *stream(30, cfg.latent_dim, cfg.n_outputs, 1))
+    a.set_settings(dataclasses.replace(a.get_settings(), replay_policy=1, rehearse=3))
+    run(a, *stream(30, cfg.latent_dim, cfg.n_outputs, 3))
+    blob = export(a, REPLAY)
+    assert blob[7] == 1 and blob[38] == 3
+    b = CLearner(lib, cfg)
+    assert b.get_settings().replay_policy == 0
+    assert restore(b, blob) == 0
+    s = b.get_settings()
+    assert (s.replay_policy, s.rehearse) == (1, 3)
+    assert b.idle() == a.idle() == 3  # the budget, from the restored setting
+    xs, ys = stream(80, cfg.latent_dim, cfg.n_outputs, 4)
+    assert run(a, xs, ys) == run(b, xs, ys)
+    assert a.replay_labels() == b.replay_labels() and a.w.tobytes() == b.w.tobytes()
+
+
+def test_state_saved_before_the_settings_loads(lib):
+    """A state written before the policy and rehearse were settings: byte 7 held the config's
+    policy and byte 38 was zero (the header is zero-filled). It restores with rehearse off and
+    that policy; a policy byte out of range is a malformed state (TOL_ERR_ARG)."""
+    cfg = classifier_cfg(replay_bits=8, replay_policy=2)
+    a = CLearner(lib, cfg)
+    run(a, *stream(30, cfg.latent_dim, cfg.n_outputs, 1))
+    old = bytearray(export(a, REPLAY))
+    assert old[7] == 2 and old[38] == 0
+    b = CLearner(lib, classifier_cfg(replay_bits=8))  # built with reservoir
+    assert restore(b, bytes(old)) == 0
+    assert (b.get_settings().replay_policy, b.get_settings().rehearse) == (2, 0)
+    old[7] = 3
+    assert restore(CLearner(lib, cfg), bytes(old)) == 1

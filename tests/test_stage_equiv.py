@@ -581,3 +581,34 @@ def test_rehearsal_state_keeps_the_setting(lib):
     dst = CStage(lib, cfg)
     dst.restore(blob)
     assert dst.idle() == 5
+
+
+# ---------------------------------------------------------------------- replay policy setting
+def test_stage_replay_policy_set_mid_stream_c_matches_numpy(lib):
+    """The stage's replay policy is a setting too: reservoir, class-balanced after 60 samples,
+    AR1 after 120; the stored slots stay at each change; C and twin bit-identical; the state
+    carries the policy in use (STG1 header byte 6) and a stage built with reservoir restores it."""
+    cfg = make_cfg(STAGES["dense_dense"], **SETTINGS["replay_i8"])
+    d = cfg.layers[0].in_size
+    q, y, _ = make_stream(np.random.default_rng(1), 180, d, CMAX, classes=range(2, CMAX))
+    py, cl = Stage(cfg), CStage(lib, cfg)
+    pp, pc = [], []
+    for i, (qi, yi) in enumerate(zip(q, y)):
+        if i in (60, 120):
+            pol = POLICY_BALANCED if i == 60 else POLICY_AR1
+            before = cl.replay_labels()
+            py.set_settings(dataclasses.replace(py.settings, replay_policy=pol))
+            cl.set_settings(dataclasses.replace(cl.get_settings(), replay_policy=pol))
+            assert cl.get_settings().replay_policy == py.settings.replay_policy == pol
+            assert cl.replay_labels() == before
+        pp.append(py.predict(qi))
+        pc.append(cl.predict(qi))
+        py.learn(qi, int(yi))
+        cl.learn(qi, int(yi))
+    assert_same(py, cl, pp, pc)
+    blob = cl.state_bytes(1)
+    assert blob[6] == POLICY_AR1
+    other = CStage(lib, cfg)
+    assert other.get_settings().replay_policy == POLICY_RESERVOIR
+    other.restore(blob)
+    assert other.get_settings().replay_policy == POLICY_AR1

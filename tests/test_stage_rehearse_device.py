@@ -105,19 +105,6 @@ def test_native_rehearsal_equals_twin(firmware, digits):
     _check_end(twin, counts, image, st)
 
 
-def test_native_head_refuses_rehearsal(firmware, capsys):
-    fw = firmware("native", model="models/digits")
-    with emulator.start_native(fw.program, timeout=120) as t:
-        with Device.open(t.url) as dev:
-            assert dev.get(Setting.REHEARSE) == 0
-            with pytest.raises(DeviceError, match="UNSUPPORTED|not supported"):
-                dev.set(Setting.REHEARSE, 1)
-        # the CLI: one line naming the setting, a hint, exit code 1
-        assert cli_main(["set", "-p", t.url, "--rehearse", "1"]) == 1
-        err = capsys.readouterr().err
-        assert "refused rehearse = 1" in err and "adaptive stage" in err
-
-
 def test_native_export_sets_the_default(firmware, tmp_path, capsys):
     """The export's rehearse (manifest learner.rehearse -> config.h TOL_REHEARSE) is what the
     firmware boots with, and what the twin's settings read from the manifest."""

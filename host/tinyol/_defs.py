@@ -117,6 +117,7 @@ class Setting(enum.IntEnum):
     WARMUP = 11
     AUTOSAVE = 12
     REHEARSE = 13
+    REPLAY_POLICY = 14
 
 
 # wire type of each setting: 'f' float32, 'u' uint32
@@ -134,6 +135,7 @@ SETTING_TYPE = {
     Setting.WARMUP: 'u',
     Setting.AUTOSAVE: 'u',
     Setting.REHEARSE: 'u',
+    Setting.REPLAY_POLICY: 'u',
 }
 
 SETTING_TEXT = {
@@ -149,5 +151,6 @@ SETTING_TEXT = {
     Setting.EMA_ALPHA: 'autoencoder: score statistics EMA factor',
     Setting.WARMUP: 'autoencoder: samples that train before flagging',
     Setting.AUTOSAVE: 'save to flash every N committed updates, 0 = off',
-    Setting.REHEARSE: 'adaptive stage: replay-only steps per idle period (0..255), 0 = off',
+    Setting.REHEARSE: 'classifier: replay-only steps per idle period (0..255), 0 = off',
+    Setting.REPLAY_POLICY: 'replay policy of later offers: 0 reservoir, 1 class-balanced, 2 AR1',
 }

@@ -66,7 +66,6 @@ void tol_model_learner_get_settings(tol_learner_settings_t *s)
 
 tol_status_t tol_model_learner_set_settings(const tol_learner_settings_t *s)
 {
-    TOL_CHECK(s->rehearse == 0u, TOL_ERR_UNSUPPORTED); /* idle rehearsal: adaptive stages only */
     return tol_learner_set_settings(&tol_learner, s);
 }
 
@@ -96,10 +95,10 @@ tol_status_t tol_model_learner_load(tol_store_t *s, tol_store_record_t *rec)
 
 tol_status_t tol_model_learner_rehearse(void)
 {
-    return TOL_ERR_UNSUPPORTED; /* the one-layer head has no idle rehearsal */
+    return tol_learner_rehearse(&tol_learner);
 }
 
 uint8_t tol_model_learner_rehearsed(void)
 {
-    return 0u;
+    return tol_learner.rehearsed;
 }

@@ -13,9 +13,10 @@
 #include "tol_persist.h"
 #include "tol_stage.h"
 
-#ifndef TOL_REPLAY_POLICY
+#ifndef TOL_REPLAY_POLICY /* exports before --replay-policy: reservoir */
 #define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
 #endif
+_Static_assert(TOL_REPLAY_POLICY <= 2, "replay policy: 0 reservoir, 1 class-balanced, 2 AR1");
 #ifndef TOL_REHEARSE /* exports before idle rehearsal: off */
 #define TOL_REHEARSE 0u
 #endif

@@ -238,6 +238,11 @@ static tol_status_t tol_model_setting(const uint8_t *req, uint16_t n, bool set, 
         if (set) st.rehearse = (uint8_t)u;
         uv = st.rehearse;
         break;
+    case TOL_SET_REPLAY_POLICY: /* the slots already stored stay; later offers follow it */
+        TOL_CHECK(!set || u <= 0xFFu, TOL_ERR_RANGE);
+        if (set) st.replay_policy = (uint8_t)u;
+        uv = st.replay_policy;
+        break;
     default:
         return TOL_ERR_ARG;
     }

@@ -82,7 +82,7 @@ tol_status_t tol_model_learner_load(tol_store_t *s, tol_store_record_t *rec);
 
 /* Idle-time rehearsal (docs/adaptive.md, "Recipe"): one replay-only step while the idle
  * budget (SET key REHEARSE) lasts: TOL_OK when a step ran, else why not (nothing to do:
- * TOL_ERR_UNSUPPORTED). The head learner has none. */
+ * TOL_ERR_UNSUPPORTED). Both learners have it (tol_learner_rehearse, tol_stage_rehearse). */
 tol_status_t tol_model_learner_rehearse(void);
 /* Rehearsal steps run since the last learned sample (the SAMPLE/PREDICT reply's byte 3). */
 uint8_t tol_model_learner_rehearsed(void);

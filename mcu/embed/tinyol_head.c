@@ -8,9 +8,14 @@
 
 #include "backbone.h"
 
-#ifndef TOL_REPLAY_POLICY
+#ifndef TOL_REPLAY_POLICY /* exports before --replay-policy: reservoir */
 #define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
 #endif
+#ifndef TOL_REHEARSE /* exports before the head's idle rehearsal: off */
+#define TOL_REHEARSE 0u
+#endif
+_Static_assert(TOL_REPLAY_POLICY <= 2, "replay policy: 0 reservoir, 1 class-balanced, 2 AR1");
+_Static_assert(TOL_REHEARSE <= 255u, "rehearsal steps per idle period: 0..255");
 
 extern const float tol_head_init_weight[];
 extern const float tol_head_init_bias[];
@@ -42,6 +47,7 @@ void tinyol_learner_config(tol_learner_config_t *cfg)
     cfg->settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
     cfg->settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
     cfg->settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
+    cfg->settings.rehearse = (uint8_t)TOL_REHEARSE;
 }
 
 /* ---- the learner calls with their results ----------------------------------------- */

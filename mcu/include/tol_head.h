@@ -112,6 +112,14 @@ void tol_head_predict(tol_head_t *h, const float *x, int32_t *label, float *conf
 
 /* Empty the batch (the gradient factors). */
 void tol_head_grad_zero(tol_head_t *h);
+/* A second handle on h for a batch of its own: *v shares h's parameters, momentum buffers,
+ * active flags, scores and gradient scratch, but its batch lives in h's gradient-factor slots
+ * first..max_batch-1 (v->max_batch = h->max_batch - first), so whatever sits in the slots
+ * before (a learner's queue of fresh samples) stays untouched. Train through v (grad_zero,
+ * grad_add_*, step) as through h, then tol_head_view_end(h, v) carries the active-row count
+ * back. first < h->max_batch. */
+void tol_head_view(const tol_head_t *h, uint16_t first, tol_head_t *v);
+void tol_head_view_end(tol_head_t *h, const tol_head_t *v);
 
 /* Where the next batch sample's input will be stored (float[dim]); a caller
  * may write x there and pass this pointer to grad_add_* to avoid a copy.

@@ -55,8 +55,11 @@ typedef struct {
     uint16_t n_old;        /* replayed samples per update, 0..max_old (unused without buffer) */
     uint8_t mode;          /* tol_learn_mode_t */
     uint8_t train_anomalies; /* autoencoder: also train on flagged samples */
-    uint8_t rehearse;      /* adaptive stage: rehearsal steps per idle period, 0 = off
-                              (tol_stage_rehearse; the head learner refuses > 0 in the app) */
+    uint8_t rehearse;      /* classifier: idle rehearsal steps per idle period, 0 = off
+                              (tol_learner_rehearse, tol_stage_rehearse) */
+    uint8_t replay_policy; /* tol_replay_policy_t of later offers to the buffer; the slots already
+                              stored stay. init/reset take the config's replay_policy (this
+                              field of cfg.settings is ignored) */
     float threshold_k;     /* autoencoder: threshold = mean + k*std, >= 0 */
     float ema_alpha;       /* autoencoder: score EMA factor after warm-up, (0, 1] */
     uint32_t warmup;       /* autoencoder: scores that all train before flagging */
@@ -76,7 +79,7 @@ typedef struct {
 typedef struct {
     uint8_t head_kind;          /* tol_head_kind_t */
     uint8_t replay_bits;        /* 32, 8 or 7 */
-    uint8_t replay_policy;      /* tol_replay_policy_t */
+    uint8_t replay_policy;      /* tol_replay_policy_t at reset; then the setting set.replay_policy */
     uint8_t no_momentum;        /* 1: no momentum buffers (momentum must stay 0) */
     uint16_t latent_dim;        /* D >= 1 */
     uint16_t n_outputs;         /* C_max or OUT, >= 1 */
@@ -145,6 +148,7 @@ typedef struct {
     uint32_t *class_count;   /* [n_outputs] */
     uint16_t *pending_labels;/* [max_new] */
     uint16_t n_pending;      /* queued fresh latents, in head.x[0..n_pending-1] */
+    uint8_t rehearsed;       /* idle rehearsal steps since the last learned sample */
     uint32_t samples_seen, updates, rejected, anomalies;
 } tol_learner_t;
 
@@ -189,6 +193,16 @@ tol_status_t tol_learner_predict_f(tol_learner_t *L, const float *latent, int32_
  * In mode FROZEN only validates. */
 tol_status_t tol_learner_learn(tol_learner_t *L, const int8_t *latent, uint16_t label);
 tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t label);
+
+/* Idle-time rehearsal (docs/adaptive.md, "Recipe"): one SGD step on n_old latents drawn from
+ * the replay buffer alone, each weighted 1/n_old, for a classifier in mode REPLAY with a
+ * non-empty buffer, n_old > 0 and fewer than set.rehearse steps since the last learned sample
+ * (L->rehearsed, reset by every learned sample). The step's samples use the batch slots after
+ * the max_new queue slots (head.x[max_new ..]), so queued fresh samples stay untouched and no
+ * memory is added. TOL_OK: a step ran (counted in updates, or in rejected when it would have
+ * diverged: nothing changed then); TOL_ERR_UNSUPPORTED: nothing to do.
+ * host/tinyol/learn/learner.py Learner.rehearse is its twin. */
+tol_status_t tol_learner_rehearse(tol_learner_t *L);
 
 /* Put a latent straight into the replay buffer (policy applies, no training),
  * e.g. to pre-fill it with the pre-training classes. TOL_ERR_UNSUPPORTED

@@ -62,7 +62,8 @@
     X(TOL_SET_EMA_ALPHA,      10, f, "autoencoder: score statistics EMA factor")       \
     X(TOL_SET_WARMUP,         11, u, "autoencoder: samples that train before flagging") \
     X(TOL_SET_AUTOSAVE,       12, u, "save to flash every N committed updates, 0 = off") \
-    X(TOL_SET_REHEARSE,       13, u, "adaptive stage: replay-only steps per idle period (0..255), 0 = off")
+    X(TOL_SET_REHEARSE,       13, u, "classifier: replay-only steps per idle period (0..255), 0 = off") \
+    X(TOL_SET_REPLAY_POLICY,  14, u, "replay policy of later offers: 0 reservoir, 1 class-balanced, 2 AR1")
 
 #define TOL_SETTING_ENUM_(name, key, type, desc) name = (key),
 typedef enum { TOL_SETTING_LIST(TOL_SETTING_ENUM_) } tol_setting_t;

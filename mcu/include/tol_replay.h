@@ -31,6 +31,9 @@
  *              h = q + (below(i+1) < r) (fractional part as a probability).
  *              Then for k < h: pick sample k + below(m-k) (partial Fisher-Yates
  *              over the leftovers) and write it to slot below(cap).
+ * Every policy keeps every counter (seen, per-class seen, batches), so that the policy can
+ * change at run time (rb->policy, the learners' replay_policy setting): the slots stored stay
+ * and the new policy decides the later offers from the buffer's whole history.
  * Drawing for replay: tol_replay_draw() = below(fill), with replacement.
  *
  * Memory: caller owns TOL_REPLAY_BYTES(cap, dim, bits, n_classes) bytes,
@@ -73,7 +76,7 @@ typedef struct {
     uint16_t dim;       /* latent size */
     uint16_t n_classes; /* labels are < n_classes */
     uint8_t bits;       /* 32, 8 or 7 */
-    uint8_t policy;     /* tol_replay_policy_t */
+    uint8_t policy;     /* tol_replay_policy_t; may change between add calls */
     uint16_t fill;      /* slots in use, 0..capacity */
     uint32_t seen;      /* samples offered since clear */
     uint32_t batches;   /* add calls since clear (AR1's i) */

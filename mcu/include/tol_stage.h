@@ -125,7 +125,7 @@ typedef struct {
     const tol_stage_layer_t *layers; /* [n_layers], const, not owned */
     uint8_t n_layers;                /* 1..TOL_STAGE_MAX_LAYERS */
     uint8_t replay_bits;             /* 32, 8 or 7 */
-    uint8_t replay_policy;           /* tol_replay_policy_t */
+    uint8_t replay_policy;           /* tol_replay_policy_t at reset; then the setting set.replay_policy */
     uint8_t no_momentum;             /* 1: no momentum buffers */
     const float *init_params;        /* [P] exported parameters (rows beyond init_classes zero) */
     uint16_t init_classes;           /* last-layer rows active after reset */

@@ -207,6 +207,20 @@ void tol_head_grad_zero(tol_head_t *h)
     h->n_batch = 0;
 }
 
+void tol_head_view(const tol_head_t *h, uint16_t first, tol_head_t *v)
+{
+    *v = *h;
+    v->x = &h->x[(size_t)first * h->dim];
+    v->e = &h->e[(size_t)first * h->rows];
+    v->max_batch = (uint16_t)(h->max_batch - first);
+    v->n_batch = 0;
+}
+
+void tol_head_view_end(tol_head_t *h, const tol_head_t *v)
+{
+    h->n_active = v->n_active;
+}
+
 float *tol_head_batch_slot(tol_head_t *h)
 {
     if (h->n_batch >= h->max_batch) return NULL;

@@ -18,6 +18,7 @@ void tol_learner_settings_default(tol_learner_settings_t *s)
     s->mode = (uint8_t)TOL_LEARN_REPLAY;
     s->train_anomalies = 0;
     s->rehearse = 0;
+    s->replay_policy = (uint8_t)TOL_REPLAY_RESERVOIR;
     s->threshold_k = 3.0f;
     s->ema_alpha = 0.01f;
     s->warmup = 50;
@@ -34,6 +35,7 @@ tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_
     TOL_CHECK(s->n_new >= 1u && s->n_new <= max_new, TOL_ERR_ARG);
     TOL_CHECK(replay_capacity == 0u || s->n_old <= max_old, TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
+    TOL_CHECK(s->replay_policy <= (uint8_t)TOL_REPLAY_AR1, TOL_ERR_ARG);
     return TOL_OK;
 }
 
@@ -58,7 +60,10 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
     TOL_CHECK(cfg->init_classes <= cfg->n_outputs, TOL_ERR_ARG);
     TOL_CHECK(isfinite(cfg->latent_scale) && cfg->latent_scale > 0.0f, TOL_ERR_ARG);
     TOL_CHECK(((uintptr_t)mem & 3u) == 0u, TOL_ERR_ARG);
-    TOL_TRY(tol_learner_check_settings_(cfg, &cfg->settings));
+    TOL_CHECK(cfg->replay_policy <= (uint8_t)TOL_REPLAY_AR1, TOL_ERR_ARG);
+    tol_learner_settings_t s0 = cfg->settings;
+    s0.replay_policy = cfg->replay_policy;
+    TOL_TRY(tol_learner_check_settings_(cfg, &s0));
     const uint16_t d = cfg->latent_dim;
     const uint16_t c = cfg->n_outputs;
     const uint16_t max_batch =
@@ -97,12 +102,17 @@ void tol_learner_reset(tol_learner_t *L)
 {
     const tol_learner_config_t *cfg = &L->cfg;
     L->set = cfg->settings;
+    L->set.replay_policy = cfg->replay_policy;
     tol_prng_seed(&L->prng, cfg->seed);
     tol_head_reset(&L->head);
-    if (cfg->replay_capacity > 0u) tol_replay_clear(&L->replay);
+    if (cfg->replay_capacity > 0u) {
+        tol_replay_clear(&L->replay);
+        L->replay.policy = cfg->replay_policy;
+    }
     tol_anomaly_init(&L->anomaly, L->set.threshold_k, L->set.ema_alpha, L->set.warmup);
     memset(L->class_count, 0, (size_t)cfg->n_outputs * sizeof(uint32_t));
     L->n_pending = 0;
+    L->rehearsed = 0;
     L->samples_seen = 0;
     L->updates = 0;
     L->rejected = 0;
@@ -174,17 +184,11 @@ tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t
  * sees the rows active when the one-at-a-time order would reach it. */
 #define TOL_LEARNER_CHUNK 16u
 
-/* One SGD step on the queued samples plus n_old replayed ones. */
-static tol_status_t tol_learner_update_(tol_learner_t *L)
+/* Add n_old latents drawn from the replay buffer to h's batch (h: the learner's head or a view
+ * of it), each with weight; a drawn sample of an inactive class activates its row. */
+static tol_status_t tol_learner_add_replayed_(tol_learner_t *L, tol_head_t *h, uint16_t n_old, float weight)
 {
-    tol_head_t *h = &L->head;
     const uint16_t d = L->cfg.latent_dim;
-    const int replay = L->set.mode == (uint8_t)TOL_LEARN_REPLAY && L->cfg.replay_capacity > 0u;
-    const uint16_t n_old = (replay && L->replay.fill > 0u) ? L->set.n_old : 0u;
-    const float weight = 1.0f / (float)(L->n_pending + n_old);
-    tol_head_grad_zero(h);
-    /* the queued latents already sit in batch slots 0 .. n_pending-1 */
-    TOL_TRY(tol_head_grad_add_ce_n(h, L->pending_labels, L->n_pending, weight));
     const tol_replay_t *rb = &L->replay;
     uint16_t labels[TOL_LEARNER_CHUNK];
     uint16_t k = 0;
@@ -213,7 +217,20 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
             k = 0;
         }
     }
-    TOL_TRY(tol_head_grad_add_ce_n(h, labels, k, weight));
+    return tol_head_grad_add_ce_n(h, labels, k, weight);
+}
+
+/* One SGD step on the queued samples plus n_old replayed ones. */
+static tol_status_t tol_learner_update_(tol_learner_t *L)
+{
+    tol_head_t *h = &L->head;
+    const int replay = L->set.mode == (uint8_t)TOL_LEARN_REPLAY && L->cfg.replay_capacity > 0u;
+    const uint16_t n_old = (replay && L->replay.fill > 0u) ? L->set.n_old : 0u;
+    const float weight = 1.0f / (float)(L->n_pending + n_old);
+    tol_head_grad_zero(h);
+    /* the queued latents already sit in batch slots 0 .. n_pending-1 */
+    TOL_TRY(tol_head_grad_add_ce_n(h, L->pending_labels, L->n_pending, weight));
+    TOL_TRY(tol_learner_add_replayed_(L, h, n_old, weight));
     const tol_status_t s =
         tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
     if (s != TOL_OK) {
@@ -223,6 +240,32 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
     L->updates++;
     if (replay) {
         TOL_TRY(tol_replay_add_batch(&L->replay, h->x, L->pending_labels, L->n_pending));
+    }
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_rehearse(tol_learner_t *L)
+{
+    const uint16_t n_old = L->set.n_old;
+    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER && L->rehearsed < L->set.rehearse &&
+                  L->set.mode == (uint8_t)TOL_LEARN_REPLAY && L->cfg.replay_capacity > 0u &&
+                  L->replay.fill > 0u && n_old > 0u,
+              TOL_ERR_UNSUPPORTED);
+    L->rehearsed++;
+    /* slots max_new .. max_new + max_old - 1: never the queue's (n_old <= max_old) */
+    tol_head_t v;
+    tol_head_view(&L->head, L->cfg.max_new, &v);
+    tol_head_grad_zero(&v);
+    const tol_status_t s = tol_learner_add_replayed_(L, &v, n_old, 1.0f / (float)n_old);
+    const tol_status_t t =
+        s == TOL_OK ? tol_head_step(&v, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm) : s;
+    tol_head_view_end(&L->head, &v);
+    if (t == TOL_OK) {
+        L->updates++;
+    } else if (t == TOL_ERR_DIVERGED) {
+        L->rejected++;
+    } else {
+        return t;
     }
     return TOL_OK;
 }
@@ -249,6 +292,7 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
     L->n_pending++;
     L->samples_seen++;
     L->class_count[label]++;
+    L->rehearsed = 0; /* a new idle period begins after this sample */
     if (L->n_pending < L->set.n_new) return TOL_OK;
     const tol_status_t s = tol_learner_update_(L);
     L->n_pending = 0;
@@ -381,6 +425,7 @@ tol_status_t tol_learner_set_settings(tol_learner_t *L, const tol_learner_settin
     TOL_TRY(tol_learner_check_settings_(&L->cfg, s));
     L->set = *s;
     L->n_pending = 0;
+    if (L->cfg.replay_capacity > 0u) L->replay.policy = s->replay_policy; /* stored slots stay */
     L->anomaly.k = s->threshold_k;
     L->anomaly.alpha = s->ema_alpha;
     L->anomaly.warmup = s->warmup == 0u ? 1u : s->warmup;
@@ -453,13 +498,14 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
     p[4] = parts;
     p[5] = c->head_kind;
     p[6] = c->replay_bits;
-    p[7] = c->replay_policy;
+    p[7] = s->replay_policy; /* the policy in use (the config's until set) */
     tol_segs_put16(p + 8, c->latent_dim);
     tol_segs_put16(p + 10, c->n_outputs);
     tol_segs_put16(p + 12, c->replay_capacity);
     tol_segs_put16(p + 14, c->max_new);
     tol_learner_settings_pack(s, p + 16);
     p[37] = s->train_anomalies;
+    p[38] = s->rehearse; /* 0 in states saved before the head's idle rehearsal */
     tol_segs_putf(p + 40, s->threshold_k);
     tol_segs_putf(p + 44, s->ema_alpha);
     tol_segs_put32(p + 48, s->warmup);
@@ -503,7 +549,9 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     const tol_learner_config_t *c = &L->cfg;
     const uint8_t *p = header;
     TOL_CHECK(n >= TOL_LEARNER_STATE_HEADER && tol_segs_get32(p) == TOL_LEARNER_STATE_MAGIC, TOL_ERR_ARG);
-    TOL_CHECK(p[5] == c->head_kind && p[6] == c->replay_bits && p[7] == c->replay_policy &&
+    /* p[7], the replay policy, is a setting (states saved before it was one carry the
+     * config's): checked with the settings below */
+    TOL_CHECK(p[5] == c->head_kind && p[6] == c->replay_bits &&
                   tol_segs_get16(p + 8) == c->latent_dim && tol_segs_get16(p + 10) == c->n_outputs &&
                   tol_segs_get16(p + 12) == c->replay_capacity && tol_segs_get16(p + 14) == c->max_new,
               TOL_ERR_MODEL);
@@ -512,6 +560,8 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     tol_learner_settings_t s;
     tol_learner_settings_unpack(p + 16, &s);
     s.train_anomalies = p[37];
+    s.rehearse = p[38];
+    s.replay_policy = p[7];
     s.threshold_k = tol_segs_getf(p + 40);
     s.ema_alpha = tol_segs_getf(p + 44);
     s.warmup = tol_segs_get32(p + 48);
@@ -521,6 +571,8 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 52)));
     /* checked: apply */
     L->set = s;
+    L->rehearsed = 0;
+    if (c->replay_capacity > 0u) L->replay.policy = s.replay_policy;
     tol_state_get_counters(p + 52, &L->prng.state, &L->samples_seen, &L->updates, &L->rejected);
     L->anomalies = tol_segs_get32(p + 68);
     L->n_pending = n_pending;

@@ -208,6 +208,7 @@ tol_status_t tol_replay_add_batch(tol_replay_t *rb, const float *x, const uint16
     const size_t d = rb->dim;
     if (rb->policy != (uint8_t)TOL_REPLAY_AR1) {
         for (uint16_t i = 0; i < n; i++) tol_replay_offer_(rb, &x[i * d], labels[i]);
+        rb->batches++; /* every policy keeps every counter: a policy set later starts from them */
         return TOL_OK;
     }
     /* AR1 */

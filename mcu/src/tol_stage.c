@@ -153,6 +153,7 @@ tol_status_t tol_stage_set_settings(tol_stage_t *S, const tol_learner_settings_t
     TOL_TRY(tol_stage_check_settings_(&S->cfg, s));
     S->set = *s;
     S->n_pending = 0;
+    if (S->cfg.replay_capacity > 0u) S->replay.policy = s->replay_policy; /* stored slots stay */
     return TOL_OK;
 }
 
@@ -169,7 +170,10 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
     TOL_CHECK(isfinite(cfg->latent_scale) && cfg->latent_scale > 0.0f, TOL_ERR_ARG);
     const tol_stage_layer_t *last = &cfg->layers[cfg->n_layers - 1u];
     TOL_CHECK(cfg->init_classes <= last->out_c, TOL_ERR_ARG);
-    TOL_TRY(tol_stage_check_settings_(cfg, &cfg->settings));
+    TOL_CHECK(cfg->replay_policy <= (uint8_t)TOL_REPLAY_AR1, TOL_ERR_ARG);
+    tol_learner_settings_t s0 = cfg->settings;
+    s0.replay_policy = cfg->replay_policy; /* the config's policy is the setting's start */
+    TOL_TRY(tol_stage_check_settings_(cfg, &s0));
     TOL_CHECK(mem_bytes >= tol_stage_bytes(cfg), TOL_ERR_OVERFLOW);
     /* parameters that do not train are read from the export */
     TOL_CHECK(cfg->init_params != NULL ||
@@ -260,6 +264,7 @@ void tol_stage_reset(tol_stage_t *S)
 {
     const tol_stage_config_t *c = &S->cfg;
     S->set = c->settings;
+    S->set.replay_policy = c->replay_policy;
     tol_prng_seed(&S->prng, c->seed);
     if (c->init_params != NULL) {
         /* the trained parts of the export, layer after layer */
@@ -287,7 +292,10 @@ void tol_stage_reset(tol_stage_t *S)
     S->n_active = c->init_classes;
     memset(S->class_count, 0, (size_t)S->rows * sizeof(uint32_t));
     memset(S->probs, 0, (size_t)S->rows * sizeof(float));
-    if (c->replay_capacity > 0u) tol_replay_clear(&S->replay);
+    if (c->replay_capacity > 0u) {
+        tol_replay_clear(&S->replay);
+        S->replay.policy = c->replay_policy;
+    }
     S->n_pending = 0;
     S->rehearsed = 0;
     S->push_fill = 0;
@@ -1074,7 +1082,8 @@ static uint8_t tol_stage_parts_(const tol_stage_t *S, uint8_t parts)
     return tol_state_parts(parts, S->cfg.replay_capacity, S->mom != NULL);
 }
 
-/* Header: 0 magic, 4 parts, 5 replay_bits, 6 replay_policy, 7 n_layers, 8 layer hash,
+/* Header: 0 magic, 4 parts, 5 replay_bits, 6 replay_policy (the setting in use; the config's
+ * in states saved before it was a setting), 7 n_layers, 8 layer hash,
  * 12 n_params, 16 lr, 20 momentum, 24 weight_decay, 28 clip_norm, 32 n_new:u16,
  * 34 n_old:u16, 36 mode, 37 rehearse (0 before idle rehearsal), 38 n_pending:u16, 40 prng, 44 samples_seen, 48 updates,
  * 52 rejected, 56 replay fill:u16, 58 replay capacity:u16, 60 replay seen,
@@ -1086,7 +1095,7 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
     tol_segs_put32(p, TOL_STAGE_STATE_MAGIC);
     p[4] = parts;
     p[5] = c->replay_bits;
-    p[6] = c->replay_policy;
+    p[6] = S->set.replay_policy;
     p[7] = c->n_layers;
     tol_segs_put32(p + 8, tol_stage_hash(c->layers, c->n_layers));
     tol_segs_put32(p + 12, S->n_params);
@@ -1123,7 +1132,7 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     const uint8_t *p = header;
     const tol_stage_config_t *c = &S->cfg;
     TOL_CHECK(tol_segs_get32(p) == TOL_STAGE_STATE_MAGIC, TOL_ERR_MODEL);
-    TOL_CHECK(p[5] == c->replay_bits && p[6] == c->replay_policy && p[7] == c->n_layers &&
+    TOL_CHECK(p[5] == c->replay_bits && p[7] == c->n_layers &&
                   tol_segs_get32(p + 8) == tol_stage_hash(c->layers, c->n_layers) &&
                   tol_segs_get32(p + 12) == S->n_params &&
                   tol_segs_get16(p + 58) == c->replay_capacity &&
@@ -1134,12 +1143,15 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     tol_learner_settings_t s = S->set;
     tol_learner_settings_unpack(p + 16, &s);
     s.rehearse = p[37];
+    s.replay_policy = p[6];
     TOL_TRY(tol_stage_check_settings_(c, &s));
     const uint16_t n_pending = tol_segs_get16(p + 38);
     const uint16_t fill = tol_segs_get16(p + 56);
     TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 40)));
     /* checked: apply */
     S->set = s;
+    S->rehearsed = 0;
+    if (c->replay_capacity > 0u) S->replay.policy = s.replay_policy;
     tol_state_get_counters(p + 40, &S->prng.state, &S->samples_seen, &S->updates, &S->rejected);
     S->n_pending = n_pending;
     tol_state_restore_replay(&S->replay, c->replay_capacity, pt, fill, tol_segs_get32(p + 60),

@@ -7,7 +7,7 @@ import click
 
 from ..checks import U32_MAX, Number
 from ..model.codegen import FC_WEIGHTS
-from ..model.export import DEFAULT_LEARNER, ExportSettings, export_model
+from ..model.export import DEFAULT_LEARNER, REPLAY_POLICIES, ExportSettings, export_model
 
 
 def _split_arg(value):
@@ -61,13 +61,18 @@ def _split_arg(value):
                    "pre-widened: twice their flash, fewer instructions (docs/kernels.md).")
 @click.option("--rehearse", type=click.IntRange(0, 255), default=DEFAULT_LEARNER["rehearse"],
               show_default=True,
-              help="Adaptive stage: replay-only training steps the device runs while idle after "
-                   "each learned sample (docs/adaptive.md, \"Recipe\"); `tinyol set --rehearse` "
-                   "changes it on the device.")
+              help="Classifier (head or adaptive stage): replay-only training steps the device runs "
+                   "while idle after each learned sample (docs/adaptive.md, \"Recipe\"); "
+                   "`tinyol set --rehearse` changes it on the device.")
+@click.option("--replay-policy", type=click.Choice(list(REPLAY_POLICIES)),
+              default=DEFAULT_LEARNER["replay_policy"], show_default=True,
+              help="Which latents stay in the replay buffer: reservoir (a uniform sample of the "
+                   "stream), balanced (class-balanced reservoir) or ar1 (Latent Replay's rule); "
+                   "`tinyol set --replay-policy` changes it on the device.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        stage_train, fc_weights, rehearse, quiet):
+        stage_train, fc_weights, rehearse, replay_policy, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -86,7 +91,8 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               replay_bits=int(replay_bits), lr=lr, momentum=momentum,
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
                               replay_n_old=replay_n_old, seed=seed,
-                              stage_train=stage_train, fc_weights=fc_weights, rehearse=rehearse)
+                              stage_train=stage_train, fc_weights=fc_weights, rehearse=rehearse,
+                              replay_policy=replay_policy)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "

@@ -6,12 +6,18 @@ import click
 from .._defs import SETTING_TEXT, Setting
 from ..checks import TIMEOUT, U32_MAX, Number
 from ..errors import TinyolError
+from ..learn.learner import POLICIES
 from ..link.device import Device
 from ..link.protocol import DeviceError
 from ..options import emit_json, json_option, port_option, resolve_port
 
 MODES = {"frozen": 0, "sgd": 1, "replay": 2}
 MODE_NAMES = {v: k for k, v in MODES.items()}
+POLICY_NAMES = {v: k for k, v in POLICIES.items()}
+# settings given and shown by name: setting -> (name -> wire value, wire value -> name)
+NAMED = {Setting.MODE: (MODES, MODE_NAMES), Setting.REPLAY_POLICY: (POLICIES, POLICY_NAMES)}
+# settings a firmware from before them does not know (GET refused): left out when reading all
+NEWER = (Setting.REHEARSE, Setting.REPLAY_POLICY)
 
 # option name -> (setting, click type, help); the order is the order they are applied and shown
 OPTIONS = [
@@ -31,8 +37,11 @@ OPTIONS = [
     ("train-anomalies", Setting.TRAIN_ANOMALIES, click.IntRange(0, 1), SETTING_TEXT[Setting.TRAIN_ANOMALIES]),
     ("autosave", Setting.AUTOSAVE, click.IntRange(0, U32_MAX), SETTING_TEXT[Setting.AUTOSAVE]),
     ("rehearse", Setting.REHEARSE, click.IntRange(0, 255),
-     "Adaptive stage: replay-only training steps the device runs while idle after each "
+     "Classifier: replay-only training steps the device runs while idle after each "
      "learned sample (0..255), 0 = off."),
+    ("replay-policy", Setting.REPLAY_POLICY, click.Choice(list(POLICIES)),
+     "Which latents stay in the replay buffer from now on: reservoir, balanced "
+     "(class-balanced) or ar1; the latents already stored stay."),
 ]
 
 
@@ -47,8 +56,10 @@ def _hint(key: str, value, dev) -> str:
     if key == "n-new":
         return "n_new must be 1..the --replay-n-new the model was exported with"
     if key == "rehearse":
-        return ("idle rehearsal runs on a model exported with an adaptive stage (--split before "
-                "the head) and a firmware of this tinyol or later")
+        return ("idle rehearsal needs a classifier and a firmware of this tinyol or later (an "
+                "adaptive stage's firmware had it first)")
+    if key == "replay-policy":
+        return "the replay policy is a setting in firmware of this tinyol or later"
     return "see `tinyol set --help` for each setting's range"
 
 
@@ -58,10 +69,10 @@ def read_all(dev) -> dict:
         try:
             v = dev.get(s)
         except DeviceError:
-            if s == Setting.REHEARSE:  # firmware from before idle rehearsal: it has none
+            if s in NEWER:  # firmware from before the setting: it has none
                 continue
             raise
-        out[name.replace("-", "_")] = MODE_NAMES.get(v, v) if s == Setting.MODE else v
+        out[name.replace("-", "_")] = NAMED[s][1].get(v, v) if s in NAMED else v
     return out
 
 
@@ -71,7 +82,7 @@ def apply(dev, changes: dict) -> dict:
         if name not in changes or changes[name] is None:
             continue
         value = changes[name]
-        raw = MODES[value] if s == Setting.MODE else value
+        raw = NAMED[s][0][value] if s in NAMED else value
         try:
             dev.set(s, raw)
         except DeviceError as e:

@@ -444,6 +444,7 @@ class Replay:
         if self.policy != POLICY_AR1:
             for i in range(n):
                 self._offer(xs[i], labels[i])
+            self.batches += 1  # every policy keeps every counter (the policy may change later)
             return
         i = 0
         while i < n and self.fill < self.capacity:
@@ -522,9 +523,12 @@ class Settings:
     threshold_k: float = 3.0
     ema_alpha: float = 0.01
     warmup: int = 50
-    # idle-time rehearsal (the adaptive stage only): replay-only SGD steps per idle period
+    # idle-time rehearsal (classifiers: head and stage): replay-only SGD steps per idle period
     # (between two learned samples), 0..255, 0 = off (docs/adaptive.md, "Recipe")
     rehearse: int = 0
+    # the replay policy of later offers (POLICY_*); reset takes the config's replay_policy
+    # (this field of Config.settings is ignored, as in tol_learner_config_t)
+    replay_policy: int = POLICY_RESERVOIR
 
 
 @dataclasses.dataclass
@@ -570,7 +574,8 @@ def check_settings(cfg: Config, s: Settings) -> None:
           and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new
           and (cfg.replay_capacity == 0 or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity,
                                                                        cfg.max_old))
-          and s.mode in (0, 1, 2) and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1)
+          and s.mode in (0, 1, 2) and s.replay_policy in (0, 1, 2) and 0 <= s.rehearse <= 255
+          and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1)
     if not ok:
         raise LearnerError("TOL_ERR_ARG")
 
@@ -630,6 +635,7 @@ class OnlineLearner:
         self.pending.append((x.copy(), int(label)))
         self.samples_seen += 1
         self.class_count[label] += 1
+        self.rehearsed = 0  # a new idle period begins after this sample
         if len(self.pending) < self.settings.n_new:
             return
         ok = self._update()
@@ -676,6 +682,45 @@ class OnlineLearner:
     def replay_add(self, q, label: int) -> None:
         self.replay_add_f(self._deq(q), label)
 
+    # -- idle-time rehearsal (tol_learner_rehearse, tol_stage_rehearse)
+    rehearsed = 0  # rehearsal steps since the last learned sample
+
+    def _rehearse_step(self, n_old: int) -> bool:
+        """One SGD step on n_old latents drawn from the buffer, weight 1/n_old each (their
+        rows activated as in an update): True, or False when refused as diverged."""
+        raise NotImplementedError
+
+    def rehearse(self) -> bool:
+        """One rehearsal step: an SGD step on n_old latents drawn from the replay buffer alone
+        (weight 1 / n_old each, their rows activated as in an update; nothing is added to the
+        buffer, the queue is left alone). Only for a classifier in replay mode with a non-empty
+        buffer, n_old > 0 and fewer than settings.rehearse steps since the last learned sample;
+        returns False (nothing done) otherwise. A diverged step counts as run (rejected += 1),
+        changes no parameter and raises nothing, as the device's idle loop."""
+        s = self.settings
+        if (self.rehearsed >= s.rehearse or s.mode != MODE_REPLAY or self.replay is None
+                or self.replay.fill == 0 or s.n_old == 0):
+            return False
+        try:
+            self._check_classifier()
+        except LearnerError:
+            return False
+        self.rehearsed += 1
+        if self._rehearse_step(s.n_old):
+            self.updates += 1
+        else:
+            self.rejected += 1
+        return True
+
+    def idle(self, steps: int | None = None) -> int:
+        """What the device does while no request comes: rehearsal steps until the idle
+        period's budget (settings.rehearse) is spent, or `steps` of them (the count a device
+        reported, to replay its stream exactly). Returns the steps run."""
+        n = 0
+        while (steps is None or n < steps) and self.rehearse():
+            n += 1
+        return n
+
     def stats(self) -> dict:
         active = self._active_rows()
         return {
@@ -701,7 +746,9 @@ class Learner(OnlineLearner):
     def __init__(self, cfg: Config):
         if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD):
             raise LearnerError("TOL_ERR_ARG")
-        check_settings(cfg, cfg.settings)
+        if cfg.replay_policy not in (POLICY_RESERVOIR, POLICY_BALANCED, POLICY_AR1):
+            raise LearnerError("TOL_ERR_ARG")
+        check_settings(cfg, dataclasses.replace(cfg.settings, replay_policy=cfg.replay_policy))
         self.cfg = cfg
         self.prng = Prng(cfg.seed)
         init_active = cfg.n_outputs if cfg.head_kind == HEAD_AUTOENCODER else cfg.init_classes
@@ -715,21 +762,25 @@ class Learner(OnlineLearner):
     # -- lifecycle
     def reset(self) -> None:
         cfg = self.cfg
-        self.settings = dataclasses.replace(cfg.settings)
+        self.settings = dataclasses.replace(cfg.settings, replay_policy=cfg.replay_policy)
         self.prng.seed(cfg.seed)
         self.head.reset()
         if self.replay is not None:
             self.replay.clear()
+            self.replay.policy = cfg.replay_policy
         s = self.settings
         self.anomaly_stats = AnomalyThreshold(s.threshold_k, s.ema_alpha, s.warmup)
         self.class_count = np.zeros(cfg.n_outputs, np.int64)
         self.pending: list[tuple[np.ndarray, int]] = []
         self.samples_seen = self.updates = self.rejected = self.anomalies = 0
+        self.rehearsed = 0
 
     def set_settings(self, s: Settings) -> None:
         check_settings(self.cfg, s)
         self.settings = dataclasses.replace(s)
         self.pending = []
+        if self.replay is not None:
+            self.replay.policy = int(s.replay_policy)  # the slots stored stay
         a = self.anomaly_stats
         a.k, a.alpha, a.warmup = F32(s.threshold_k), F32(s.ema_alpha), max(1, int(s.warmup))
 
@@ -790,6 +841,17 @@ class Learner(OnlineLearner):
             self.replay.add_batch(np.stack([x for x, _ in self.pending]),
                                   [y for _, y in self.pending])
         return True
+
+    def _rehearse_step(self, n_old: int) -> bool:
+        # the device uses the batch slots after the queue's (tol_head_view): the queue stays
+        h, s = self.head, self.settings
+        weight = F32(1.0) / F32(n_old)
+        h.grad_zero()
+        for _ in range(n_old):
+            xr, yr = self.replay.get(self.replay.draw())
+            h.activate(yr)
+            h.grad_add_ce(xr, yr, weight)
+        return h.step(s.lr, s.momentum, s.weight_decay, s.clip_norm)
 
     # -- autoencoder
     def score_f(self, x, target) -> tuple[float, bool]:

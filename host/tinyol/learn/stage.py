@@ -385,7 +385,8 @@ def _check_settings(cfg: StageConfig, s: Settings) -> None:
           and 1 <= s.n_new <= cfg.max_new
           and (cfg.replay_capacity == 0
                or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity, cfg.max_old))
-          and s.mode in (0, 1, 2) and 0 <= s.rehearse <= REHEARSE_MAX)
+          and s.mode in (0, 1, 2) and 0 <= s.rehearse <= REHEARSE_MAX
+          and s.replay_policy in (0, 1, 2))
     if not ok:
         raise LearnerError("TOL_ERR_ARG")
 
@@ -402,7 +403,9 @@ class Stage(OnlineLearner):
         if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD
                 and 0 <= cfg.init_classes <= layers[-1].out_c):
             raise LearnerError("TOL_ERR_ARG")
-        _check_settings(cfg, cfg.settings)
+        if cfg.replay_policy not in (0, 1, 2):
+            raise LearnerError("TOL_ERR_ARG")
+        _check_settings(cfg, dataclasses.replace(cfg.settings, replay_policy=cfg.replay_policy))
         self.cfg = cfg
         self.layers = layers
         if cfg.init_params is None and n_trained(layers) != n_params(layers):
@@ -470,7 +473,7 @@ class Stage(OnlineLearner):
 
     def reset(self) -> None:
         cfg = self.cfg
-        self.settings = dataclasses.replace(cfg.settings)
+        self.settings = dataclasses.replace(cfg.settings, replay_policy=cfg.replay_policy)
         self.prng.seed(cfg.seed)
         self._init = (np.zeros(n_params(self.layers), F32) if cfg.init_params is None
                       else np.asarray(cfg.init_params, F32).reshape(n_params(self.layers)).copy())
@@ -486,6 +489,7 @@ class Stage(OnlineLearner):
         self.probs = np.zeros(self.rows, F32)
         if self.replay is not None:
             self.replay.clear()
+            self.replay.policy = cfg.replay_policy
         self.pending: list[tuple[np.ndarray, int]] = []
         self.samples_seen = self.updates = self.rejected = 0
         self.rehearsed = 0  # rehearsal steps since the last learned sample (tol_stage_t.rehearsed)
@@ -494,6 +498,8 @@ class Stage(OnlineLearner):
         _check_settings(self.cfg, s)
         self.settings = dataclasses.replace(s)
         self.pending = []
+        if self.replay is not None:
+            self.replay.policy = int(s.replay_policy)  # the slots stored stay
 
     def _activate(self, r: int) -> None:
         if r >= self.rows or self.active[r]:
@@ -625,47 +631,15 @@ class Stage(OnlineLearner):
                                   [y for _, y in self.pending])
         return True
 
-    def learn_f(self, x, label: int) -> None:
-        seen = self.samples_seen
-        try:
-            super().learn_f(x, label)
-        finally:
-            if self.samples_seen != seen:
-                self.rehearsed = 0  # a new idle period begins after this sample
-
-    # -- idle-time rehearsal (tol_stage_rehearse)
-    def rehearse(self) -> bool:
-        """One rehearsal step: an SGD step on n_old latents drawn from the replay buffer alone
-        (weight 1 / n_old each, their rows activated as in an update; nothing is added to the
-        buffer, the queue is left alone). Only in replay mode with a non-empty buffer, n_old > 0
-        and fewer than settings.rehearse steps since the last learned sample; returns False
-        (nothing done) otherwise. A diverged step counts as run (rejected += 1), changes no
-        parameter and raises nothing, as the device's idle loop."""
-        s = self.settings
-        if (self.rehearsed >= s.rehearse or s.mode != MODE_REPLAY or self.replay is None
-                or self.replay.fill == 0 or s.n_old == 0):
-            return False
-        self.rehearsed += 1
-        weight = F32(1.0) / F32(s.n_old)
+    # -- idle-time rehearsal (tol_stage_rehearse; OnlineLearner.rehearse / idle)
+    def _rehearse_step(self, n_old: int) -> bool:
+        weight = F32(1.0) / F32(n_old)
         self.grads = np.zeros(self.n_params, F32)
-        for _ in range(s.n_old):
+        for _ in range(n_old):
             xr, yr = self.replay.get(self.replay.draw())
             self._activate(yr)
             self._grad_add(xr, yr, weight)
-        if self._step():
-            self.updates += 1
-        else:
-            self.rejected += 1
-        return True
-
-    def idle(self, steps: int | None = None) -> int:
-        """What the device does while no request comes: rehearsal steps until the idle
-        period's budget (settings.rehearse) is spent, or `steps` of them (the count a device
-        reported, to replay its stream exactly). Returns the steps run."""
-        n = 0
-        while (steps is None or n < steps) and self.rehearse():
-            n += 1
-        return n
+        return self._step()
 
     # -- the stage image (tol_stage_image_read / tol_stage_push_commit)
     def image(self) -> bytes:

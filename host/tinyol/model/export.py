@@ -48,8 +48,11 @@ from .tflite import parse_model, split_classifier
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
 DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
                        replay_n_new=1, replay_n_old=16, seed=1,  # docs/study.md
-                       rehearse=0)  # adaptive stage: idle rehearsal steps (docs/adaptive.md, "Recipe")
+                       rehearse=0,  # classifier: idle rehearsal steps (docs/adaptive.md, "Recipe")
+                       replay_policy="reservoir")  # which latents stay (tol_replay_policy_t)
 REPLAY_BITS = (32, 8, 7)
+# the replay policy's names, in tol_replay_policy_t order (TOL_REPLAY_POLICY in config.h)
+REPLAY_POLICIES = ("reservoir", "balanced", "ar1")
 
 CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
@@ -545,8 +548,11 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     define("TOL_REPLAY_N_NEW", L["replay_n_new"], "new samples per update")
     define("TOL_REPLAY_N_OLD", L["replay_n_old"], "replayed samples per update")
     define("TOL_SEED", f"{L['seed']}u")
-    if "rehearse" in L:  # adaptive stages exported since idle rehearsal
+    if "rehearse" in L:  # exports since idle rehearsal
         define("TOL_REHEARSE", f"{int(L['rehearse'])}u", "idle rehearsal steps per idle period, 0 = off")
+    if "replay_policy" in L:  # exports since the policy is a setting (before: reservoir)
+        define("TOL_REPLAY_POLICY", REPLAY_POLICIES.index(L["replay_policy"]),
+               "0 reservoir, 1 class-balanced, 2 AR1 (a run-time setting)")
     define("TOL_HAS_MOMENTUM", 1 if float(L["momentum"]) != 0.0 else 0,
            "momentum buffers reserved (momentum > 0 at export)")
     body = "\n".join(d)
@@ -623,7 +629,8 @@ class ExportSettings:
     seed: int = DEFAULT_LEARNER["seed"]
     stage_train: str | None = None      # lean stage: all, bias or LAYER[:all|bias|frozen],...
     fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
-    rehearse: int = DEFAULT_LEARNER["rehearse"]  # adaptive stage: idle rehearsal steps, 0..255
+    rehearse: int = DEFAULT_LEARNER["rehearse"]  # classifier: idle rehearsal steps, 0..255
+    replay_policy: str = DEFAULT_LEARNER["replay_policy"]  # reservoir, balanced or ar1
 
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
@@ -648,6 +655,9 @@ class ExportSettings:
                               hint="0 (the default) reserves no momentum buffers on the device")
         if not 0 <= self.rehearse <= 255:
             raise TinyolError(f"--rehearse must be 0..255, not {self.rehearse}")
+        if self.replay_policy not in REPLAY_POLICIES:
+            raise TinyolError(f"--replay-policy must be one of {', '.join(REPLAY_POLICIES)}, "
+                              f"not {self.replay_policy!r}")
         if self.mode not in ("auto", "classifier", "autoencoder"):
             raise TinyolError(f"unknown head mode {self.mode!r}")
         if self.fc_weights not in FC_WEIGHTS:
@@ -880,11 +890,11 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     learner = dict(lr=float(s.lr), momentum=float(s.momentum), weight_decay=float(s.weight_decay),
                    replay_capacity=int(capacity), replay_bits=int(s.replay_bits),
                    replay_n_new=int(s.replay_n_new), replay_n_old=int(s.replay_n_old), seed=int(s.seed))
-    if stage is not None:
-        learner["rehearse"] = int(s.rehearse)
-    elif s.rehearse:
-        raise TinyolError("--rehearse needs an adaptive stage (--split before the head)",
-                          hint="idle rehearsal trains the stage at the cut; the one-layer head has none")
+    if head_mode == "autoencoder" and s.rehearse:
+        raise TinyolError("--rehearse needs a classifier head",
+                          hint="idle rehearsal replays labelled latents; an autoencoder keeps none")
+    learner["rehearse"] = int(s.rehearse)
+    learner["replay_policy"] = s.replay_policy
     if stage is not None:
         trained = sum(l.n_train for l in stage[0])
         echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"

@@ -144,10 +144,11 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
                    n_old=int(get("replay_n_old", 4)), mode=mode,
                    threshold_k=float(get("threshold_k", 3.0)),
                    ema_alpha=float(get("ema_alpha", 0.01)), warmup=int(get("warmup", 50)),
-                   rehearse=int(get("rehearse", 0)) if model.stage is not None else 0)
+                   rehearse=int(get("rehearse", 0)))
+    # the export's policy (manifest learner.replay_policy; before it was a setting: reservoir)
+    policy = over.get("policy") or m.get("replay_policy") or m.get("policy") or "reservoir"
     replay = dict(capacity=cap, bits=int(get("replay_bits", 8)),
-                  policy=L.POLICIES[get("policy", "reservoir")], seed=int(get("seed", 1)),
-                  max_new=n_new)
+                  policy=L.POLICIES[policy], seed=int(get("seed", 1)), max_new=n_new)
     return s, replay
 
 
