@@ -35,7 +35,6 @@ from ..boards import BOARDS
 from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..learn import learner as L
-from ..learn.stage import F32
 from ..model.export import export_model
 from ..model.folder import read_manifest
 from ..paths import project_root
@@ -122,52 +121,17 @@ def bench_rows(ds, res: dict, work: Path, echo) -> None:
 
 
 # --------------------------------------------------------------------------- runs
-class Rehearsing:
-    """A learner that, after each streamed sample, makes `extra` more SGD steps on replayed
-    samples alone (n_old each, weight 1/n_old): rehearsal in the idle time between samples.
-    Emulated on the twin with its own gradient and step code (tinyol.learn.stage /
-    tinyol.learn.learner); the firmware has no such mode on this branch."""
-
-    def __init__(self, lrn, extra: int):
-        self._l, self._extra = lrn, extra
-
-    def __getattr__(self, k):
-        return getattr(self._l, k)
-
-    def learn(self, q, label):
-        self._l.learn(q, label)
-        st = self._l
-        if self._extra == 0 or st.replay is None or st.replay.fill == 0:
-            return
-        s = st.settings
-        w = F32(1.0) / F32(s.n_old)
-        for _ in range(self._extra):
-            if hasattr(st, "head"):            # the last layer (tol_learner)
-                h = st.head
-                h.grad_zero()
-                for _ in range(s.n_old):
-                    xr, yr = st.replay.get(st.replay.draw())
-                    h.activate(yr)
-                    h.grad_add_ce(xr, yr, w)
-                ok = h.step(s.lr, s.momentum, s.weight_decay, s.clip_norm)
-            else:                              # a stage (tol_stage)
-                st.grads = np.zeros(st.n_params, F32)
-                for _ in range(s.n_old):
-                    xr, yr = st.replay.get(st.replay.draw())
-                    st._activate(yr)
-                    st._grad_add(xr, yr, w)
-                ok = st._step()
-            if ok:
-                st.updates += 1
-
-
 def make(model: S.Model, *, seed: int, capacity: int, policy: int, extra: int, lr: float,
          mode: str = "replay"):
+    """The twin with the device's settings: `extra` idle rehearsal steps after each streamed
+    sample are the device's own (settings.rehearse; tinyol.targets.simulation.run_classifier
+    gives the learner its whole idle budget after each sample: Learner.idle / Stage.idle, the
+    twins of tol_learner_rehearse / tol_stage_rehearse)."""
     settings = L.Settings(lr=lr, n_new=1, n_old=16 if mode == "replay" else 0,
-                          mode=L.MODES[mode])
+                          mode=L.MODES[mode], rehearse=extra if mode == "replay" else 0)
     replay = dict(capacity=capacity if mode == "replay" else 0, bits=D.BITS, policy=policy,
                   seed=seed + 1, max_new=1)
-    return Rehearsing(S.make_learner(model, settings, replay), extra)
+    return S.make_learner(model, settings, replay)
 
 
 def run(ds, model: S.Model, Qtr, Qte, *, seed: int, capacity: int = D.CAPACITY,
@@ -511,9 +475,12 @@ def markdown(results: list[dict], seeds: int) -> str:
               f"Each configuration above that fits the L476RG, run with the replay slots that "
               f"fit (at most {CAP_LIMIT}), and the recipe knobs the twin offers: replay policy "
               f"(reservoir or class-balanced, tol_replay's policies), idle-time rehearsal (0 "
-              f"or 2 extra SGD steps on 16 replayed samples after each streamed sample: "
-              f"emulated on the twin with its own gradient and step code; the firmware has no "
-              f"such mode yet); lr {D.LR} throughout (the twin on main has no lr schedule); the recipe "
+              f"or 2 extra SGD steps on 16 replayed samples after each streamed sample: the "
+              f"device's own idle rehearsal, `--rehearse` / `tinyol set --rehearse`, run by "
+              f"the twin's `idle()`, which equals the firmware bit for bit, head and stage; "
+              f"the json's rows were measured when the twin emulated it with its own gradient "
+              f"and step code, and the device's code reproduces the digits rows to the last "
+              f"bit); lr {D.LR} throughout (the twin on main has no lr schedule); the recipe "
               f"is chosen on a validation split of the training data (30 %, one order), then "
               f"run on the test split over {seeds} orders; `(not searched)`: the recipe was "
               f"set, not chosen, and the row run on fewer orders, for lack of CPU on the "
@@ -577,7 +544,10 @@ READING = [
     "accuracies were not kept, its test result, 89.4 ± 2.5 %, was re-run to the digit from "
     "the stated recipe for this json), reaches 89.4 ± 2.5 % "
     "against 86.4 ± 0.7 % without, for about 94 k idle instructions per sample (2 x 16/17 of "
-    "a 50 k step). The float stage at `embed` fits only 40 slots (83 KB): 90.4 % without "
+    "a 50 k step). The firmware runs exactly this: `tinyol export ... --rehearse 2` (or "
+    "`tinyol set --rehearse 2`) on the one-layer head, no RAM added; the twin with the "
+    "device's rehearsal code gives the same three accuracies to the last bit, and so for "
+    "the `embed` row below (87.0 / 90.4 %). The float stage at `embed` fits only 40 slots (83 KB): 90.4 % without "
     "rehearsal in order 0, 87.0 % with 2 idle steps (40 slots are rehearsed into overfit). "
     "Joint training's 97.3 % stays 7-8 points away; what stands in the way is memory: the "
     "cuts that reach 92-93 % need 124-190 KB at 200 slots, and `conv2` (the best, 92.8 %) "
