@@ -306,7 +306,9 @@ def test_lean_l476_last_layer_row_recomputed(tmp_path):
     """The L476RG table's digits last-layer row: its slot count fits the board by the one
     memory model (one more slot does not fit), and its accuracy cells are recomputed here from
     the row's stated slots and recipe, with idle rehearsal written out in this test: after each
-    streamed sample, `extra` SGD steps of the head on n_old replayed samples (weight 1/n_old)."""
+    streamed sample, `extra` SGD steps of the head on n_old replayed samples (weight 1/n_old),
+    and again with the firmware's own idle rehearsal (Learner.idle, bit-identical with
+    tol_learner_rehearse): both give the cell."""
     import re
 
     from tinyol import memory
@@ -346,12 +348,14 @@ def test_lean_l476_last_layer_row_recomputed(tmp_path):
     q = [S.latents(model, S.quantize_input(X.reshape(len(X), -1), *model.input_q))
          for X in (Xtr, Xte)]
 
-    def one(seed, pol, ex, rate):
+    def one(seed, pol, ex, rate, device=False):
+        """device: the rehearsal is the firmware's (settings.rehearse, Learner.idle: the twin
+        of tol_learner_rehearse), not the one written out here."""
         rng = np.random.default_rng(seed)
         pre = rng.permutation(np.flatnonzero(ytr < 5))
         stream = rng.permutation(np.flatnonzero(ytr >= 5))
         lrn = S.make_learner(model, L.Settings(lr=rate, n_new=1, n_old=st["n_old"],
-                                               mode=L.MODE_REPLAY),
+                                               mode=L.MODE_REPLAY, rehearse=ex if device else 0),
                              dict(capacity=slots, bits=8, policy=pol, seed=seed + 1, max_new=1))
         for i in pre:
             lrn.replay_add(q[0][i], int(ytr[i]))
@@ -359,6 +363,9 @@ def test_lean_l476_last_layer_row_recomputed(tmp_path):
         for i in stream:
             lrn.predict(q[0][i])
             lrn.learn(q[0][i], int(ytr[i]))
+            if device:
+                assert lrn.idle() == ex
+                continue
             for _ in range(ex):
                 h.grad_zero()
                 for _ in range(st["n_old"]):
@@ -372,4 +379,6 @@ def test_lean_l476_last_layer_row_recomputed(tmp_path):
         return f"{100 * np.mean(v):.1f} ± {100 * np.std(v):.1f}"
 
     assert cells[9] == pm([one(s, policy, extra, lr) for s in range(st["seeds"])])
+    # the firmware's idle rehearsal on the head (tinyol export --rehearse) gives the same cell
+    assert cells[9] == pm([one(s, policy, extra, lr, device=True) for s in range(st["seeds"])])
     assert cells[8] == pm([one(s, L.POLICY_RESERVOIR, 0, st["lr"]) for s in range(st["seeds"])])
