@@ -373,19 +373,22 @@ static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_
 
 /* The window of output (oy, ox) of a CONV, DWCONV or pooling layer: taps [ky0, ky1) x
  * [kx0, kx1) inside the input, and the input position of tap (ky0, kx0). Every loop over
- * output positions takes its window from here. */
+ * output positions takes its window from here: its rows once per output row
+ * (tol_stage_win_row_), its columns per output position (tol_stage_win_col_). */
 typedef struct {
     uint32_t ky0, ky1, kx0, kx1, iy0, ix0;
 } tol_stage_win_t;
 
-static tol_stage_win_t tol_stage_win_(const tol_stage_layer_t *l, uint32_t oy, uint32_t ox)
+static void tol_stage_win_row_(const tol_stage_layer_t *l, uint32_t oy, tol_stage_win_t *w)
 {
-    tol_stage_win_t w;
-    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &w.ky0, &w.ky1);
-    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &w.kx0, &w.kx1);
-    w.iy0 = oy * l->sh + w.ky0 - l->pt;
-    w.ix0 = ox * l->sw + w.kx0 - l->pl;
-    return w;
+    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &w->ky0, &w->ky1);
+    w->iy0 = oy * l->sh + w->ky0 - l->pt;
+}
+
+static void tol_stage_win_col_(const tol_stage_layer_t *l, uint32_t ox, tol_stage_win_t *w)
+{
+    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &w->kx0, &w->kx1);
+    w->ix0 = ox * l->sw + w->kx0 - l->pl;
 }
 
 /* What the CONV and DWCONV loops derive from a layer: depthwise or not, the depth multiplier
@@ -430,8 +433,10 @@ static void tol_stage_pool_(const tol_stage_layer_t *l, const float *x, float *y
     const uint32_t cn = l->in_c;
     const int avg = l->kind == TOL_STAGE_AVGPOOL;
     for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        tol_stage_win_t w;
+        tol_stage_win_row_(l, oy, &w);
         for (uint32_t ox = 0; ox < l->out_w; ox++) {
-            const tol_stage_win_t w = tol_stage_win_(l, oy, ox);
+            tol_stage_win_col_(l, ox, &w);
             const size_t o = ((size_t)oy * l->out_w + ox) * cn;
             const float n = (float)((w.ky1 - w.ky0) * (w.kx1 - w.kx0));
             for (uint32_t c = 0; c < cn; c++) {
@@ -493,8 +498,10 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
     case TOL_STAGE_DWCONV: {
         const tol_stage_conv_t cv = tol_stage_conv_(l);
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
+            tol_stage_win_t win;
+            tol_stage_win_row_(l, oy, &win);
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                const tol_stage_win_t win = tol_stage_win_(l, oy, ox);
+                tol_stage_win_col_(l, ox, &win);
                 float *yo = &y[((size_t)oy * l->out_w + ox) * cv.cout];
                 if (cv.dw && cv.mult == 1u) {
                     /* one channel per input channel: the channels of a tap are contiguous in x
@@ -629,8 +636,10 @@ static void tol_stage_dw_backward8_(const tol_stage_layer_t *l, const float *w, 
     const uint32_t c = l->out_c;
     const uint32_t c8 = c & ~7u;
     for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        tol_stage_win_t win;
+        tol_stage_win_row_(l, oy, &win);
         for (uint32_t ox = 0; ox < l->out_w; ox++) {
-            const tol_stage_win_t win = tol_stage_win_(l, oy, ox);
+            tol_stage_win_col_(l, ox, &win);
             const float *dp = &d[((size_t)oy * l->out_w + ox) * c];
             if (gb != NULL) {
                 for (uint32_t co = 0; co < c8; co += 8u) tol_fmac_vadd8_(&gb[co], &dp[co]);
@@ -686,8 +695,10 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
             break;
         }
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
+            tol_stage_win_t win;
+            tol_stage_win_row_(l, oy, &win);
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                const tol_stage_win_t win = tol_stage_win_(l, oy, ox);
+                tol_stage_win_col_(l, ox, &win);
                 const float *dp = &d[((size_t)oy * l->out_w + ox) * cv.cout];
                 const uint32_t run = (win.kx1 - win.kx0) * cv.cin;
                 for (uint32_t co = 0; co < cv.cout; co++) {
