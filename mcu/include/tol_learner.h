@@ -151,14 +151,17 @@ typedef struct {
 /* Settings used when nothing else is given (the study's choice, docs/study.md). */
 void tol_learner_settings_default(tol_learner_settings_t *s);
 
+/* The checks every classifier learner (the head's, the stage's) makes of its settings against
+ * its configuration's bounds: lr, momentum (0 without momentum buffers), weight decay, clip
+ * norm, 1 <= n_new <= max_new, n_old <= TOL_LEARNER_MAX_OLD_EFF(replay_capacity, max_old) when
+ * there is a replay buffer (max_old as configured: 0 = automatic), mode. TOL_ERR_ARG when one
+ * fails. */
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, uint16_t max_old,
+                                        uint16_t replay_capacity, uint8_t no_momentum);
+
 /* The classifier settings in a state header (the learner's and the stage's): 21 bytes at p,
  * lr, momentum, weight_decay, clip_norm (float32 LE), n_new, n_old (uint16 LE), mode.
  * unpack sets only those fields of *s. */
-/* The checks every classifier learner (the head's, the stage's) makes of its settings: lr,
- * momentum (0 without momentum buffers), weight decay, clip norm, 1 <= n_new <= max_new,
- * n_old <= max_old when there is a replay buffer, mode. TOL_ERR_ARG when one fails. */
-tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
-                                        uint16_t replay_capacity, uint8_t no_momentum);
 #define TOL_LEARNER_SETTINGS_PACKED 21u
 void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p);
 void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s);

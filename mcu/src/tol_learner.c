@@ -23,7 +23,7 @@ void tol_learner_settings_default(tol_learner_settings_t *s)
     s->warmup = 50;
 }
 
-tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, uint16_t max_old,
                                         uint16_t replay_capacity, uint8_t no_momentum)
 {
     TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
@@ -32,7 +32,8 @@ tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_
     TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->n_new >= 1u && s->n_new <= max_new, TOL_ERR_ARG);
-    TOL_CHECK(replay_capacity == 0u || s->n_old <= max_old, TOL_ERR_ARG);
+    TOL_CHECK(replay_capacity == 0u || s->n_old <= TOL_LEARNER_MAX_OLD_EFF(replay_capacity, max_old),
+              TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
     return TOL_OK;
 }
@@ -40,8 +41,7 @@ tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_
 static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
                                                 const tol_learner_settings_t *s)
 {
-    const size_t max_old = TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old);
-    TOL_TRY(tol_learner_settings_check(s, cfg->max_new, max_old, cfg->replay_capacity, cfg->no_momentum));
+    TOL_TRY(tol_learner_settings_check(s, cfg->max_new, cfg->max_old, cfg->replay_capacity, cfg->no_momentum));
     TOL_CHECK(isfinite(s->threshold_k) && s->threshold_k >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->ema_alpha > 0.0f && s->ema_alpha <= 1.0f, TOL_ERR_ARG);
     return TOL_OK;

@@ -130,16 +130,10 @@ size_t tol_stage_bytes(const tol_stage_config_t *cfg)
 
 /* ---- settings ------------------------------------------------------------------------ */
 
-static size_t tol_stage_max_old_(const tol_stage_config_t *c)
-{
-    return TOL_LEARNER_MAX_OLD_EFF(c->replay_capacity, c->max_old);
-}
-
 static tol_status_t tol_stage_check_settings_(const tol_stage_config_t *cfg,
                                               const tol_learner_settings_t *s)
 {
-    return tol_learner_settings_check(s, cfg->max_new, tol_stage_max_old_(cfg), cfg->replay_capacity,
-                                      cfg->no_momentum);
+    return tol_learner_settings_check(s, cfg->max_new, cfg->max_old, cfg->replay_capacity, cfg->no_momentum);
 }
 
 void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s)
