@@ -584,10 +584,12 @@ class OnlineConfig:
 @dataclasses.dataclass
 class Config(OnlineConfig):
     """tol_learner_config_t: the head (its size, kind and exported weights) and, for the
-    autoencoder, the target quantization; the rest is :class:`OnlineConfig`'s."""
+    autoencoder, the target quantization; the rest is :class:`OnlineConfig`'s. Only latent_dim
+    and n_outputs may be given by position."""
 
     latent_dim: int
     n_outputs: int
+    _: dataclasses.KW_ONLY
     head_kind: int = HEAD_CLASSIFIER
     init_weight: np.ndarray | None = None
     init_bias: np.ndarray | None = None

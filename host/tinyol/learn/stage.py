@@ -345,10 +345,12 @@ def _pool_backward(l: Layer, t: _PoolTables, x: np.ndarray, d: np.ndarray) -> np
 @dataclasses.dataclass
 class StageConfig(OnlineConfig):
     """tol_stage_config_t: the layers and their exported parameters; the rest (replay buffer,
-    batch bounds, settings, ...) is :class:`~tinyol.learn.learner.OnlineConfig`'s."""
+    batch bounds, settings, ...) is :class:`~tinyol.learn.learner.OnlineConfig`'s. Only layers and
+    init_params may be given by position."""
 
     layers: list
     init_params: np.ndarray | None = None
+    _: dataclasses.KW_ONLY
     # twin only (not on the device): learning rate lr / (1 + lr_decay * samples_seen), a
     # schedule measured for the recipe (docs/adaptive.md, "Recipe"); 0 = constant, the C's
     lr_decay: float = 0.0
