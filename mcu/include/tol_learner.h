@@ -210,7 +210,7 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
  * the max_new queue slots (head.x[max_new ..]), so queued fresh samples stay untouched and no
  * memory is added. TOL_OK: a step ran (counted in updates, or in rejected when it would have
  * diverged: nothing changed then); TOL_ERR_UNSUPPORTED: nothing to do.
- * host/tinyol/learn/learner.py Learner.rehearse is its twin. */
+ * host/tinyol/learn/learner.py OnlineLearner.rehearse (Learner) is its twin. */
 tol_status_t tol_learner_rehearse(tol_learner_t *L);
 
 /* Put a latent straight into the replay buffer (policy applies, no training),
