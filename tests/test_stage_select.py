@@ -17,7 +17,7 @@ from tinyol import memory
 from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
 
-pytestmark = [pytest.mark.tf]
+pytestmark = [pytest.mark.tf]  # the export tests; the last one needs no TF
 BOARD = "nucleo_l476rg"
 
 
@@ -141,3 +141,23 @@ def test_auto_cli_one_line_error_and_info_shows_the_choice(case, auto, capsys):
     out = capsys.readouterr().out
     assert code in (0, None)
     assert f"adaptive stage trains: {auto[0]['stage']['train_spec']} (chosen by --stage-train auto" in out
+
+
+def test_task_uses_the_new_classes_when_the_data_has_them():
+    from tinyol.model.stage_select import make_task
+
+    y = np.repeat(np.arange(5), 10)          # rows 0-2 known, 3-4 new (max 6 rows)
+    Q = np.arange(50, dtype=np.int8)[:, None]
+    t = make_task(Q, y, 3, 6, seed=7)
+    assert t.truly_new and t.held_out == (3, 4) and t.n_kept == 3
+    assert list(t.order[:5]) == [0, 1, 2, 3, 4]
+    assert set(t.prefill[1]) == {0, 1, 2} and set(t.stream[1]) == {3, 4}
+    assert len(t.stream[1]) == 10 and len(t.prefill[1]) == 15 and len(t.test[1]) == 25
+    seen = np.concatenate([t.prefill[0], t.stream[0], t.test[0]]).ravel()
+    assert sorted(seen) == list(range(50))   # every sample once: train halves and test halves
+    # without new classes: leave a third of the known ones out (one of three), rows permuted
+    t2 = make_task(Q[:30], y[:30], 3, 6, seed=7)
+    assert not t2.truly_new and len(t2.held_out) == 1 and t2.n_kept == 2
+    assert t2.order[2] == t2.held_out[0] and set(t2.stream[1]) == {2}
+    with pytest.raises(TinyolError, match="at least two classes"):
+        make_task(Q[:10], y[:10], 3, 6, seed=7)

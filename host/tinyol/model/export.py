@@ -633,6 +633,7 @@ class ExportSettings:
     seed: int = DEFAULT_LEARNER["seed"]
     stage_train: str | None = None      # lean stage: all, bias, auto or LAYER[:all|bias|frozen],...
     stage_budget: int | None = None     # --stage-train auto: most learner bytes without replay
+    stage_data: str | None = None       # --stage-train auto: labelled data to choose on (default: calib)
     fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
     rehearse: int = DEFAULT_LEARNER["rehearse"]  # adaptive stage: idle rehearsal steps, 0..255
 
@@ -670,11 +671,13 @@ class ExportSettings:
             if self.board is None:
                 raise TinyolError("--stage-train auto needs --board (what trains is chosen to fit it)",
                                   hint="e.g. --board nucleo_l476rg")
-            if self.calib is None:
+            if self.calib is None and self.stage_data is None:
                 raise TinyolError("--stage-train auto needs labelled --calib data (it measures what "
                                   "each layer's training gains on it)",
                                   hint="e.g. --calib digits:0-4@train, or name what trains: "
                                        "--stage-train bias")
+        if self.stage_data is not None and not self.auto_train:
+            raise TinyolError("--stage-data applies to --stage-train auto")
         if self.stage_budget is not None:
             if not self.auto_train:
                 raise TinyolError("--stage-budget applies to --stage-train auto")
@@ -846,7 +849,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
             if stage is not None:
                 layers0 = grow_rows(*stage, rows)[0]
             if s.auto_train:
-                replay0 = s.replay_capacity if s.replay_capacity is not None else AUTO_REPLAY_SLOTS
+                replay0 = s.replay_capacity or 0
                 mm0 = memory_model(input_size=n_in, dim=layers0[0].in_size, rows=rows,
                                    autoencoder=False, arena_bytes=0, replay_capacity=replay0,
                                    replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
@@ -994,6 +997,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
 
 
 AUTO_REPLAY_SLOTS = DEFAULT_LEARNER["replay_capacity"]  # kept free by auto without --replay-capacity
+# (or as many as fit with the classifier alone training, when fewer do)
 
 
 def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, rows: int,
@@ -1001,16 +1005,33 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
     """`--stage-train auto`: measure each layer's contribution on the calibration data with
     the twin and choose what trains (tinyol.model.stage_select). Returns the manifest's
     "selection" entry (spec, table, accuracies)."""
-    X, y, _ = load_source(s.calib, label_column=s.label_column)
+    src = s.stage_data or s.calib
+    X, y, _ = load_source(src, label_column=s.label_column)
     in_shape = tuple(int(d) for d in inp.shape[1:])
     if int(np.prod(X.shape[1:])) != int(np.prod(in_shape)):
-        raise TinyolError(f"--calib {s.calib!r}: {int(np.prod(X.shape[1:]))} values per sample, the "
-                          f"model input needs {int(np.prod(in_shape))}")
-    n_rows = layers[-1].out_c
-    idx = stage_select.subsample(y, n_rows, s.seed)
+        raise TinyolError(f"{'--stage-data' if s.stage_data else '--calib'} {src!r}: "
+                          f"{int(np.prod(X.shape[1:]))} values per sample, the model input needs "
+                          f"{int(np.prod(in_shape))}")
+    n_known = layers[-1].out_c
+    layers, flat = grow_rows(layers, flat, rows, n_known)  # measured as the device runs it
+    idx = stage_select.subsample(y, rows, s.seed)
     Q = stage_select.latents(tfl, X[idx].reshape((-1,) + in_shape), inp, lat)
-    task = stage_select.make_task(Q, y[idx], n_rows, s.seed)
-    replay = s.replay_capacity if s.replay_capacity is not None else AUTO_REPLAY_SLOTS
+    task = stage_select.make_task(Q, y[idx], n_known, rows, s.seed)
+
+    def model_for(ls, slots):
+        return memory_model(input_size=int(np.prod(in_shape)), dim=ls[0].in_size, rows=rows,
+                            autoencoder=False, arena_bytes=arena, replay_capacity=slots,
+                            replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
+                            replay_n_old=s.replay_n_old, momentum=s.momentum,
+                            flash_model_bytes=flash + 4 * int(flat.size), stage=ls)
+
+    replay = s.replay_capacity
+    if replay is None:  # keep room for the default slots, or as many as the classifier alone leaves
+        board = get_board(s.board)
+        most = min(memory.largest_capacity(model_for(stage_select.least(layers), 0), board.name,
+                                           memory.board_regions(board), test_build=t)
+                   for t in (False, True))
+        replay = max(0, min(AUTO_REPLAY_SLOTS, int(most)))
     cap = replay if replay > 0 else 0
     from ..learn import learner as L
 
@@ -1019,29 +1040,23 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
                           mode=L.MODE_REPLAY if cap else L.MODE_SGD)
     lq = (float(np.float32(lat.scale)), int(lat.zero_point))
     held = ", ".join(str(c) for c in task.held_out)
-    echo(f"stage-train auto: leave-classes-out on {s.calib}: "
-         + (f"classes {held} play the new ones (" if len(task.held_out) > 1
-            else f"class {held} plays a new one (") + f"{len(task.stream[1])} streamed, "
+    plural = len(task.held_out) > 1
+    echo(f"stage-train auto: on {src}: "
+         + (f"new class{'es' if plural else ''} {held} (" if task.truly_new else
+            "leave-classes-out: " + (f"classes {held} play the new ones (" if plural
+                                     else f"class {held} plays a new one (")) + f"{len(task.stream[1])} streamed, "
          f"{len(task.prefill[1])} in replay, {len(task.test[1])} to test; seed {s.seed})")
 
     def measure(ls):
         return stage_select.run_task(ls, flat, task, latent_q=lq, settings=settings,
                                      capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed)
 
-    def grown(ls):
-        return grow_rows(ls, flat, rows)[0]
-
     def ram(ls):
-        return memory.stage_bytes([l.as_tuple() for l in grown(ls)], 0, s.replay_bits,
+        return memory.stage_bytes([l.as_tuple() for l in ls], 0, s.replay_bits,
                                   s.replay_n_new, s.momentum != 0)
 
     def fits(ls):
-        mm = memory_model(input_size=int(np.prod(in_shape)), dim=ls[0].in_size, rows=rows,
-                          autoencoder=False, arena_bytes=arena, replay_capacity=replay,
-                          replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
-                          replay_n_old=s.replay_n_old, momentum=s.momentum,
-                          flash_model_bytes=flash + 4 * int(grow_rows(ls, flat, rows)[1].size),
-                          stage=grown(ls))
+        mm = model_for(ls, replay)
         return board_plan(mm, s.board).fits and (s.stage_budget is None or ram(ls) <= s.stage_budget)
 
     spec, table, summary = stage_select.select(layers, names, measure, ram, fits, echo)
@@ -1055,7 +1070,7 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
          + (f", budget {s.stage_budget} B" if s.stage_budget else "") + ")")
     summary.update(table=[dataclasses.asdict(r) for r in table], held_out=list(task.held_out),
                    replay_slots_reserved=int(replay), budget=s.stage_budget, seed=int(s.seed),
-                   calib=s.calib)
+                   data=src, new_classes=bool(task.truly_new))
     return summary
 
 

@@ -48,28 +48,36 @@ class Task:
     order: np.ndarray                        # classifier row of each task label (kept first)
     n_kept: int
     held_out: tuple[int, ...]                # the original labels that play the new classes
+    truly_new: bool = False                  # they are classes the network does not know
 
 
-def make_task(Q: np.ndarray, y: np.ndarray, n_rows: int, seed: int) -> Task:
-    """Split labelled int8 latents (labels < n_rows, the classes the network knows) into the
-    task: a third of the classes (at least one, a seeded draw) are held out as new classes.
-    Raises TinyolError when fewer than two known classes have two samples each."""
+def make_task(Q: np.ndarray, y: np.ndarray, n_known: int, n_rows: int, seed: int) -> Task:
+    """Split labelled int8 latents into the task. Labels n_known..n_rows-1 (classes the
+    network does not know yet, rows that start at zero on the device) are the new classes
+    when the data has any: the known ones fill the replay buffer. Without them, leave classes
+    out: a third of the known classes (at least one, a seeded draw) play the new ones. Every
+    class's samples are halved (training / test). Raises TinyolError when the data has fewer
+    than two usable classes."""
     y = np.asarray(y, np.int64)
-    known = [c for c in range(n_rows) if np.sum(y == c) >= 2]
-    if len(known) < 2:
-        raise TinyolError("--stage-train auto needs labelled --calib data of at least two of the "
-                          f"classes the model knows (rows 0..{n_rows - 1}), two samples each",
-                          hint="give --calib a labelled source of the pre-training data "
-                               "(e.g. digits:0-4@train), or name what trains: --stage-train bias")
+    known = [c for c in range(n_known) if np.sum(y == c) >= 2]
+    new = [c for c in range(n_known, n_rows) if np.sum(y == c) >= 2]
+    if not known or (not new and len(known) < 2):
+        raise TinyolError("--stage-train auto needs labelled data of at least two classes, one the "
+                          f"model knows (rows 0..{n_known - 1}), two samples each",
+                          hint="give --calib (or --stage-data) a labelled source, e.g. "
+                               "digits:0-4@train, or name what trains: --stage-train bias")
     rng = np.random.default_rng(seed)
-    n_out = max(1, len(known) // 3)
-    held = sorted(int(c) for c in rng.choice(known, n_out, replace=False))
-    kept = [c for c in known if c not in held]
-    order = np.array(kept + held + [c for c in range(n_rows) if c not in known], np.int64)
+    if new:
+        held, kept = new, known
+    else:
+        n_out = max(1, len(known) // 3)
+        held = sorted(int(c) for c in rng.choice(known, n_out, replace=False))
+        kept = [c for c in known if c not in held]
+    order = np.array(kept + held + [c for c in range(n_rows) if c not in kept + held], np.int64)
     relabel = np.empty(n_rows, np.int64)
     relabel[order] = np.arange(n_rows)
     tr, te = [], []
-    for c in known:
+    for c in kept + held:
         idx = rng.permutation(np.flatnonzero(y == c))[:MAX_SAMPLES_PER_CLASS]
         h = len(idx) // 2
         tr.append(idx[:h])
@@ -79,7 +87,7 @@ def make_task(Q: np.ndarray, y: np.ndarray, n_rows: int, seed: int) -> Task:
     pre_i = rng.permutation(tr_i[~is_held])
     st_i = rng.permutation(tr_i[is_held])
     return Task((Q[pre_i], relabel[y[pre_i]]), (Q[st_i], relabel[y[st_i]]),
-                (Q[te_i], relabel[y[te_i]]), order, len(kept), tuple(held))
+                (Q[te_i], relabel[y[te_i]]), order, len(kept), tuple(held), bool(new))
 
 
 def permute_rows(layers: list[Layer], params: np.ndarray, order: np.ndarray) -> np.ndarray:
