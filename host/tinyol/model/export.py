@@ -997,7 +997,8 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
 
 
 AUTO_REPLAY_SLOTS = DEFAULT_LEARNER["replay_capacity"]  # kept free by auto without --replay-capacity
-# (or as many as fit with the classifier alone training, when fewer do)
+# (or 3/4 of the slots that fit with the classifier alone training, when that is fewer: the rest
+# is what the choice may spend on training more)
 
 
 def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, rows: int,
@@ -1026,12 +1027,12 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
                             flash_model_bytes=flash + 4 * int(flat.size), stage=ls)
 
     replay = s.replay_capacity
-    if replay is None:  # keep room for the default slots, or as many as the classifier alone leaves
+    if replay is None:  # room for 200 slots, or 3/4 of what the classifier alone leaves if fewer
         board = get_board(s.board)
         most = min(memory.largest_capacity(model_for(stage_select.least(layers), 0), board.name,
                                            memory.board_regions(board), test_build=t)
                    for t in (False, True))
-        replay = max(0, min(AUTO_REPLAY_SLOTS, int(most)))
+        replay = max(0, min(AUTO_REPLAY_SLOTS, 3 * int(most) // 4))
     cap = replay if replay > 0 else 0
     from ..learn import learner as L
 

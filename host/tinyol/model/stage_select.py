@@ -1,18 +1,20 @@
 """`--stage-train auto`: what of the adaptive stage trains, chosen from data at export
-(docs/adaptive.md, "Choosing from data"). C twin: none (host only; the choice is an ordinary
-`--stage-train LAYER:MODE,...` spec, which tol_stage.c runs as if given by hand).
+(docs/adaptive.md, "Choosing what trains from data"). C twin: none (host only; the choice is
+an ordinary `--stage-train LAYER:MODE,...` spec, which tol_stage.c runs as if given by hand).
 
 Contribution analysis after Lin et al. (2022): for every layer below the classifier, the gain
 in accuracy that training its biases, or its weights and biases, brings over training the
 classifier alone, measured with the stage's numpy twin (tinyol.learn.stage, bit-identical with
-the device) on a leave-classes-out task built from the labelled calibration data: some of the
-classes the network knows play the new classes (their classifier rows start at zero, as a new
-class's row does on the device), the others fill the replay buffer; the twin learns the
-"new" classes from one pass over half their samples, and accuracy is taken on the held-out
-halves of every class. Each candidate's cost is the RAM it adds by tinyol.memory (weights,
-gradients and momentum of what trains). The choice is greedy on gain per byte, gains taken as
-additive (Lin et al.'s assumption), each step kept only if the whole firmware still fits the
-board (the caller's ``fits``: tinyol.memory's board plan, the one the linker is held to).
+the device) on the task the device will face: learning new classes from one pass over a stream
+with the known classes in its replay buffer. The new classes are the labelled data's classes
+the network does not know yet (`--stage-data`) when it has any; else some known classes are
+left out (their classifier rows start at zero, as a new class's row does on the device).
+Accuracy is taken on held-out halves of every class. A candidate's cost is the RAM it adds by
+tinyol.memory (weights, gradients and momentum of what trains). The choice is greedy on gain
+per byte, gains taken as additive (Lin et al.'s assumption; they search, we have at most 15
+layers), gains below MIN_GAIN left out as noise, each step kept only if the whole firmware
+still fits the board (the caller's ``fits``: tinyol.memory's board plan, the one the linker is
+held to) and the optional budget.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from ..learn.stage import (
 )
 
 MAX_SAMPLES_PER_CLASS = 200  # of the calibration data, per class (a fixed-seed draw)
+MIN_GAIN = 0.005  # a gain below half a point of accuracy is taken as noise (one stream order)
 _MODE_RANK = {TRAIN_FROZEN: 0, TRAIN_BIAS: 1, TRAIN_ALL: 2}
 
 
@@ -177,7 +180,7 @@ def select(layers: list[Layer], names: list[str], measure: Callable[[list[Layer]
                 if _MODE_RANK[mode] <= _MODE_RANK[cur[i]]:
                     continue
                 dg = gain[i, mode] - g_cur
-                if dg <= 0:
+                if gain[i, mode] < MIN_GAIN or dg <= 0:
                     continue
                 trial = _with(layers, {**cur, i: mode})
                 db = ram(trial) - ram(_with(layers, cur))
