@@ -5,7 +5,7 @@ an ordinary `--stage-train LAYER:MODE,...` spec, which tol_stage.c runs as if gi
 Contribution analysis after Lin et al. (2022): for every layer below the classifier, the gain
 in accuracy that training its biases, or its weights and biases, brings over training the
 classifier alone, measured with the stage's numpy twin (tinyol.learn.stage, bit-identical with
-the device) on the task the device will face: learning new classes from one pass over a stream
+the device, the mean over ORDERS stream orders) on the task the device will face: learning new classes from one pass over a stream
 with the known classes in its replay buffer. The new classes are the labelled data's classes
 the network does not know yet (`--stage-data`) when it has any; else some known classes are
 left out (their classifier rows start at zero, as a new class's row does on the device).
@@ -37,7 +37,8 @@ from ..learn.stage import (
 )
 
 MAX_SAMPLES_PER_CLASS = 200  # of the calibration data, per class (a fixed-seed draw)
-MIN_GAIN = 0.005  # a gain below half a point of accuracy is taken as noise (one stream order)
+MIN_GAIN = 0.005  # a gain below half a point of accuracy is taken as noise
+ORDERS = 3  # stream orders each configuration is measured on (the mean is its accuracy)
 _MODE_RANK = {TRAIN_FROZEN: 0, TRAIN_BIAS: 1, TRAIN_ALL: 2}
 
 
@@ -103,20 +104,31 @@ def permute_rows(layers: list[Layer], params: np.ndarray, order: np.ndarray) -> 
 
 
 def run_task(layers: list[Layer], params: np.ndarray, task: Task, *, latent_q: tuple[float, int],
-             settings: L.Settings, capacity: int, bits: int, seed: int) -> float:
+             settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS) -> float:
     """Accuracy on the task's test set after the twin (init: the kept classes active, the
-    held-out ones at zero) learned the stream with the kept classes in its replay buffer."""
+    held-out ones at zero) learned the stream with the kept classes in its replay buffer: the
+    mean over ``orders`` stream orders (the task's, then seeded shuffles; replay seed + k)."""
+    return float(np.mean([_run_once(layers, params, task, latent_q=latent_q, settings=settings,
+                                    capacity=capacity, bits=bits, seed=seed, order=k)
+                          for k in range(orders)]))
+
+
+def _run_once(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed,
+              order) -> float:
     s = dataclasses.replace(settings, rehearse=0)
     cfg = StageConfig(layers=layers, init_params=permute_rows(layers, params, task.order),
                       init_classes=task.n_kept, latent_scale=latent_q[0],
                       latent_zero_point=latent_q[1], replay_capacity=capacity, replay_bits=bits,
                       max_new=s.n_new, max_old=s.n_old, no_momentum=s.momentum == 0,
-                      seed=seed, settings=s)
+                      seed=(seed + order) & 0xFFFFFFFF, settings=s)
     st = Stage(cfg)
     if st.replay is not None:
         for q, t in zip(*task.prefill):
             st.replay_add(q, int(t))
-    for q, t in zip(*task.stream):
+    Qs, ys = task.stream
+    perm = (np.arange(len(ys)) if order == 0
+            else np.random.default_rng([seed, order]).permutation(len(ys)))
+    for q, t in zip(Qs[perm], ys[perm]):
         st.learn(q, int(t))
     Qt, yt = task.test
     X = L.dequantize(Qt, *latent_q)
@@ -156,7 +168,8 @@ def select(layers: list[Layer], names: list[str], measure: Callable[[list[Layer]
                           "already over", hint="lower --replay-capacity or --max-classes, cut later "
                                                "(--split nearer the head), or use a larger --board")
     runs = 1 + 2 * len(cand)
-    echo(f"stage-train auto: measuring {runs} configurations on the twin (1/{runs}: classifier alone)")
+    echo(f"stage-train auto: measuring {runs} configurations on the twin, {ORDERS} stream orders "
+         f"each (1/{runs}: classifier alone)")
     acc0 = measure(base)
     rows: list[Row] = []
     gain: dict[tuple[int, int], float] = {}

@@ -30,6 +30,8 @@ from . import lean
 
 BOARD = "nucleo_l476rg"
 CUTS = {"digits": ["embed", "conv2"], "watch": ["embed", "conv3", "conv2"]}
+# auto given --replay-capacity N (it must fit the board with N slots; the run uses N slots)
+SLOTS = {("digits", "embed"): 40}
 
 
 def stage_data(ds, work: Path) -> Path:
@@ -40,37 +42,41 @@ def stage_data(ds, work: Path) -> Path:
     return p
 
 
-def auto_export(ds, cut: str, out: Path, echo) -> tuple[S.Model, list[str]]:
+def auto_export(ds, cut: str, out: Path, echo, slots: int | None = None) -> tuple[S.Model, list[str]]:
     lines: list[str] = []
     export_model(str(ds.keras_path), str(out), split=cut, calib=str(ds.calib),
                  stage_data=str(stage_data(ds, out.parent)),
-                 max_classes=ds.n_classes, replay_capacity=None, replay_bits=D.BITS,
+                 max_classes=ds.n_classes, replay_capacity=slots, replay_bits=D.BITS,
                  name=f"{ds.name}_{cut}_auto", stage_train="auto", board=BOARD, lr=D.LR,
                  echo=lambda s: (lines.append(s), echo(s)))
     return S.load_model(out), lines
 
 
-def study(name: str, work: Path, res: dict, echo, save) -> None:
+def study(name: str, work: Path, res: dict, echo, save, auto_only: bool = False) -> None:
     ds = lean.dataset(name, work, echo)
     rows = res.setdefault(name, {})
     for cut in CUTS[name]:
         variants = [("auto", "auto")] + [(lbl, tr) for lbl, tr in lean.VARIANTS[name][cut]]
+        n = SLOTS.get((name, cut))
+        if n:
+            variants.append((f"auto, {n} slots", "auto"))
         for label, train in variants:
             key = f"{cut} {label}"
-            if key in rows:
+            if key in rows or (auto_only and train != "auto"):
                 continue
             out = work / f"{name}_{cut}_{label.replace(' ', '_').replace(':', '')}"
+            slots = int(label.split()[1]) if label.startswith("auto, ") else None
             if train == "auto":
-                model, lines = auto_export(ds, cut, out, echo)
+                model, lines = auto_export(ds, cut, out, echo, slots)
             else:
                 model, lines = lean.export_variant(ds, cut, train, out), []
             Q = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
-            acc = lean.run(ds, model, *Q, seed=0)
+            acc = lean.run(ds, model, *Q, seed=0, capacity=slots or D.CAPACITY)
             man = model.manifest
             rows[key] = {"cut": cut, "variant": label,
                          "train": man["stage"].get("train_spec", "all"),
                          "trained": int(man["stage"]["trained"]),
-                         "ram_200": D.learner_ram(model, D.CAPACITY, D.BITS),
+                         "ram_200": D.learner_ram(model, D.CAPACITY, D.BITS), "run_slots": slots or D.CAPACITY,
                          "l476_slots": lean.l476_slots(out), "acc_order0": acc,
                          "selection": man["stage"].get("selection"), "export_output": lines}
             echo(f"{name} {key}: {rows[key]['train']}: {100 * acc:.1f}% (order 0)")
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--data", default="digits,watch")
     ap.add_argument("--work", type=Path, default=None, help="keep exports and trained networks here")
+    ap.add_argument("--auto-only", action="store_true", help="run the auto rows only")
     a = ap.parse_args(argv)
     res = json.loads(a.json.read_text()) if a.json.exists() else {}
     work = a.work or Path(tempfile.mkdtemp(prefix="tinyol-auto-"))
@@ -91,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
 
         for name in a.data.split(","):
-            study(name, work, res, lambda s: print(s, flush=True), save)
+            study(name, work, res, lambda s: print(s, flush=True), save, a.auto_only)
     finally:
         if a.work is None:
             shutil.rmtree(work, ignore_errors=True)
