@@ -15,6 +15,7 @@ Every generated file starts with the tinyol banner and is byte-for-byte reproduc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -24,7 +25,6 @@ import struct
 import sys
 import tempfile
 import zipfile
-import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -37,6 +37,7 @@ from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..learn.stage import Layer, stage_memory
 from ..memory import Model
+from . import stage_select
 from .codegen import FC_WEIGHTS, generate_backbone, op_layer
 from .cwriter import banner, c_float, float_array
 from .folder import read_manifest
@@ -49,7 +50,6 @@ from .stage_export import (
     stage_summary,
     write_stage_init,
 )
-from . import stage_select
 from .tflite import parse_model, split_classifier
 
 # Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
