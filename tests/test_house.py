@@ -134,3 +134,37 @@ def test_subpackages_state_their_names_and_import_nothing_heavy():
         for name in mod.__all__:
             obj = getattr(mod, name)
             assert getattr(obj, "__module__", "").startswith(f"tinyol.{sub}.") or not callable(obj), (sub, name)
+
+
+def test_head_learner_and_stage_write_what_they_share_once():
+    """What the head learner and the adaptive stage share has one owner (issue 21's repeated
+    runs): the configuration fields and their checks (learner.OnlineConfig), set-up, reset,
+    settings, the update on queue + replay (learner.OnlineLearner); in C the fields every
+    state header holds go through tol_state (put_core / check_core / get_core), latents
+    through tol_learner_dequantize / tol_learner_finite, every convolution window through
+    tol_stage_win_. Checked on the source: cheap and deterministic."""
+    from tinyol.learn.learner import Config, Learner, OnlineConfig, OnlineLearner
+    from tinyol.learn.stage import Stage, StageConfig
+
+    shared = set(OnlineConfig.__annotations__) - {"_"}
+    assert {"replay_capacity", "max_new", "settings", "seed"} <= shared, shared
+    for cfg in (Config, StageConfig):
+        again = shared & set(vars(cfg).get("__annotations__", {}))
+        assert issubclass(cfg, OnlineConfig) and not again, (cfg.__name__, again)
+    owned = {"_setup", "_reset_common", "_update", "_grad_add_replayed", "learn", "replay_add_f",
+             "stats"}
+    for lrn in (Learner, Stage):
+        redone = owned & set(vars(lrn))
+        assert issubclass(lrn, OnlineLearner) and not redone, (lrn.__name__, redone)
+    assert "set_settings" not in vars(Stage)  # the head adds its anomaly threshold, the stage nothing
+
+    src = PKG.parents[1] / "mcu" / "src"
+    for name in ("tol_learner.c", "tol_stage.c"):
+        text = (src / name).read_text()
+        for call in ("tol_state_put_core(", "tol_state_check_core(", "tol_state_get_core("):
+            assert text.count(call) == 1, (name, call)
+        # no private copy of the latent helpers (a float array's finite check, a dequantize loop)
+        assert not re.search(r"static int \w*finite\w*\(const float \*", text), name
+        assert not re.search(r"\(float\)\(\(int32_t\)q\[j\]", text), name
+    stage = (src / "tol_stage.c").read_text()
+    assert stage.count("tol_stage_taps_(") == 3, "a window computed outside tol_stage_win_"

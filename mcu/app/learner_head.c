@@ -78,7 +78,7 @@ uint32_t tol_model_learner_record_max(void)
 uint32_t tol_model_learner_state_bytes(void)
 {
     tol_state_t st;
-    tol_learner_state_stream(&tol_learner, TOL_LEARNER_STATE_REPLAY, NULL, &st);
+    tol_learner_state_stream(&tol_learner, TOL_STATE_REPLAY, NULL, &st);
     return tol_state_bytes(&st);
 }
 

@@ -154,7 +154,7 @@ uint32_t tol_model_learner_record_max(void)
 uint32_t tol_model_learner_state_bytes(void)
 {
     tol_state_t st;
-    tol_stage_state_stream(&tol_stage, TOL_STAGE_STATE_REPLAY, NULL, &st);
+    tol_stage_state_stream(&tol_stage, TOL_STATE_REPLAY, NULL, &st);
     return tol_state_bytes(&st);
 }
 
@@ -167,7 +167,7 @@ tol_status_t tol_model_learner_save(tol_store_t *s, bool no_replay, uint8_t *par
     tol_state_t st;
     tol_stage_state_stream(&tol_stage, parts, hdr, &st);
     if (!tol_persist_fits(s, &st)) {
-        parts &= (uint8_t)~TOL_STAGE_STATE_REPLAY; /* too big for a slot: the stage still fits */
+        parts &= (uint8_t)~TOL_STATE_REPLAY; /* too big for a slot: the stage still fits */
         tol_stage_state_stream(&tol_stage, parts, hdr, &st);
     }
     *parts_out = parts;

@@ -30,7 +30,7 @@ tol_status_t tinyol_quantize(const float *x, int8_t *q)
 
 uint8_t tinyol_save_parts(float momentum, bool no_replay)
 {
-    uint8_t parts = (uint8_t)(no_replay ? 0u : TOL_LEARNER_STATE_REPLAY);
-    if (momentum != 0.0f) parts |= (uint8_t)TOL_LEARNER_STATE_MOMENTUM;
+    uint8_t parts = (uint8_t)(no_replay ? 0u : TOL_STATE_REPLAY);
+    if (momentum != 0.0f) parts |= (uint8_t)TOL_STATE_MOMENTUM;
     return parts;
 }

@@ -151,17 +151,26 @@ typedef struct {
 /* Settings used when nothing else is given (the study's choice, docs/study.md). */
 void tol_learner_settings_default(tol_learner_settings_t *s);
 
+/* The checks every classifier learner (the head's, the stage's) makes of its settings against
+ * its configuration's bounds: lr, momentum (0 without momentum buffers), weight decay, clip
+ * norm, 1 <= n_new <= max_new, n_old <= TOL_LEARNER_MAX_OLD_EFF(replay_capacity, max_old) when
+ * there is a replay buffer (max_old as configured: 0 = automatic), mode. TOL_ERR_ARG when one
+ * fails. */
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, uint16_t max_old,
+                                        uint16_t replay_capacity, uint8_t no_momentum);
+
 /* The classifier settings in a state header (the learner's and the stage's): 21 bytes at p,
  * lr, momentum, weight_decay, clip_norm (float32 LE), n_new, n_old (uint16 LE), mode.
  * unpack sets only those fields of *s. */
-/* The checks every classifier learner (the head's, the stage's) makes of its settings: lr,
- * momentum (0 without momentum buffers), weight decay, clip norm, 1 <= n_new <= max_new,
- * n_old <= max_old when there is a replay buffer, mode. TOL_ERR_ARG when one fails. */
-tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
-                                        uint16_t replay_capacity, uint8_t no_momentum);
 #define TOL_LEARNER_SETTINGS_PACKED 21u
 void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p);
 void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s);
+
+/* What both learners (this one and tol_stage) do with a latent: dequantize it,
+ * x[i] = scale * (q[i] - zero_point) in float32 (q int8_t[n] in, x float[n] out), and check
+ * that x[0..n) is finite (1) or not (0). */
+void tol_learner_dequantize(const int8_t *q, uint32_t n, float scale, int32_t zero_point, float *x);
+int tol_learner_finite(const float *x, uint32_t n);
 
 /* Set up a learner in caller memory (mem_bytes >= TOL_LEARNER_BYTES_EX(...)),
  * then reset it. TOL_ERR_ARG on an invalid config or settings,
@@ -229,38 +238,19 @@ const tol_head_t *tol_learner_head(const tol_learner_t *L);
 tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float *b,
                                    const uint8_t *active);
 
-/* ---- persistence (docs/persistence.md): the learner's state as a byte stream ----
- * The state is a fixed header of TOL_LEARNER_STATE_HEADER bytes (format,
- * the configuration it belongs to, settings, PRNG, counters, anomaly
- * statistics) followed by raw arrays: W, b, active, class counts, the queued
- * samples, optionally the momentum buffers and the replay buffer (filled
- * slots only, in their stored 32/8/7-bit form). Restoring it gives a learner
- * that predicts and keeps learning bit-identically to the one saved. */
+/* ---- persistence (docs/persistence.md): the learner's state as a byte stream, saved and
+ * restored in three steps through the calls tol_state.h describes ("A learner's state API").
+ * A fixed header of TOL_LEARNER_STATE_HEADER bytes (format, the configuration it belongs to,
+ * settings, PRNG, counters, anomaly statistics) followed by raw arrays: W, b, active, class
+ * counts, the queued samples, [momentum buffers], [replay buffer: filled slots only, in their
+ * stored 32/8/7-bit form]. Restoring it gives a learner that predicts and keeps learning
+ * bit-identically to the one saved. Step 1 also refuses another format (TOL_ERR_ARG); step 3
+ * checks finite weights, labels in range and consistent counts, and resets to the exported
+ * head on error. */
 #define TOL_LEARNER_STATE_HEADER 104u
-#define TOL_LEARNER_STATE_REPLAY TOL_STATE_REPLAY     /* parts: include the replay buffer */
-#define TOL_LEARNER_STATE_MOMENTUM TOL_STATE_MOMENTUM /* parts: include the momentum buffers */
-
-/* The state as a stream (tol_state.h) for the given parts (an OR of TOL_LEARNER_STATE_*, the
- * ones this learner cannot give dropped): the header written into hdr (TOL_LEARNER_STATE_HEADER
- * bytes; NULL when no header byte is read), the learner's arrays as segments. Its size:
- * tol_state_bytes(s); save: tol_state_read(s, ...) (changes nothing); restore, step 2:
- * tol_state_write(s, ...) on the stream of the parts step 1 gave. Valid until the learner
- * changes. */
 void tol_learner_state_stream(const tol_learner_t *L, uint8_t parts, uint8_t *hdr, tol_state_t *s);
-
-/* Restore, step 1: header[0..n) (n >= TOL_LEARNER_STATE_HEADER) is checked
- * against this learner's configuration and applied. Out: *parts, *total (bytes
- * of the whole state). TOL_ERR_MODEL if it belongs to another configuration,
- * TOL_ERR_ARG if malformed; the learner is unchanged on error. */
 tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
                                      uint8_t *parts, uint32_t *total);
-
-/* Restore, step 2: tol_state_write() on tol_learner_state_stream(L, parts, NULL, &s), bytes
- * past the header in any order and chunking (TOL_ERR_RANGE past the end). */
-
-/* Restore, step 3: validate (finite weights, labels in range, counts
- * consistent). On error the learner is reset to the exported head and
- * TOL_ERR_RANGE returned. */
 tol_status_t tol_learner_state_end(tol_learner_t *L, uint8_t parts);
 
 /* Write one slice of a head row (the SET_HEAD message): w[row][offset..offset+n)

@@ -217,24 +217,17 @@ void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s);
 tol_status_t tol_stage_set_settings(tol_stage_t *S, const tol_learner_settings_t *s);
 void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st);
 
-/* ---- persistence: the state as a byte stream (same three-step restore as
- * tol_learner_state_*, so a half-written state never becomes live):
- * header (TOL_STAGE_STATE_HEADER bytes: magic "STG1", parts, a checksum of
- * the layer list, settings, PRNG, counters) then params, active flags, class
- * counts, the queue, [momentum], [replay rows, labels, class_seen, count]. */
+/* ---- persistence: the stage's state as a byte stream, saved and restored in three steps
+ * through the calls tol_state.h describes ("A learner's state API"), so a half-written state
+ * never becomes live. A header of TOL_STAGE_STATE_HEADER bytes (magic "STG1", parts, a
+ * checksum of the layer list, settings, PRNG, counters) then params, active flags, class
+ * counts, the queue, [momentum], [replay rows, labels, class_seen, count]. Step 1 answers
+ * TOL_ERR_MODEL also for another magic or parts this stage cannot give; step 3 checks finite
+ * parameters, flags and labels in range, and resets to the exported parameters on error. */
 #define TOL_STAGE_STATE_HEADER 72u
-#define TOL_STAGE_STATE_REPLAY TOL_STATE_REPLAY     /* parts: include the replay buffer */
-#define TOL_STAGE_STATE_MOMENTUM TOL_STATE_MOMENTUM /* parts: include the momentum buffers */
-/* The state as a stream (tol_state.h), as tol_learner_state_stream: its size, save and restore
- * (step 2) through tol_state_bytes / tol_state_read / tol_state_write. */
 void tol_stage_state_stream(const tol_stage_t *S, uint8_t parts, uint8_t *hdr, tol_state_t *s);
-/* Step 1: check the header against this stage and apply it (TOL_ERR_MODEL:
- * another stage or configuration; TOL_ERR_ARG: malformed; no change on error).
- * Out: *parts, *total (bytes of the whole state). */
 tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32_t n,
                                    uint8_t *parts, uint32_t *total);
-/* Step 3: validate (finite parameters, flags and labels in range); on error
- * reset to the exported parameters and return TOL_ERR_RANGE. */
 tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts);
 
 /* ---- the stage image (GET_STAGE / SET_STAGE, `tinyol pull` / `push`): every

@@ -4,7 +4,7 @@
  * each describe their state as a fixed header plus a list of segments
  * (tol_segs.h) and leave the rest here: the parts bits, the size, reading and
  * range-checked writing of any byte range, the queued samples and the replay
- * buffer as segments, the counters both headers carry, the replay buffer's
+ * buffer as segments, the fields every header carries (counters, queue length, the replay buffer's
  * restore and the checks of a restored queue.
  * Each header keeps its own layout (docs/persistence.md): stored states load.
  */
@@ -16,6 +16,25 @@
 #include "tol_replay.h"
 #include "tol_segs.h"
 #include "tol_status.h"
+
+/* A learner's state API: each learner X (tol_learner, tol_stage) offers the same three calls
+ * over its own header (X_STATE_HEADER bytes, its layout in its header file):
+ *   void X_state_stream(const X_t *, uint8_t parts, uint8_t *hdr, tol_state_t *s);
+ *       the state as a stream for the given parts (an OR of TOL_STATE_*; the ones this learner
+ *       cannot give are dropped): the header written into hdr (NULL when no header byte is
+ *       read), the learner's arrays as segments. Its size: tol_state_bytes(s); save:
+ *       tol_state_read(s, ...), which changes nothing. Valid until the learner changes.
+ *   Restore, in three steps, so that a half-written state never becomes live:
+ *   1. tol_status_t X_state_begin(X_t *, const uint8_t *header, uint32_t n, uint8_t *parts,
+ *                                 uint32_t *total);
+ *       header[0..n) (n >= X_STATE_HEADER) checked against this learner's configuration and
+ *       applied. Out: *parts, *total (bytes of the whole state). TOL_ERR_MODEL if it belongs to
+ *       another configuration, TOL_ERR_ARG if malformed; the learner is unchanged on error.
+ *   2. tol_state_write() on X_state_stream(learner, parts, NULL, &s): the bytes past the
+ *       header, in any order and chunking (TOL_ERR_RANGE past the end).
+ *   3. tol_status_t X_state_end(X_t *, uint8_t parts);
+ *       validate what step 2 wrote; on error the learner is reset to its exported parameters
+ *       and TOL_ERR_RANGE returned. */
 
 #define TOL_STATE_REPLAY 0x01u   /* parts: include the replay buffer */
 #define TOL_STATE_MOMENTUM 0x02u /* parts: include the momentum buffers */
@@ -50,20 +69,28 @@ void tol_state_read(const tol_state_t *s, uint32_t offset, uint8_t *dst, uint32_
 /* Copy src into stream bytes [offset, offset + n) past the header; TOL_ERR_RANGE outside. */
 tol_status_t tol_state_write(const tol_state_t *s, uint32_t offset, const uint8_t *src, uint32_t n);
 
-/* The counters both headers hold at p, in this order: PRNG state, samples seen, updates,
- * rejected steps (4 x uint32 LE). */
-void tol_state_put_counters(uint8_t *p, uint32_t prng, uint32_t seen, uint32_t updates, uint32_t rejected);
-void tol_state_get_counters(const uint8_t *p, uint32_t *prng, uint32_t *seen, uint32_t *updates,
-                            uint32_t *rejected);
+/* Where a learner's header keeps the fields every state header holds (byte offsets into the
+ * header; each learner keeps its own layout, docs/persistence.md). */
+typedef struct {
+    uint8_t counters;  /* PRNG state, samples seen, updates, rejected steps: 4 x uint32 LE */
+    uint8_t n_pending; /* queue length: uint16 LE */
+    uint8_t replay;    /* replay fill: uint16 LE; replay seen and batches: uint32 LE at +4, +8 */
+} tol_state_layout_t;
 
+/* Save: write those fields into the header hdr (laid out by at); the replay buffer's only when
+ * rb is not NULL (else they keep what hdr held: the learner zeroes its header first). */
+void tol_state_put_core(uint8_t *hdr, const tol_state_layout_t *at, uint32_t prng, uint32_t seen,
+                        uint32_t updates, uint32_t rejected, uint16_t n_pending, const tol_replay_t *rb);
 /* Restore, step 1: the header's queue length below n_new, replay fill within the capacity, a
  * PRNG state not 0; TOL_ERR_ARG otherwise. */
-tol_status_t tol_state_check_header(uint16_t n_pending, uint16_t n_new, uint16_t fill,
-                                    uint16_t replay_capacity, uint32_t prng);
-/* Restore, step 1: empty the buffer (when there is one), then, when parts has
- * TOL_STATE_REPLAY, take the header's fill and counters (the rows follow in step 2). */
-void tol_state_restore_replay(tol_replay_t *rb, uint16_t replay_capacity, uint8_t parts, uint16_t fill,
-                              uint32_t seen, uint32_t batches);
+tol_status_t tol_state_check_core(const uint8_t *hdr, const tol_state_layout_t *at, uint16_t n_new,
+                                  uint16_t replay_capacity);
+/* Restore, step 1, once every check passed: the counters and the queue length taken from the
+ * header; the buffer rb (NULL when there is none) emptied, then, when parts has
+ * TOL_STATE_REPLAY, its fill and counters taken (the rows follow in step 2). */
+void tol_state_get_core(const uint8_t *hdr, const tol_state_layout_t *at, uint8_t parts, uint32_t *prng,
+                        uint32_t *seen, uint32_t *updates, uint32_t *rejected, uint16_t *n_pending,
+                        tol_replay_t *rb);
 /* Restore, step 3: the queue's labels below n_labels and its latents finite; the replay
  * buffer consistent when parts has TOL_STATE_REPLAY. TOL_ERR_RANGE otherwise. */
 tol_status_t tol_state_check_queue(const float *queue, uint32_t dim, uint16_t n_pending,

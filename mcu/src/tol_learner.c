@@ -23,7 +23,7 @@ void tol_learner_settings_default(tol_learner_settings_t *s)
     s->warmup = 50;
 }
 
-tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, size_t max_old,
+tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_t max_new, uint16_t max_old,
                                         uint16_t replay_capacity, uint8_t no_momentum)
 {
     TOL_CHECK(isfinite(s->lr) && s->lr >= 0.0f, TOL_ERR_ARG);
@@ -32,7 +32,8 @@ tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_
     TOL_CHECK(isfinite(s->weight_decay) && s->weight_decay >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(isfinite(s->clip_norm) && s->clip_norm >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->n_new >= 1u && s->n_new <= max_new, TOL_ERR_ARG);
-    TOL_CHECK(replay_capacity == 0u || s->n_old <= max_old, TOL_ERR_ARG);
+    TOL_CHECK(replay_capacity == 0u || s->n_old <= TOL_LEARNER_MAX_OLD_EFF(replay_capacity, max_old),
+              TOL_ERR_ARG);
     TOL_CHECK(s->mode <= (uint8_t)TOL_LEARN_REPLAY, TOL_ERR_ARG);
     return TOL_OK;
 }
@@ -40,8 +41,7 @@ tol_status_t tol_learner_settings_check(const tol_learner_settings_t *s, uint16_
 static tol_status_t tol_learner_check_settings_(const tol_learner_config_t *cfg,
                                                 const tol_learner_settings_t *s)
 {
-    const size_t max_old = TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old);
-    TOL_TRY(tol_learner_settings_check(s, cfg->max_new, max_old, cfg->replay_capacity, cfg->no_momentum));
+    TOL_TRY(tol_learner_settings_check(s, cfg->max_new, cfg->max_old, cfg->replay_capacity, cfg->no_momentum));
     TOL_CHECK(isfinite(s->threshold_k) && s->threshold_k >= 0.0f, TOL_ERR_ARG);
     TOL_CHECK(s->ema_alpha > 0.0f && s->ema_alpha <= 1.0f, TOL_ERR_ARG);
     return TOL_OK;
@@ -109,10 +109,9 @@ void tol_learner_reset(tol_learner_t *L)
     L->anomalies = 0;
 }
 
-static void tol_learner_dequantize_(const int8_t *q, uint16_t n, float scale, int32_t zp,
-                                    float *x)
+void tol_learner_dequantize(const int8_t *q, uint32_t n, float scale, int32_t zp, float *x)
 {
-    uint16_t k = (uint16_t)(n >> 2);
+    uint32_t k = n >> 2;
     while (k-- > 0u) {
         const int32_t a = (int32_t)q[0] - zp;
         const int32_t b = (int32_t)q[1] - zp;
@@ -125,12 +124,12 @@ static void tol_learner_dequantize_(const int8_t *q, uint16_t n, float scale, in
         q += 4;
         x += 4;
     }
-    for (k = (uint16_t)(n & 3u); k > 0u; k--) *x++ = scale * (float)((int32_t)*q++ - zp);
+    for (k = n & 3u; k > 0u; k--) *x++ = scale * (float)((int32_t)*q++ - zp);
 }
 
-static int tol_learner_all_finite_(const float *x, uint16_t n)
+int tol_learner_finite(const float *x, uint32_t n)
 {
-    for (uint16_t j = 0; j < n; j++) {
+    for (uint32_t j = 0; j < n; j++) {
         if (!isfinite(x[j])) return 0;
     }
     return 1;
@@ -141,7 +140,7 @@ tol_status_t tol_learner_predict_f(tol_learner_t *L, const float *latent, int32_
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER, TOL_ERR_UNSUPPORTED);
-    TOL_CHECK(tol_learner_all_finite_(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
     tol_head_predict(&L->head, latent, label, confidence);
     return TOL_OK;
 }
@@ -159,7 +158,7 @@ tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t
                                  float *confidence)
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+    tol_learner_dequantize(latent, L->cfg.latent_dim, L->cfg.latent_scale,
                             L->cfg.latent_zero_point, L->x);
     if (L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER &&
         tol_learner_int8_finite_(L->cfg.latent_scale, L->cfg.latent_zero_point)) {
@@ -167,6 +166,20 @@ tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t
         return TOL_OK;
     }
     return tol_learner_predict_f(L, L->x, label, confidence);
+}
+
+/* One SGD step of the head with the current settings, counted in updates (done) or rejected
+ * (refused: the head unchanged). */
+static tol_status_t tol_learner_step_(tol_learner_t *L)
+{
+    const tol_status_t s =
+        tol_head_step(&L->head, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
+    if (s != TOL_OK) {
+        L->rejected++;
+        return s;
+    }
+    L->updates++;
+    return TOL_OK;
 }
 
 /* Replayed samples go through the head in chunks (one batched forward each); a chunk
@@ -194,7 +207,7 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
         const uint16_t idx = tol_replay_draw(&L->replay);
         if (rb->bits == 8u) {
             /* int8 rows: dequantized here (tol_replay_get's formula, unrolled) */
-            tol_learner_dequantize_((const int8_t *)(const void *)&rb->rows[(size_t)idx * rb->row_bytes], d,
+            tol_learner_dequantize((const int8_t *)(const void *)&rb->rows[(size_t)idx * rb->row_bytes], d,
                                     rb->scale, rb->zero_point, slot);
             y = rb->labels[idx];
         } else {
@@ -214,13 +227,7 @@ static tol_status_t tol_learner_update_(tol_learner_t *L)
         }
     }
     TOL_TRY(tol_head_grad_add_ce_n(h, labels, k, weight));
-    const tol_status_t s =
-        tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
-    if (s != TOL_OK) {
-        L->rejected++;
-        return s;
-    }
-    L->updates++;
+    TOL_TRY(tol_learner_step_(L));
     if (replay) {
         TOL_TRY(tol_replay_add_batch(&L->replay, h->x, L->pending_labels, L->n_pending));
     }
@@ -239,7 +246,7 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_CLASSIFIER, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(label < L->cfg.n_outputs, TOL_ERR_LABEL);
     const uint16_t d = L->cfg.latent_dim;
-    TOL_CHECK(tol_learner_all_finite_(latent, d), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, d), TOL_ERR_NONFINITE);
     if (L->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
     const int newly = L->head.active[label] ? 0 : 1;
     tol_head_activate(&L->head, label);
@@ -267,7 +274,7 @@ tol_status_t tol_learner_learn(tol_learner_t *L, const int8_t *latent, uint16_t 
     if (L->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
     /* Dequantize straight into the queue slot (learn_f recognises it). */
     float *slot = tol_learner_queue_slot_(L);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+    tol_learner_dequantize(latent, L->cfg.latent_dim, L->cfg.latent_scale,
                             L->cfg.latent_zero_point, slot);
     return tol_learner_learn_f(L, slot, label);
 }
@@ -277,14 +284,14 @@ tol_status_t tol_learner_replay_add_f(tol_learner_t *L, const float *latent, uin
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     TOL_CHECK(L->cfg.replay_capacity > 0u, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(label < L->cfg.n_outputs, TOL_ERR_LABEL);
-    TOL_CHECK(tol_learner_all_finite_(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
     return tol_replay_add_batch(&L->replay, latent, &label, 1);
 }
 
 tol_status_t tol_learner_replay_add(tol_learner_t *L, const int8_t *latent, uint16_t label)
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
+    tol_learner_dequantize(latent, L->cfg.latent_dim, L->cfg.latent_scale,
                             L->cfg.latent_zero_point, L->x);
     return tol_learner_replay_add_f(L, L->x, label);
 }
@@ -294,8 +301,8 @@ static tol_status_t tol_learner_check_ae_(const tol_learner_t *L, const float *l
 {
     TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
-    TOL_CHECK(tol_learner_all_finite_(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
-    TOL_CHECK(tol_learner_all_finite_(target, L->cfg.n_outputs), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, L->cfg.latent_dim), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(target, L->cfg.n_outputs), TOL_ERR_NONFINITE);
     return TOL_OK;
 }
 
@@ -314,15 +321,24 @@ tol_status_t tol_learner_score_f(tol_learner_t *L, const float *latent, const fl
     return TOL_OK;
 }
 
-tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
-                               float *score, uint8_t *is_anomaly)
+/* The autoencoder's int8 calls: latent and target checked, then dequantized into L->x and
+ * L->target. */
+static tol_status_t tol_learner_dequantize_ae_(tol_learner_t *L, const int8_t *latent,
+                                               const int8_t *target)
 {
     TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
     TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
-                            L->cfg.latent_zero_point, L->x);
-    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
-                            L->cfg.target_zero_point, L->target);
+    tol_learner_dequantize(latent, L->cfg.latent_dim, L->cfg.latent_scale, L->cfg.latent_zero_point,
+                           L->x);
+    tol_learner_dequantize(target, L->cfg.n_outputs, L->cfg.target_scale, L->cfg.target_zero_point,
+                           L->target);
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_score(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                               float *score, uint8_t *is_anomaly)
+{
+    TOL_TRY(tol_learner_dequantize_ae_(L, latent, target));
     return tol_learner_score_f(L, L->x, L->target, score, is_anomaly);
 }
 
@@ -348,25 +364,13 @@ tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const 
     tol_head_grad_zero(h);
     /* h->z still holds the forward of `latent` from the score above */
     TOL_TRY(tol_head_grad_add_mse_z(h, latent, target, 1.0f));
-    const tol_status_t st =
-        tol_head_step(h, L->set.lr, L->set.momentum, L->set.weight_decay, L->set.clip_norm);
-    if (st != TOL_OK) {
-        L->rejected++;
-        return st;
-    }
-    L->updates++;
-    return TOL_OK;
+    return tol_learner_step_(L);
 }
 
 tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const int8_t *target,
                                  float *score, uint8_t *is_anomaly)
 {
-    TOL_CHECK(latent != NULL && target != NULL, TOL_ERR_ARG);
-    TOL_CHECK(L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER, TOL_ERR_UNSUPPORTED);
-    tol_learner_dequantize_(latent, L->cfg.latent_dim, L->cfg.latent_scale,
-                            L->cfg.latent_zero_point, L->x);
-    tol_learner_dequantize_(target, L->cfg.n_outputs, L->cfg.target_scale,
-                            L->cfg.target_zero_point, L->target);
+    TOL_TRY(tol_learner_dequantize_ae_(L, latent, target));
     return tol_learner_anomaly_f(L, L->x, L->target, score, is_anomaly);
 }
 
@@ -417,6 +421,10 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
 
 #define TOL_LEARNER_STATE_MAGIC 0x314E524Cu /* "LRN1" */
 
+/* Where the header keeps the counters (52), the queue length (72) and the replay buffer's
+ * fill and counters (92, 96, 100). */
+static const tol_state_layout_t tol_learner_layout_ = {52u, 72u, 92u};
+
 void tol_learner_settings_pack(const tol_learner_settings_t *s, uint8_t *p)
 {
     tol_segs_putf(p, s->lr);
@@ -463,19 +471,14 @@ static void tol_learner_state_header_(const tol_learner_t *L, uint8_t parts, uin
     tol_segs_putf(p + 40, s->threshold_k);
     tol_segs_putf(p + 44, s->ema_alpha);
     tol_segs_put32(p + 48, s->warmup);
-    tol_state_put_counters(p + 52, L->prng.state, L->samples_seen, L->updates, L->rejected);
+    tol_state_put_core(p, &tol_learner_layout_, L->prng.state, L->samples_seen, L->updates, L->rejected,
+                       L->n_pending, c->replay_capacity > 0u ? &L->replay : NULL);
     tol_segs_put32(p + 68, L->anomalies);
-    tol_segs_put16(p + 72, L->n_pending);
     tol_segs_put16(p + 74, L->head.n_active);
     tol_segs_put32(p + 76, L->anomaly.n);
     tol_segs_putf(p + 80, L->anomaly.mean);
     tol_segs_putf(p + 84, L->anomaly.m2);
     tol_segs_putf(p + 88, L->anomaly.var);
-    if (c->replay_capacity > 0u) {
-        tol_segs_put16(p + 92, L->replay.fill);
-        tol_segs_put32(p + 96, L->replay.seen);
-        tol_segs_put32(p + 100, L->replay.batches);
-    }
 }
 
 void tol_learner_state_stream(const tol_learner_t *L, uint8_t parts, uint8_t *hdr, tol_state_t *s)
@@ -490,7 +493,7 @@ void tol_learner_state_stream(const tol_learner_t *L, uint8_t parts, uint8_t *hd
     tol_state_add(s, h->active, h->rows);
     tol_state_add(s, L->class_count, 4u * L->cfg.n_outputs);
     tol_state_add_queue(s, h->x, L->cfg.latent_dim, L->n_pending, L->pending_labels);
-    if (parts & TOL_LEARNER_STATE_MOMENTUM) {
+    if (parts & TOL_STATE_MOMENTUM) {
         tol_state_add(s, h->vw, 4u * wn);
         tol_state_add(s, h->vb, 4u * h->rows);
     }
@@ -516,22 +519,18 @@ tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, ui
     s.ema_alpha = tol_segs_getf(p + 44);
     s.warmup = tol_segs_get32(p + 48);
     TOL_TRY(tol_learner_check_settings_(c, &s));
-    const uint16_t n_pending = tol_segs_get16(p + 72);
-    const uint16_t fill = tol_segs_get16(p + 92);
-    TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 52)));
+    TOL_TRY(tol_state_check_core(p, &tol_learner_layout_, s.n_new, c->replay_capacity));
     /* checked: apply */
     L->set = s;
-    tol_state_get_counters(p + 52, &L->prng.state, &L->samples_seen, &L->updates, &L->rejected);
+    tol_state_get_core(p, &tol_learner_layout_, pt, &L->prng.state, &L->samples_seen, &L->updates, &L->rejected,
+                       &L->n_pending, c->replay_capacity > 0u ? &L->replay : NULL);
     L->anomalies = tol_segs_get32(p + 68);
-    L->n_pending = n_pending;
     tol_anomaly_init(&L->anomaly, s.threshold_k, s.ema_alpha, s.warmup);
     L->anomaly.n = tol_segs_get32(p + 76);
     L->anomaly.mean = tol_segs_getf(p + 80);
     L->anomaly.m2 = tol_segs_getf(p + 84);
     L->anomaly.var = tol_segs_getf(p + 88);
-    tol_state_restore_replay(&L->replay, c->replay_capacity, pt, fill, tol_segs_get32(p + 96),
-                             tol_segs_get32(p + 100));
-    if (!(pt & TOL_LEARNER_STATE_MOMENTUM) && L->head.vw != NULL) {
+    if (!(pt & TOL_STATE_MOMENTUM) && L->head.vw != NULL) {
         const size_t wn = (size_t)L->head.rows * L->head.dim;
         memset(L->head.vw, 0, wn * sizeof(float));
         memset(L->head.vb, 0, (size_t)L->head.rows * sizeof(float));
@@ -574,7 +573,7 @@ tol_status_t tol_learner_set_head_row(tol_learner_t *L, uint16_t row, uint16_t o
     tol_head_t *h = &L->head;
     TOL_CHECK(row < h->rows && offset <= h->dim && n <= h->dim - offset && active <= 1u, TOL_ERR_RANGE);
     TOL_CHECK(n == 0u || w != NULL, TOL_ERR_ARG);
-    TOL_CHECK(isfinite(bias) && tol_learner_all_finite_(w != NULL ? w : &bias, w != NULL ? n : 1u),
+    TOL_CHECK(isfinite(bias) && tol_learner_finite(w != NULL ? w : &bias, w != NULL ? n : 1u),
               TOL_ERR_NONFINITE);
     float *dst = &h->w[(size_t)row * h->dim];
     if (n > 0u) memcpy(dst + offset, w, (size_t)n * sizeof(float));

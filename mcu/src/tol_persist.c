@@ -50,7 +50,7 @@ tol_status_t tol_persist_save(const tol_learner_t *L, tol_store_t *s, uint8_t pa
     tol_state_t st;
     tol_learner_state_stream(L, parts, hdr, &st);
     if (!tol_persist_fits(s, &st)) {
-        parts &= (uint8_t)~TOL_LEARNER_STATE_REPLAY; /* too big for a slot: the head still fits */
+        parts &= (uint8_t)~TOL_STATE_REPLAY; /* too big for a slot: the head still fits */
         tol_learner_state_stream(L, parts, hdr, &st);
     }
     *parts_out = parts;

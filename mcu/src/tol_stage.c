@@ -130,16 +130,10 @@ size_t tol_stage_bytes(const tol_stage_config_t *cfg)
 
 /* ---- settings ------------------------------------------------------------------------ */
 
-static size_t tol_stage_max_old_(const tol_stage_config_t *c)
-{
-    return TOL_LEARNER_MAX_OLD_EFF(c->replay_capacity, c->max_old);
-}
-
 static tol_status_t tol_stage_check_settings_(const tol_stage_config_t *cfg,
                                               const tol_learner_settings_t *s)
 {
-    return tol_learner_settings_check(s, cfg->max_new, tol_stage_max_old_(cfg), cfg->replay_capacity,
-                                      cfg->no_momentum);
+    return tol_learner_settings_check(s, cfg->max_new, cfg->max_old, cfg->replay_capacity, cfg->no_momentum);
 }
 
 void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s)
@@ -371,23 +365,46 @@ static void tol_stage_taps_(uint32_t o, uint8_t s, uint8_t p, uint8_t k, uint16_
     *k1 = (uint32_t)(hi > lo ? hi : lo);
 }
 
-/* ---- pooling (no parameters; windows placed as a convolution's, padded taps skipped) ---- */
-
-/* The window of output (oy, ox): taps [ky0, ky1) x [kx0, kx1) inside the input, and the
- * input position of tap (ky0, kx0). */
+/* The window of output (oy, ox) of a CONV, DWCONV or pooling layer: taps [ky0, ky1) x
+ * [kx0, kx1) inside the input, and the input position of tap (ky0, kx0). Every loop over
+ * output positions takes its window from here: its rows once per output row
+ * (tol_stage_win_row_), its columns per output position (tol_stage_win_col_). */
 typedef struct {
     uint32_t ky0, ky1, kx0, kx1, iy0, ix0;
 } tol_stage_win_t;
 
-static tol_stage_win_t tol_stage_win_(const tol_stage_layer_t *l, uint32_t oy, uint32_t ox)
+static void tol_stage_win_row_(const tol_stage_layer_t *l, uint32_t oy, tol_stage_win_t *w)
 {
-    tol_stage_win_t w;
-    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &w.ky0, &w.ky1);
-    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &w.kx0, &w.kx1);
-    w.iy0 = oy * l->sh + w.ky0 - l->pt;
-    w.ix0 = ox * l->sw + w.kx0 - l->pl;
-    return w;
+    tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &w->ky0, &w->ky1);
+    w->iy0 = oy * l->sh + w->ky0 - l->pt;
 }
+
+static void tol_stage_win_col_(const tol_stage_layer_t *l, uint32_t ox, tol_stage_win_t *w)
+{
+    tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &w->kx0, &w->kx1);
+    w->ix0 = ox * l->sw + w->kx0 - l->pl;
+}
+
+/* What the CONV and DWCONV loops derive from a layer: depthwise or not, the depth multiplier
+ * (out_c / in_c for DWCONV, 1 for CONV), the channels, and the floats of one output channel's
+ * kernel (CONV: kh * kw * in_c). */
+typedef struct {
+    int dw;
+    uint32_t mult, cin, cout, wrow;
+} tol_stage_conv_t;
+
+static tol_stage_conv_t tol_stage_conv_(const tol_stage_layer_t *l)
+{
+    tol_stage_conv_t c;
+    c.dw = l->kind == TOL_STAGE_DWCONV;
+    c.mult = c.dw ? (uint32_t)l->out_c / l->in_c : 1u;
+    c.cin = l->in_c;
+    c.cout = l->out_c;
+    c.wrow = (uint32_t)l->kh * l->kw * c.cin;
+    return c;
+}
+
+/* ---- pooling (no parameters; windows placed as a convolution's, padded taps skipped) ---- */
 
 /* Index in x of the first largest tap of channel c in window w (strictly larger replaces). */
 static size_t tol_stage_argmax_(const tol_stage_layer_t *l, const tol_stage_win_t *w,
@@ -410,8 +427,10 @@ static void tol_stage_pool_(const tol_stage_layer_t *l, const float *x, float *y
     const uint32_t cn = l->in_c;
     const int avg = l->kind == TOL_STAGE_AVGPOOL;
     for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        tol_stage_win_t w;
+        tol_stage_win_row_(l, oy, &w);
         for (uint32_t ox = 0; ox < l->out_w; ox++) {
-            const tol_stage_win_t w = tol_stage_win_(l, oy, ox);
+            tol_stage_win_col_(l, ox, &w);
             const size_t o = ((size_t)oy * l->out_w + ox) * cn;
             const float n = (float)((w.ky1 - w.ky0) * (w.kx1 - w.kx0));
             for (uint32_t c = 0; c < cn; c++) {
@@ -471,89 +490,83 @@ static void tol_stage_layer_forward_(const tol_stage_layer_t *l, const float *w,
     }
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV: {
-        const int dw = l->kind == TOL_STAGE_DWCONV;
-        const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
-        const uint32_t cin = l->in_c, cout = l->out_c;
-        const uint32_t wrow = (uint32_t)l->kh * l->kw * cin; /* CONV: floats per output channel */
+        const tol_stage_conv_t cv = tol_stage_conv_(l);
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
-            uint32_t ky0, ky1;
-            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
-            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+            tol_stage_win_t win;
+            tol_stage_win_row_(l, oy, &win);
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                uint32_t kx0, kx1;
-                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
-                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
-                float *yo = &y[((size_t)oy * l->out_w + ox) * cout];
-                if (dw && mult == 1u) {
+                tol_stage_win_col_(l, ox, &win);
+                float *yo = &y[((size_t)oy * l->out_w + ox) * cv.cout];
+                if (cv.dw && cv.mult == 1u) {
                     /* one channel per input channel: the channels of a tap are contiguous in x
                      * and in W, so eight channels' sums run side by side over the whole window
                      * (tol_fmac_dwwin8_), each in (ky, kx) order; the channels past the last
                      * eight one by one */
-                    const uint32_t c8 = cout & ~7u;
-                    const uint32_t nk = kx1 - kx0, nky = ky1 - ky0;
-                    const float *w0 = &w[((size_t)ky0 * l->kw + kx0) * cout];
-                    const float *x0 = &x[((size_t)iy0 * l->in_w + ix0) * cin];
-                    const uint32_t wky = (uint32_t)l->kw * cout, xky = (uint32_t)l->in_w * cin; /* one kernel row on */
-                    for (uint32_t co = 0; co < cout; co++) {
+                    const uint32_t c8 = cv.cout & ~7u;
+                    const uint32_t nk = win.kx1 - win.kx0, nky = win.ky1 - win.ky0;
+                    const float *w0 = &w[((size_t)win.ky0 * l->kw + win.kx0) * cv.cout];
+                    const float *x0 = &x[((size_t)win.iy0 * l->in_w + win.ix0) * cv.cin];
+                    const uint32_t wky = (uint32_t)l->kw * cv.cout, xky = (uint32_t)l->in_w * cv.cin; /* one kernel row on */
+                    for (uint32_t co = 0; co < cv.cout; co++) {
                         if (co < c8 && nk > 0u && nky > 0u) {
-                            tol_fmac_dwwin8_(&yo[co], &b[co], &w0[co], cout, wky, &x0[co], cin, xky, nk, nky);
+                            tol_fmac_dwwin8_(&yo[co], &b[co], &w0[co], cv.cout, wky, &x0[co], cv.cin, xky, nk, nky);
                             co += 7u;
                             continue;
                         }
                         float acc = b[co];
                         for (uint32_t r = 0; r < nky; r++) {
                             for (uint32_t t = 0; t < nk; t++) {
-                                acc = tol_fmac_mla(acc, w0[(size_t)r * wky + (size_t)t * cout + co],
-                                                   x0[(size_t)r * xky + (size_t)t * cin + co]);
+                                acc = tol_fmac_mla(acc, w0[(size_t)r * wky + (size_t)t * cv.cout + co],
+                                                   x0[(size_t)r * xky + (size_t)t * cv.cin + co]);
                             }
                         }
                         yo[co] = acc;
                     }
-                    for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
+                    for (uint32_t co = 0; co < cv.cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
                     continue;
                 }
-                if (dw) {
+                if (cv.dw) {
                     /* every channel's sum in its own slot of yo, taps in (ky, kx) order */
-                    for (uint32_t co = 0; co < cout; co++) yo[co] = b[co];
-                    for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        for (uint32_t kx = kx0; kx < kx1; kx++) {
-                            const float *xi = &x[((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * cin];
-                            const float *wk = &w[((size_t)ky * l->kw + kx) * cout];
-                            if (mult == 1u) {
-                                for (uint32_t co = 0; co < cout; co++) yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co]);
+                    for (uint32_t co = 0; co < cv.cout; co++) yo[co] = b[co];
+                    for (uint32_t ky = win.ky0; ky < win.ky1; ky++) {
+                        for (uint32_t kx = win.kx0; kx < win.kx1; kx++) {
+                            const float *xi = &x[((size_t)(win.iy0 + ky - win.ky0) * l->in_w + (win.ix0 + kx - win.kx0)) * cv.cin];
+                            const float *wk = &w[((size_t)ky * l->kw + kx) * cv.cout];
+                            if (cv.mult == 1u) {
+                                for (uint32_t co = 0; co < cv.cout; co++) yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co]);
                             } else {
-                                for (uint32_t co = 0; co < cout; co++) {
-                                    yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co / mult]);
+                                for (uint32_t co = 0; co < cv.cout; co++) {
+                                    yo[co] = tol_fmac_mla(yo[co], wk[co], xi[co / cv.mult]);
                                 }
                             }
                         }
                     }
-                    for (uint32_t co = 0; co < cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
+                    for (uint32_t co = 0; co < cv.cout; co++) yo[co] = tol_stage_act_(l->act, yo[co]);
                     continue;
                 }
                 /* taps kx0..kx1-1 of one kernel row are contiguous in x and in W, in the
                  * (kx, ci) order of the sum: one run of `run` floats per kernel row */
-                const uint32_t run = (kx1 - kx0) * cin;
-                for (uint32_t co = 0; co < cout; co += 4u) {
-                    const uint32_t nr = cout - co < 4u ? cout - co : 4u;
+                const uint32_t run = (win.kx1 - win.kx0) * cv.cin;
+                for (uint32_t co = 0; co < cv.cout; co += 4u) {
+                    const uint32_t nr = cv.cout - co < 4u ? cv.cout - co : 4u;
                     float z[4];
                     for (uint32_t r = 0; r < nr; r++) z[r] = b[co + r];
-                    if (nr == 4u && run > 0u && (run & 7u) == 0u && ky1 > ky0) {
+                    if (nr == 4u && run > 0u && (run & 7u) == 0u && win.ky1 > win.ky0) {
                         /* every kernel row's run in blocks of 8: all rows in one call */
-                        tol_fmac_dot4x8_rows_(z, &w[(size_t)co * wrow + ((size_t)ky0 * l->kw + kx0) * cin], wrow,
-                                              (uint32_t)l->kw * cin, &x[((size_t)iy0 * l->in_w + ix0) * cin],
-                                              (uint32_t)l->in_w * cin, run >> 3, ky1 - ky0);
+                        tol_fmac_dot4x8_rows_(z, &w[(size_t)co * cv.wrow + ((size_t)win.ky0 * l->kw + win.kx0) * cv.cin], cv.wrow,
+                                              (uint32_t)l->kw * cv.cin, &x[((size_t)win.iy0 * l->in_w + win.ix0) * cv.cin],
+                                              (uint32_t)l->in_w * cv.cin, run >> 3, win.ky1 - win.ky0);
                         for (uint32_t r = 0; r < 4u; r++) yo[co + r] = tol_stage_act_(l->act, z[r]);
                         continue;
                     }
-                    for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        const float *xr = &x[((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin];
-                        const float *wr = &w[(size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin];
+                    for (uint32_t ky = win.ky0; ky < win.ky1; ky++) {
+                        const float *xr = &x[((size_t)(win.iy0 + ky - win.ky0) * l->in_w + win.ix0) * cv.cin];
+                        const float *wr = &w[(size_t)co * cv.wrow + ((size_t)ky * l->kw + win.kx0) * cv.cin];
                         if (nr == 4u) {
-                            tol_stage_dot4_(z, wr, wrow, xr, run);
+                            tol_stage_dot4_(z, wr, cv.wrow, xr, run);
                         } else {
                             for (uint32_t r = 0; r < nr; r++) {
-                                z[r] = tol_stage_dot_(z[r], wr + (size_t)r * wrow, xr, run);
+                                z[r] = tol_stage_dot_(z[r], wr + (size_t)r * cv.wrow, xr, run);
                             }
                         }
                     }
@@ -617,23 +630,20 @@ static void tol_stage_dw_backward8_(const tol_stage_layer_t *l, const float *w, 
     const uint32_t c = l->out_c;
     const uint32_t c8 = c & ~7u;
     for (uint32_t oy = 0; oy < l->out_h; oy++) {
-        uint32_t ky0, ky1;
-        tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
-        const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+        tol_stage_win_t win;
+        tol_stage_win_row_(l, oy, &win);
         for (uint32_t ox = 0; ox < l->out_w; ox++) {
-            uint32_t kx0, kx1;
-            tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
-            const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
+            tol_stage_win_col_(l, ox, &win);
             const float *dp = &d[((size_t)oy * l->out_w + ox) * c];
             if (gb != NULL) {
                 for (uint32_t co = 0; co < c8; co += 8u) tol_fmac_vadd8_(&gb[co], &dp[co]);
                 for (uint32_t co = c8; co < c; co++) gb[co] += dp[co];
             }
             if (g == NULL && dx == NULL) continue;
-            for (uint32_t ky = ky0; ky < ky1; ky++) {
-                for (uint32_t kx = kx0; kx < kx1; kx++) {
+            for (uint32_t ky = win.ky0; ky < win.ky1; ky++) {
+                for (uint32_t kx = win.kx0; kx < win.kx1; kx++) {
                     const size_t k = ((size_t)ky * l->kw + kx) * c;
-                    const size_t xo = ((size_t)(iy0 + ky - ky0) * l->in_w + (ix0 + kx - kx0)) * c;
+                    const size_t xo = ((size_t)(win.iy0 + ky - win.ky0) * l->in_w + (win.ix0 + kx - win.kx0)) * c;
                     for (uint32_t co = 0; co < c8; co += 8u) {
                         if (g != NULL) tol_fmac_vmla8_(&g[k + co], &dp[co], &x[xo + co]);
                         if (dx != NULL) tol_fmac_vmla8_(&dx[xo + co], &dp[co], &w[k + co]);
@@ -673,43 +683,37 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
     }
     case TOL_STAGE_CONV:
     case TOL_STAGE_DWCONV: {
-        const int dw = l->kind == TOL_STAGE_DWCONV;
-        const uint32_t mult = dw ? (uint32_t)l->out_c / l->in_c : 1u;
-        const uint32_t cin = l->in_c, cout = l->out_c;
-        const uint32_t wrow = (uint32_t)l->kh * l->kw * cin;
-        if (dw && mult == 1u && tol_stage_moderate_(x, tol_stage_in_size_(l))) {
+        const tol_stage_conv_t cv = tol_stage_conv_(l);
+        if (cv.dw && cv.mult == 1u && tol_stage_moderate_(x, tol_stage_in_size_(l))) {
             tol_stage_dw_backward8_(l, w, x, d, g, gb, dx);
             break;
         }
         for (uint32_t oy = 0; oy < l->out_h; oy++) {
-            uint32_t ky0, ky1;
-            tol_stage_taps_(oy, l->sh, l->pt, l->kh, l->in_h, &ky0, &ky1);
-            const uint32_t iy0 = oy * l->sh + ky0 - l->pt;
+            tol_stage_win_t win;
+            tol_stage_win_row_(l, oy, &win);
             for (uint32_t ox = 0; ox < l->out_w; ox++) {
-                uint32_t kx0, kx1;
-                tol_stage_taps_(ox, l->sw, l->pl, l->kw, l->in_w, &kx0, &kx1);
-                const uint32_t ix0 = ox * l->sw + kx0 - l->pl;
-                const float *dp = &d[((size_t)oy * l->out_w + ox) * cout];
-                const uint32_t run = (kx1 - kx0) * cin;
-                for (uint32_t co = 0; co < cout; co++) {
+                tol_stage_win_col_(l, ox, &win);
+                const float *dp = &d[((size_t)oy * l->out_w + ox) * cv.cout];
+                const uint32_t run = (win.kx1 - win.kx0) * cv.cin;
+                for (uint32_t co = 0; co < cv.cout; co++) {
                     const float dv = dp[co];
                     if (dv == 0.0f) continue;
                     if (gb != NULL) gb[co] += dv;
                     if (g == NULL && dx == NULL) continue;
-                    for (uint32_t ky = ky0; ky < ky1; ky++) {
-                        const size_t xrow = ((size_t)(iy0 + ky - ky0) * l->in_w + ix0) * cin;
-                        if (dw) {
-                            const uint32_t ci = co / mult;
-                            for (uint32_t kx = kx0; kx < kx1; kx++) {
-                                const size_t k = ((size_t)ky * l->kw + kx) * cout + co;
-                                const size_t xo = xrow + (size_t)(kx - kx0) * cin + ci;
+                    for (uint32_t ky = win.ky0; ky < win.ky1; ky++) {
+                        const size_t xrow = ((size_t)(win.iy0 + ky - win.ky0) * l->in_w + win.ix0) * cv.cin;
+                        if (cv.dw) {
+                            const uint32_t ci = co / cv.mult;
+                            for (uint32_t kx = win.kx0; kx < win.kx1; kx++) {
+                                const size_t k = ((size_t)ky * l->kw + kx) * cv.cout + co;
+                                const size_t xo = xrow + (size_t)(kx - win.kx0) * cv.cin + ci;
                                 if (g != NULL) g[k] = tol_fmac_mla(g[k], dv, x[xo]);
                                 if (dx != NULL) dx[xo] = tol_fmac_mla(dx[xo], dv, w[k]);
                             }
                         } else {
                             /* one contiguous run per kernel row (each gW and dx element
                              * takes one term from this output element: order-free) */
-                            const size_t k = (size_t)co * wrow + ((size_t)ky * l->kw + kx0) * cin;
+                            const size_t k = (size_t)co * cv.wrow + ((size_t)ky * l->kw + win.kx0) * cv.cin;
                             if (g != NULL) tol_stage_axpy_(&g[k], dv, &x[xrow], run);
                             if (dx != NULL) tol_stage_axpy_(&dx[xrow], dv, &w[k], run);
                         }
@@ -888,24 +892,14 @@ static tol_status_t tol_stage_step_(tol_stage_t *S)
 
 static void tol_stage_dequantize_(const tol_stage_t *S, const int8_t *q, float *x)
 {
-    for (uint32_t j = 0; j < S->latent; j++) {
-        x[j] = S->cfg.latent_scale * (float)((int32_t)q[j] - S->cfg.latent_zero_point);
-    }
-}
-
-static int tol_stage_finite_(const float *x, uint32_t n)
-{
-    for (uint32_t j = 0; j < n; j++) {
-        if (!isfinite(x[j])) return 0;
-    }
-    return 1;
+    tol_learner_dequantize(q, S->latent, S->cfg.latent_scale, S->cfg.latent_zero_point, x);
 }
 
 tol_status_t tol_stage_predict_f(tol_stage_t *S, const float *latent, int32_t *label,
                                  float *confidence)
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
-    TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, S->latent), TOL_ERR_NONFINITE);
     S->push_fill = 0; /* the forward pass overwrites the staging buffers */
     int32_t best = -1;
     float conf = 0.0f;
@@ -961,7 +955,7 @@ tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t lab
 {
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     TOL_CHECK(label < S->rows, TOL_ERR_LABEL);
-    TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, S->latent), TOL_ERR_NONFINITE);
     if (S->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
     S->push_fill = 0;
     const int newly = S->active[label] ? 0 : 1;
@@ -1022,7 +1016,7 @@ tol_status_t tol_stage_replay_add_f(tol_stage_t *S, const float *latent, uint16_
     TOL_CHECK(latent != NULL, TOL_ERR_ARG);
     TOL_CHECK(S->cfg.replay_capacity > 0u, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(label < S->rows, TOL_ERR_LABEL);
-    TOL_CHECK(tol_stage_finite_(latent, S->latent), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(latent, S->latent), TOL_ERR_NONFINITE);
     return tol_replay_add_batch(&S->replay, latent, &label, 1);
 }
 
@@ -1050,6 +1044,10 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
 /* ---- persistence ------------------------------------------------------------------------- */
 
 #define TOL_STAGE_STATE_MAGIC 0x31475453u /* "STG1" */
+
+/* Where the header keeps the counters (40), the queue length (38) and the replay buffer's
+ * fill and counters (56, 60, 64). */
+static const tol_state_layout_t tol_stage_layout_ = {40u, 38u, 56u};
 
 uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
 {
@@ -1092,13 +1090,9 @@ static void tol_stage_header_(const tol_stage_t *S, uint8_t parts, uint8_t *p)
     tol_segs_put32(p + 12, S->n_params);
     tol_learner_settings_pack(&S->set, p + 16);
     p[37] = S->set.rehearse;
-    tol_segs_put16(p + 38, S->n_pending);
-    tol_state_put_counters(p + 40, S->prng.state, S->samples_seen, S->updates, S->rejected);
-    const uint16_t fill = (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.fill : 0u;
-    tol_segs_put16(p + 56, fill);
+    tol_state_put_core(p, &tol_stage_layout_, S->prng.state, S->samples_seen, S->updates, S->rejected,
+                       S->n_pending, (parts & TOL_STATE_REPLAY) ? &S->replay : NULL);
     tol_segs_put16(p + 58, c->replay_capacity);
-    tol_segs_put32(p + 60, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.seen : 0u);
-    tol_segs_put32(p + 64, (parts & TOL_STAGE_STATE_REPLAY) ? S->replay.batches : 0u);
     tol_segs_put16(p + 68, c->max_new);
     tol_segs_put16(p + 70, S->rows);
 }
@@ -1112,7 +1106,7 @@ void tol_stage_state_stream(const tol_stage_t *S, uint8_t parts, uint8_t *hdr, t
     tol_state_add(s, S->active, S->rows);
     tol_state_add(s, S->class_count, 4u * S->rows);
     tol_state_add_queue(s, S->queue, S->latent, S->n_pending, S->pending_labels);
-    if (parts & TOL_STAGE_STATE_MOMENTUM) tol_state_add(s, S->mom, 4u * S->n_params);
+    if (parts & TOL_STATE_MOMENTUM) tol_state_add(s, S->mom, 4u * S->n_params);
     tol_state_add_replay(s, parts, &S->replay);
 }
 
@@ -1135,16 +1129,12 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
     tol_learner_settings_unpack(p + 16, &s);
     s.rehearse = p[37];
     TOL_TRY(tol_stage_check_settings_(c, &s));
-    const uint16_t n_pending = tol_segs_get16(p + 38);
-    const uint16_t fill = tol_segs_get16(p + 56);
-    TOL_TRY(tol_state_check_header(n_pending, s.n_new, fill, c->replay_capacity, tol_segs_get32(p + 40)));
+    TOL_TRY(tol_state_check_core(p, &tol_stage_layout_, s.n_new, c->replay_capacity));
     /* checked: apply */
     S->set = s;
-    tol_state_get_counters(p + 40, &S->prng.state, &S->samples_seen, &S->updates, &S->rejected);
-    S->n_pending = n_pending;
-    tol_state_restore_replay(&S->replay, c->replay_capacity, pt, fill, tol_segs_get32(p + 60),
-                             tol_segs_get32(p + 64));
-    if (!(pt & TOL_STAGE_STATE_MOMENTUM) && S->mom != NULL) {
+    tol_state_get_core(p, &tol_stage_layout_, pt, &S->prng.state, &S->samples_seen, &S->updates, &S->rejected,
+                       &S->n_pending, c->replay_capacity > 0u ? &S->replay : NULL);
+    if (!(pt & TOL_STATE_MOMENTUM) && S->mom != NULL) {
         memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
     }
     *parts = pt;
@@ -1156,8 +1146,8 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
 
 static tol_status_t tol_stage_state_check_(tol_stage_t *S, uint8_t parts)
 {
-    TOL_CHECK(tol_stage_finite_(S->params, S->n_params), TOL_ERR_RANGE);
-    TOL_CHECK(S->mom == NULL || tol_stage_finite_(S->mom, S->n_params), TOL_ERR_RANGE);
+    TOL_CHECK(tol_learner_finite(S->params, S->n_params), TOL_ERR_RANGE);
+    TOL_CHECK(S->mom == NULL || tol_learner_finite(S->mom, S->n_params), TOL_ERR_RANGE);
     uint16_t active = 0;
     for (uint16_t r = 0; r < S->rows; r++) {
         TOL_CHECK(S->active[r] <= 1u, TOL_ERR_RANGE);
@@ -1222,7 +1212,7 @@ tol_status_t tol_stage_push_commit(tol_stage_t *S)
         TOL_CHECK(flags[r] <= 1u, TOL_ERR_RANGE);
         active = (uint16_t)(active + flags[r]);
     }
-    TOL_CHECK(tol_stage_finite_(S->grads, S->n_params), TOL_ERR_NONFINITE);
+    TOL_CHECK(tol_learner_finite(S->grads, S->n_params), TOL_ERR_NONFINITE);
     memcpy(S->params, S->grads, (size_t)S->n_params * sizeof(float));
     memcpy(S->active, flags, S->rows);
     S->n_active = active;

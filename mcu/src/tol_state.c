@@ -55,41 +55,47 @@ tol_status_t tol_state_write(const tol_state_t *s, uint32_t offset, const uint8_
     return TOL_OK;
 }
 
-void tol_state_put_counters(uint8_t *p, uint32_t prng, uint32_t seen, uint32_t updates, uint32_t rejected)
+void tol_state_put_core(uint8_t *hdr, const tol_state_layout_t *at, uint32_t prng, uint32_t seen,
+                        uint32_t updates, uint32_t rejected, uint16_t n_pending, const tol_replay_t *rb)
 {
+    uint8_t *p = hdr + at->counters;
     tol_segs_put32(p, prng);
     tol_segs_put32(p + 4, seen);
     tol_segs_put32(p + 8, updates);
     tol_segs_put32(p + 12, rejected);
+    tol_segs_put16(hdr + at->n_pending, n_pending);
+    if (rb != NULL) {
+        tol_segs_put16(hdr + at->replay, rb->fill);
+        tol_segs_put32(hdr + at->replay + 4, rb->seen);
+        tol_segs_put32(hdr + at->replay + 8, rb->batches);
+    }
 }
 
-void tol_state_get_counters(const uint8_t *p, uint32_t *prng, uint32_t *seen, uint32_t *updates,
-                            uint32_t *rejected)
+tol_status_t tol_state_check_core(const uint8_t *hdr, const tol_state_layout_t *at, uint16_t n_new,
+                                  uint16_t replay_capacity)
 {
+    TOL_CHECK(tol_segs_get16(hdr + at->n_pending) < n_new, TOL_ERR_ARG);
+    TOL_CHECK(tol_segs_get16(hdr + at->replay) <= replay_capacity, TOL_ERR_ARG);
+    TOL_CHECK(tol_segs_get32(hdr + at->counters) != 0u, TOL_ERR_ARG);
+    return TOL_OK;
+}
+
+void tol_state_get_core(const uint8_t *hdr, const tol_state_layout_t *at, uint8_t parts, uint32_t *prng,
+                        uint32_t *seen, uint32_t *updates, uint32_t *rejected, uint16_t *n_pending,
+                        tol_replay_t *rb)
+{
+    const uint8_t *p = hdr + at->counters;
     *prng = tol_segs_get32(p);
     *seen = tol_segs_get32(p + 4);
     *updates = tol_segs_get32(p + 8);
     *rejected = tol_segs_get32(p + 12);
-}
-
-tol_status_t tol_state_check_header(uint16_t n_pending, uint16_t n_new, uint16_t fill,
-                                    uint16_t replay_capacity, uint32_t prng)
-{
-    TOL_CHECK(n_pending < n_new, TOL_ERR_ARG);
-    TOL_CHECK(fill <= replay_capacity, TOL_ERR_ARG);
-    TOL_CHECK(prng != 0u, TOL_ERR_ARG);
-    return TOL_OK;
-}
-
-void tol_state_restore_replay(tol_replay_t *rb, uint16_t replay_capacity, uint8_t parts, uint16_t fill,
-                              uint32_t seen, uint32_t batches)
-{
-    if (replay_capacity == 0u) return;
+    *n_pending = tol_segs_get16(hdr + at->n_pending);
+    if (rb == NULL) return;
     tol_replay_clear(rb);
     if (parts & TOL_STATE_REPLAY) {
-        rb->fill = fill;
-        rb->seen = seen;
-        rb->batches = batches;
+        rb->fill = tol_segs_get16(hdr + at->replay);
+        rb->seen = tol_segs_get32(hdr + at->replay + 4);
+        rb->batches = tol_segs_get32(hdr + at->replay + 8);
     }
 }
 

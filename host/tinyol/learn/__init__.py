@@ -10,6 +10,7 @@ _WHERE = {
     "Learner": "learner",
     "LearnerError": "learner",
     "MODES": "learner",
+    "OnlineConfig": "learner",
     "OnlineLearner": "learner",
     "Result": "learner",
     "Settings": "learner",

@@ -36,6 +36,7 @@ POLICY_RESERVOIR, POLICY_BALANCED, POLICY_AR1 = 0, 1, 2
 POLICIES = {"reservoir": POLICY_RESERVOIR, "balanced": POLICY_BALANCED, "ar1": POLICY_AR1}
 REPLAY_MAX_BATCH = 32
 MAX_OLD = 1024
+REHEARSE_MAX = 255  # most rehearsal steps per idle period (a u8: settings.rehearse, the SAMPLE reply)
 
 
 # --------------------------------------------------------------------------- PRNG
@@ -106,6 +107,18 @@ def softmax_active(z: np.ndarray, active: np.ndarray) -> np.ndarray:
     e = expf(za - za.max())
     p[active] = e / seqsum(e)
     return p
+
+
+def predict_active(z: np.ndarray, active: np.ndarray) -> tuple[int, float, np.ndarray]:
+    """What a classifier predicts from its logits z: the first largest active row, its softmax
+    probability and every row's (:func:`softmax_active`); -1, 0.0 and zeros when no row is
+    active (tol_head_predict's and tol_stage_predict_f's choice)."""
+    if not active.any():
+        return -1, 0.0, np.zeros(len(z), F32)
+    idx = np.flatnonzero(active)
+    best = int(idx[np.argmax(z[idx])])
+    p = softmax_active(z, active)
+    return best, float(p[best]), p
 
 
 def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
@@ -255,15 +268,11 @@ class Head:
 
     def predict(self, x) -> tuple[int, float]:
         """The best active row and its probability; self.probs keeps every row's (tol_head's z
-        after a predict)."""
+        after a predict; left alone when no row is active: the C computes nothing then)."""
         if not self.active.any():
             return -1, 0.0
-        z = self.forward(x)
-        idx = np.flatnonzero(self.active)
-        best = int(idx[np.argmax(z[idx])])
-        p = self.softmax(z)
-        self.probs = p
-        return best, float(p[best])
+        best, prob, self.probs = predict_active(self.forward(x), self.active)
+        return best, prob
 
     def grad_zero(self) -> None:
         self.gw[:] = 0
@@ -528,19 +537,18 @@ class Settings:
 
 
 @dataclasses.dataclass
-class Config:
-    """tol_learner_config_t."""
+class OnlineConfig:
+    """What tol_learner_config_t and tol_stage_config_t share, declared once: the rows active
+    after reset, the latent quantization, the replay buffer, the batch bounds, the momentum
+    buffers, the seed and the initial settings. Keyword-only; :class:`Config` (the head) and
+    ``stage.StageConfig`` add their model in front. :meth:`check` is what tol_learner_init and
+    tol_stage_init both check of these fields, :meth:`check_settings` is
+    tol_learner_settings_check (a learner adds its own fields' checks)."""
 
-    latent_dim: int
-    n_outputs: int
-    head_kind: int = HEAD_CLASSIFIER
+    _: dataclasses.KW_ONLY
     init_classes: int = 0
-    init_weight: np.ndarray | None = None
-    init_bias: np.ndarray | None = None
     latent_scale: float = 1.0
     latent_zero_point: int = 0
-    target_scale: float = 1.0
-    target_zero_point: int = 0
     replay_capacity: int = 0
     replay_bits: int = 8
     replay_policy: int = POLICY_RESERVOIR
@@ -550,10 +558,55 @@ class Config:
     seed: int = 1
     settings: Settings = dataclasses.field(default_factory=Settings)
 
+    def check(self, rows: int) -> None:
+        """TOL_ERR_ARG unless 1 <= max_new <= 32, max_old <= 1024, init_classes <= rows (the
+        classifier rows), a finite latent scale > 0 and valid initial settings."""
+        if not (1 <= self.max_new <= REPLAY_MAX_BATCH and 0 <= self.max_old <= MAX_OLD
+                and 0 <= self.init_classes <= rows
+                and math.isfinite(self.latent_scale) and self.latent_scale > 0):
+            raise LearnerError("TOL_ERR_ARG")
+        self.check_settings(self.settings)
+
+    def check_settings(self, s: Settings) -> None:
+        """tol_learner_settings_check: TOL_ERR_ARG unless lr, weight decay and clip norm are
+        finite and >= 0, 0 <= momentum < 1 (0 without momentum buffers), 1 <= n_new <= max_new,
+        n_old <= the effective max_old (with a buffer), a known mode and rehearse a u8."""
+        ok = (all(math.isfinite(v) and v >= 0 for v in (s.lr, s.weight_decay, s.clip_norm))
+              and 0 <= s.momentum < 1 and (s.momentum == 0 or not self.no_momentum)
+              and 1 <= s.n_new <= self.max_new
+              and (self.replay_capacity == 0
+                   or 0 <= s.n_old <= max_old_eff(self.replay_capacity, self.max_old))
+              and s.mode in MODES.values() and 0 <= s.rehearse <= REHEARSE_MAX)
+        if not ok:
+            raise LearnerError("TOL_ERR_ARG")
+
+
+@dataclasses.dataclass
+class Config(OnlineConfig):
+    """tol_learner_config_t: the head (its size, kind and exported weights) and, for the
+    autoencoder, the target quantization; the rest is :class:`OnlineConfig`'s. Only latent_dim
+    and n_outputs may be given by position."""
+
+    latent_dim: int
+    n_outputs: int
+    _: dataclasses.KW_ONLY
+    head_kind: int = HEAD_CLASSIFIER
+    init_weight: np.ndarray | None = None
+    init_bias: np.ndarray | None = None
+    target_scale: float = 1.0
+    target_zero_point: int = 0
+
     @property
     def nbytes(self) -> int:
         return learner_bytes(self.latent_dim, self.n_outputs, self.replay_capacity,
                              self.replay_bits, self.max_new, self.max_old, self.no_momentum)
+
+    def check_settings(self, s: Settings) -> None:
+        """tol_learner_check_settings_: the shared checks, then the autoencoder's threshold
+        factor (finite, >= 0) and EMA factor (0, 1]."""
+        super().check_settings(s)
+        if not (math.isfinite(s.threshold_k) and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1):
+            raise LearnerError("TOL_ERR_ARG")
 
 
 class LearnerError(TinyolError):
@@ -562,17 +615,6 @@ class LearnerError(TinyolError):
     def __init__(self, status: str):
         super().__init__(status)
         self.status = status
-
-
-def check_settings(cfg: Config, s: Settings) -> None:
-    ok = (math.isfinite(s.lr) and s.lr >= 0 and 0 <= s.momentum < 1 and s.weight_decay >= 0
-          and (s.momentum == 0 or not cfg.no_momentum)
-          and s.clip_norm >= 0 and 1 <= s.n_new <= cfg.max_new
-          and (cfg.replay_capacity == 0 or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity,
-                                                                       cfg.max_old))
-          and s.mode in (0, 1, 2) and s.threshold_k >= 0 and 0 < s.ema_alpha <= 1)
-    if not ok:
-        raise LearnerError("TOL_ERR_ARG")
 
 
 @dataclasses.dataclass
@@ -597,15 +639,46 @@ class Result:
 
 
 class OnlineLearner:
-    """The C call semantics tol_learner.c and tol_stage.c share around their arithmetic: label
-    and value checks, the queue of fresh samples (one update every n_new), a new label
-    activating its row, replay_add, the counters. A learner provides ``_rows`` (labels below
-    it), ``_active_rows()``, ``_activate(r)``, ``_update()`` (one step on the queue: True, or
-    False when refused as diverged), ``_last_probabilities()`` (every row's, from the last
-    predict) and ``_threshold()``."""
+    """The C call semantics tol_learner.c and tol_stage.c share around their arithmetic: the
+    set-up and reset of what both hold (settings, PRNG, replay buffer, queue, counters), the
+    settings checks, label and value checks, the queue of fresh samples (one update every
+    n_new), a new label activating its row, the update on the queue plus replayed latents,
+    replay_add, the counters. A learner provides ``_rows`` (labels below it),
+    ``_active_rows()``, ``_activate(r)``, ``_grad_zero()``, ``_grad_add(x, label, weight)``
+    (one sample's gradient, added), ``_step()`` (the SGD step: True, or False when refused as
+    diverged), ``_last_probabilities()`` (every row's, from the last predict) and
+    ``_threshold()``."""
 
     _rows: int
     anomalies: int = 0
+
+    def _setup(self, cfg: OnlineConfig, dim: int, rows: int) -> None:
+        """The checks and parts both inits share: cfg checked for `rows` classifier rows, the
+        PRNG, the replay buffer of `dim`-float latents (None without capacity)."""
+        cfg.check(rows)
+        self.cfg = cfg
+        self.prng = Prng(cfg.seed)
+        self.replay = (Replay(cfg.replay_capacity, dim, cfg.replay_bits, rows, cfg.replay_policy,
+                              cfg.latent_scale, cfg.latent_zero_point, self.prng)
+                       if cfg.replay_capacity > 0 else None)
+
+    def _reset_common(self) -> None:
+        """What both resets do: settings back to cfg's, the PRNG reseeded, the replay buffer,
+        class counts, queue and counters cleared."""
+        cfg = self.cfg
+        self.settings = dataclasses.replace(cfg.settings)
+        self.prng.seed(cfg.seed)
+        if self.replay is not None:
+            self.replay.clear()
+        self.class_count = np.zeros(self._rows, np.int64)
+        self.pending: list[tuple[np.ndarray, int]] = []
+        self.samples_seen = self.updates = self.rejected = self.anomalies = 0
+
+    def set_settings(self, s: Settings) -> None:
+        """Validate (cfg.check_settings) and apply; the queue is dropped."""
+        self.cfg.check_settings(s)
+        self.settings = dataclasses.replace(s)
+        self.pending = []
 
     def _check_classifier(self) -> None:
         """Raise where a learner has no classifier mode (the head in autoencoder mode)."""
@@ -617,6 +690,34 @@ class OnlineLearner:
         self._check_classifier()
         if not 0 <= label < self._rows:
             raise LearnerError("TOL_ERR_LABEL")
+
+    def _grad_add_replayed(self, n: int, weight) -> None:
+        """n latents drawn from the replay buffer, each row activated, their gradients added."""
+        for _ in range(n):
+            xr, yr = self.replay.get(self.replay.draw())
+            self._activate(yr)
+            self._grad_add(xr, yr, weight)
+
+    def _update(self) -> bool:
+        """One SGD step on the queue plus n_old replayed latents (replay mode with a non-empty
+        buffer), each weighted 1 / batch; then the queue is offered to the buffer (replay
+        mode). False (nothing changed, rejected counted) when the step diverged."""
+        s = self.settings
+        replay = s.mode == MODE_REPLAY and self.replay is not None
+        n_old = s.n_old if (replay and self.replay.fill > 0) else 0
+        weight = F32(1.0) / F32(len(self.pending) + n_old)
+        self._grad_zero()
+        for x, y in self.pending:
+            self._grad_add(x, y, weight)
+        self._grad_add_replayed(n_old, weight)
+        if not self._step():
+            self.rejected += 1
+            return False
+        self.updates += 1
+        if replay:
+            self.replay.add_batch(np.stack([x for x, _ in self.pending]),
+                                  [y for _, y in self.pending])
+        return True
 
     def learn_f(self, x, label: int) -> None:
         self._check_label(label)
@@ -699,37 +800,21 @@ class Learner(OnlineLearner):
     """
 
     def __init__(self, cfg: Config):
-        if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD):
-            raise LearnerError("TOL_ERR_ARG")
-        check_settings(cfg, cfg.settings)
-        self.cfg = cfg
-        self.prng = Prng(cfg.seed)
+        self._setup(cfg, cfg.latent_dim, cfg.n_outputs)
         init_active = cfg.n_outputs if cfg.head_kind == HEAD_AUTOENCODER else cfg.init_classes
         self.head = Head(cfg.latent_dim, cfg.n_outputs, cfg.init_weight, cfg.init_bias, init_active,
                          not cfg.no_momentum)
-        self.replay = (Replay(cfg.replay_capacity, cfg.latent_dim, cfg.replay_bits, cfg.n_outputs,
-                              cfg.replay_policy, cfg.latent_scale, cfg.latent_zero_point, self.prng)
-                       if cfg.replay_capacity > 0 else None)
         self.reset()
 
     # -- lifecycle
     def reset(self) -> None:
-        cfg = self.cfg
-        self.settings = dataclasses.replace(cfg.settings)
-        self.prng.seed(cfg.seed)
+        self._reset_common()
         self.head.reset()
-        if self.replay is not None:
-            self.replay.clear()
         s = self.settings
         self.anomaly_stats = AnomalyThreshold(s.threshold_k, s.ema_alpha, s.warmup)
-        self.class_count = np.zeros(cfg.n_outputs, np.int64)
-        self.pending: list[tuple[np.ndarray, int]] = []
-        self.samples_seen = self.updates = self.rejected = self.anomalies = 0
 
     def set_settings(self, s: Settings) -> None:
-        check_settings(self.cfg, s)
-        self.settings = dataclasses.replace(s)
-        self.pending = []
+        super().set_settings(s)
         a = self.anomaly_stats
         a.k, a.alpha, a.warmup = F32(s.threshold_k), F32(s.ema_alpha), max(1, int(s.warmup))
 
@@ -770,26 +855,15 @@ class Learner(OnlineLearner):
     def predict(self, q) -> tuple[int, float]:
         return self.predict_f(self._deq(q))
 
-    def _update(self) -> bool:
-        h, s = self.head, self.settings
-        replay = s.mode == MODE_REPLAY and self.replay is not None
-        n_old = s.n_old if (replay and self.replay.fill > 0) else 0
-        weight = F32(1.0) / F32(len(self.pending) + n_old)
-        h.grad_zero()
-        for x, y in self.pending:
-            h.grad_add_ce(x, y, weight)
-        for _ in range(n_old):
-            xr, yr = self.replay.get(self.replay.draw())
-            h.activate(yr)
-            h.grad_add_ce(xr, yr, weight)
-        if not h.step(s.lr, s.momentum, s.weight_decay, s.clip_norm):
-            self.rejected += 1
-            return False
-        self.updates += 1
-        if replay:
-            self.replay.add_batch(np.stack([x for x, _ in self.pending]),
-                                  [y for _, y in self.pending])
-        return True
+    def _grad_zero(self) -> None:
+        self.head.grad_zero()
+
+    def _grad_add(self, x, label: int, weight) -> None:
+        self.head.grad_add_ce(x, label, weight)
+
+    def _step(self) -> bool:
+        s = self.settings
+        return self.head.step(s.lr, s.momentum, s.weight_decay, s.clip_norm)
 
     # -- autoencoder
     def score_f(self, x, target) -> tuple[float, bool]:
@@ -802,10 +876,11 @@ class Learner(OnlineLearner):
         score = self.head.mse(np.asarray(x, F32), np.asarray(target, F32))
         return float(score), (not a.warming) and float(score) > a.threshold()
 
+    def _deq_target(self, q_target) -> np.ndarray:
+        return dequantize(q_target, self.cfg.target_scale, self.cfg.target_zero_point)
+
     def score(self, q_latent, q_target) -> tuple[float, bool]:
-        x = self._deq(q_latent)
-        t = dequantize(q_target, self.cfg.target_scale, self.cfg.target_zero_point)
-        return self.score_f(x, t)
+        return self.score_f(self._deq(q_latent), self._deq_target(q_target))
 
     def anomaly_f(self, x, target) -> tuple[float, bool]:
         h, a, s = self.head, self.anomaly_stats, self.settings
@@ -822,13 +897,11 @@ class Learner(OnlineLearner):
             return float(score), flag
         h.grad_zero()
         h.grad_add_mse(x, target, F32(1.0))
-        if not h.step(s.lr, s.momentum, s.weight_decay, s.clip_norm):
+        if not self._step():
             self.rejected += 1
             raise LearnerError("TOL_ERR_DIVERGED")
         self.updates += 1
         return float(score), flag
 
     def anomaly(self, q_latent, q_target) -> tuple[float, bool]:
-        x = self._deq(q_latent)
-        t = dequantize(q_target, self.cfg.target_scale, self.cfg.target_zero_point)
-        return self.anomaly_f(x, t)
+        return self.anomaly_f(self._deq(q_latent), self._deq_target(q_target))

@@ -20,15 +20,12 @@ import numpy as np
 from ..errors import TinyolError
 from ..memory import stage_parts
 from .learner import (
-    MAX_OLD,
     MODE_REPLAY,
-    REPLAY_MAX_BATCH,
+    REHEARSE_MAX,
     LearnerError,
+    OnlineConfig,
     OnlineLearner,
-    Prng,
-    Replay,
-    Settings,
-    max_old_eff,
+    predict_active,
     seqsum,
     softmax_active,
 )
@@ -43,7 +40,6 @@ TRAIN_ALL, TRAIN_BIAS, TRAIN_FROZEN = 0, 1, 2  # tol_stage_train_t: what of a la
 TRAINS = {TRAIN_ALL: "all", TRAIN_BIAS: "bias", TRAIN_FROZEN: "frozen"}
 ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
 MAX_LAYERS = 16
-REHEARSE_MAX = 255  # most rehearsal steps per idle period (a u8 in the SAMPLE/PREDICT reply)
 STATE_HEADER = 72
 
 
@@ -347,22 +343,14 @@ def _pool_backward(l: Layer, t: _PoolTables, x: np.ndarray, d: np.ndarray) -> np
 
 # --------------------------------------------------------------------------- stage
 @dataclasses.dataclass
-class StageConfig:
-    """tol_stage_config_t."""
+class StageConfig(OnlineConfig):
+    """tol_stage_config_t: the layers and their exported parameters; the rest (replay buffer,
+    batch bounds, settings, ...) is :class:`~tinyol.learn.learner.OnlineConfig`'s. Only layers and
+    init_params may be given by position."""
 
     layers: list
     init_params: np.ndarray | None = None
-    init_classes: int = 0
-    latent_scale: float = 1.0
-    latent_zero_point: int = 0
-    replay_capacity: int = 0
-    replay_bits: int = 8
-    replay_policy: int = 0
-    max_new: int = 1
-    max_old: int = 0
-    no_momentum: bool = False
-    seed: int = 1
-    settings: Settings = dataclasses.field(default_factory=Settings)
+    _: dataclasses.KW_ONLY
     # twin only (not on the device): learning rate lr / (1 + lr_decay * samples_seen), a
     # schedule measured for the recipe (docs/adaptive.md, "Recipe"); 0 = constant, the C's
     lr_decay: float = 0.0
@@ -377,19 +365,6 @@ class StageConfig:
                            self.max_old, self.no_momentum)
 
 
-def _check_settings(cfg: StageConfig, s: Settings) -> None:
-    ok = (math.isfinite(s.lr) and s.lr >= 0 and 0 <= s.momentum < 1
-          and (s.momentum == 0 or not cfg.no_momentum)
-          and math.isfinite(s.weight_decay) and s.weight_decay >= 0
-          and math.isfinite(s.clip_norm) and s.clip_norm >= 0
-          and 1 <= s.n_new <= cfg.max_new
-          and (cfg.replay_capacity == 0
-               or 0 <= s.n_old <= max_old_eff(cfg.replay_capacity, cfg.max_old))
-          and s.mode in (0, 1, 2) and 0 <= s.rehearse <= REHEARSE_MAX)
-    if not ok:
-        raise LearnerError("TOL_ERR_ARG")
-
-
 class Stage(OnlineLearner):
     """tol_stage: predict / learn / replay_add with the C call semantics (raises
     :class:`LearnerError` where the C returns a status other than TOL_OK); the queue, the
@@ -399,17 +374,13 @@ class Stage(OnlineLearner):
         layers = list(cfg.layers)
         if not chain_ok(layers):
             raise LearnerError("TOL_ERR_ARG")
-        if not (1 <= cfg.max_new <= REPLAY_MAX_BATCH and 0 <= cfg.max_old <= MAX_OLD
-                and 0 <= cfg.init_classes <= layers[-1].out_c):
-            raise LearnerError("TOL_ERR_ARG")
-        _check_settings(cfg, cfg.settings)
-        self.cfg = cfg
         self.layers = layers
+        self.latent = layers[0].in_size
+        self.rows = layers[-1].out_c
+        self._setup(cfg, self.latent, self.rows)
         if cfg.init_params is None and n_trained(layers) != n_params(layers):
             raise LearnerError("TOL_ERR_ARG")  # what does not train is read from the export
         self.n_params = n_trained(layers)  # T: params[] holds the trained parameters only
-        self.latent = layers[0].in_size
-        self.rows = layers[-1].out_c
         # offsets of each layer's trained parameters in params[], and of all of them in the export
         self.offsets = np.concatenate([[0], np.cumsum([l.n_train for l in layers])]).astype(int)
         self.poffsets = np.concatenate([[0], np.cumsum([l.n_params for l in layers])]).astype(int)
@@ -422,10 +393,6 @@ class Stage(OnlineLearner):
             if l.train == TRAIN_ALL:
                 is_w[off:off + l.n_weights] = True
         self.is_w = is_w
-        self.prng = Prng(cfg.seed)
-        self.replay = (Replay(cfg.replay_capacity, self.latent, cfg.replay_bits, self.rows,
-                              cfg.replay_policy, cfg.latent_scale, cfg.latent_zero_point,
-                              self.prng) if cfg.replay_capacity > 0 else None)
         self.reset()
 
     # -- views of the last layer
@@ -469,9 +436,8 @@ class Stage(OnlineLearner):
         return math.inf
 
     def reset(self) -> None:
+        self._reset_common()
         cfg = self.cfg
-        self.settings = dataclasses.replace(cfg.settings)
-        self.prng.seed(cfg.seed)
         self._init = (np.zeros(n_params(self.layers), F32) if cfg.init_params is None
                       else np.asarray(cfg.init_params, F32).reshape(n_params(self.layers)).copy())
         self.params = trained_part(self.layers, self._init)
@@ -482,18 +448,8 @@ class Stage(OnlineLearner):
         self.grads = np.zeros(self.n_params, F32)
         self.active = np.zeros(self.rows, bool)
         self.active[:k] = True
-        self.class_count = np.zeros(self.rows, np.int64)
         self.probs = np.zeros(self.rows, F32)
-        if self.replay is not None:
-            self.replay.clear()
-        self.pending: list[tuple[np.ndarray, int]] = []
-        self.samples_seen = self.updates = self.rejected = 0
         self.rehearsed = 0  # rehearsal steps since the last learned sample (tol_stage_t.rehearsed)
-
-    def set_settings(self, s: Settings) -> None:
-        _check_settings(self.cfg, s)
-        self.settings = dataclasses.replace(s)
-        self.pending = []
 
     def _activate(self, r: int) -> None:
         if r >= self.rows or self.active[r]:
@@ -592,38 +548,14 @@ class Stage(OnlineLearner):
         x = np.asarray(x, F32)
         if not np.isfinite(x).all():
             raise LearnerError("TOL_ERR_NONFINITE")
-        z = self.forward(x)[-1]
-        if not self.active.any():
-            self.probs = np.zeros(self.rows, F32)
-            return -1, 0.0
-        idx = np.flatnonzero(self.active)
-        best = int(idx[np.argmax(z[idx])])
-        self.probs = self._softmax(z)
-        return best, float(self.probs[best])
+        best, prob, self.probs = predict_active(self.forward(x)[-1], self.active)
+        return best, prob
 
     def predict(self, q) -> tuple[int, float]:
         return self.predict_f(self._deq(q))
 
-    def _update(self) -> bool:
-        s = self.settings
-        replay = s.mode == MODE_REPLAY and self.replay is not None
-        n_old = s.n_old if (replay and self.replay.fill > 0) else 0
-        weight = F32(1.0) / F32(len(self.pending) + n_old)
+    def _grad_zero(self) -> None:
         self.grads = np.zeros(self.n_params, F32)
-        for x, y in self.pending:
-            self._grad_add(x, y, weight)
-        for _ in range(n_old):
-            xr, yr = self.replay.get(self.replay.draw())
-            self._activate(yr)
-            self._grad_add(xr, yr, weight)
-        if not self._step():
-            self.rejected += 1
-            return False
-        self.updates += 1
-        if replay:
-            self.replay.add_batch(np.stack([x for x, _ in self.pending]),
-                                  [y for _, y in self.pending])
-        return True
 
     def learn_f(self, x, label: int) -> None:
         seen = self.samples_seen
@@ -646,12 +578,8 @@ class Stage(OnlineLearner):
                 or self.replay.fill == 0 or s.n_old == 0):
             return False
         self.rehearsed += 1
-        weight = F32(1.0) / F32(s.n_old)
-        self.grads = np.zeros(self.n_params, F32)
-        for _ in range(s.n_old):
-            xr, yr = self.replay.get(self.replay.draw())
-            self._activate(yr)
-            self._grad_add(xr, yr, weight)
+        self._grad_zero()
+        self._grad_add_replayed(s.n_old, F32(1.0) / F32(s.n_old))
         if self._step():
             self.updates += 1
         else:
