@@ -84,6 +84,14 @@ def test_auto_round_trips_into_the_hand_given_spec(case, auto):
         assert (case / "auto" / f).read_bytes() == (case / "hand" / f).read_bytes(), f
     assert m2["stage"]["hash"] == m["stage"]["hash"]
     assert m2["stage"]["train_spec"] == m["stage"]["train_spec"] and "selection" not in m2["stage"]
+    # refreshing config.h from the manifest (tinyol.model.export.refresh_config) keeps the record
+    from tinyol.model.export import refresh_config
+
+    before = (case / "hand" / "config.h").read_bytes()
+    m3 = refresh_config(str(case / "auto"))
+    assert m3["stage"]["train_spec"] == m["stage"]["train_spec"]
+    assert m3["stage"]["selection"] == json.loads(json.dumps(m["stage"]["selection"]))
+    assert (case / "auto" / "config.h").read_bytes() == before
 
 
 def test_auto_is_deterministic_and_respects_the_budget(case, auto):
