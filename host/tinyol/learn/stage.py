@@ -21,7 +21,6 @@ from ..errors import TinyolError
 from ..memory import stage_parts
 from .learner import (
     MODE_REPLAY,
-    REHEARSE_MAX,
     LearnerError,
     OnlineConfig,
     OnlineLearner,
