@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tinyol import memory
 from tinyol.boards import BOARDS
@@ -264,6 +265,14 @@ def stage_dirs(tmp_path_factory):
     dirs["lean_stage"] = tmp / "lean_stage"
     export_model(str(src), str(dirs["lean_stage"]), split="d1", name="lean_stage", max_classes=8,
                  board="nucleo_l432kc", stage_train="bias")
+    # what trains chosen from data (--stage-train auto), within a budget that lets d1's
+    # weights in but not the whole stage at once
+    rng = np.random.default_rng(3)
+    X = rng.normal(0, 1, (240, 64)).astype(np.float32)
+    np.savez(tmp / "calib.npz", X=X, y=np.argmax(X[:, :6], axis=1))
+    dirs["auto_stage"] = tmp / "auto_stage"
+    export_model(str(src), str(dirs["auto_stage"]), split="d1", name="auto_stage", max_classes=8,
+                 board="nucleo_l432kc", stage_train="auto", calib=str(tmp / "calib.npz"), lr=0.1)
     return dirs
 
 
@@ -289,6 +298,21 @@ def test_stage_fits_equals_links(stage_dirs):
     got = [(f, l if f else None, r) for _, _, _, f, l, r in report]
     assert got == [(True, True, "RAM"), (False, None, "RAM"), (True, True, "RAM2"),
                    (True, True, "RAM3")], report
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_auto_stage_fits_equals_links(stage_dirs):
+    """--stage-train auto's choice is held to the same linker: the capacity the export sized
+    around it links, one slot more does not; its learner is what tinyol.memory says."""
+    man = json.loads((stage_dirs["auto_stage"] / "manifest.json").read_text())
+    sel = man["stage"]["selection"]
+    assert man["stage"]["train_spec"] == sel["spec"] and sel["spec"].startswith("d1:")
+    assert man["learner"]["replay_capacity"] >= sel["replay_slots_reserved"]
+    report = _sweep(stage_dirs, [("nucleo_l432kc", "auto_stage", {}, False),
+                                 ("nucleo_l432kc", "auto_stage", {"replay_capacity": "auto+1"},
+                                  False)])
+    assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]
 
 
 @pytest.mark.slow

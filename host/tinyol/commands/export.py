@@ -54,8 +54,17 @@ def _split_arg(value):
               help="What of an adaptive stage (--split before the head) trains on the device: "
                    "'all' (default), 'bias' (the classifier all, every other layer its biases), "
                    "or LAYER[:all|bias|frozen],... (named layers as given, the others biases "
-                   "only). What does not train stays in flash: the lean stage "
-                   "(docs/adaptive.md).")
+                   "only), or 'auto' (chosen from the --calib data to fit --board: "
+                   "contribution analysis on the twin). What does not train stays in flash: "
+                   "the lean stage (docs/adaptive.md).")
+@click.option("--stage-data", default=None, metavar="SOURCE",
+              help="With --stage-train auto: labelled data to choose on (default: --calib). "
+                   "Samples of classes the model does not know yet (labels from its row count "
+                   "up to --max-classes) are used as the new classes; without any, some known "
+                   "classes are left out to play them.")
+@click.option("--stage-budget", type=click.IntRange(1, None), default=None, metavar="BYTES",
+              help="With --stage-train auto: the most learner RAM (bytes, without the replay "
+                   "buffer) the chosen stage may take; the board's room is the other limit.")
 @click.option("--fc-weights", type=click.Choice(list(FC_WEIGHTS)), default=FC_WEIGHTS[0], show_default=True,
               help="How FULLY_CONNECTED weights are stored in flash: int8 (smallest) or int16, "
                    "pre-widened: twice their flash, fewer instructions (docs/kernels.md).")
@@ -72,7 +81,7 @@ def _split_arg(value):
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        stage_train, fc_weights, rehearse, replay_policy, quiet):
+        stage_train, stage_data, stage_budget, fc_weights, rehearse, replay_policy, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -91,8 +100,8 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               replay_bits=int(replay_bits), lr=lr, momentum=momentum,
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
                               replay_n_old=replay_n_old, seed=seed,
-                              stage_train=stage_train, fc_weights=fc_weights, rehearse=rehearse,
-                              replay_policy=replay_policy)
+                              stage_train=stage_train, stage_data=stage_data, stage_budget=stage_budget,
+                              fc_weights=fc_weights, rehearse=rehearse, replay_policy=replay_policy)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "

@@ -32,7 +32,10 @@ def memory_plan(model_dir: str, board: str) -> dict:
                           hint="re-export the model (`tinyol export`); manifest.json is written by it, "
                                "not by hand") from None
     plan = memory.plan(model, b.name, memory.board_regions(b), flash_bytes=b.flash_bytes)
+    stage = m.get("stage") or {}
     return {"model": name, "board": board, "fits": plan.fits,
+            "stage_train": stage.get("train_spec", "all" if stage else None),
+            "stage_train_auto": "selection" in stage,
             "learner_region": memory.REGION_TITLES[plan.learner_region],
             "learner_bytes": plan.model.learner(), "learner_parts": plan.model.parts(),
             "regions": {r.title: {"used": r.used, "size": r.size, "items": r.items}
@@ -66,6 +69,9 @@ def cmd(port, model_dir, board, as_json, timeout):
             return
         click.echo(f"{plan['model']} on {board}: "
                    + ("fits" if plan["fits"] else "does NOT fit") + " (host/tinyol/memory.py)")
+        if plan["stage_train"] is not None:
+            click.echo(f"  adaptive stage trains: {plan['stage_train']}"
+                       + (" (chosen by --stage-train auto at export)" if plan["stage_train_auto"] else ""))
         for line in plan["lines"]:
             click.echo(f"  {line}")
         if plan["advice"]:

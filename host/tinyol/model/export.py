@@ -15,6 +15,7 @@ Every generated file starts with the tinyol banner and is byte-for-byte reproduc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -36,10 +37,19 @@ from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..learn.stage import Layer, stage_memory
 from ..memory import Model
+from . import stage_select
 from .codegen import FC_WEIGHTS, generate_backbone, op_layer
 from .cwriter import banner, c_float, float_array
 from .folder import read_manifest
-from .stage_export import config_lines, grow_rows, stage_from_keras, stage_summary, write_stage_init
+from .stage_export import (
+    apply_train,
+    config_lines,
+    grow_rows,
+    stage_from_keras,
+    stage_layers,
+    stage_summary,
+    write_stage_init,
+)
 from .tflite import parse_model, split_classifier
 
 # Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
@@ -627,10 +637,17 @@ class ExportSettings:
     replay_n_new: int = DEFAULT_LEARNER["replay_n_new"]
     replay_n_old: int = DEFAULT_LEARNER["replay_n_old"]
     seed: int = DEFAULT_LEARNER["seed"]
-    stage_train: str | None = None      # lean stage: all, bias or LAYER[:all|bias|frozen],...
+    stage_train: str | None = None      # lean stage: all, bias, auto or LAYER[:all|bias|frozen],...
+    stage_budget: int | None = None     # --stage-train auto: most learner bytes without replay
+    stage_data: str | None = None       # --stage-train auto: labelled data to choose on (default: calib)
     fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
     rehearse: int = DEFAULT_LEARNER["rehearse"]  # classifier: idle rehearsal steps, 0..255
     replay_policy: str = DEFAULT_LEARNER["replay_policy"]  # reservoir, balanced or ar1
+
+    @property
+    def auto_train(self) -> bool:
+        """`--stage-train auto`: what trains is chosen from data (tinyol.model.stage_select)."""
+        return self.stage_train is not None and self.stage_train.strip() == "auto"
 
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
@@ -660,6 +677,22 @@ class ExportSettings:
                               f"not {self.replay_policy!r}")
         if self.mode not in ("auto", "classifier", "autoencoder"):
             raise TinyolError(f"unknown head mode {self.mode!r}")
+        if self.auto_train:
+            if self.board is None:
+                raise TinyolError("--stage-train auto needs --board (what trains is chosen to fit it)",
+                                  hint="e.g. --board nucleo_l476rg")
+            if self.calib is None and self.stage_data is None:
+                raise TinyolError("--stage-train auto needs labelled --calib data (it measures what "
+                                  "each layer's training gains on it)",
+                                  hint="e.g. --calib digits:0-4@train, or name what trains: "
+                                       "--stage-train bias")
+        if self.stage_data is not None and not self.auto_train:
+            raise TinyolError("--stage-data applies to --stage-train auto")
+        if self.stage_budget is not None:
+            if not self.auto_train:
+                raise TinyolError("--stage-budget applies to --stage-train auto")
+            if self.stage_budget <= 0:
+                raise TinyolError(f"--stage-budget must be > 0 bytes, not {self.stage_budget}")
         if self.fc_weights not in FC_WEIGHTS:
             raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
 
@@ -811,15 +844,27 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
             if head_mode != "classifier":
                 raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
 
-            stage = stage_from_keras(model, first, head, train=s.stage_train)
+            if s.auto_train:  # chosen after quantizing; until then the least that can train
+                full, stage_names, flat = stage_layers(model, first, head)
+                stage = (stage_select.least(full), flat)
+            else:
+                stage = stage_from_keras(model, first, head, train=s.stage_train)
             echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
                  f"{list(first.input.shape[1:])}, adaptive stage: "
-                 + ", ".join(l.describe() for l in stage[0]))
+                 + ", ".join(l.describe() for l in (full if s.auto_train else stage[0]))
+                 + (" (what trains: chosen from the data below)" if s.auto_train else ""))
         if s.board is not None:  # fail fast (before quantizing) when the learner alone does not fit
             rows = W.shape[0] if head_mode == "autoencoder" else max(s.max_classes or 0, W.shape[0])
             layers0 = None
             if stage is not None:
                 layers0 = grow_rows(*stage, rows)[0]
+            if s.auto_train:
+                replay0 = s.replay_capacity or 0
+                mm0 = memory_model(input_size=n_in, dim=layers0[0].in_size, rows=rows,
+                                   autoencoder=False, arena_bytes=0, replay_capacity=replay0,
+                                   replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
+                                   replay_n_old=s.replay_n_old, momentum=s.momentum, stage=layers0)
+                stage_select.check_least(mm0, board_plan(mm0, s.board), replay0, s.stage_budget)
             check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else W.shape[1],
                                    rows=rows, autoencoder=head_mode == "autoencoder", arena_bytes=0,
                                    replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
@@ -868,6 +913,12 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     tflite_path.write_bytes(tfl)
     echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
     info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
+    selection = None
+    if stage is not None and s.auto_train:  # --stage-train auto: contribution analysis
+        selection = _choose_train(s, full, stage_names, flat, tfl, inp, lat, max_rows, echo,
+                                  arena=int(info.arena_bytes) if info is not None else 0,
+                                  flash=int(info.weights_bytes) if info is not None else 0)
+        stage = (apply_train(full, stage_names, selection["spec"]), flat)
 
     # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
     macs = int(info.macs) if info is not None else tflite_macs(tfl)
@@ -933,6 +984,10 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
         stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
                                  not mm.momentum)
         manifest["stage"] = stage_summary(stage[0], stage_mem)
+        if s.stage_train not in (None, "all"):
+            manifest["stage"]["train_spec"] = selection["spec"] if selection else s.stage_train.strip()
+        if selection is not None:
+            manifest["stage"]["selection"] = selection
         _deterministic_npz(out / "stage_init.npz",
                            {"params": stage[1], "n_classes": np.array(init_rows, dtype=np.int64),
                             "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
@@ -949,6 +1004,85 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
     return manifest
+
+
+AUTO_REPLAY_SLOTS = DEFAULT_LEARNER["replay_capacity"]  # kept free by auto without --replay-capacity
+# (or 3/4 of the slots that fit with the classifier alone training, when that is fewer: the rest
+# is what the choice may spend on training more)
+
+
+def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, rows: int,
+                  echo: Echo, *, arena: int, flash: int) -> dict:
+    """`--stage-train auto`: measure each layer's contribution on the calibration data with
+    the twin and choose what trains (tinyol.model.stage_select). Returns the manifest's
+    "selection" entry (spec, table, accuracies)."""
+    src = s.stage_data or s.calib
+    X, y, _ = load_source(src, label_column=s.label_column)
+    in_shape = tuple(int(d) for d in inp.shape[1:])
+    if int(np.prod(X.shape[1:])) != int(np.prod(in_shape)):
+        raise TinyolError(f"{'--stage-data' if s.stage_data else '--calib'} {src!r}: "
+                          f"{int(np.prod(X.shape[1:]))} values per sample, the model input needs "
+                          f"{int(np.prod(in_shape))}")
+    n_known = layers[-1].out_c
+    layers, flat = grow_rows(layers, flat, rows, n_known)  # measured as the device runs it
+    idx = stage_select.subsample(y, rows, s.seed)
+    Q = stage_select.latents(tfl, X[idx].reshape((-1,) + in_shape), inp, lat)
+    task = stage_select.make_task(Q, y[idx], n_known, rows, s.seed)
+
+    def model_for(ls, slots):
+        return memory_model(input_size=int(np.prod(in_shape)), dim=ls[0].in_size, rows=rows,
+                            autoencoder=False, arena_bytes=arena, replay_capacity=slots,
+                            replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
+                            replay_n_old=s.replay_n_old, momentum=s.momentum,
+                            flash_model_bytes=flash + 4 * int(flat.size), stage=ls)
+
+    replay = s.replay_capacity
+    if replay is None:  # room for 200 slots, or 3/4 of what the classifier alone leaves if fewer
+        board = get_board(s.board)
+        most = min(memory.largest_capacity(model_for(stage_select.least(layers), 0), board.name,
+                                           memory.board_regions(board), test_build=t)
+                   for t in (False, True))
+        replay = max(0, min(AUTO_REPLAY_SLOTS, 3 * int(most) // 4))
+    cap = replay if replay > 0 else 0
+    from ..learn import learner as L
+
+    settings = L.Settings(lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay,
+                          n_new=s.replay_n_new, n_old=s.replay_n_old if cap else 0,
+                          mode=L.MODE_REPLAY if cap else L.MODE_SGD)
+    lq = (float(np.float32(lat.scale)), int(lat.zero_point))
+    held = ", ".join(str(c) for c in task.held_out)
+    plural = len(task.held_out) > 1
+    echo(f"stage-train auto: on {src}: "
+         + (f"new class{'es' if plural else ''} {held} (" if task.truly_new else
+            "leave-classes-out: " + (f"classes {held} play the new ones (" if plural
+                                     else f"class {held} plays a new one (")) + f"{len(task.stream[1])} streamed, "
+         f"{len(task.prefill[1])} in replay, {len(task.test[1])} to test; seed {s.seed})")
+
+    def measure(ls):
+        return stage_select.run_task(ls, flat, task, latent_q=lq, settings=settings,
+                                     capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed)
+
+    def ram(ls):
+        return memory.stage_bytes([l.as_tuple() for l in ls], 0, s.replay_bits,
+                                  s.replay_n_new, s.momentum != 0)
+
+    def fits(ls):
+        mm = model_for(ls, replay)
+        return board_plan(mm, s.board).fits and (s.stage_budget is None or ram(ls) <= s.stage_budget)
+
+    spec, table, summary = stage_select.select(layers, names, measure, ram, fits, echo)
+    chosen = apply_train(layers, names, spec)
+    summary["measured_accuracy"] = measure(chosen)
+    for line in stage_select.table_lines(table, summary["baseline_accuracy"]):
+        echo(f"  {line}")
+    echo(f"stage-train auto: chose {spec} (learner {summary['learner_bytes']} B without replay; "
+         f"{100 * summary['measured_accuracy']:.1f}% on the task, classifier alone "
+         f"{100 * summary['baseline_accuracy']:.1f}%; keeps room for {replay} replay slots"
+         + (f", budget {s.stage_budget} B" if s.stage_budget else "") + ")")
+    summary.update(table=[dataclasses.asdict(r) for r in table], held_out=list(task.held_out),
+                   replay_slots_reserved=int(replay), budget=s.stage_budget, seed=int(s.seed),
+                   data=src, new_classes=bool(task.truly_new))
+    return summary
 
 
 def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = True,
@@ -984,8 +1118,9 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     m["memory"] = {"arena_bytes": mem["arena_bytes"], "tflm_arena_bytes": mem.get("tflm_arena_bytes"),
                    "macs": mem["macs"], **bud}
     if layers:
-        m["stage"] = stage_summary(layers, stage_memory(layers, mm.replay_capacity, mm.replay_bits,
-                                                        mm.n_new, 0, not mm.momentum))
+        kept = {k: m["stage"][k] for k in ("train_spec", "selection") if k in m["stage"]}
+        m["stage"] = {**stage_summary(layers, stage_memory(layers, mm.replay_capacity, mm.replay_bits,
+                                                           mm.n_new, 0, not mm.momentum)), **kept}
     write_config_h(out, m["source"], m, get_board(board) if board else None)
     m["artifacts"]["config.h"] = sha256(out / "config.h")
     (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -93,6 +93,13 @@ def stage_from_keras(model, first, head, train: str | None = None) -> tuple[list
     """The stage from layer ``first`` to the Dense ``head`` (both included): its layers and
     flat float32 parameters (per layer W then b, C layouts of tol_stage.h). ``train``: what
     trains on the device (:func:`apply_train`; None = everything)."""
+    out, names, flat = stage_layers(model, first, head)
+    return apply_train(out, names, train), flat
+
+
+def stage_layers(model, first, head) -> tuple[list[Layer], list[str], np.ndarray]:
+    """:func:`stage_from_keras` with everything training, and the Keras layer name each stage
+    layer comes from (what `--stage-train` names)."""
     layers_k = [l for l in model.layers if l.__class__.__name__ != "InputLayer"]
     i0, i1 = layers_k.index(first), layers_k.index(head)
     if i0 > i1:
@@ -220,7 +227,7 @@ def stage_from_keras(model, first, head, train: str | None = None) -> tuple[list
                           f"({', '.join(x.describe() for x in out)})",
                           hint="the last trainable layer must be a Dense classifier")
     flat = np.concatenate([np.concatenate([W.ravel(), b.ravel()]) for W, b in params])
-    return apply_train(out, names, train), flat.astype(np.float32)
+    return out, names, flat.astype(np.float32)
 
 
 def apply_train(layers: list[Layer], names: list[str], spec: str | None) -> list[Layer]:
