@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,8 +229,9 @@ def model_ops(tflite: bytes) -> list[str]:
     return [n for n in HARNESS_OPS if n in names]
 
 
-def harness_sources(tree: Tree, variant: str) -> list[str]:
-    """The tree's sources for `variant` that the harness can link: core, our ops' kernels, CMSIS-NN."""
+def harness_sources(tree: Tree, variant: str, kernels: tuple[str, ...] = HARNESS_KERNELS) -> list[str]:
+    """The tree's sources for `variant` that the harness can link: core, the kernels of `kernels`
+    (TFLM's file stems; all the harness registers by default), CMSIS-NN."""
     keep = []
     for s in tree.sources(variant):
         name = s.rsplit("/", 1)[-1].rsplit(".", 1)[0]
@@ -237,7 +239,7 @@ def harness_sources(tree: Tree, variant: str) -> list[str]:
             continue
         if "/micro/kernels/" in s:
             stem = name.removesuffix("_common")
-            if stem not in HARNESS_KERNELS and name not in _KERNEL_SUPPORT:
+            if stem not in kernels and name not in _KERNEL_SUPPORT:
                 continue
         keep.append(s)
     return keep
@@ -250,18 +252,21 @@ def _compile_cmd(tree: Tree, variant: str, src: str, obj: Path, cxx_inc: list[st
     return [_tool("arm-none-eabi-gcc"), *tree.sections["c_flags"], *common]
 
 
-def build_library(tree: Tree, variant: str, *, jobs: int | None = None, echo=print,
-                  cache: Path | None = None) -> Path:
-    """libtflm_<variant>.a for the tree, built once and cached (keyed by SOURCES.txt and the toolchain)."""
+def build_library(tree: Tree, variant: str, *, ops: Iterable[str] | None = None, jobs: int | None = None,
+                  echo=print, cache: Path | None = None) -> Path:
+    """libtflm_<variant>.a for the tree, built once and cached (keyed by SOURCES.txt and the toolchain).
+    ops: only the kernels these operators need (a smaller, faster build for one model's ops, e.g.
+    model_ops(tflite)); by default every operator the harness registers."""
     cache = cache or project_dir() / "build" / "tflm"
-    # keyed by the tree's SOURCES.txt, the toolchain and the kernel set the harness registers
-    kernels = hashlib.sha256(" ".join(HARNESS_KERNELS).encode()).hexdigest()[:8]
+    stems = HARNESS_KERNELS if ops is None else tuple(sorted({HARNESS_OPS[o][1] for o in ops}))
+    # keyed by the tree's SOURCES.txt, the toolchain and the kernel set
+    kernels = hashlib.sha256(" ".join(stems).encode()).hexdigest()[:8]
     out = cache / f"lib-{tree.digest}-{_toolchain_id()}-{kernels}" / variant
     lib = out / f"libtflm_{variant}.a"
     if lib.is_file():
         return lib
     cxx_inc = cxx_system_includes()
-    srcs = harness_sources(tree, variant)
+    srcs = harness_sources(tree, variant, stems)
     objs = [out / "obj" / (s.replace("/", "__") + ".o") for s in srcs]
     todo = [(s, o) for s, o in zip(srcs, objs) if not o.is_file()]
     (out / "obj").mkdir(parents=True, exist_ok=True)
