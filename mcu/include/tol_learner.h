@@ -29,6 +29,7 @@
 
 #include "tol_anomaly.h"
 #include "tol_head.h"
+#include "tol_online.h"
 #include "tol_prng.h"
 #include "tol_replay.h"
 #include "tol_state.h"
@@ -176,48 +177,17 @@ void tol_learner_settings_unpack(const uint8_t *p, tol_learner_settings_t *s);
 void tol_learner_dequantize(const int8_t *q, uint32_t n, float scale, int32_t zero_point, float *x);
 int tol_learner_finite(const float *x, uint32_t n);
 
-/* Set up a learner in caller memory (mem_bytes >= TOL_LEARNER_BYTES_EX(...)),
- * then reset it. TOL_ERR_ARG on an invalid config or settings,
- * TOL_ERR_OVERFLOW if mem is too small. */
-tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
-                              const tol_learner_config_t *cfg);
-
-/* Back to the exported initial head; clears momentum, replay buffer, queue,
- * statistics and anomaly threshold; reseeds the PRNG; settings back to cfg's. */
-void tol_learner_reset(tol_learner_t *L);
-
-/* Classify an int8 latent (int8_t[dim]). label: out, class index or -1 if no
- * class is active; confidence: out, softmax probability (either may be NULL).
- * TOL_ERR_UNSUPPORTED in autoencoder mode. */
-tol_status_t tol_learner_predict(tol_learner_t *L, const int8_t *latent, int32_t *label,
-                                 float *confidence);
-/* Same for a float latent (float[dim]); TOL_ERR_NONFINITE on NaN/Inf. */
-tol_status_t tol_learner_predict_f(tol_learner_t *L, const float *latent, int32_t *label,
-                                   float *confidence);
-
-/* Learn one labelled sample (see top). label >= n_outputs -> TOL_ERR_LABEL,
- * NaN/Inf -> TOL_ERR_NONFINITE, both with no change. TOL_ERR_DIVERGED: the
- * step would make W/b/momentum non-finite; head unchanged, the queued batch
- * dropped (not stored in the buffer), a newly activated row deactivated.
- * In mode FROZEN only validates. */
-tol_status_t tol_learner_learn(tol_learner_t *L, const int8_t *latent, uint16_t label);
-tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t label);
-
-/* Idle-time rehearsal (docs/adaptive.md, "Recipe"): one SGD step on n_old latents drawn from
- * the replay buffer alone, each weighted 1/n_old, for a classifier in mode REPLAY with a
- * non-empty buffer, n_old > 0 and fewer than set.rehearse steps since the last learned sample
- * (L->rehearsed, reset by every learned sample). The step's samples use the batch slots after
- * the max_new queue slots (head.x[max_new ..]), so queued fresh samples stay untouched and no
- * memory is added. TOL_OK: a step ran (counted in updates, or in rejected when it would have
- * diverged: nothing changed then); TOL_ERR_UNSUPPORTED: nothing to do.
- * host/tinyol/learn/learner.py OnlineLearner.rehearse (Learner) is its twin. */
-tol_status_t tol_learner_rehearse(tol_learner_t *L);
-
-/* Put a latent straight into the replay buffer (policy applies, no training),
- * e.g. to pre-fill it with the pre-training classes. TOL_ERR_UNSUPPORTED
- * without a buffer. */
-tol_status_t tol_learner_replay_add(tol_learner_t *L, const int8_t *latent, uint16_t label);
-tol_status_t tol_learner_replay_add_f(tol_learner_t *L, const float *latent, uint16_t label);
+/* The online-learner calls (tol_online.h describes them): tol_learner_init, _reset, _predict,
+ * _predict_f, _learn, _learn_f, _rehearse, _replay_add, _replay_add_f, _get_settings,
+ * _set_settings, _get_stats, _state_stream, _state_begin, _state_end. Particular to the head:
+ * - init: mem_bytes >= TOL_LEARNER_BYTES_EX(...); reset also clears the anomaly threshold.
+ * - predict: TOL_ERR_UNSUPPORTED in autoencoder mode (see tol_learner_score).
+ * - learn: on TOL_ERR_DIVERGED a newly activated row is deactivated again; in mode FROZEN it
+ *   only validates.
+ * - rehearse: the step's samples use the batch slots after the max_new queue slots
+ *   (head.x[max_new ..]), so the queued fresh samples stay untouched and no memory is added.
+ * - replay_add: TOL_ERR_UNSUPPORTED without a buffer. */
+TOL_ONLINE_LEARNER_API(tol_learner, tol_learner_t, tol_learner_config_t);
 
 /* Autoencoder, predict only (the PREDICT message): score and is_anomaly as
  * tol_learner_anomaly() computes them, but change nothing (no training, no
@@ -239,12 +209,6 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
 tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
                                    float *score, uint8_t *is_anomaly);
 
-void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s);
-/* Validate and apply; TOL_ERR_ARG (no change) if out of range. */
-tol_status_t tol_learner_set_settings(tol_learner_t *L, const tol_learner_settings_t *s);
-
-void tol_learner_get_stats(const tol_learner_t *L, tol_learner_stats_t *st);
-
 /* The head, for dumping weights: h->w [rows][dim], h->b [rows], h->active [rows]. */
 const tol_head_t *tol_learner_head(const tol_learner_t *L);
 
@@ -262,10 +226,6 @@ tol_status_t tol_learner_load_head(tol_learner_t *L, const float *w, const float
  * checks finite weights, labels in range and consistent counts, and resets to the exported
  * head on error. */
 #define TOL_LEARNER_STATE_HEADER 104u
-void tol_learner_state_stream(const tol_learner_t *L, uint8_t parts, uint8_t *hdr, tol_state_t *s);
-tol_status_t tol_learner_state_begin(tol_learner_t *L, const uint8_t *header, uint32_t n,
-                                     uint8_t *parts, uint32_t *total);
-tol_status_t tol_learner_state_end(tol_learner_t *L, uint8_t parts);
 
 /* Write one slice of a head row (the SET_HEAD message): w[row][offset..offset+n)
  * from w (float[n], may be NULL when n == 0), the row's bias and active flag

@@ -174,48 +174,16 @@ uint32_t tol_stage_trained(const tol_stage_layer_t *layers, uint8_t n_layers);
  * memory layout at the top). 0 if the layers are inconsistent. */
 size_t tol_stage_bytes(const tol_stage_config_t *cfg);
 
-/* Check the layer chain (shapes follow each other, last layer a DENSE
- * without activation), set up the stage in mem, reset it. TOL_ERR_ARG on an
- * invalid config, TOL_ERR_OVERFLOW if mem_bytes < tol_stage_bytes(cfg). */
-tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
-                            const tol_stage_config_t *cfg);
-
-/* Back to the exported parameters; clears momentum, queue, replay buffer,
- * counters; reseeds the PRNG; settings back to cfg's. */
-void tol_stage_reset(tol_stage_t *S);
-
-/* Classify a latent (int8_t[latent] in the latent quantization, or float).
- * label: first index of the largest logit among active rows (-1 if none);
- * confidence: its softmax probability. S->probs holds the probabilities. */
-tol_status_t tol_stage_predict(tol_stage_t *S, const int8_t *latent, int32_t *label,
-                               float *confidence);
-tol_status_t tol_stage_predict_f(tol_stage_t *S, const float *latent, int32_t *label,
-                                 float *confidence);
-
-/* Learn one labelled latent (semantics of tol_learner_learn: queue, step
- * every n_new, replay, new classes activate their row; TOL_ERR_DIVERGED
- * leaves every parameter unchanged and drops the queued batch). */
-tol_status_t tol_stage_learn(tol_stage_t *S, const int8_t *latent, uint16_t label);
-tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t label);
-
-/* Idle-time rehearsal: one SGD step on n_old latents drawn from the replay buffer alone
- * (weight 1 / n_old each; their rows activated as in an update; nothing added to the
- * buffer; the queue untouched), when the settings are in replay mode with n_old > 0, the
- * buffer is not empty and fewer than set.rehearse steps ran since the last learned sample
- * (S->rehearsed, reset by every learned sample). TOL_OK: a step ran (counted in updates, or
- * in rejected if it diverged: nothing changed then); TOL_ERR_UNSUPPORTED: nothing to do
- * (budget spent, off, empty buffer); TOL_ERR_BUSY: a SET_STAGE image is staged in the
- * gradient buffers (nothing done). host/tinyol/learn/stage.py Stage.rehearse is its twin. */
-tol_status_t tol_stage_rehearse(tol_stage_t *S);
-
-/* Put a latent into the replay buffer without training. */
-tol_status_t tol_stage_replay_add(tol_stage_t *S, const int8_t *latent, uint16_t label);
-tol_status_t tol_stage_replay_add_f(tol_stage_t *S, const float *latent, uint16_t label);
-
-void tol_stage_get_settings(const tol_stage_t *S, tol_learner_settings_t *s);
-/* Validate and apply (TOL_ERR_ARG, no change, if out of range); drops the queue. */
-tol_status_t tol_stage_set_settings(tol_stage_t *S, const tol_learner_settings_t *s);
-void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st);
+/* The online-learner calls (tol_online.h describes them): tol_stage_init, _reset, _predict,
+ * _predict_f, _learn, _learn_f, _rehearse, _replay_add, _replay_add_f, _get_settings,
+ * _set_settings, _get_stats, _state_stream, _state_begin, _state_end. Particular to the stage:
+ * - init checks the layer chain (shapes follow each other, the last layer a DENSE without
+ *   activation); TOL_ERR_OVERFLOW if mem_bytes < tol_stage_bytes(cfg).
+ * - predict: S->probs holds the probabilities of every row.
+ * - rehearse: TOL_ERR_BUSY while a SET_STAGE image is staged in the gradient buffers (nothing
+ *   done).
+ * - set_settings drops the queue. */
+TOL_ONLINE_LEARNER_API(tol_stage, tol_stage_t, tol_stage_config_t);
 
 /* ---- persistence: the stage's state as a byte stream, saved and restored in three steps
  * through the calls tol_state.h describes ("A learner's state API"), so a half-written state
@@ -225,10 +193,6 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st);
  * TOL_ERR_MODEL also for another magic or parts this stage cannot give; step 3 checks finite
  * parameters, flags and labels in range, and resets to the exported parameters on error. */
 #define TOL_STAGE_STATE_HEADER 72u
-void tol_stage_state_stream(const tol_stage_t *S, uint8_t parts, uint8_t *hdr, tol_state_t *s);
-tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32_t n,
-                                   uint8_t *parts, uint32_t *total);
-tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts);
 
 /* ---- the stage image (GET_STAGE / SET_STAGE, `tinyol pull` / `push`): every
  * trained parameter (float32 LE, params[] order) then the last layer's active
