@@ -578,8 +578,8 @@ READING = [
     "joint training reaches 95.1 ± 1.0 %. There 30 utterances per new speaker, seen once, "
     "are what is missing, not trainable depth; naive SGD falls to 56.0 %.",
     "- On the NUCLEO-L476RG the 2-point goal is not met; idle rehearsal on the last layer with "
-    "a large buffer closes about half the gap on digits, 30 % of it on watch. digits: the last layer fits 1000 int8 slots "
-    "(39.8 KB); the search over 0-8 idle steps x both policies chose reservoir + 4 steps on "
+    "a large buffer closes about half the gap on digits, 30 % of it on watch. digits: the "
+    "last layer fits 1000 int8 slots (39.8 KB); the search over 0-8 idle steps x both policies chose reservoir + 4 steps on "
     "the validation split (93.1 %, against 91.8 % with 8, 89.1 % with 2, 87.0 % with none; "
     "class-balanced gives the same numbers there because the 880 training samples left after "
     "holding out 30 % never fill 1000 slots, so no policy decides, and the first of equals "
