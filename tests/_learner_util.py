@@ -378,6 +378,35 @@ def make_stream(rng: np.random.Generator, n: int, dim: int, n_classes: int, clas
     return q, y.astype(int), protos
 
 
+def run_rehearsing_pair(py, cl, dim: int, n_classes: int, idle_steps, n: int, prefill: int,
+                        old_classes, new_classes):
+    """A prequential stream with idle time after each sample, through a twin `py` and its C
+    learner `cl` (head or stage): the replay buffer pre-filled with `prefill` latents of
+    old_classes, then n samples of new_classes; after each, the C runs idle_steps(i) rehearsal
+    steps (None: its whole budget) as a device's main loop does between two requests, and the
+    twin replays the count the C reports (as a host replays a device's SAMPLE replies).
+    Returns (predictions of py, of cl, the step counts)."""
+    from tinyol.learn.learner import LearnerError
+    pq, pyl, _ = make_stream(np.random.default_rng(5), prefill, dim, n_classes, classes=old_classes)
+    for qi, yi in zip(pq, pyl):
+        py.replay_add(qi, int(yi))
+        cl.replay_add(qi, int(yi))
+    q, y, _ = make_stream(np.random.default_rng(1), n, dim, n_classes, classes=new_classes)
+    pp, pc, counts = [], [], []
+    for i, (qi, yi) in enumerate(zip(q, y)):
+        pp.append(py.predict(qi))
+        pc.append(cl.predict(qi))
+        for learner in (py, cl):
+            try:
+                learner.learn(qi, int(yi))
+            except LearnerError as e:
+                assert e.status == "TOL_ERR_DIVERGED", e.status
+        k = cl.idle(idle_steps(i))
+        counts.append(k)
+        assert py.idle(k) == k and py.rehearsed == cl.rehearsed
+    return pp, pc, counts
+
+
 def run_pair(lib, cfg: Config, q, y, prefill=None, learn_float=False):
     """Run the same prequential stream through C and numpy; return both
     learners and their prediction lists."""

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+from _rehearse_util import check_rehearsal_ran, digits_stream, stream_with_rehearsal, twin_with_budget
 from conftest import ROOT
 from tinyol._defs import Setting
 from tinyol.cli import main as cli_main
@@ -32,35 +33,12 @@ SWITCH = 20  # the sample before which the replay policy becomes class-balanced
 
 @pytest.fixture(scope="module")
 def digits():
-    X, y = load_source("digits:5-9@train")[:2]
-    perm = np.random.default_rng(12).permutation(len(y))[:80]
-    model = load_model(ROOT / MODEL)
-    Xq = np.stack([quantize(x.ravel(), *model.input_q) for x in X[perm]])
-    return model, Xq, latents(model, Xq), y[perm]
+    return digits_stream(MODEL, 12)
 
 
-def _twin(model):
-    settings, replay = learner_settings(model)
-    settings.rehearse = BUDGET
-    return make_learner(model, settings, replay)
-
-
-def _wait_idle(dev, twin, polls=20000):
-    """The twin runs its whole idle budget; poll STATS until the device has run as many
-    steps (its update + rejected counters): a bounded loop of requests, no sleeping."""
-    twin.idle()
-    want = twin.updates + twin.rejected
-    for _ in range(polls):
-        st = dev.stats()
-        if st.updates + st.rejected >= want:
-            assert st.updates + st.rejected == want
-            return
-    raise AssertionError(f"the device did not finish its idle budget ({want} steps)")
-
-
-def _stream(dev, digits, n, wait_every=3):
-    model, Xq, Q, y = digits
-    twin = _twin(model)
+def _stream(dev, digits, n):
+    model = digits[0]
+    twin = twin_with_budget(model, BUDGET)
     # a buffer to rehearse from from the start: the pre-training classes' latents
     X0, y0 = load_source("digits:0-4@train")[:2]
     for x, t in zip(X0[:40], y0[:40]):
@@ -70,26 +48,13 @@ def _stream(dev, digits, n, wait_every=3):
     assert dev.get(Setting.REHEARSE) == 0  # models/digits exports rehearse 0
     assert dev.set(Setting.REHEARSE, BUDGET) == BUDGET
     twin.set_settings(dataclasses.replace(twin.settings, rehearse=BUDGET))
-    counts = []
-    for i in range(n):
-        if i == SWITCH:
-            _wait_idle(dev, twin)
-            assert dev.get(Setting.REPLAY_POLICY) == POLICY_RESERVOIR
-            assert dev.set(Setting.REPLAY_POLICY, POLICY_BALANCED) == POLICY_BALANCED
-            twin.set_settings(dataclasses.replace(twin.settings, replay_policy=POLICY_BALANCED))
-        elif i % wait_every == 0 and i:
-            _wait_idle(dev, twin)
-        r = dev.sample(Xq[i], int(y[i]))
-        extra = r.rehearsed - twin.rehearsed
-        assert extra >= 0 and twin.idle(extra) == extra
-        counts.append(r.rehearsed)
-        p, c = twin.predict(Q[i])
-        assert (r.prediction, np.float32(r.value)) == (p, np.float32(c)), f"sample {i}"
-        twin.learn(Q[i], int(y[i]))
-        assert r.samples_seen == twin.samples_seen
-    _wait_idle(dev, twin)
-    r = dev.predict(Xq[0])  # reports the steps after the last sample
-    assert r.rehearsed == twin.rehearsed == BUDGET
+
+    def switch():
+        assert dev.get(Setting.REPLAY_POLICY) == POLICY_RESERVOIR
+        assert dev.set(Setting.REPLAY_POLICY, POLICY_BALANCED) == POLICY_BALANCED
+        twin.set_settings(dataclasses.replace(twin.settings, replay_policy=POLICY_BALANCED))
+
+    counts = stream_with_rehearsal(dev, twin, digits, n, BUDGET, at={SWITCH: switch})
     return twin, counts, dev.get_head(), dev.stats()
 
 
@@ -98,10 +63,7 @@ def _check_end(twin, counts, head, st):
     np.testing.assert_array_equal(w.view(np.uint32), twin.head.w.view(np.uint32))
     np.testing.assert_array_equal(b.view(np.uint32), twin.head.b.view(np.uint32))
     np.testing.assert_array_equal(active, twin.head.active)
-    assert st.updates == twin.updates and st.samples_seen == twin.samples_seen
-    # rehearsal really ran: every waited-out period shows the whole budget, and the head made
-    # more steps than samples
-    assert all(c == BUDGET for c in counts[3::3]) and twin.updates > twin.samples_seen + 20
+    check_rehearsal_ran(twin, counts, st, BUDGET)
 
 
 @pytest.mark.slow

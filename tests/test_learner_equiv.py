@@ -20,6 +20,7 @@ from _learner_util import (
     make_stream,
     rel_err,
     run_pair,
+    run_rehearsing_pair,
 )
 from tinyol.learn.learner import (
     HEAD_AUTOENCODER,
@@ -356,30 +357,9 @@ def test_real_anomaly_model_c_matches_numpy(lib):
 
 # ---------------------------------------------------------------------- idle-time rehearsal
 def run_rehearsing(lib, cfg, idle_steps, n=150, prefill=40):
-    """A prequential stream with idle time after each sample: the C runs idle_steps(i)
-    rehearsal steps (None: its whole budget) as the device's main loop does between two
-    requests, and the twin replays the count the C reports (as a host replays a device's
-    SAMPLE replies)."""
-    from tinyol.learn.learner import LearnerError
-    rng = np.random.default_rng(5)
+    """run_rehearsing_pair on the head: 40 latents of classes 0-4 pre-filled, 150 of 3-9."""
     py, cl = Learner(cfg), CLearner(lib, cfg)
-    pq, pyl, _ = make_stream(rng, prefill, D, CMAX, classes=range(5))
-    for qi, yi in zip(pq, pyl):
-        py.replay_add(qi, int(yi))
-        cl.replay_add(qi, int(yi))
-    q, y, _ = make_stream(np.random.default_rng(1), n, D, CMAX, classes=range(3, 10))
-    pp, pc, counts = [], [], []
-    for i, (qi, yi) in enumerate(zip(q, y)):
-        pp.append(py.predict(qi))
-        pc.append(cl.predict(qi))
-        for learner in (py, cl):
-            try:
-                learner.learn(qi, int(yi))
-            except LearnerError as e:
-                assert e.status == "TOL_ERR_DIVERGED", e.status
-        k = cl.idle(idle_steps(i))
-        counts.append(k)
-        assert py.idle(k) == k and py.rehearsed == cl.rehearsed
+    pp, pc, counts = run_rehearsing_pair(py, cl, D, CMAX, idle_steps, n, prefill, range(5), range(3, 10))
     return py, cl, pp, pc, counts
 
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from _learner_util import StateStream, make_stream
+from _learner_util import StateStream, make_stream, run_rehearsing_pair
 from _stage_util import CStage, build_stage_lib, c_layers
 from tinyol.errors import TinyolError
 from tinyol.learn.learner import MODE_SGD, POLICY_AR1, POLICY_BALANCED, POLICY_RESERVOIR, LearnerError, Settings
@@ -477,29 +477,10 @@ def test_lean_fleet_arrays_are_the_trained_parameters():
 
 # ---------------------------------------------------------------------- idle-time rehearsal
 def run_rehearsing(lib, cfg, idle_steps, n=120, prefill=30):
-    """run_pair with idle time after each sample: the C runs idle_steps(i) rehearsal steps
-    (None: its whole budget) as a device would between two requests, and the twin replays
-    the count the C reports (as a host replays a device's SAMPLE replies)."""
-    d = cfg.layers[0].in_size
-    rng = np.random.default_rng(5)
+    """run_rehearsing_pair on a stage: 30 latents of classes 0-3 pre-filled, 120 of 2 and up."""
     py, cl = Stage(cfg), CStage(lib, cfg)
-    pq, py_, _ = make_stream(rng, prefill, d, CMAX, classes=range(4))
-    for qi, yi in zip(pq, py_):
-        py.replay_add(qi, int(yi))
-        cl.replay_add(qi, int(yi))
-    q, y, _ = make_stream(np.random.default_rng(1), n, d, CMAX, classes=range(2, CMAX))
-    pp, pc, counts = [], [], []
-    for i, (qi, yi) in enumerate(zip(q, y)):
-        pp.append(py.predict(qi))
-        pc.append(cl.predict(qi))
-        for learner in (py, cl):
-            try:
-                learner.learn(qi, int(yi))
-            except LearnerError as e:
-                assert e.status == "TOL_ERR_DIVERGED", e.status
-        k = cl.idle(idle_steps(i))
-        counts.append(k)
-        assert py.idle(k) == k and py.rehearsed == cl.rehearsed
+    pp, pc, counts = run_rehearsing_pair(py, cl, cfg.layers[0].in_size, CMAX, idle_steps, n, prefill,
+                                         range(4), range(2, CMAX))
     return py, cl, pp, pc, counts
 
 

@@ -12,15 +12,14 @@ import json
 
 import numpy as np
 import pytest
+from _rehearse_util import check_rehearsal_ran, digits_stream, stream_with_rehearsal, twin_with_budget
 from conftest import ROOT
 from tinyol._defs import Setting
 from tinyol.cli import main as cli_main
-from tinyol.data.datasets import load_source
 from tinyol.link.device import Device
-from tinyol.model.folder import quantize
 from tinyol.link.protocol import DeviceError
 from tinyol.targets import emulator
-from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+from tinyol.targets.simulation import learner_settings, load_model
 
 pytestmark = pytest.mark.slow
 
@@ -31,52 +30,13 @@ BUDGET = 2
 
 @pytest.fixture(scope="module")
 def digits():
-    X, y = load_source("digits:5-9@train")[:2]
-    perm = np.random.default_rng(11).permutation(len(y))[:80]
-    model = load_model(ROOT / MODEL)
-    Xq = np.stack([quantize(x.ravel(), *model.input_q) for x in X[perm]])
-    return model, Xq, latents(model, Xq), y[perm]
+    return digits_stream(MODEL, 11)
 
 
-def _twin(model, budget):
-    settings, replay = learner_settings(model)
-    settings.rehearse = budget
-    return make_learner(model, settings, replay)
-
-
-def _wait_idle(dev, twin, polls=20000):
-    """The twin runs its whole idle budget; poll STATS until the device has run as many steps
-    (its update + rejected counters), a bounded loop of requests, no sleeping."""
-    twin.idle()
-    want = twin.updates + twin.rejected
-    for _ in range(polls):
-        st = dev.stats()
-        if st.updates + st.rejected >= want:
-            assert st.updates + st.rejected == want
-            return
-    raise AssertionError(f"the device did not finish its idle budget ({want} steps)")
-
-
-def _stream_with_rehearsal(dev, digits, n, wait_every=3):
-    model, Xq, Q, y = digits
-    twin = _twin(model, BUDGET)
+def _stream_with_rehearsal(dev, digits, n):
+    twin = twin_with_budget(digits[0], BUDGET)
     assert dev.set(Setting.REHEARSE, BUDGET) == BUDGET and dev.get(Setting.REHEARSE) == BUDGET
-    counts = []
-    for i in range(n):
-        if i % wait_every == 0 and i:
-            _wait_idle(dev, twin)
-        r = dev.sample(Xq[i], int(y[i]))
-        # the twin runs the steps the device reports having run since the last sample
-        extra = r.rehearsed - twin.rehearsed
-        assert extra >= 0 and twin.idle(extra) == extra
-        counts.append(r.rehearsed)
-        p, c = twin.predict(Q[i])
-        assert (r.prediction, np.float32(r.value)) == (p, np.float32(c)), f"sample {i}"
-        twin.learn(Q[i], int(y[i]))
-        assert r.samples_seen == twin.samples_seen
-    _wait_idle(dev, twin)
-    r = dev.predict(Xq[0])  # reports the steps after the last sample
-    assert r.rehearsed == twin.rehearsed == BUDGET
+    counts = stream_with_rehearsal(dev, twin, digits, n, BUDGET)
     return twin, counts, dev.get_stage(), dev.stats()
 
 
@@ -84,10 +44,7 @@ def _check_end(twin, counts, image, st):
     n = twin.n_params
     assert image[:4 * n] == twin.params.astype("<f4").tobytes()
     assert image[4 * n:] == twin.active.astype(np.uint8).tobytes()
-    assert st.updates == twin.updates and st.samples_seen == twin.samples_seen
-    # rehearsal really ran: every waited-out period shows the whole budget, and the stage
-    # made more steps than samples
-    assert all(c == BUDGET for c in counts[3::3]) and twin.updates > twin.samples_seen + 20
+    check_rehearsal_ran(twin, counts, st, BUDGET)
 
 
 def test_native_rehearsal_equals_twin(firmware, digits):
