@@ -22,6 +22,8 @@
 #define TOL_REPLAY_N_NEW             1  /* new samples per update */
 #define TOL_REPLAY_N_OLD             16  /* replayed samples per update */
 #define TOL_SEED                     1u
+#define TOL_REHEARSE                 0u  /* idle rehearsal steps per idle period, 0 = off */
+#define TOL_REPLAY_POLICY            0  /* 0 reservoir, 1 class-balanced, 2 AR1 (a run-time setting) */
 #define TOL_HAS_MOMENTUM             0  /* momentum buffers reserved (momentum > 0 at export) */
 
 /* memory budget (bytes) */
