@@ -100,11 +100,14 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     compare = {}
     if tflm_dir:
         tree = tflm_bench.open_tree(tflm_dir)
+        # only the kernels these models' operators need: the first build on a user's model
+        # compiles a fraction of TFLM (each kernel set is cached on its own)
+        ops = sorted({o for d in dirs for o in tflm_bench.model_ops((d / "backbone.tflite").read_bytes())})
         libs = {}
         for v in [v for v in tflm_variants.split(",") if v]:
             if v not in tflm_bench.VARIANTS:
                 raise TinyolError(f"unknown TFLM variant {v!r}", hint=f"use {', '.join(tflm_bench.VARIANTS)}")
-            libs[v] = tflm_bench.build_library(tree, v, echo=click.echo)
+            libs[v] = tflm_bench.build_library(tree, v, ops=ops, echo=click.echo)
         for d in dirs:
             click.echo(f"side by side with TFLM: {d.name} ...")
             c = tflm_bench.compare_model(d, tree, libs, work / "tflm" / d.name, echo=click.echo)

@@ -267,9 +267,13 @@ def build_library(tree: Tree, variant: str, *, ops: Iterable[str] | None = None,
         return lib
     cxx_inc = cxx_system_includes()
     srcs = harness_sources(tree, variant, stems)
-    objs = [out / "obj" / (s.replace("/", "__") + ".o") for s in srcs]
+    # objects depend on the source and the flags only: one folder for every kernel set, so a
+    # second model's library compiles just the kernels the first did not need
+    obj_dir = cache / f"obj-{tree.digest}-{_toolchain_id()}" / variant
+    objs = [obj_dir / (s.replace("/", "__") + ".o") for s in srcs]
     todo = [(s, o) for s, o in zip(srcs, objs) if not o.is_file()]
-    (out / "obj").mkdir(parents=True, exist_ok=True)
+    obj_dir.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     echo(f"  building TFLM ({variant} kernels): {len(todo)} of {len(srcs)} files to compile "
          f"({len(tree.sources(variant))} in the tree), cached in {out}")
 
