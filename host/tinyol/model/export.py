@@ -391,10 +391,6 @@ def quantize_backbone(backbone, X: np.ndarray) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # memory budget (the numbers come from tinyol.memory, the model the build and `tinyol info` share)
 
-def replay_entry_bytes(dim: int, bits: int) -> int:
-    return (dim * bits + 7) // 8 + 2
-
-
 def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, arena_bytes: int,
                  replay_capacity: int, replay_bits: int, replay_n_new: int, replay_n_old: int,
                  momentum: float, flash_model_bytes: int = 0, stage=None):
