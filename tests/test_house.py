@@ -206,3 +206,25 @@ def test_every_path_named_in_docs_and_comments_exists():
     assert len(tracked) > 300  # the listing worked
     assert not stale, "paths named but absent:\n" + "\n".join(
         f"  {p}  (in {', '.join(sorted(fs)[:3])})" for p, fs in sorted(stale.items()))
+
+
+def test_readme_is_two_screens_and_every_doc_link_resolves():
+    """The front door stays short (the details live in docs/, indexed by docs/index.md), and every
+    relative link in the README and in docs/ reaches a file that exists."""
+    root = PKG.parents[1]
+    readme = (root / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "README.md is past two screens: move detail to docs/"
+    for must in ("make demo", "make test", "docs/index.md", "docs/architecture.md"):
+        assert must in readme, must
+    broken = []
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            target = target.split("#")[0]
+            if not target or re.match(r"[a-z]+:", target):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(root)} -> {target}")
+    assert not broken, broken
+    indexed = set(re.findall(r"\]\(([\w-]+\.md)\)", (root / "docs" / "index.md").read_text()))
+    unlisted = sorted(p.name for p in (root / "docs").glob("*.md") if p.name != "index.md")
+    assert not [n for n in unlisted if n not in indexed], "pages docs/index.md does not list"
