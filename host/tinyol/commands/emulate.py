@@ -125,7 +125,7 @@ def _play(target, sensor_dir, native):
 def _run(target, emu, board, native, start, *, image, kernels, flash):
     what = (f"{board} imitated by a host process (board name only; memory and speed are the "
             f"host's)" if native and board != "native" else board)
-    click.echo(f"{emu}: {what} running {_shown(image)} ({kernels} kernels); serial port: {target.url}")
+    click.echo(f"{emu}: {what} running {emulator.shown_path(image)} ({kernels} kernels); serial port: {target.url}")
     if flash is not None:
         click.echo(f"flash: {flash} (kept across runs)")
     elif emu == "qemu" and not native:
@@ -157,14 +157,6 @@ def _run(target, emu, board, native, start, *, image, kernels, flash):
         click.echo("stopping")
     finally:
         target.stop()
-
-
-def _shown(path: Path) -> str:
-    """The firmware image, relative to the current folder when it lies inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def _power_cycle(target, emu, native, start):

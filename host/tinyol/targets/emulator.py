@@ -32,6 +32,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def shown_path(path: Path) -> str:
+    """A firmware image as messages name it: relative to the current folder when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def qemu_binary() -> str:
     path = shutil.which("qemu-system-arm")
     if not path:
