@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT
+from tinyol.errors import TinyolError
 from tinyol.link.device import Device
+from tinyol.targets import emulator
 
 MODEL = "models/digits"
 BOARD = "nucleo_l476rg"
@@ -216,7 +218,6 @@ def test_a_wrong_size_flash_image_is_refused_not_wiped(firmware, tmp_path, emu):
     """Another board's or a truncated flash.bin: one line, exit 1, the file as it was, no boot
     counted (native)."""
     board = BOARD if emu == "renode" else "native"
-    firmware(board, MODEL, test_build=False)
     state = tmp_path / "s"
     state.mkdir()
     old = bytes(range(256)) * 512                              # 128 KB: an image without its states
@@ -228,6 +229,11 @@ def test_a_wrong_size_flash_image_is_refused_not_wiped(firmware, tmp_path, emu):
     assert "131,072 bytes" in lines[0] or "131072 bytes" in lines[0], r.stderr
     assert "Traceback" not in r.stderr and len(lines) <= 2 and not r.stdout
     assert (state / "flash.bin").read_bytes() == old
+    if emu == "native":      # the native process itself refuses it too (flash_native.c)
+        with pytest.raises(TinyolError) as e:
+            emulator.start_native(firmware("native", MODEL).program, state_dir=state, timeout=60)
+        assert "131072 bytes, but this target's flash takes 147456" in str(e.value)
+        assert "\n" not in str(e.value) and (state / "flash.bin").read_bytes() == old
     assert not (state / "boot_count").exists()
 
 

@@ -62,6 +62,7 @@ def cmd(ctx, board, model, emu, port, state, icount, kernels, test_build, app, s
                           hint="use --emulator renode or --emulator native for a board that keeps its flash")
     if state:
         output_dir(state, "--state")  # before the build: a bad path is named at once
+        emulator.check_state(Path(state), emu, board)
     if sensor_dir is not None:
         _check_sensor(sensor_dir, app, emu, board, native)
     # a release build: any local client could end a test build with EXIT

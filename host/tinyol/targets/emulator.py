@@ -253,19 +253,39 @@ def unlock_state(fd: int) -> None:
     os.close(fd)
 
 
+NATIVE_IMAGE_BYTES = 128 * 1024 // 8 * 9   # flash_native.c: its 128 KB store and a state byte per double-word
+
+
+def image_bytes(emulator: str, board: str) -> int:
+    """Size of the flash.bin a target of `emulator` keeps in its --state folder."""
+    return NATIVE_IMAGE_BYTES if emulator == "native" or board == NATIVE else rn.image_bytes(board)
+
+
+def check_state(folder: Path, emulator: str, board: str) -> None:
+    """Before a build: the --state folder is free and its flash.bin (if any) fits the target,
+    so a wrong folder is named at once (the target checks both again when it starts)."""
+    what = "the native target" if emulator == "native" or board == NATIVE else f"the {board} store in Renode"
+    _check_image(Path(folder) / FLASH_IMAGE, image_bytes(emulator, board), what)
+    if Path(folder).is_dir():
+        unlock_state(lock_state(Path(folder)))
+
+
+def _check_image(image: Path, nbytes: int, what: str) -> None:
+    if image.exists() and image.stat().st_size != nbytes:
+        raise TinyolError(f"{image} has {image.stat().st_size:,} bytes, but {what} takes {nbytes:,} "
+                          f"({nbytes // 9 * 8 // 1024} KB and a state byte per double-word): "
+                          "another board's flash, or not a flash image",
+                          hint="move it away (the board then starts with an erased flash) "
+                               "or give another --state folder")
+
+
 def flash_image(folder: Path, nbytes: int, what: str) -> Path:
     """`folder`/flash.bin of `nbytes` bytes: checked when it exists (a wrong size is refused,
     never wiped), else created erased (0xFF, every double-word erased), written aside and
     renamed into place."""
     image = folder / FLASH_IMAGE
     if image.exists():
-        have = image.stat().st_size
-        if have != nbytes:
-            raise TinyolError(f"{image} has {have:,} bytes, but {what} takes {nbytes:,} "
-                              f"({nbytes // 9 * 8 // 1024} KB and a state byte per double-word): "
-                              "another board's flash, or not a flash image",
-                              hint="move it away (the board then starts with an erased flash) "
-                                   "or give another --state folder")
+        _check_image(image, nbytes, what)
         return image
     store = nbytes // 9 * 8
     tmp = image.with_name(FLASH_IMAGE + ".tmp")
