@@ -272,3 +272,67 @@ def test_fleet_pool_boots_the_board_and_kernels_asked_for(tmp_path):
 def test_fleet_board_needs_emulate():
     r = _tinyol("fleet", "--twins", "2", "--board", "nucleo_l432kc")
     assert r.returncode == 1 and "--board and --kernels choose the firmware --emulate starts" in r.stderr, r.stderr
+
+
+def _boot_line(url: str) -> str:
+    """The boot line the native target sends its first client."""
+    import socket
+    host, port = url.split("//")[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        return sock.makefile("rb").readline().decode().strip()
+
+
+def _records(image: bytes) -> dict[int, int]:
+    """seq -> offset of each record header in a flash.bin (docs/persistence.md: magic "TOLS",
+    seq at byte 16)."""
+    import struct
+    store = len(image) // 9 * 8
+    out, at = {}, image.find(b"TOLS", 0, store)
+    while at >= 0:
+        if at % 8 == 0:
+            out[struct.unpack_from("<I", image, at + 16)[0]] = at
+        at = image.find(b"TOLS", at + 8, store)
+    return out
+
+
+@pytest.mark.slow
+def test_a_fall_back_to_an_older_record_is_reported(firmware, tmp_path):
+    """Two saves; then the newest record changes in flash (a flipped payload bit), or its
+    commit double-word is torn: boot restores the older record and says so on the boot line
+    (damaged=1), in INFO (flag store_damaged), `tinyol info` and `tinyol load`; a clean boot says
+    nothing of the kind."""
+    program = firmware("native", MODEL).program
+    state = tmp_path / "s"
+    xs, ys = _inputs(40, 5)
+    probe_x, _ = _inputs(20, 6)
+    with emulator.start_native(program, state_dir=state, timeout=120) as t, Device.open(t.url, timeout=5) as dev:
+        _learn(dev, xs[:20], ys[:20])
+        assert dev.save().seq == 1
+        older = _probe(dev, probe_x)
+        _learn(dev, xs[20:], ys[20:])
+        assert dev.save().seq == 2
+        newer = _probe(dev, probe_x)
+    assert newer != older
+    with emulator.start_native(program, state_dir=state, timeout=120) as t:
+        assert _boot_line(t.url).endswith(" store=loaded")
+        with Device.open(t.url, timeout=5) as dev:
+            assert dev.store_status() == ("loaded", 2) and "store_damaged" not in dev.info.flags
+    image = bytearray((state / "flash.bin").read_bytes())
+    at = _records(bytes(image))[2]
+    pristine = bytes(image)
+    image[at + 40 + 100] ^= 0x10                                    # a payload bit changed
+    (state / "flash.bin").write_bytes(image)
+    with emulator.start_native(program, state_dir=state, timeout=120) as t:
+        assert "store=loaded damaged=1" in _boot_line(t.url)
+        with Device.open(t.url, timeout=5) as dev:
+            assert dev.store_status() == ("loaded", 1) and "store_damaged" in dev.info.flags
+            assert _probe(dev, probe_x) == older
+        r = _tinyol("info", "--port", t.url)
+        assert r.returncode == 0 and "loaded (record 1); a newer record is damaged" in r.stdout, r.stdout
+        r = _tinyol("load", "--port", t.url)
+        assert r.returncode == 0 and "warning: at boot a newer record was found damaged" in r.stdout, r.stdout
+    image = bytearray(pristine)
+    image[len(image) // 9 * 8 + at // 8] = 2                        # its commit double-word torn
+    (state / "flash.bin").write_bytes(image)
+    with emulator.start_native(program, state_dir=state, timeout=120) as t, Device.open(t.url, timeout=5) as dev:
+        assert dev.store_status() == ("loaded", 1) and "store_damaged" in dev.info.flags

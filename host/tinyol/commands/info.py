@@ -99,7 +99,9 @@ def cmd(port, model_dir, board, as_json, timeout):
          if info.ram_total else "n/a (host process)"),
         ("flash", f"{_kb(info.flash_used)} of {_kb(info.flash_total)}" if info.flash_total else "n/a (host process)"),
         ("boot count", str(info.boot_count)),
-        ("stored state", info.store + (f" (record {info.store_seq})" if info.store_seq else "")),
+        ("stored state", info.store + (f" (record {info.store_seq})" if info.store_seq else "")
+         + ("; a newer record is damaged (a save cut at its commit, or changed flash): this is an "
+            "older state than the last save" if "store_damaged" in info.flags else "")),
         ("max payload", f"{info.max_payload} bytes"),
     ]
     for k, v in rows:

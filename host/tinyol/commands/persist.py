@@ -116,11 +116,15 @@ def cmd_load(port, timeout, retries, as_json):
             r = dev.load(timeout=timeout)
         except DeviceError as e:
             raise _explain(e) from None
+        damaged = "store_damaged" in dev.info.flags
     if as_json:
-        emit_json(dataclasses.asdict(r))
+        emit_json({**dataclasses.asdict(r), "newer_record_damaged": damaged})
         return
     click.echo(f"loaded record {r.seq} from slot {r.slot}: {r.samples_seen} samples seen, "
                f"{r.n_active} active outputs")
+    if damaged:
+        click.echo("warning: at boot a newer record was found damaged (a save cut at its commit, or "
+                   f"changed flash): record {r.seq} is older than the last save")
 
 
 @click.command("pull")
