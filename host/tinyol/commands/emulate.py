@@ -7,6 +7,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def _run(target, emu, board, native, start, *, image, kernels, flash):
     click.echo("type `reset` to power-cycle the board, `stop` or Ctrl-C to stop")
     try:
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
-        commands = _Commands(click.get_text_stream("stdin"))
+        commands = _Commands(sys.stdin)
         while True:
             rc = target.proc.poll()
             if rc is not None:
@@ -180,11 +181,11 @@ class _Commands:
 
     def __init__(self, stream):
         self.stream = stream
+        self.open = stream is not None
         try:
             self.fd = stream.fileno()
         except (AttributeError, OSError, ValueError):
             self.fd = None           # no descriptor (a test runner's stream): read it directly
-        self.open = True
         self.buf = ""
         self.lines: list[str] = []
 
