@@ -185,8 +185,8 @@ def test_renode_board_keeps_its_flash_across_reset_and_restart(firmware, tmp_pat
 
 @pytest.mark.slow
 def test_native_reset_on_stdin_and_kernels(firmware, tmp_path):
-    """native: `reset` starts the process again on its port with its flash; `--kernels simd`
-    is what the device reports (ref is native's default)."""
+    """native: a reset (here SIGUSR1, as from another shell) starts the process again on its
+    port with its flash; `--kernels simd` is what the device reports (ref is native's default)."""
     firmware("native", MODEL, kernels="simd")
     emu = Emulate("--emulator", "native", "--model", MODEL, "--kernels", "simd")
     try:
@@ -194,7 +194,7 @@ def test_native_reset_on_stdin_and_kernels(firmware, tmp_path):
             assert "simd_kernels" in dev.info.flags
             boots = dev.info.boot_count
             saved, probe_x, probe = _save_then_drift(dev, 2)
-        emu.type("reset")
+        os.kill(emu.proc.pid, signal.SIGUSR1)
         assert emu.expect("reset: nucleo_l476rg power-cycled").endswith(emu.url)
         with _open(emu.url) as dev:
             assert dev.info.boot_count == boots + 1

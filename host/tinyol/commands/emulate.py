@@ -47,9 +47,9 @@ def cmd(ctx, board, model, emu, port, state, icount, kernels, test_build, app, s
     \b
     In another shell:
       tinyol info --port socket://127.0.0.1:PORT
-    Type `reset` (and Enter) to power-cycle the board: it boots again with its flash as it
-    was (Renode: a machine reset; native and QEMU: the process is started again on the same
-    port). `stop` or Ctrl-C stops the target.
+    Type `reset` (and Enter), or send emulate SIGUSR1, to power-cycle the board: it boots
+    again with its flash as it was (Renode: a machine reset; native and QEMU: the process is
+    started again on the same port). `stop` or Ctrl-C stops the target.
 
     \b
     Keep a Renode board's flash across runs, and build with the reference kernels:
@@ -134,10 +134,11 @@ def _run(target, emu, board, native, start, *, image, kernels, flash):
         click.echo("flash: read-only in QEMU (no save survives a reset)")
     else:
         click.echo("flash: kept across resets until the target stops (--state DIR keeps it longer)")
-    click.echo("type `reset` to power-cycle the board, `stop` or Ctrl-C to stop")
+    click.echo(f"type `reset` (or kill -USR1 {os.getpid()}) to power-cycle the board, `stop` or Ctrl-C to stop")
     try:
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
         commands = _Commands(sys.stdin)
+        signal.signal(signal.SIGUSR1, lambda *a: commands.lines.append("reset"))
         while True:
             rc = target.proc.poll()
             if rc is not None:
