@@ -336,3 +336,24 @@ def test_a_fall_back_to_an_older_record_is_reported(firmware, tmp_path):
     (state / "flash.bin").write_bytes(image)
     with emulator.start_native(program, state_dir=state, timeout=120) as t, Device.open(t.url, timeout=5) as dev:
         assert dev.store_status() == ("loaded", 1) and "store_damaged" in dev.info.flags
+
+
+@pytest.mark.parametrize("board", [BOARD, "native"])
+def test_verify_hint_names_commands_that_exist(board):
+    """The hint `verify` gives when latents differ on SIMD kernels: every `tinyol ...` command
+    in it parses with tinyol's own CLI (the old hint promised an `emulate --kernels` that did
+    not exist); on reference kernels it asks for a report instead."""
+    import re
+
+    import click
+    from tinyol.cli import group
+    from tinyol.commands.verify import _narrow_down
+    hint = _narrow_down(board, MODEL, simd=True)
+    commands = re.findall(r"`tinyol ([^`]+)`", hint)
+    assert len(commands) == (2 if board != "native" else 1), hint
+    for text in commands:
+        argv = text.split()
+        sub = group.get_command(click.Context(group), argv[0])
+        ctx = sub.make_context(argv[0], argv[1:])
+        assert ctx.params["kernels"] == "ref", text
+    assert "--kernels" not in _narrow_down(board, MODEL, simd=False)

@@ -114,8 +114,11 @@ def _narrow_down(board: str, model: str, simd: bool) -> str:
     if not simd:
         return ("the firmware's backbone (reference kernels) is not bit-exact: report it, with the "
                 "model folder and this output")
-    where = (f"tinyol emulate --kernels ref --model {model} --board {board} --emulator renode|qemu"
-             if board in BOARDS else f"tinyol emulate --kernels ref --model {model} --emulator native")
-    return (f"the backbone runs the SIMD kernels: start it with the reference ones ({where}, or "
-            f"tinyol flash --kernels ref --model {model} --board {board} on a board) and verify again; "
+    if board in BOARDS:
+        where = (f"`tinyol emulate --kernels ref --model {model} --board {board} --emulator renode` "
+                 f"(or qemu), on the board `tinyol flash --kernels ref --model {model} --board {board}`")
+    else:
+        where = f"`tinyol emulate --kernels ref --model {model} --emulator native`"
+    return (f"the backbone runs the SIMD kernels: start it with the reference ones ({where}) and "
+            "verify again; "
             "exact with ref means the SIMD path, or the emulator's DSP instructions, is at fault: report it")
