@@ -6,8 +6,11 @@
   reads the flash.bin that Renode's flash.py wrote and restores the same learner from it.
 * native: the same `reset` (the process started again on its port), `--kernels` as the
   device's INFO reports it.
-* QEMU: `--state` refused in one line (its flash is read-only); `fleet --emulate --emulator qemu
-  --board B --kernels K` boots B's firmware with K, as each board's INFO says.
+* QEMU: `--state` refused in one line (its flash is read-only), `reset` reboots it with the
+  exported head; `fleet --emulate --emulator qemu --board B --kernels K` boots B's firmware with
+  K, as each board's INFO says.
+* A fall-back to an older record (the newest damaged) is reported: boot line, INFO, info, load.
+* `verify`'s hint names `--kernels ref` commands that parse with tinyol's own CLI.
 * A flash.bin of the wrong size is refused in one line and left as it was (native and Renode).
 """
 from __future__ import annotations
@@ -357,3 +360,25 @@ def test_verify_hint_names_commands_that_exist(board):
         ctx = sub.make_context(argv[0], argv[1:])
         assert ctx.params["kernels"] == "ref", text
     assert "--kernels" not in _narrow_down(board, MODEL, simd=False)
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_qemu_reset_reboots_with_the_exported_head(firmware):
+    """QEMU: `reset` starts it again on the same port; its flash is read-only, so the board
+    comes back with the exported head and says persistence is unavailable."""
+    firmware(BOARD, MODEL, test_build=False)
+    emu = Emulate("--emulator", "qemu", "--board", BOARD, "--model", MODEL)
+    try:
+        emu.expect("flash: read-only in QEMU")
+        with _open(emu.url) as dev:
+            assert dev.store_status() == ("unavailable", 0) and "simd_kernels" in dev.info.flags
+            _learn(dev, *_inputs(5, 9))
+            assert dev.stats().samples_seen == 5
+        emu.type("reset")
+        assert "QEMU's flash is read-only: the exported head" in emu.expect("reset: nucleo_l476rg power-cycled")
+        with _open(emu.url) as dev:
+            assert dev.stats().samples_seen == 0
+        emu.stop()
+    finally:
+        emu.kill()

@@ -152,7 +152,9 @@ def _run(target, emu, board, native, start, *, image, kernels, flash):
                 break
             if line == "reset":
                 target = _power_cycle(target, emu, native, start)
-                click.echo(f"reset: {board} power-cycled, flash kept; serial port: {target.url}")
+                kept = ("QEMU's flash is read-only: the exported head" if emu == "qemu" and not native
+                        else "flash kept")
+                click.echo(f"reset: {board} power-cycled, {kept}; serial port: {target.url}")
             elif line:
                 click.echo(f"unknown command {line!r}: type reset (power-cycle the board, its flash "
                            "kept) or stop")
