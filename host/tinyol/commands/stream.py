@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from .._defs import Msg
 from ..checks import Number, output_file
-from ..data.datasets import check_labels, fit_layout, iter_source, load_source
+from ..data.datasets import check_labels, fit_layout, iter_source, load_source, sample_order
 from ..errors import TinyolError
 from ..link.device import Device, Result, Stats
 from ..link.protocol import DeviceError, DeviceReset, Link
@@ -59,11 +59,7 @@ def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_c
     X, y, names = load_source(data, label_column=label_column)
     if input_shape is not None:
         X = fit_layout(X, input_shape, layout, where=data)
-    base = np.random.default_rng(seed).permutation(len(y)) if shuffle else np.arange(len(y))
-    base = base[:limit] if limit is not None else base  # --limit picks the rows once
-    orders = [base] + [base[np.random.default_rng(seed + e).permutation(len(base))] if shuffle
-                       else base for e in range(1, epochs)]
-    order = np.concatenate(orders)
+    order = sample_order(len(y), shuffle=shuffle, seed=seed, limit=limit, epochs=epochs)
     rows = ((int(i), X[i], int(y[i])) for i in order)
     return rows, len(order), X[order], y[order], names
 

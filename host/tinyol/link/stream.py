@@ -121,14 +121,38 @@ class Record:
     latency: float
     error: str | None = None
     samples_seen: int | None = None
+    autoencoder: bool = False  # the reply's floats are the score and the threshold it met
+
+    @property
+    def score(self) -> float | None:
+        """Autoencoder: the anomaly score (reconstruction MSE); None for a classifier."""
+        return self.confidence if self.autoencoder else None
+
+    @property
+    def threshold(self) -> float | None:
+        """Autoencoder: the threshold the score was compared with (inf during the warm-up)."""
+        return self.loss if self.autoencoder else None
 
     def json(self) -> str:
-        d = {k: v for k, v in self.__dict__.items()}
-        for k in ("confidence", "loss"):
-            if d[k] is not None and not math.isfinite(d[k]):
-                d[k] = None
-        d["latency"] = round(self.latency, 6)
-        return json.dumps(d)
+        return json.dumps(log_record(self.__dict__, self.autoencoder))
+
+
+def log_record(r: dict, autoencoder: bool) -> dict:
+    """One line of a per-sample log (stream --log, simulate --log): a classifier's floats are
+    `confidence` and `loss`, an autoencoder's `score` and `threshold` (its `prediction` is the
+    anomaly flag, 1 or 0); floats that are not finite (a threshold during the warm-up) are null."""
+    keys = ("index", "label", "prediction", "confidence", "loss", "learned", "new_class",
+            "latency", "error", "samples_seen")
+    d = {k: r[k] for k in keys if k in r}
+    for k in ("confidence", "loss"):
+        if d.get(k) is not None and not math.isfinite(d[k]):
+            d[k] = None
+    if "latency" in d:
+        d["latency"] = round(d["latency"], 6)
+    if autoencoder:
+        d = {("score" if k == "confidence" else "threshold" if k == "loss" else k): v
+             for k, v in d.items()}
+    return d
 
 
 @dataclass
@@ -252,7 +276,8 @@ class Stream:
                             Status.ERR_ARG, Status.ERR_UNSUPPORTED):
                 e = DeviceError(c.status, c.msg)
                 raise TinyolError(f"row {index}: {e}") from None
-            return Record(index, label, None, None, None, False, False, c.latency, name)
+            return Record(index, label, None, None, None, False, False, c.latency, name,
+                          autoencoder=self.info.head_mode == "autoencoder")
         r = Result.parse(c.payload)
         if self.mode == "train" and r.learned:
             # the device learns in send order (ERR_ORDER refuses a SAMPLE past a gap), but a
@@ -266,8 +291,10 @@ class Stream:
                     hint="restart the stream; results before and after a reset are not comparable")
             self._counters.add(r.samples_seen)
             self._last_seen = max(self._last_seen, r.samples_seen)
-        return Record(index, label, r.prediction, r.value, r.loss if self.mode == "train" else None,
-                      r.learned, r.new_class, c.latency, None, r.samples_seen)
+        ae = self.info.head_mode == "autoencoder"
+        return Record(index, label, r.prediction, r.value,
+                      r.loss if self.mode == "train" or ae else None,
+                      r.learned, r.new_class, c.latency, None, r.samples_seen, ae)
 
     def _count(self, rec: Record) -> None:
         s = self.summary
