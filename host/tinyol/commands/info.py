@@ -90,10 +90,13 @@ def cmd(port, model_dir, board, as_json, timeout):
         ("flags", ", ".join(info.flags) or "-"),
         ("model", f"{info.model} (hash 0x{info.model_hash:08x})"),
         ("input / latent", f"{info.input_size} int8 / {info.latent_dim}"),
-        ("head", f"{info.head_mode}, up to {info.max_classes} classes"),
+        ("head", f"autoencoder: reconstructs its {info.max_classes} inputs; a score above mean + k "
+                 "std of the scores seen is an anomaly" if info.head_mode == "autoencoder"
+         else f"{info.head_mode}, up to {info.max_classes} classes"),
         *([("adaptive stage", f"{info.stage_layers} layers, {info.stage_params} parameters, "
                               f"{_kb(info.stage_bytes)} RAM")] if info.stage_layers else []),
-        ("replay storage", f"{info.replay_bits} bit" if info.replay_bits else "-"),
+        ("replay storage", "- (an autoencoder learns each sample as it comes)"
+         if info.head_mode == "autoencoder" else f"{info.replay_bits} bit" if info.replay_bits else "-"),
         ("cpu clock", f"{info.cpu_hz / 1e6:.0f} MHz"),
         ("RAM", f"{_kb(info.ram_used)} of {_kb(info.ram_total)} (+ SRAM2 {_kb(info.ram2_used)} of {_kb(info.ram2_total)})"
          if info.ram_total else "n/a (host process)"),

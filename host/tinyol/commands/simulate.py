@@ -61,15 +61,6 @@ def _f(v, fmt=".4f") -> str:
     return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
 
 
-def print_scores(st: dict, echo=click.echo) -> None:
-    """Score statistics (learn.anomaly.score_stats) as lines: all, normal, anomalous."""
-    for group in ("all", "normal", "anomalous"):
-        g = st.get(group)
-        if g:
-            echo(f"  {group:<10} n {g['n']:>5}  mean {g['mean']:.3g}  std {g['std']:.3g}  "
-                 f"median {g['median']:.3g}  p99 {g['p99']:.3g}  max {g['max']:.3g}")
-
-
 def _print_anomaly(res: dict) -> None:
     t = res.get("tuning")
     if t:
@@ -90,7 +81,8 @@ def _print_anomaly(res: dict) -> None:
                    f"anomaly (sample {res['onset_index']}); {_f(res['missed_before_detection'], 'd')}"
                    " anomalous samples before it")
     click.echo("scores")
-    print_scores(res["scores"])
+    for line in A.score_lines(res["scores"]):
+        click.echo("  " + line)
     if t:
         click.echo(f"set it on a device: tinyol set --port URL --threshold-k {t['k']:g}")
 

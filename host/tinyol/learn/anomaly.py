@@ -85,3 +85,14 @@ def choose_k(results: dict[float, dict]) -> tuple[float, str]:
     if quiet:
         return quiet[0], "the smallest k with no false alarm on the (normal) validation stream"
     return ks[-1], f"no k up to {ks[-1]:g} kept the validation stream free of false alarms: the largest"
+
+
+def score_lines(st: dict) -> list[str]:
+    """:func:`score_stats` as text lines (all, normal, anomalous), for the summaries."""
+    out = []
+    for group in ("all", "normal", "anomalous"):
+        g = st.get(group)
+        if g:
+            out.append(f"{group:<10} n {g['n']:>5}  mean {g['mean']:.3g}  std {g['std']:.3g}  "
+                       f"median {g['median']:.3g}  p99 {g['p99']:.3g}  max {g['max']:.3g}")
+    return out
