@@ -61,6 +61,9 @@ def cmd(port, model_dir, board, as_json, timeout):
       tinyol info --port socket://127.0.0.1:4321 --json
       tinyol info --model models/digits --board nucleo_l432kc
     """
+    src = click.get_current_context().get_parameter_source("model_dir")
+    if port is not None and src == click.core.ParameterSource.DEFAULT_MAP:
+        model_dir = None  # tinyol.toml's model: with a device, ask the device
     if model_dir is not None:
         board = board or load_manifest(model_dir).get("board") or "nucleo_l476rg"
         plan = memory_plan(model_dir, board)
