@@ -119,18 +119,18 @@ def apply_shared(default_map: dict, verb: str | None, command) -> None:
     """Copy the file's top-level values into `verb`'s defaults, under the name of the
     command's parameter that has that flag (simulate's --model is `model_dir`, bench's takes
     several); a value in the verb's own table wins."""
-    shared = default_map.get("", {})
-    if not shared or verb is None or command is None:
+    if verb is None or command is None:
         return
+    shared = default_map.get("", {})
     table = default_map.setdefault(verb, {})
     for key, flag in SHARED_SETTINGS.items():
-        if key not in shared:
-            continue
         for prm in command.params:
-            if flag in getattr(prm, "opts", ()) and prm.name not in table and key not in table:
-                table[prm.name] = [shared[key]] if getattr(prm, "multiple", False) else shared[key]
-            elif flag in getattr(prm, "opts", ()) and key in table and prm.name != key:
+            if flag not in getattr(prm, "opts", ()):
+                continue
+            if key in table and prm.name != key:
                 table[prm.name] = table.pop(key)  # [simulate] model = ... names model_dir
+            elif key in shared and prm.name not in table:
+                table[prm.name] = [shared[key]] if getattr(prm, "multiple", False) else shared[key]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
