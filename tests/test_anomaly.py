@@ -60,8 +60,9 @@ def test_kdd135_windows_follow_the_aeon_files():
     assert len(Xtr) == 285 and len(Xv) == 435 and not ytr.any() and not yv.any()
 
 
-def test_kdd135_val_split_is_refused_elsewhere(capsys):
-    out = _cli(capsys, "simulate", "--model", KDD, "--data", "digits@val", expect=1)
+def test_kdd135_val_split_is_refused_elsewhere(capsys, tmp_path):
+    (tmp_path / "f.csv").write_text("".join(f"{i},{i % 2}\n" for i in range(10)))
+    out = _cli(capsys, "simulate", "--model", KDD, "--data", f"{tmp_path / 'f.csv'}@val", expect=1)
     assert "only kdd135 has a @val part" in out and "Traceback" not in out
 
 
