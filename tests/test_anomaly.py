@@ -140,3 +140,35 @@ def test_native_anomaly_summary_log_plot_equal_the_twin(firmware, tmp_path, caps
     assert "same: every line agrees" in _cli(capsys, "compare", tmp_path / "dev.jsonl",
                                              tmp_path / "sim.jsonl", "--rtol", "0")
     assert (tmp_path / "dev.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_qemu_thresholds_equal_the_twin(firmware):
+    """The Cortex-M4 build (SIMD kernels) in QEMU: every score, flag and threshold in the replies
+    equals the reference learner's, bit for bit, on the windows around the anomaly."""
+    from tinyol.link.device import Device
+    from tinyol.link.stream import Stream
+    from tinyol.model.folder import load_manifest
+    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner, \
+        quantize_input
+
+    X, y, _ = load_source("kdd135@test")
+    X, y = X[:320], y[:320]  # the anomaly is at windows 281-299
+    fw = firmware("nucleo_l476rg", model="models/kdd135")
+    with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=240) as t:
+        with Device.open(t.url, timeout=5) as dev:
+            st = Stream(dev, load_manifest(KDD), mode="train", window=4, timeout=3.0)
+            st.run((i, X[i], int(y[i])) for i in range(len(y)))
+    recs = st.records
+    model = load_model(KDD)
+    lrn = make_learner(model, *learner_settings(model))
+    Xq = quantize_input(X, *model.input_q)
+    want = []
+    for q, xq in zip(latents(model, Xq), Xq):
+        thr = lrn.anomaly_stats.threshold()
+        s, f = lrn.anomaly(q, xq)
+        want.append((np.float32(s), np.float32(thr), int(f)))
+    got = [(np.float32(r.score), np.float32(r.threshold), r.prediction) for r in recs]
+    assert got == want
+    assert sum(f for *_, f in want) >= 18 and st.summary.detection["recall"] > 0.9
