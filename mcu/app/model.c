@@ -161,7 +161,7 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
         s = tol_now();
         TOL_TRY(tol_model_learner_anomaly(tol_latent, tol_input, learn, &r));
         tol_cycles.learn = tol_since(s);
-        loss = r.probability;
+        loss = r.threshold; /* the reply's second float: the threshold the score met */
         if (r.anomaly) flags |= TOL_FLAG_ANOMALY;
     }
     /* learned: the classifier accepted the sample (it may wait in the mini-batch); the
