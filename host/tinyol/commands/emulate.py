@@ -68,7 +68,27 @@ def cmd(ctx, board, model, emu, port, state, icount, test_build, app, stride, se
             except BaseException:
                 target.stop()
                 raise
+        _report_cpu(target, emu, res)
         _run(target, emu, board, native)
+
+
+def _report_cpu(target, emu, res):
+    """One line when the core fails the firmware's boot self-test (tol_cpu.h). Renode runs at
+    once, so the verdict is read from the firmware's memory through the Monitor without
+    touching the console; QEMU waits for its first client (`tinyol doctor` reports it then)."""
+    from ..targets.armdsp import cpu_verdict
+
+    if emu != "renode" or not hasattr(target, "monitor"):
+        return
+    try:
+        report = emulator.renode_cpu_report(target, res.elf)
+    except TinyolError:
+        return
+    if report is None:
+        return
+    line = cpu_verdict(report[1], report[2])
+    if line:
+        click.echo(f"renode: {line}")
 
 
 def _check_sensor(sensor_dir, app, emu, board, native):

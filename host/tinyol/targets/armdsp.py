@@ -4,7 +4,7 @@ A2 pseudo-code library: SignedSatQ, UnsignedSatQ, Shift, ROR, FPAdd, FPMul, ...)
 
 The oracle of every instruction test (tests/test_cpu_instructions.py runs each on QEMU, unicorn
 and Renode against it) and the source of the device's boot self-test answers
-(scripts/gen_cpu_kat.py writes mcu/src/kernels/simd/tol_cpu_kat.h from it).
+(scripts/gen_cpu_kat.py writes mcu/src/kernels/tol_cpu_kat.h from CPU_CHECKS).
 
 An instruction is run as `msr APSR_nzcvqg, f; <asm>; mrs f, APSR` with four registers in:
 `a`, `b` (read only) and `lo`, `hi` (read and written: the destination, the accumulator, the
@@ -586,4 +586,81 @@ def expected(op: Op, v: tuple[int, int, int, int, int]) -> tuple[int, int, int]:
     return r_lo & M32, r_hi & M32, r_apsr & APSR_MASK
 
 
-__all__ = ["OPS", "OP_BY_NAME", "Op", "vectors", "expected", "APSR_MASK", "f2u", "u2f"]
+
+
+
+# ---- the device's boot self-test (scripts/gen_cpu_kat.py -> mcu/src/kernels/tol_cpu_kat.h) ----
+@dataclass(frozen=True)
+class CpuCheck:
+    """One check of the firmware's boot self-test: the kernel helper (or the learner's
+    multiply-accumulate) that runs `op`, on known answers computed here."""
+    name: str       # as the device reports it (boot line, `tinyol doctor`)
+    op: str         # the oracle's instruction (OP_BY_NAME)
+    c_expr: str     # C over uint32_t a, b, c giving the result (uint64_t: hi << 32 | lo)
+    kernels: str    # "simd": used by the SIMD kernels only; "all": the learner (every build)
+    uses: str       # what on the device relies on it (for the one-line verdict)
+
+
+CPU_CHECKS: list[CpuCheck] = [
+    CpuCheck("ssub8+sel", "ssub8_sel", "tol_max_s8x4(a, b)", "simd", "MAX_POOL_2D (four lanes per word)"),
+    CpuCheck("sxtb16", "sxtb16", "tol_sxtb16(a)", "simd", "CONV_2D/DEPTHWISE/FULLY_CONNECTED weights"),
+    CpuCheck("sxtb16.ror8", "sxtb16_ror8", "tol_sxtb16_ror8(a)", "simd", "CONV_2D/DEPTHWISE/FULLY_CONNECTED weights"),
+    CpuCheck("sxtab16", "sxtab16", "tol_sxtab16(a, b)", "simd", "convolution inputs, AVERAGE_POOL_2D sums"),
+    CpuCheck("sxtab16.ror8", "sxtab16_ror8", "tol_sxtab16_ror8(a, b)", "simd", "convolution inputs, AVERAGE_POOL_2D sums"),
+    CpuCheck("smlad", "smlad", "(uint32_t)tol_smlad(a, b, (int32_t)c)", "simd", "every dot product (CONV_2D, FULLY_CONNECTED)"),
+    CpuCheck("smlabb", "smlabb", "(uint32_t)tol_smlabb(a, b, (int32_t)c)", "simd", "DEPTHWISE_CONV_2D"),
+    CpuCheck("smlatt", "smlatt", "(uint32_t)tol_smlatt(a, b, (int32_t)c)", "simd", "DEPTHWISE_CONV_2D"),
+    CpuCheck("ssat", "ssat8", "(uint32_t)tol_ssat8((int32_t)a)", "simd", "requantization clamps"),
+    CpuCheck("smlal", "smlal", "(uint64_t)((int64_t)(int32_t)a * (int32_t)b + (int64_t)c)", "simd",
+             "requantization (MultiplyByQuantizedMultiplier)"),
+    CpuCheck("vmla.f32", "vmla", "tol_cpu_f2u_(tol_fmac_mla(tol_cpu_u2f_(c), tol_cpu_u2f_(a), tol_cpu_u2f_(b)))",
+             "all", "the learner's float updates"),
+    CpuCheck("vmls.f32", "vmls", "tol_cpu_f2u_(tol_fmac_mls(tol_cpu_u2f_(c), tol_cpu_u2f_(a), tol_cpu_u2f_(b)))",
+             "all", "the learner's float updates"),
+]
+# checks whose failure the SIMD kernels route around at boot (a portable path, same results)
+CPU_FALLBACKS = {"ssub8+sel"}
+
+
+def cpu_check_vectors(check: CpuCheck, n: int = 10) -> list[tuple[int, int, int, int, int]]:
+    """(a, b, c, lo, hi) known answers: the edge vectors first (lane signs, overflow,
+    saturation), every one-lane case for the maximum, then random ones; `hi` in is 0."""
+    op = OP_BY_NAME[check.op]
+    vs = [v for v in vectors(op) if check.kernels != "all" or all(not is_nan(x) and (x & 0x7F800000) != 0x7F800000
+                                                                  for x in v[:3])]
+    pick = vs[:n]
+    if check.op == "ssub8_sel":   # small differences each way in every lane: Renode 1.15.3 fails these
+        pick += [v for v in vs if 0x10101010 in v[:2]][:8]
+        pick += [(0x05050505, 0x01010101, 0, 0, 0), (0x7F7F7F7F, 0x00FF0000, 0, 0, 0)]
+    out = []
+    for a, b, c, _hi, _f in pick:
+        lo, hi, _ = expected(op, (a, b, c, 0, 0))
+        out.append((a, b, c, lo, hi))
+    return out
+
+
+def cpu_checks_named(mask: int | None) -> list[str]:
+    """The names of the checks in a BOARD bit mask."""
+    if not mask:
+        return []
+    return [c.name for i, c in enumerate(CPU_CHECKS) if mask >> i & 1]
+def cpu_verdict(faults: int | None, fallbacks: int | None = 0) -> str | None:
+    """One line for a BOARD fault mask: which instruction this core gets wrong and what the kit
+    does about it; None when the core agrees with the architecture (or the firmware predates
+    the self-test: faults None)."""
+    if not faults:
+        return None
+    parts = []
+    for i, c in enumerate(CPU_CHECKS):
+        if faults >> i & 1:
+            if (fallbacks or 0) >> i & 1:
+                parts.append(f"{c.name.upper()} ({c.uses}: its portable path is in use, outputs stay exact)")
+            elif c.kernels == "all":
+                parts.append(f"{c.name.upper()} ({c.uses} will differ from the reference learner)")
+            else:
+                parts.append(f"{c.name.upper()} ({c.uses}: outputs are wrong here; build with --kernels ref)")
+    parts += [f"check {i}" for i in range(len(CPU_CHECKS), 32) if faults >> i & 1]
+    return "this core mis-executes " + "; ".join(parts) + " (boot self-test, ARMv7-M pseudo-code answers)"
+
+
+__all__ = ["cpu_verdict", "OPS", "OP_BY_NAME", "Op", "vectors", "expected", "APSR_MASK", "f2u", "u2f", "CPU_CHECKS", "CpuCheck", "CPU_FALLBACKS", "cpu_check_vectors", "cpu_checks_named"]

@@ -234,6 +234,23 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     return t
 
 
+def renode_cpu_report(target: Target, elf: Path, timeout: float = 20.0) -> tuple[int, int, int] | None:
+    """The firmware's boot self-test (tol_cpu_report_t tol_model_cpu: checked, faults,
+    fallbacks) read from the running Renode machine's memory; None for a firmware without it."""
+    nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True)
+    addr = next((int(ln.split()[0], 16) for ln in nm.stdout.splitlines()
+                 if ln.endswith(" tol_model_cpu")), None)
+    if addr is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while True:
+        words = [int(target.monitor.execute(f"sysbus ReadDoubleWord 0x{addr + 4 * k:08x}").split()[-1], 0)
+                 for k in range(3)]
+        if words[0] != 0 or time.monotonic() > deadline:
+            return tuple(words) if words[0] else None
+        time.sleep(0.2)
+
+
 class _RenodeLog:
     """Renode's log file, read like the QEMU log (`Target.output`)."""
 
