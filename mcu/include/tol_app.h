@@ -72,8 +72,8 @@ typedef struct {
      * NULL: never any. */
     bool (*idle)(void);
     /* The boot self-test of the core (tol_cpu.h) the model's init ran, for INFO, BOARD and
-     * the boot line. NULL: none (a firmware without a model runs no kernel). */
-    const tol_cpu_report_t *(*cpu)(void);
+     * the boot line; r: out. NULL: none (a firmware without a model runs no kernel). */
+    void (*cpu)(tol_cpu_report_t *r);
 } tol_model_if_t;
 
 typedef struct {

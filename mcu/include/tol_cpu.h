@@ -15,8 +15,8 @@
  * this core, and the remedy is a build with the reference kernels.
  *
  * Implemented twice, by file like the kernels: kernels/simd/tol_cpu.c, kernels/ref/tol_cpu.c.
- * The fault mask is the one piece of state the kernels read (tol_cpu_faults()): a property of
- * the chip, set once at boot.
+ * The fault mask (4 bytes) is the one piece of state the kernels read (tol_cpu_faults()): a
+ * property of the chip, set once at boot.
  */
 #ifndef TOL_CPU_H
 #define TOL_CPU_H
@@ -33,16 +33,19 @@ typedef struct {
     uint32_t fallbacks; /* the faults the kernels now route around (portable path in use) */
 } tol_cpu_report_t;
 
-/* Run the checks of this build, then choose the kernels' paths (tol_cpu_use(faults)).
- * r: out. About 2,000 instructions (docs/kernels.md). */
-void tol_cpu_selftest(tol_cpu_report_t *r);
+/* Run the checks of this build and keep the faults: the kernels choose their paths by them
+ * from now on. Once at boot, before the first inference (docs/kernels.md gives its cost). */
+void tol_cpu_selftest(void);
 
-/* Choose the kernels' paths as for a core with these faults (tests and benchmarks force the
- * portable paths with it); returns the faults it routes around. */
-uint32_t tol_cpu_use(uint32_t faults);
+/* What the last tol_cpu_selftest found (all zero before it). r: out. */
+void tol_cpu_report(tol_cpu_report_t *r);
 
-/* The faults the kernels route around now (0 until tol_cpu_selftest/tol_cpu_use). */
+/* The faults found (bits of tol_cpu_checks.h); the kernels test theirs on every call. */
 uint32_t tol_cpu_faults(void);
+
+/* Set the faults as if the self-test had found them (tests and benchmarks force the portable
+ * paths with it). */
+void tol_cpu_use(uint32_t faults);
 
 /* Name of check `bit` ("ssub8+sel", ...), NULL beyond the last. */
 const char *tol_cpu_check_name(uint32_t bit);

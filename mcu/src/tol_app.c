@@ -29,8 +29,9 @@
 /* The model's boot self-test, or all zero (nothing checked) without one. */
 static tol_cpu_report_t tol_app_cpu(const tol_app_t *app)
 {
-    tol_cpu_report_t none = {0u, 0u, 0u};
-    return app->model->cpu != NULL ? *app->model->cpu() : none;
+    tol_cpu_report_t r = {0u, 0u, 0u};
+    if (app->model->cpu != NULL) app->model->cpu(&r);
+    return r;
 }
 
 /* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */

@@ -81,12 +81,12 @@ def _report_cpu(target, emu, res):
     if emu != "renode" or not hasattr(target, "monitor"):
         return
     try:
-        report = emulator.renode_cpu_report(target, res.elf)
+        report = emulator.renode_cpu_report(target, res.elf, getattr(res.config, "kernels", None))
     except TinyolError:
         return
     if report is None:
         return
-    line = cpu_verdict(report[1], report[2])
+    line = cpu_verdict(*report)
     if line:
         click.echo(f"renode: {line}")
 

@@ -234,21 +234,20 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     return t
 
 
-def renode_cpu_report(target: Target, elf: Path, timeout: float = 20.0) -> tuple[int, int, int] | None:
-    """The firmware's boot self-test (tol_cpu_report_t tol_model_cpu: checked, faults,
-    fallbacks) read from the running Renode machine's memory; None for a firmware without it."""
+def renode_cpu_report(target: Target, elf: Path, kernels: str | None = None) -> tuple[int, int] | None:
+    """(faults, fallbacks) of the firmware's boot self-test (tol_cpu.h), read from the running
+    Renode machine's memory (the kernels' fault mask); None for a firmware without it.
+    `kernels`: the build's kernel set (None: simd, the STM32L4 default); only the SIMD
+    kernels have fallbacks."""
+    from .armdsp import CPU_CHECKS, CPU_FALLBACKS
+
     nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True)
-    addr = next((int(ln.split()[0], 16) for ln in nm.stdout.splitlines()
-                 if ln.endswith(" tol_model_cpu")), None)
+    addr = next((int(ln.split()[0], 16) for ln in nm.stdout.splitlines() if ln.endswith(" tol_cpu_faults_")), None)
     if addr is None:
         return None
-    deadline = time.monotonic() + timeout
-    while True:
-        words = [int(target.monitor.execute(f"sysbus ReadDoubleWord 0x{addr + 4 * k:08x}").split()[-1], 0)
-                 for k in range(3)]
-        if words[0] != 0 or time.monotonic() > deadline:
-            return tuple(words) if words[0] else None
-        time.sleep(0.2)
+    faults = int(target.monitor.execute(f"sysbus ReadDoubleWord 0x{addr:08x}").split()[-1], 0)
+    fallback = sum(1 << i for i, c in enumerate(CPU_CHECKS) if c.name in CPU_FALLBACKS) if kernels != "ref" else 0
+    return faults, faults & fallback
 
 
 class _RenodeLog:

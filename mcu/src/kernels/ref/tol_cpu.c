@@ -8,20 +8,28 @@
 /* after the helpers its checks call */
 #include "../tol_cpu_run.h"
 
-uint32_t tol_cpu_use(uint32_t faults)
+static uint16_t tol_cpu_faults_; /* what tol_cpu_selftest found (tol_cpu_faults); 16 bits: TOL_CPU_N_CHECKS <= 16 */
+
+#define TOL_CPU_THIS_BUILD_ (TOL_CPU_LEARNER_CHECKS)
+
+void tol_cpu_selftest(void)
 {
-    (void)faults;
-    return 0u;
+    tol_cpu_faults_ = (uint16_t)tol_cpu_run_(TOL_CPU_THIS_BUILD_);
+}
+
+void tol_cpu_use(uint32_t faults)
+{
+    tol_cpu_faults_ = (uint16_t)faults;
 }
 
 uint32_t tol_cpu_faults(void)
 {
-    return 0u;
+    return tol_cpu_faults_;
 }
 
-void tol_cpu_selftest(tol_cpu_report_t *r)
+void tol_cpu_report(tol_cpu_report_t *r)
 {
-    r->checked = TOL_CPU_LEARNER_CHECKS;
-    r->faults = tol_cpu_run_(r->checked);
-    r->fallbacks = 0u;
+    r->checked = TOL_CPU_THIS_BUILD_;
+    r->faults = tol_cpu_faults_;
+    r->fallbacks = tol_cpu_faults_ & 0u;
 }

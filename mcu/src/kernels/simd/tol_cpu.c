@@ -7,12 +7,18 @@
 /* after the helpers its checks call */
 #include "../tol_cpu_run.h"
 
-static uint32_t tol_cpu_faults_; /* the faults the kernels route around (tol_cpu_faults) */
+static uint16_t tol_cpu_faults_; /* what tol_cpu_selftest found (tol_cpu_faults); 16 bits: TOL_CPU_N_CHECKS <= 16 */
 
-uint32_t tol_cpu_use(uint32_t faults)
+#define TOL_CPU_THIS_BUILD_ ((1u << TOL_CPU_N_CHECKS) - 1u)
+
+void tol_cpu_selftest(void)
 {
-    tol_cpu_faults_ = faults & TOL_CPU_FALLBACK_CHECKS;
-    return tol_cpu_faults_;
+    tol_cpu_faults_ = (uint16_t)tol_cpu_run_(TOL_CPU_THIS_BUILD_);
+}
+
+void tol_cpu_use(uint32_t faults)
+{
+    tol_cpu_faults_ = (uint16_t)faults;
 }
 
 uint32_t tol_cpu_faults(void)
@@ -20,9 +26,9 @@ uint32_t tol_cpu_faults(void)
     return tol_cpu_faults_;
 }
 
-void tol_cpu_selftest(tol_cpu_report_t *r)
+void tol_cpu_report(tol_cpu_report_t *r)
 {
-    r->checked = (1u << TOL_CPU_N_CHECKS) - 1u;
-    r->faults = tol_cpu_run_(r->checked);
-    r->fallbacks = tol_cpu_use(r->faults);
+    r->checked = TOL_CPU_THIS_BUILD_;
+    r->faults = tol_cpu_faults_;
+    r->fallbacks = tol_cpu_faults_ & TOL_CPU_FALLBACK_CHECKS;
 }
