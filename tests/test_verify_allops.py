@@ -34,9 +34,10 @@ def allops():
 
 
 def _verify(url: str, model, n: int) -> dict:
+    """`tinyol verify --json`'s result; with a mismatch it has also failed (exit 1)."""
     r = CliRunner().invoke(group, ["verify", "--port", url, "--model", str(model), "--n", str(n), "--random",
-                                   "--seed", "7", "--json"], catch_exceptions=False)
-    out = json.loads(r.output[r.output.index("{"):])
+                                   "--seed", "7", "--json"])
+    out = json.loads(r.output[r.output.index("{"):r.output.rindex("}") + 1])
     assert (r.exit_code == 0) == (out["mismatched_samples"] == 0), r.output
     return out
 
