@@ -1,4 +1,4 @@
-"""A bare-metal Cortex-M4 program that runs every instruction of tinyol.targets.armdsp on its
+"""A bare-metal Cortex-M4 program that runs every instruction of tinyol.armdsp on its
 vectors and prints what the core computed, and the three emulators that run it.
 
 The program (written from the oracle's table: one function per instruction, each
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tinyol.targets import armdsp
+from tinyol import armdsp
 
 ROOT = Path(__file__).resolve().parents[1]
 FLASH, RAM = 0x08000000, 0x20000000

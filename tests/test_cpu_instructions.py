@@ -1,6 +1,6 @@
 """Every DSP/SIMD (and VFP) instruction the kernels and the learner use, and their relatives,
 executed on QEMU, unicorn and the real Renode, against the ARMv7-M manual's pseudo-code
-(tinyol.targets.armdsp). One bare-metal probe (tests/_cpu_probe.py) is built once and run
+(tinyol.armdsp). One bare-metal probe (tests/_cpu_probe.py) is built once and run
 once per emulator (about 1 s each; Renode about 10 s with its start-up); each instruction is
 then one test per emulator, so a failure names the emulator and the instruction.
 
@@ -18,8 +18,8 @@ import subprocess
 
 import pytest
 from _cpu_probe import build, have_arm_gcc, parse, probe_cases, run_qemu, run_renode, run_unicorn
-from tinyol.targets import armdsp
-from tinyol.targets.armdsp import APSR_MASK, M32, byte, half, pack, sint
+from tinyol import armdsp
+from tinyol.armdsp import APSR_MASK, M32, byte, half, pack, sint
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not have_arm_gcc(), reason="arm-none-eabi-gcc not installed")]
 

@@ -1,6 +1,6 @@
 """The boot self-test (tol_cpu.h) compiled for the host: the portable C of every SIMD helper
 gives the ARMv7-M pseudo-code's answers (tol_cpu_kat.h, generated from
-tinyol.targets.armdsp), so the self-test passes where the instructions are right and its
+tinyol.armdsp), so the self-test passes where the instructions are right and its
 known answers are not copied from the code under test. On the Cortex-M4 the same test runs
 at every boot (tests/test_verify_allops.py reads its verdict from QEMU and Renode)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ctypes
 
 import pytest
 from conftest import ROOT, compile_shared
-from tinyol.targets import armdsp
+from tinyol import armdsp
 
 MCU = ROOT / "mcu"
 

@@ -140,7 +140,7 @@ def test_c_device_reports_its_cpu_self_test(lib):
     """The boot self-test's verdict (tol_model_if_t.cpu) in BOARD (offset 34), INFO flag 0x10
     and the boot line, C -> Python; an older firmware's 34-byte BOARD parses with None."""
     from tinyol.link.device import BoardReport
-    from tinyol.targets.armdsp import CPU_CHECKS, cpu_checks_named, cpu_verdict
+    from tinyol.armdsp import CPU_CHECKS, cpu_checks_named, cpu_verdict
 
     checked, faults, fallbacks = (1 << len(CPU_CHECKS)) - 1, 0b100001, 0b1
     lib.tol_test_init_cpu(checked, faults, fallbacks)

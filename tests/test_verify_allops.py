@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from conftest import ROOT
 from tinyol.cli import group
 from tinyol.link.device import Device
-from tinyol.targets import armdsp, emulator
+from tinyol import armdsp
+from tinyol.targets import emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
 SSUB8_SEL = 1 << [c.name for c in armdsp.CPU_CHECKS].index("ssub8+sel")

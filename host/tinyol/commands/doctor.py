@@ -178,7 +178,7 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
 
 def check_cpu(rep) -> Check:
     """The core's boot self-test (BOARD): one line when it disagrees with the architecture."""
-    from ..targets.armdsp import CPU_CHECKS, cpu_verdict
+    from ..armdsp import CPU_CHECKS, cpu_verdict
 
     if rep.cpu_checked is None:
         return Check("core self-test", "skip", "the firmware predates the boot self-test: rebuild it")

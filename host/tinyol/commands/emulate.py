@@ -76,7 +76,7 @@ def _report_cpu(target, emu, res):
     """One line when the core fails the firmware's boot self-test (tol_cpu.h). Renode runs at
     once, so the verdict is read from the firmware's memory through the Monitor without
     touching the console; QEMU waits for its first client (`tinyol doctor` reports it then)."""
-    from ..targets.armdsp import cpu_verdict
+    from ..armdsp import cpu_verdict
 
     if emu != "renode" or not hasattr(target, "monitor"):
         return

@@ -162,7 +162,7 @@ class BoardReport:
     store_bytes: int       # its size
     flash_status: int      # tol_flash_region's status: 0 ok, else why saving is unavailable
     # the core's boot self-test (tol_cpu.h); None from firmware older than it (34-byte reply)
-    cpu_checked: int | None = None    # bit i: check i ran (tinyol.targets.armdsp.CPU_CHECKS)
+    cpu_checked: int | None = None    # bit i: check i ran (tinyol.armdsp.CPU_CHECKS)
     cpu_faults: int | None = None     # bit i: the core gave an answer the architecture does not
     cpu_fallbacks: int | None = None  # the faults the kernels route around (portable path)
 

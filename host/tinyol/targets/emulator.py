@@ -239,7 +239,7 @@ def renode_cpu_report(target: Target, elf: Path, kernels: str | None = None) -> 
     Renode machine's memory (the kernels' fault mask); None for a firmware without it.
     `kernels`: the build's kernel set (None: simd, the STM32L4 default); only the SIMD
     kernels have fallbacks."""
-    from .armdsp import CPU_CHECKS, CPU_FALLBACKS
+    from ..armdsp import CPU_CHECKS, CPU_FALLBACKS
 
     nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True)
     addr = next((int(ln.split()[0], 16) for ln in nm.stdout.splitlines() if ln.endswith(" tol_cpu_faults_")), None)
