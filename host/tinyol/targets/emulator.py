@@ -245,7 +245,12 @@ def renode_cpu_report(target: Target, elf: Path, kernels: str | None = None) -> 
     addr = next((int(ln.split()[0], 16) for ln in nm.stdout.splitlines() if ln.endswith(" tol_cpu_faults_")), None)
     if addr is None:
         return None
-    faults = int(target.monitor.execute(f"sysbus ReadDoubleWord 0x{addr:08x}").split()[-1], 0)
+    # the self-test runs first thing in the model's init: wait until the core is well past it
+    deadline = time.monotonic() + 10.0
+    while (int(target.monitor.execute("sysbus.cpu ExecutedInstructions").split()[-1], 0) < 2_000_000
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
+    faults = int(target.monitor.execute(f"sysbus ReadWord 0x{addr:08x}").split()[-1], 0)   # a uint16_t
     fallback = sum(1 << i for i, c in enumerate(CPU_CHECKS) if c.name in CPU_FALLBACKS) if kernels != "ref" else 0
     return faults, faults & fallback
 
