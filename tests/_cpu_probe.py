@@ -150,7 +150,7 @@ def run_unicorn(elf: Path) -> str:
     out = bytearray()
     image = _flat_image(elf)
     uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB | UC_MODE_MCLASS)
-    uc.ctl_set_cpu_model(A.UC_CPU_ARM_CORTEX_M4) if hasattr(A, "UC_CPU_ARM_CORTEX_M4") else None
+    uc.ctl_set_cpu_model(A.UC_CPU_ARM_CORTEX_M4)
     uc.mem_map(FLASH, 0x100000)
     uc.mem_map(RAM, 0x20000)
     uc.mem_map(0x40013000, 0x1000)
