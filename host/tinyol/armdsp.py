@@ -397,7 +397,7 @@ def _xt(signed: bool, width: int):
 
 
 for _rot in (0, 8, 16, 24):
-    _sfx = f" , ror #{_rot}".replace(" ,", ",") if _rot else ""
+    _sfx = f", ror #{_rot}" if _rot else ""
     _id = f"_ror{_rot}" if _rot else ""
     OPS += [Op(f"sxtb16{_id}", f"sxtb16 %[lo], %[a]{_sfx}", _xt16(True, False, _rot)),
             Op(f"sxtab16{_id}", f"sxtab16 %[lo], %[a], %[b]{_sfx}", _xt16(True, True, _rot))]
