@@ -227,7 +227,7 @@ def test_requantization_prepared_constants(tmp_path):
                     "int32_t shim_rq(int32_t x, int32_t m, int32_t s)\n"
                     "{ tol_rq_t q; if (!tol_rq_prep_(&q, m, s)) return -999; return tol_rq_apply_(x, &q); }\n"
                     "int32_t shim_ssat8(int32_t v);\n"
-                    "int32_t shim_ssat8(int32_t v) { return tol_ssat8_(v); }\n"
+                    "int32_t shim_ssat8(int32_t v) { return tol_ssat8(v); }\n"
                     "int32_t shim_sign(int32_t x, int32_t m, int32_t s);\n"
                     "int32_t shim_sign(int32_t x, int32_t m, int32_t s)\n"
                     "{ return tol_rq_sign_(x, m, (int32_t)(1u << (-2 - s)), -1 - s); }\n"

@@ -17,7 +17,7 @@ from tinyol._defs import Msg, Status
 from tinyol.link.protocol import Deframer, Frame, Info, cobs_decode, cobs_encode, crc32
 
 MCU = ROOT / "mcu"
-CORE = [MCU / "src" / f for f in ("tol_crc32.c", "tol_cobs.c", "tol_proto.c", "tol_status.c", "tol_app.c")]
+CORE = [MCU / "src" / f for f in ("tol_crc32.c", "tol_cobs.c", "tol_proto.c", "tol_status.c", "tol_app.c", "tol_cpu.c")]
 
 
 @pytest.fixture(scope="module")
@@ -125,14 +125,43 @@ def test_c_device_answers_python_board(lib):
     for seq in (7, 8):
         frames = [f for f in roundtrip(lib, Frame(Msg.BOARD, seq).encode()) if isinstance(f, Frame)]
         assert len(frames) == 1 and frames[0].type == Msg.BOARD | 0x80 and frames[0].seq == seq
-        assert len(frames[0].payload) == 34
+        assert len(frames[0].payload) == 46
         reports.append(BoardReport.parse(frames[0].payload))
     a, b = reports
     assert (a.cpu_hz, a.sysclk_hz, a.uart_baud) == (80_000_000, 80_000_000, 115_200)
     assert (a.store_start, a.store_bytes, a.flash_page_bytes, a.flash_status) == (0x080E0000, 0x20000, 2048, 0)
     assert b.cycles > a.cycles and b.cycles_epoch == a.cycles_epoch   # the counter moves between requests
+    assert (a.cpu_checked, a.cpu_faults, a.cpu_fallbacks) == (0, 0, 0)   # no model: no self-test
     frames = [f for f in roundtrip(lib, Frame(Msg.BOARD, 9, b"\x00").encode()) if isinstance(f, Frame)]
     assert frames[0].type == Msg.ERROR and frames[0].payload[0] == Status.ERR_LENGTH
+
+
+def test_c_device_reports_its_cpu_self_test(lib):
+    """The boot self-test's verdict (tol_model_if_t.cpu) in BOARD (offset 34), INFO flag 0x10
+    and the boot line, C -> Python; an older firmware's 34-byte BOARD parses with None."""
+    from tinyol.link.device import BoardReport
+    from tinyol.armdsp import CPU_CHECKS, cpu_checks_named, cpu_verdict
+
+    checked, faults, fallbacks = (1 << len(CPU_CHECKS)) - 1, 0b100001, 0b1
+    lib.tol_test_init_cpu(checked, faults, fallbacks)
+    out = ctypes.create_string_buffer(4096)
+    n = lib.tol_test_take(out, 4096)
+    boot = [x for x in Deframer().feed(out.raw[:n]) if isinstance(x, str)][0]
+    assert "cpu_faults=ssub8+sel,smlad" in boot and "cpu_fallback=ssub8+sel" in boot, boot
+    frames = [f for f in roundtrip(lib, Frame(Msg.BOARD, 3).encode()) if isinstance(f, Frame)]
+    rep = BoardReport.parse(frames[0].payload)
+    assert (rep.cpu_checked, rep.cpu_faults, rep.cpu_fallbacks) == (checked, faults, fallbacks)
+    assert cpu_checks_named(rep.cpu_faults) == ["ssub8+sel", "smlad"]
+    line = cpu_verdict(rep.cpu_faults, rep.cpu_fallbacks)
+    assert "SSUB8+SEL" in line and "portable path" in line and "SMLAD" in line and "--kernels ref" in line
+    info = Info.parse([f for f in roundtrip(lib, info_request(4)) if isinstance(f, Frame)][0].payload)
+    assert "cpu_fault" in info.flags
+    lib.tol_test_init_cpu(checked, 0, 0)
+    lib.tol_test_take(out, 4096)
+    info = Info.parse([f for f in roundtrip(lib, info_request(5)) if isinstance(f, Frame)][0].payload)
+    assert "cpu_fault" not in info.flags and cpu_verdict(0, 0) is None
+    old = BoardReport.parse(frames[0].payload[:34])   # firmware before the self-test
+    assert old.cpu_checked is None and old.cpu_faults is None and cpu_verdict(old.cpu_faults, None) is None
 
 
 def test_boot_line_is_text_not_frame(lib):

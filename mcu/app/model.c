@@ -84,6 +84,8 @@ static void tol_model_boot_load(void);
 
 tol_status_t tol_model_init(void)
 {
+    /* first: it chooses the kernels' paths for this core (tol_cpu.h) */
+    tol_cpu_selftest();
     TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem)));
     tol_model_boot_load();
     return TOL_OK;
@@ -544,4 +546,5 @@ static bool tol_model_idle(void)
 }
 
 const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
-                                       tol_model_store_status, tol_model_info_stage, tol_model_idle};
+                                       tol_model_store_status, tol_model_info_stage, tol_model_idle,
+                                       tol_cpu_report};

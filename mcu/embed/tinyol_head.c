@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backbone.h"
+#include "tol_cpu.h"
 
 #ifndef TOL_REPLAY_POLICY /* exports before --replay-policy: reservoir */
 #define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
@@ -104,6 +105,7 @@ tol_status_t tinyol_init(tinyol_t *t, uint8_t *mem, size_t mem_bytes)
 {
     TOL_CHECK(t != NULL && mem != NULL, TOL_ERR_ARG);
     memset(t, 0, sizeof(*t));
+    tol_cpu_selftest(); /* the core's instructions against the architecture: kernel paths (tol_cpu.h) */
     tol_learner_config_t cfg;
     tinyol_learner_config(&cfg);
     return tol_learner_init(&t->learner, mem, mem_bytes, &cfg);

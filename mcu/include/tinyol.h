@@ -119,7 +119,8 @@ tol_status_t tinyol_head_anomaly(tol_learner_t *L, const int8_t *latent, const i
  * Set up `t` with the exported head and the model's settings (config.h).
  * mem (in/out, caller-owned for t's lifetime): >= TINYOL_MEM_BYTES bytes,
  * 8-byte aligned, e.g. `static _Alignas(8) uint8_t mem[TINYOL_MEM_BYTES]`.
- * TOL_ERR_OVERFLOW when mem is too small.
+ * TOL_ERR_OVERFLOW when mem is too small. Also runs the core's self-test (tol_cpu.h: a
+ * SIMD kernel the core mis-executes takes its portable path; tol_cpu_report() says what).
  */
 tol_status_t tinyol_init(tinyol_t *t, uint8_t *mem, size_t mem_bytes);
 

@@ -40,9 +40,41 @@ static inline uint32_t tol_read_s8x4(const int8_t *p)
 #define TOL_SIMD_FN
 #endif
 
+/* Per signed byte lane: max(a, b), in plain C (no GE flags): the pooling kernel's path on a
+ * core whose SSUB8/SEL failed the boot self-test (tol_cpu.h), and the host build's. */
+static inline uint32_t tol_max_s8x4_c(uint32_t a, uint32_t b)
+{
+    uint32_t r = 0;
+    for (uint32_t k = 0; k < 32u; k += 8u) {
+        const int8_t x = (int8_t)(uint8_t)(a >> k);
+        const int8_t y = (int8_t)(uint8_t)(b >> k);
+        r |= (uint32_t)(uint8_t)(x >= y ? x : y) << k;
+    }
+    return r;
+}
+
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 
 #include <arm_acle.h>
+
+/* Per signed byte lane: max(a, b). SSUB8 sets GE[k] when lane k of a - b is >= 0, SEL then
+ * takes lane k of a where GE[k] is set (one asm statement: nothing may touch GE between). */
+static inline uint32_t tol_max_s8x4(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    uint32_t r;
+    __asm__("ssub8 %0, %2, %3\n\tsel %1, %2, %3" : "=&r"(d), "=r"(r) : "r"(a), "r"(b) : "cc");
+    (void)d;
+    return r;
+}
+
+/* Saturate to [-128, 127]: one SSAT. */
+static inline int32_t tol_ssat8(int32_t v)
+{
+    int32_t r;
+    __asm__("ssat %0, #8, %1" : "=r"(r) : "r"(v));
+    return r;
+}
 
 /* Two words from a word-aligned *p (one LDRD with post-increment), *p += 2. GCC
  * would issue two LDRs from one base register; for read-only data (weights). */
@@ -105,6 +137,16 @@ static inline uint32_t tol_ror(uint32_t x, uint32_t n)
 }
 
 #else /* portable C equivalents, bit-exact with the instructions */
+
+static inline uint32_t tol_max_s8x4(uint32_t a, uint32_t b)
+{
+    return tol_max_s8x4_c(a, b);
+}
+
+static inline int32_t tol_ssat8(int32_t v)
+{
+    return v < -128 ? -128 : (v > 127 ? 127 : v);
+}
 
 static inline uint32_t tol_ror(uint32_t x, uint32_t n)
 {

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tol_cpu.h"
 #include "tol_proto.h"
 #include "tol_status.h"
 #include "tol_store.h"
@@ -70,6 +71,9 @@ typedef struct {
      * bounded unit (a rehearsal step) and returns true, or false when there is none left.
      * NULL: never any. */
     bool (*idle)(void);
+    /* The boot self-test of the core (tol_cpu.h) the model's init ran, for INFO, BOARD and
+     * the boot line; r: out. NULL: none (a firmware without a model runs no kernel). */
+    void (*cpu)(tol_cpu_report_t *r);
 } tol_model_if_t;
 
 typedef struct {

@@ -25,6 +25,15 @@
 #define TOL_INFO_SIMD       0x04u
 #define TOL_INFO_HAS_MODEL  0x08u
 #define TOL_INFO_STORE_DAMAGED 0x10u /* boot skipped a damaged record newer than the one it restored */
+#define TOL_INFO_CPU_FAULT  0x20u /* the core failed its boot self-test (BOARD says which check) */
+
+/* The model's boot self-test, or all zero (nothing checked) without one. */
+static tol_cpu_report_t tol_app_cpu(const tol_app_t *app)
+{
+    tol_cpu_report_t r = {0u, 0u, 0u};
+    if (app->model->cpu != NULL) app->model->cpu(&r);
+    return r;
+}
 
 /* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */
 
@@ -85,6 +94,20 @@ static void tol_app_send_error(tol_app_t *app, uint16_t seq, tol_status_t status
     tol_app_send(app, (uint8_t)TOL_MSG_ERROR, seq, 4u);
 }
 
+/* " key=name,name" for the checks in mask (nothing when it is 0). */
+static size_t tol_app_append_checks(char *dst, size_t at, size_t cap, const char *key, uint32_t mask)
+{
+    const char *sep = key;
+    for (uint32_t bit = 0; mask != 0u && tol_cpu_check_name(bit) != NULL; ++bit) {
+        if ((mask >> bit & 1u) != 0u) {
+            at = tol_app_append(dst, at, cap, sep);
+            at = tol_app_append(dst, at, cap, tol_cpu_check_name(bit));
+            sep = ",";
+        }
+    }
+    return at;
+}
+
 /* ---- handlers: each fills the reply payload and returns its length via *len - */
 
 static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint16_t *len)
@@ -98,6 +121,7 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
     if (TOL_KERNELS_SIMD) flags |= TOL_INFO_SIMD;
     if (TOL_HAS_MODEL) flags |= TOL_INFO_HAS_MODEL;
     if (app->model->store_status().damaged != 0u) flags |= TOL_INFO_STORE_DAMAGED;
+    if (tol_app_cpu(app).faults != 0u) flags |= TOL_INFO_CPU_FAULT;
     p[0] = (uint8_t)TOL_PROTO_VERSION;
     p[1] = flags;
     tol_put_u16(p + 2, (uint16_t)TOL_APP_MAX_REQUEST);
@@ -169,7 +193,11 @@ static tol_status_t tol_app_on_board(tol_app_t *app, const tol_frame_t *req, uin
     tol_put_u32(p + 28, r.bytes);
     p[32] = (uint8_t)flash;
     p[33] = 0u;
-    *len = 34u;
+    const tol_cpu_report_t cpu = tol_app_cpu(app);
+    tol_put_u32(p + 34, cpu.checked);
+    tol_put_u32(p + 38, cpu.faults);
+    tol_put_u32(p + 42, cpu.fallbacks);
+    *len = 46u;
     return TOL_OK;
 }
 
@@ -393,7 +421,7 @@ void tol_app_init(tol_app_t *app, const tol_model_if_t *model_if)
     app->boot_cycles = tol_hal_cycles();
     tol_status_t model = app->model->init();
     const tol_hal_info_t *hi = tol_hal_info();
-    char line[144];
+    char line[224]; /* with damaged=, cpu_faults= and cpu_fallback= naming every check: 214 */
     size_t at = 0;
     at = tol_app_append(line, at, sizeof(line), "tinyol boot board=");
     at = tol_app_append(line, at, sizeof(line), hi->board);
@@ -411,6 +439,9 @@ void tol_app_init(tol_app_t *app, const tol_model_if_t *model_if)
         at = tol_app_append(line, at, sizeof(line), " model_error=");
         at = tol_app_append(line, at, sizeof(line), tol_status_name(model));
     }
+    const tol_cpu_report_t cpu = tol_app_cpu(app);
+    at = tol_app_append_checks(line, at, sizeof(line), " cpu_faults=", cpu.faults);
+    at = tol_app_append_checks(line, at, sizeof(line), " cpu_fallback=", cpu.fallbacks);
     (void)at;
     tol_app_print(line);
 }

@@ -39,6 +39,22 @@ void tol_hal_exit(int code) { exit_code = code; abort(); }
 
 /* ---- test entry points ---- */
 void tol_test_init(void) { out_len = 0; tol_app_init(&app, &tol_model_glue); }
+
+/* The app over the same glue plus a boot self-test verdict (tol_model_if_t.cpu): the BOARD,
+ * INFO and boot-line encodings of a core that failed checks. */
+static tol_cpu_report_t test_cpu;
+static tol_model_if_t glue_with_cpu;
+static void test_cpu_report(tol_cpu_report_t *r) { *r = test_cpu; }
+void tol_test_init_cpu(uint32_t checked, uint32_t faults, uint32_t fallbacks)
+{
+    test_cpu.checked = checked;
+    test_cpu.faults = faults;
+    test_cpu.fallbacks = fallbacks;
+    glue_with_cpu = tol_model_glue;
+    glue_with_cpu.cpu = test_cpu_report;
+    out_len = 0;
+    tol_app_init(&app, &glue_with_cpu);
+}
 void tol_test_feed(const uint8_t *data, size_t n)
 {
     for (size_t i = 0; i < n; i++) tol_app_feed(&app, data[i]);

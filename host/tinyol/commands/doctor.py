@@ -128,6 +128,7 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
                 return checks, facts
             raise
         facts["board_report"] = asdict(rep)
+        checks.append(check_cpu(rep))
         # clock tree as read back from the RCC registers
         if rep.sysclk_hz == 0:
             checks.append(Check("clock tree", "skip", "no clock registers on this target (host process)"))
@@ -173,6 +174,23 @@ def run_checks(url: str, *, baud: int = 115200, timeout: float = 2.0, clock_seco
                                 f"{rep.flash_page_bytes}-byte pages{bank}"))
         checks.append(check_save_load(dev, rep.flash_status == 0, save))
     return checks, facts
+
+
+def check_cpu(rep) -> Check:
+    """The core's boot self-test (BOARD): one line when it disagrees with the architecture."""
+    from ..armdsp import CPU_CHECKS, cpu_verdict
+
+    if rep.cpu_checked is None:
+        return Check("core self-test", "skip", "the firmware predates the boot self-test: rebuild it")
+    if rep.cpu_checked == 0:
+        return Check("core self-test", "skip", "firmware without a model: no kernel to check")
+    verdict = cpu_verdict(rep.cpu_faults, rep.cpu_fallbacks)
+    if verdict is None:
+        n = bin(rep.cpu_checked).count("1")
+        return Check("core self-test", "ok", f"{n} of {len(CPU_CHECKS)} instruction checks as the ARMv7-M manual says")
+    # routed around everywhere: outputs stay exact, so it is a warning, not a failure
+    exact = rep.cpu_faults & ~(rep.cpu_fallbacks or 0) == 0
+    return Check("core self-test", "ok" if exact else "FAIL", verdict)
 
 
 def _learned_state(dev):

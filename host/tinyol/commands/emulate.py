@@ -88,10 +88,30 @@ def cmd(ctx, board, model, emu, port, state, icount, kernels, test_build, app, s
             except BaseException:
                 target.stop()
                 raise
+        _report_cpu(target, emu, res)
         image = res.program if native else res.elf
         kind = kernels or ("ref" if native else "simd")
         _run(target, emu, board, native, start, image=image, kernels=kind,
              flash=Path(state) / emulator.FLASH_IMAGE if state else None)
+
+
+def _report_cpu(target, emu, res):
+    """One line when the core fails the firmware's boot self-test (tol_cpu.h). Renode runs at
+    once, so the verdict is read from the firmware's memory through the Monitor without
+    touching the console; QEMU waits for its first client (`tinyol doctor` reports it then)."""
+    from ..armdsp import cpu_verdict
+
+    if emu != "renode" or not hasattr(target, "monitor"):
+        return
+    try:
+        report = emulator.renode_cpu_report(target, res.elf, getattr(res.config, "kernels", None))
+    except TinyolError:
+        return
+    if report is None:
+        return
+    line = cpu_verdict(*report)
+    if line:
+        click.echo(f"renode: {line}")
 
 
 def _check_sensor(sensor_dir, app, emu, board, native):

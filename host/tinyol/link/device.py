@@ -161,14 +161,21 @@ class BoardReport:
     store_start: int       # first byte of the store region
     store_bytes: int       # its size
     flash_status: int      # tol_flash_region's status: 0 ok, else why saving is unavailable
+    # the core's boot self-test (tol_cpu.h); None from firmware older than it (34-byte reply)
+    cpu_checked: int | None = None    # bit i: check i ran (tinyol.armdsp.CPU_CHECKS)
+    cpu_faults: int | None = None     # bit i: the core gave an answer the architecture does not
+    cpu_fallbacks: int | None = None  # the faults the kernels route around (portable path)
 
     FMT = struct.Struct("<IIIIIIIIBx")
+    CPU = struct.Struct("<III")
 
     @classmethod
     def parse(cls, p: bytes) -> "BoardReport":
         if len(p) < cls.FMT.size:
             raise TinyolError(f"BOARD reply of {len(p)} bytes, expected {cls.FMT.size}")
-        return cls(*cls.FMT.unpack_from(p))
+        cpu = cls.CPU.unpack_from(p, cls.FMT.size) if len(p) >= cls.FMT.size + cls.CPU.size else ()
+        return cls(*cls.FMT.unpack_from(p), *cpu)
+
 
 
 class Device:

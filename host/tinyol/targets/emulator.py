@@ -342,6 +342,27 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     return t
 
 
+def renode_cpu_report(target: Target, elf: Path, kernels: str | None = None) -> tuple[int, int] | None:
+    """(faults, fallbacks) of the firmware's boot self-test (tol_cpu.h), read from the running
+    Renode machine's memory (the kernels' fault mask); None for a firmware without it.
+    `kernels`: the build's kernel set (None: simd, the STM32L4 default); only the SIMD
+    kernels have fallbacks."""
+    from ..armdsp import CPU_CHECKS, CPU_FALLBACKS
+
+    nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True)
+    addr = next((int(ln.split()[0], 16) for ln in nm.stdout.splitlines() if ln.endswith(" tol_cpu_faults_")), None)
+    if addr is None:
+        return None
+    # the self-test runs first thing in the model's init: wait until the core is well past it
+    deadline = time.monotonic() + 10.0
+    while (int(target.monitor.execute("sysbus.cpu ExecutedInstructions").split()[-1], 0) < 2_000_000
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
+    faults = int(target.monitor.execute(f"sysbus ReadWord 0x{addr:08x}").split()[-1], 0)   # a uint16_t
+    fallback = sum(1 << i for i, c in enumerate(CPU_CHECKS) if c.name in CPU_FALLBACKS) if kernels != "ref" else 0
+    return faults, faults & fallback
+
+
 class _RenodeLog:
     """Renode's log file, read like the QEMU log (`Target.output`)."""
 

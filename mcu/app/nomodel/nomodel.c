@@ -34,4 +34,4 @@ tol_store_status_t tol_model_store_status(void)
 }
 
 const tol_model_if_t tol_model_glue = {tol_model_init, tol_model_handle, tol_model_stats, tol_model_bench,
-                                       tol_model_store_status, NULL, NULL};
+                                       tol_model_store_status, NULL, NULL, NULL};

@@ -478,10 +478,10 @@ static inline __attribute__((always_inline)) void tol_dw_store4_(const tol_dw_bl
 {
     if (k->fast && k->lo == -128 && k->hi == 127) {
         const int32_t zp = k->zp;
-        out[0] = (int8_t)tol_ssat8_(tol_rq_apply_(a[0], &k->q[0]) + zp);
-        out[1] = (int8_t)tol_ssat8_(tol_rq_apply_(a[1], &k->q[1]) + zp);
-        out[2] = (int8_t)tol_ssat8_(tol_rq_apply_(a[2], &k->q[2]) + zp);
-        out[3] = (int8_t)tol_ssat8_(tol_rq_apply_(a[3], &k->q[3]) + zp);
+        out[0] = (int8_t)tol_ssat8(tol_rq_apply_(a[0], &k->q[0]) + zp);
+        out[1] = (int8_t)tol_ssat8(tol_rq_apply_(a[1], &k->q[1]) + zp);
+        out[2] = (int8_t)tol_ssat8(tol_rq_apply_(a[2], &k->q[2]) + zp);
+        out[3] = (int8_t)tol_ssat8(tol_rq_apply_(a[3], &k->q[3]) + zp);
         return;
     }
     if (k->fast) {

@@ -14,10 +14,10 @@ static inline __attribute__((always_inline)) void tol_fc_out4_(int32_t a0, int32
                                                                int8_t *out)
 {
     if (full && shift[0] < -1 && shift[1] < -1 && shift[2] < -1 && shift[3] < -1) {
-        out[0] = (int8_t)tol_ssat8_(tol_rq_sign_(a0, mult[0], (int32_t)(1u << (-2 - shift[0])), -1 - shift[0]) + zp);
-        out[1] = (int8_t)tol_ssat8_(tol_rq_sign_(a1, mult[1], (int32_t)(1u << (-2 - shift[1])), -1 - shift[1]) + zp);
-        out[2] = (int8_t)tol_ssat8_(tol_rq_sign_(a2, mult[2], (int32_t)(1u << (-2 - shift[2])), -1 - shift[2]) + zp);
-        out[3] = (int8_t)tol_ssat8_(tol_rq_sign_(a3, mult[3], (int32_t)(1u << (-2 - shift[3])), -1 - shift[3]) + zp);
+        out[0] = (int8_t)tol_ssat8(tol_rq_sign_(a0, mult[0], (int32_t)(1u << (-2 - shift[0])), -1 - shift[0]) + zp);
+        out[1] = (int8_t)tol_ssat8(tol_rq_sign_(a1, mult[1], (int32_t)(1u << (-2 - shift[1])), -1 - shift[1]) + zp);
+        out[2] = (int8_t)tol_ssat8(tol_rq_sign_(a2, mult[2], (int32_t)(1u << (-2 - shift[2])), -1 - shift[2]) + zp);
+        out[3] = (int8_t)tol_ssat8(tol_rq_sign_(a3, mult[3], (int32_t)(1u << (-2 - shift[3])), -1 - shift[3]) + zp);
     } else {
         const int32_t acc[4] = {a0, a1, a2, a3};
         for (int32_t j = 0; j < 4; ++j) {

@@ -3,35 +3,15 @@
  * the window holds at most 255 values), the window maximum with SSUB8 + SEL.
  * Channels beyond a multiple of 4 take the reference loop. MEAN is the
  * reference code (ref/tol_reduce.c, compiled by the SIMD build too).
+ * On a core whose SSUB8/SEL failed the boot self-test (tol_cpu.h; Renode 1.15.3 sets GE
+ * wrongly) the maximum takes the portable four-lane path instead, chosen once per call.
  * Bit-exact with the reference kernels (and TFLM). */
 #include "tol_kernels.h"
 
+#include "tol_cpu_checks.h"
 #include "../tol_kernels_util.h"
 #include "tol_acle.h"
-
-#if defined(__ARM_FEATURE_SIMD32) && __ARM_FEATURE_SIMD32
-/* Per signed byte lane: max(a, b). */
-static inline uint32_t tol_pool_max8_(uint32_t a, uint32_t b)
-{
-    uint32_t d;
-    uint32_t r;
-    /* one statement: SEL reads the GE flags that SSUB8 sets */
-    __asm__("ssub8 %0, %2, %3\n\tsel %1, %2, %3" : "=&r"(d), "=r"(r) : "r"(a), "r"(b) : "cc");
-    (void)d;
-    return r;
-}
-#else
-static inline uint32_t tol_pool_max8_(uint32_t a, uint32_t b)
-{
-    uint32_t r = 0;
-    for (int k = 0; k < 4; k++) {
-        const int8_t x = (int8_t)(uint8_t)(a >> (8 * k));
-        const int8_t y = (int8_t)(uint8_t)(b >> (8 * k));
-        r |= (uint32_t)(uint8_t)(x >= y ? x : y) << (8 * k);
-    }
-    return r;
-}
-#endif
+#include "tol_cpu.h"
 
 static inline int32_t tol_pool_lane16_(uint32_t x, int lane)
 {
@@ -99,7 +79,10 @@ TOL_SIMD_FN void tol_avgpool2d_s8(const tol_pool_params_t *p, const int8_t *inpu
     }
 }
 
-TOL_SIMD_FN void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output)
+/* The maximum pooling loop; `portable` (a constant at each call: two copies) picks the lane
+ * maximum without GE flags. */
+static inline __attribute__((always_inline)) void tol_maxpool_(const tol_pool_params_t *p, const int8_t *input,
+                                                               int8_t *output, int portable)
 {
     const int32_t c = p->c;
     const int32_t c4 = c & ~3;
@@ -117,7 +100,8 @@ TOL_SIMD_FN void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *inpu
                 for (int32_t ky = ky0; ky < ky1; ++ky) {
                     const int8_t *px = input + ((iy0 + ky) * p->in_w + ix0 + kx0) * c + ch;
                     for (int32_t kx = kx0; kx < kx1; ++kx) {
-                        m = tol_pool_max8_(m, tol_read_s8x4(px));
+                        const uint32_t v = tol_read_s8x4(px);
+                        m = portable ? tol_max_s8x4_c(m, v) : tol_max_s8x4(m, v);
                         px += c;
                     }
                 }
@@ -136,5 +120,14 @@ TOL_SIMD_FN void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *inpu
                 *output++ = (int8_t)tol_clamp_(m, p->act_min, p->act_max);
             }
         }
+    }
+}
+
+TOL_SIMD_FN void tol_maxpool2d_s8(const tol_pool_params_t *p, const int8_t *input, int8_t *output)
+{
+    if ((tol_cpu_faults() & TOL_CPU_SSUB8_SEL) != 0u) { /* failed the boot self-test */
+        tol_maxpool_(p, input, output, 1);
+    } else {
+        tol_maxpool_(p, input, output, 0);
     }
 }

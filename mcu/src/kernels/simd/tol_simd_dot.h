@@ -96,32 +96,17 @@ static inline int32_t tol_rqs_apply_(int32_t x, const tol_rqs_t *q)
     return tol_rq_sign_(x, q->mult, q->h, q->rs);
 }
 
-/* Saturate to [-128, 127]: one SSAT on the DSP target. */
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-static inline int32_t tol_ssat8_(int32_t v)
-{
-    int32_t r;
-    __asm__("ssat %0, #8, %1" : "=r"(r) : "r"(v));
-    return r;
-}
-#else
-static inline int32_t tol_ssat8_(int32_t v)
-{
-    return tol_clamp_(v, -128, 127);
-}
-#endif
-
 /* tol_requant1_ for layers whose clamp is [-128, 127] (no or a ReLU
  * activation with output zero point -128): one SSAT instead of two compares. */
 static inline int8_t tol_requant1_full_(int32_t acc, int32_t mult, int32_t shift, int32_t zp)
 {
-    return (int8_t)tol_ssat8_(tol_mbqm_fast_(acc, mult, shift) + zp);
+    return (int8_t)tol_ssat8(tol_mbqm_fast_(acc, mult, shift) + zp);
 }
 
 /* Clamp a requantized value to [lo, hi]; full != 0 promises [lo, hi] = [-128, 127]. */
 static inline int8_t tol_rq_clamp_(int32_t v, int32_t lo, int32_t hi, int full)
 {
-    return (int8_t)(full ? tol_ssat8_(v) : tol_clamp_(v, lo, hi));
+    return (int8_t)(full ? tol_ssat8(v) : tol_clamp_(v, lo, hi));
 }
 
 /* Requantize one accumulator and clamp it to [lo, hi]. */
