@@ -4,7 +4,7 @@ A2 pseudo-code library: SignedSatQ, UnsignedSatQ, Shift, ROR, FPAdd, FPMul, ...)
 
 The oracle of every instruction test (tests/test_cpu_instructions.py runs each on QEMU, unicorn
 and Renode against it) and the source of the device's boot self-test answers
-(scripts/gen_cpu_kat.py writes mcu/src/kernels/tol_cpu_kat.h from CPU_CHECKS).
+(`python -m tinyol.gen_defs` writes mcu/src/kernels/tol_cpu_kat.h from CPU_CHECKS).
 
 An instruction is run as `msr APSR_nzcvqg, f; <asm>; mrs f, APSR` with four registers in:
 `a`, `b` (read only) and `lo`, `hi` (read and written: the destination, the accumulator, the
@@ -589,7 +589,7 @@ def expected(op: Op, v: tuple[int, int, int, int, int]) -> tuple[int, int, int]:
 
 
 
-# ---- the device's boot self-test (scripts/gen_cpu_kat.py -> mcu/src/kernels/tol_cpu_kat.h) ----
+# ---- the device's boot self-test (python -m tinyol.gen_defs -> mcu/src/kernels/tol_cpu_kat.h) ----
 @dataclass(frozen=True)
 class CpuCheck:
     """One check of the firmware's boot self-test: the kernel helper (or the learner's
