@@ -179,8 +179,9 @@ void tol_learner_dequantize(const int8_t *q, uint32_t n, float scale, int32_t ze
 int tol_learner_finite(const float *x, uint32_t n);
 
 /* The online-learner calls (tol_online.h describes them): tol_learner_init, _reset, _predict,
- * _predict_f, _predict_result, _learn, _learn_f, _learn_result, _rehearse, _replay_add, _replay_add_f, _get_settings,
- * _set_settings, _get_stats, _state_stream, _state_begin, _state_end. Particular to the head:
+ * _predict_f, _predict_result, _learn, _learn_f, _learn_result, _rehearse, _replay_add,
+ * _replay_add_f, _get_settings, _set_settings, _get_stats, _state_stream, _state_begin,
+ * _state_end. Particular to the head:
  * - init: mem_bytes >= TOL_LEARNER_BYTES_EX(...); reset also clears the anomaly threshold.
  * - predict: TOL_ERR_UNSUPPORTED in autoencoder mode (see tol_learner_score).
  * - learn: on TOL_ERR_DIVERGED a newly activated row is deactivated again; in mode FROZEN it
