@@ -168,7 +168,7 @@ def stage_parts(layers, capacity: int, bits: int, n_new: int, momentum: bool) ->
 
 
 def stage_bytes(layers, capacity: int, bits: int, n_new: int, momentum: bool) -> int:
-    """tol_stage_bytes() with the configuration mcu/app/learner_stage.c passes."""
+    """tol_stage_bytes() with the configuration mcu/embed/tinyol_stage.c fills (tinyol_stage_config)."""
     return sum(stage_parts(layers, capacity, bits, n_new, momentum).values())
 
 

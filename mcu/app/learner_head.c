@@ -1,7 +1,9 @@
 /*
  * learner_head.c - model_learner.h for TinyOL's one-layer head (tol_learner.h):
  * the learner of a model exported with --split at its last layer (the default),
- * configured and driven through tinyol.h as any firmware embedding tinyol gets it.
+ * configured as any firmware embedding tinyol.h gets it (tinyol_learner_config). The
+ * one layer between the protocol (model.c) and the learner: each sample is one call of
+ * the learner, which fills the result itself (tol_learner_*_result).
  * Persistence through tol_persist.h; pull/push payloads in wire_head.c.
  */
 #include "model_learner.h"
@@ -30,18 +32,18 @@ tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
 
 tol_status_t tol_model_learner_predict(const int8_t *latent, tinyol_result_t *r)
 {
-    return tinyol_head_predict(&tol_learner, latent, r);
+    return tol_learner_predict_result(&tol_learner, latent, r);
 }
 
 tol_status_t tol_model_learner_learn(const int8_t *latent, uint16_t label, tinyol_result_t *r)
 {
-    return tinyol_head_learn(&tol_learner, latent, label, r);
+    return tol_learner_learn_result(&tol_learner, latent, label, r);
 }
 
 tol_status_t tol_model_learner_anomaly(const int8_t *latent, const int8_t *input, bool learn,
                                        tinyol_result_t *r)
 {
-    return tinyol_head_anomaly(&tol_learner, latent, input, learn, r);
+    return tol_learner_anomaly_result(&tol_learner, latent, input, learn, r);
 }
 
 tol_status_t tol_model_learner_replay_add(const int8_t *latent, uint16_t label)

@@ -1,8 +1,10 @@
 /*
  * learner_stage.c - model_learner.h for the adaptive stage (tol_stage.h): the
  * learner of a model exported with an early `--split` (its directory has
- * stage_init.c; docs/adaptive.md). The backbone's int8 output feeds several
- * float32 layers trained by backprop. SAVE/LOAD move the whole stage (its
+ * stage_init.c; docs/adaptive.md), configured as a firmware embedding tinyol.h gets it
+ * (tinyol_stage_config, mcu/embed/tinyol_stage.c). The backbone's int8 output feeds several
+ * float32 layers trained by backprop; each sample is one call of the stage, which fills the
+ * result itself (tol_stage_*_result). SAVE/LOAD move the whole stage (its
  * STG1 state); GET_STAGE / SET_STAGE its image (payloads in wire_stage.c).
  */
 #include <string.h>
@@ -13,26 +15,11 @@
 #include "tol_persist.h"
 #include "tol_stage.h"
 
-#ifndef TOL_REPLAY_POLICY /* exports before --replay-policy: reservoir */
-#define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
-#endif
-_Static_assert(TOL_REPLAY_POLICY <= 2, "replay policy: 0 reservoir, 1 class-balanced, 2 AR1");
-#ifndef TOL_REHEARSE /* exports before idle rehearsal: off */
-#define TOL_REHEARSE 0u
-#endif
-_Static_assert(TOL_REHEARSE <= 255u, "rehearsal steps per idle period: 0..255");
-
-_Static_assert(TOL_HEAD_MODE == 0, "an adaptive stage needs a classifier head");
-_Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS, "stage layers");
 /* tol_stage_bytes(), computed by the exporter's memory model (host/tinyol/memory.py) and
  * checked again by tol_stage_init */
 _Static_assert(TOL_MODEL_LEARNER_BYTES == TOL_STAGE_MEM_BYTES,
                "config.h's learner budget (host/tinyol/memory.py) disagrees with TOL_STAGE_MEM_BYTES");
-
 _Static_assert(TOL_STAGE_TRAINED <= TOL_STAGE_PARAMS, "trained parameters");
-
-extern const tol_stage_layer_t tol_stage_layers[TOL_STAGE_LAYERS];
-extern const float tol_stage_init_params[TOL_STAGE_PARAMS];
 
 static tol_stage_t tol_stage;
 
@@ -44,57 +31,18 @@ tol_stage_t *tol_model_stage(void)
 tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
 {
     tol_stage_config_t cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.layers = tol_stage_layers;
-    cfg.n_layers = (uint8_t)TOL_STAGE_LAYERS;
-    cfg.replay_bits = (uint8_t)TOL_REPLAY_BITS;
-    cfg.replay_policy = (uint8_t)TOL_REPLAY_POLICY;
-    cfg.no_momentum = (uint8_t)(TOL_MOMENTUM == 0.0f ? 1u : 0u); /* as the exporter's memory model */
-    cfg.init_params = tol_stage_init_params;
-    cfg.init_classes = (uint16_t)TOL_HEAD_INIT_CLASSES;
-    cfg.replay_capacity = (uint16_t)TOL_REPLAY_CAPACITY;
-    cfg.max_new = (uint16_t)TOL_REPLAY_N_NEW;
-    cfg.latent_scale = TOL_LATENT_SCALE;
-    cfg.latent_zero_point = TOL_LATENT_ZERO_POINT;
-    cfg.seed = TOL_SEED;
-    tol_learner_settings_default(&cfg.settings);
-    cfg.settings.lr = TOL_LR;
-    cfg.settings.momentum = TOL_MOMENTUM;
-    cfg.settings.weight_decay = TOL_WEIGHT_DECAY;
-    cfg.settings.n_new = (uint16_t)TOL_REPLAY_N_NEW;
-    cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
-    cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
-    cfg.settings.rehearse = (uint8_t)TOL_REHEARSE;
+    tinyol_stage_config(&cfg); /* the same stage a firmware embedding tinyol.h gets */
     return tol_stage_init(&tol_stage, mem, bytes, &cfg);
-}
-
-static void tol_model_stage_counters_(tinyol_result_t *r)
-{
-    r->samples_seen = tol_stage.samples_seen;
-    r->updates = tol_stage.updates;
-    r->n_active = tol_stage.n_active;
 }
 
 tol_status_t tol_model_learner_predict(const int8_t *latent, tinyol_result_t *r)
 {
-    memset(r, 0, sizeof(*r));
-    r->prediction = -1;
-    TOL_TRY(tol_stage_predict(&tol_stage, latent, &r->prediction, &r->probability));
-    tol_model_stage_counters_(r);
-    return TOL_OK;
+    return tol_stage_predict_result(&tol_stage, latent, r);
 }
 
 tol_status_t tol_model_learner_learn(const int8_t *latent, uint16_t label, tinyol_result_t *r)
 {
-    /* the probabilities of the last predict (on this latent) */
-    r->label_probability = label < tol_stage.rows && tol_stage.active[label] ? tol_stage.probs[label] : 0.0f;
-    const uint32_t seen = tol_stage.samples_seen;
-    const uint16_t active = tol_stage.n_active;
-    const tol_status_t st = tol_stage_learn(&tol_stage, latent, label);
-    r->learned = tol_stage.samples_seen != seen;
-    r->new_class = tol_stage.n_active > active;
-    tol_model_stage_counters_(r);
-    return st;
+    return tol_stage_learn_result(&tol_stage, latent, label, r);
 }
 
 tol_status_t tol_model_learner_anomaly(const int8_t *latent, const int8_t *input, bool learn,

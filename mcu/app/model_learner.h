@@ -5,10 +5,13 @@
  * model.c turns protocol payloads into calls of this small interface; two files
  * implement it and the builder links exactly one (mcu/platform/common/tinyol_build.py,
  * selection by file, no #ifdef):
- *   learner_head.c   TinyOL's one-layer head through tinyol.h (tinyol_head_*):
- *                    classifier or autoencoder.
+ *   learner_head.c   TinyOL's one-layer head (tol_learner.h), configured by tinyol.h's
+ *                    tinyol_learner_config: classifier or autoencoder.
  *   learner_stage.c  the adaptive stage (tol_stage.h) of a model exported with an early
- *                    `--split` (its directory has stage_init.c).
+ *                    `--split` (its directory has stage_init.c), configured by
+ *                    tinyol_stage_config.
+ * A sample is one call of the learner's core per call here (tol_*_predict_result,
+ * tol_*_learn_result, tol_learner_anomaly_result): the core fills the tinyol_result_t.
  * Each owns its learner instance; model.c owns the memory block it runs in
  * (tol_learner_mem, TOL_MODEL_LEARNER_BYTES bytes, placed by TOL_LEARNER_REGION) and
  * everything protocol-side: input decoding, timing, persistence records, the

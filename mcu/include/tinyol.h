@@ -7,8 +7,8 @@
  * no UART, no heap, no globals: the caller owns every byte.
  *
  * The protocol firmware (mcu/app/) is a client of this library too: it takes the
- * learner configuration, the input rounding, the saved parts and the learn result
- * from here (docs/embedding.md).
+ * learner configuration, the config.h defaults, the input rounding and the saved parts
+ * from here; the learn result comes from the learner itself (docs/embedding.md).
  *
  * Build: compile the .c files of mcu/src (except tol_app.c), of mcu/src/kernels/simd
  * (Cortex-M4) or mcu/src/kernels/ref (anything), of mcu/embed, and of the model
@@ -41,8 +41,18 @@
 #include "config.h"   /* the model's sizes: from the model directory of `tinyol export` */
 #include "tol_learner.h"
 #include "tol_persist.h"
+#include "tol_stage.h"
 #include "tol_status.h"
 #include "tol_store.h"
+
+/* config.h values older exports lack, defaulted here once for every learner (head and stage,
+ * library and protocol firmware). */
+#ifndef TOL_REPLAY_POLICY /* exports before --replay-policy: reservoir */
+#define TOL_REPLAY_POLICY TOL_REPLAY_RESERVOIR
+#endif
+#ifndef TOL_REHEARSE /* exports before idle rehearsal: off */
+#define TOL_REHEARSE 0u
+#endif
 
 /* int8 values per input sample ([H][W][C] of the model input, row-major) */
 #define TINYOL_INPUT_SIZE ((size_t)(TOL_INPUT_SIZE))
@@ -65,23 +75,9 @@
 #define TINYOL_RECORD_MAX \
     TOL_PERSIST_RECORD_MAX(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
 
-/* What one call did to one sample (tinyol_learn, tinyol_anomaly_learn; the SAMPLE reply). */
-typedef struct {
-    int32_t prediction;      /* classifier: the class predicted before learning (-1: no class
-                                active); autoencoder: 1 anomaly, 0 normal */
-    float probability;       /* classifier: its softmax probability; autoencoder: the score (MSE) */
-    float label_probability; /* classifier: the probability the prediction gave the true label
-                                (0 for a class not active yet): the loss is -log of it */
-    bool learned;            /* classifier: the sample was accepted (queued for the next step, or
-                                stepped); autoencoder: the head updated on it */
-    bool new_class;          /* the label activated an output row */
-    bool anomaly;            /* autoencoder: score above the learned threshold */
-    float threshold;         /* autoencoder: the threshold the score was compared with, before
-                                this sample updated the statistics (+inf during warm-up) */
-    uint32_t samples_seen;   /* counters after the call (tol_learner_stats_t) */
-    uint32_t updates;
-    uint16_t n_active;
-} tinyol_result_t;
+/* What one call did to one sample (tinyol_learn, tinyol_learn_sample, tinyol_stage_learn; the
+ * SAMPLE reply): the learner fills it itself (tol_online.h, tol_learn_result_t, its fields). */
+typedef tol_learn_result_t tinyol_result_t;
 
 typedef struct {
     tol_learner_t learner;
@@ -101,19 +97,13 @@ int8_t tinyol_quantize_value(float x);
  * buffer unless no_replay, the momentum buffers when momentum is in use. */
 uint8_t tinyol_save_parts(float momentum, bool no_replay);
 
-/* ---- the learner calls with their results, for firmware that runs the backbone itself ----
- * (the protocol firmware's mcu/app/learner_head.c). L: a learner set up with
- * tinyol_learner_config(); latent: int8_t[TOL_LATENT_DIM]; r (out, not NULL). */
-/* Classify: r->prediction, r->probability, counters; learned/new_class false. */
-tol_status_t tinyol_head_predict(tol_learner_t *L, const int8_t *latent, tinyol_result_t *r);
-/* Learn the latent last given to tinyol_head_predict (r carries that prediction on):
- * r->label_probability, learned, new_class, counters. */
-tol_status_t tinyol_head_learn(tol_learner_t *L, const int8_t *latent, uint16_t label, tinyol_result_t *r);
-/* Autoencoder: score `target` (the model input, int8_t[TINYOL_INPUT_SIZE]) from its latent;
- * learn = false only scores. r: prediction and anomaly (flagged), probability (the score),
- * learned (the head updated), counters. */
-tol_status_t tinyol_head_anomaly(tol_learner_t *L, const int8_t *latent, const int8_t *target, bool learn,
-                                 tinyol_result_t *r);
+/* The learner settings of the export (config.h: lr, momentum, weight decay, n_new, n_old, the
+ * mode, idle rehearsal; the rest tol_learner_settings_default), for either learner. */
+void tinyol_settings(tol_learner_settings_t *s);
+
+/* Firmware that runs the backbone itself (the protocol firmware's mcu/app/learner_head.c) calls
+ * the learner straight: tol_learner_predict_result, tol_learner_learn_result and
+ * tol_learner_anomaly_result fill a tinyol_result_t (tol_online.h, tol_learner.h). */
 
 /*
  * Set up `t` with the exported head and the model's settings (config.h).
@@ -179,5 +169,39 @@ tol_status_t tinyol_store_open(tinyol_t *t, tol_store_t *store);
 tol_status_t tinyol_save(tinyol_t *t, tol_store_t *store);
 /* Load the newest record: TOL_ERR_NO_RECORD when there is none. */
 tol_status_t tinyol_load(tinyol_t *t, tol_store_t *store);
+
+/*
+ * The adaptive stage (a model exported with an early --split: its directory has stage_init.c
+ * and config.h defines TOL_STAGE_LAYERS; docs/adaptive.md): several float32 layers after the
+ * backbone, trained by backprop. mcu/embed/tinyol_stage.c; the same calls as the head's
+ * classifier above. Memory: TOL_STAGE_MEM_BYTES (config.h) bytes, 8-byte aligned:
+ *
+ *   static tinyol_stage_t ts;
+ *   static _Alignas(8) uint8_t ts_mem[TOL_STAGE_MEM_BYTES];
+ *   tinyol_stage_init(&ts, ts_mem, sizeof(ts_mem));
+ *   tinyol_stage_predict(&ts, window, &label, &confidence);
+ *   tinyol_stage_learn(&ts, true_label, &r);
+ *
+ * Firmware that runs the backbone itself calls tol_stage_predict_result / tol_stage_learn_result
+ * on a stage set up with tinyol_stage_config() (the protocol firmware's mcu/app/learner_stage.c).
+ */
+typedef struct {
+    tol_stage_t stage;
+    int8_t latent[TOL_LATENT_DIM];  /* backbone output of the last tinyol_stage_predict() */
+    bool has_latent;                /* latent holds a sample not learned yet */
+    tinyol_result_t last;           /* the prediction of that sample */
+} tinyol_stage_t;
+
+/* Fill a stage configuration from the generated model (config.h, stage_init.c). */
+void tinyol_stage_config(tol_stage_config_t *cfg);
+/* As tinyol_init, tinyol_predict, tinyol_learn, tinyol_learn_sample, tinyol_reset and
+ * tinyol_stats, for the stage (mem: >= TOL_STAGE_MEM_BYTES bytes, 8-byte aligned). */
+tol_status_t tinyol_stage_init(tinyol_stage_t *t, uint8_t *mem, size_t mem_bytes);
+tol_status_t tinyol_stage_predict(tinyol_stage_t *t, const int8_t *input, int32_t *label, float *confidence);
+tol_status_t tinyol_stage_learn(tinyol_stage_t *t, uint16_t label, tinyol_result_t *result);
+tol_status_t tinyol_stage_learn_sample(tinyol_stage_t *t, const int8_t *input, uint16_t label,
+                                       tinyol_result_t *result);
+void tinyol_stage_reset(tinyol_stage_t *t);
+void tinyol_stage_stats(const tinyol_stage_t *t, tol_learner_stats_t *st);
 
 #endif /* TINYOL_H */

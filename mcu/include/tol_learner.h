@@ -24,6 +24,7 @@
 #ifndef TOL_LEARNER_H
 #define TOL_LEARNER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -178,8 +179,9 @@ void tol_learner_dequantize(const int8_t *q, uint32_t n, float scale, int32_t ze
 int tol_learner_finite(const float *x, uint32_t n);
 
 /* The online-learner calls (tol_online.h describes them): tol_learner_init, _reset, _predict,
- * _predict_f, _learn, _learn_f, _rehearse, _replay_add, _replay_add_f, _get_settings,
- * _set_settings, _get_stats, _state_stream, _state_begin, _state_end. Particular to the head:
+ * _predict_f, _predict_result, _learn, _learn_f, _learn_result, _rehearse, _replay_add,
+ * _replay_add_f, _get_settings, _set_settings, _get_stats, _state_stream, _state_begin,
+ * _state_end. Particular to the head:
  * - init: mem_bytes >= TOL_LEARNER_BYTES_EX(...); reset also clears the anomaly threshold.
  * - predict: TOL_ERR_UNSUPPORTED in autoencoder mode (see tol_learner_score).
  * - learn: on TOL_ERR_DIVERGED a newly activated row is deactivated again; in mode FROZEN it
@@ -208,6 +210,13 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
                                  float *score, uint8_t *is_anomaly);
 tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const float *target,
                                    float *score, uint8_t *is_anomaly);
+
+/* Autoencoder, as a tol_learn_result_t (r out, not NULL): score `target` from its latent and
+ * learn from it (tol_learner_anomaly), or only score (learn = false, tol_learner_score).
+ * r: prediction and anomaly (flagged), probability (the score), learned (the head updated),
+ * the counters. */
+tol_status_t tol_learner_anomaly_result(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                                        bool learn, tol_learn_result_t *r);
 
 /* The head, for dumping weights: h->w [rows][dim], h->b [rows], h->active [rows]. */
 const tol_head_t *tol_learner_head(const tol_learner_t *L);

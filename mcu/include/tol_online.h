@@ -20,6 +20,9 @@
  *       label (out): the first index of the largest logit among the active rows, -1 if none;
  *       confidence (out): its softmax probability; either may be NULL. _f: TOL_ERR_NONFINITE
  *       on NaN/Inf.
+ *   tol_status_t X_predict_result(T *self, const int8_t *latent, tol_learn_result_t *r);
+ *       X_predict, answered as a tol_learn_result_t (r out, not NULL): prediction (-1: no
+ *       class active), probability, the counters; every other field zero.
  *   tol_status_t X_learn(T *self, const int8_t *latent, uint16_t label);
  *   tol_status_t X_learn_f(T *self, const float *latent, uint16_t label);
  *       Learn one labelled latent: queue it; every n_new queued, one SGD step on the queue and
@@ -27,6 +30,11 @@
  *       outputs) and TOL_ERR_NONFINITE change nothing. TOL_ERR_DIVERGED: the step would make
  *       a parameter non-finite: every parameter unchanged, the queued batch dropped (not
  *       stored in the buffer).
+ *   tol_status_t X_learn_result(T *self, const int8_t *latent, uint16_t label,
+ *                               tol_learn_result_t *r);
+ *       X_learn of the latent last given to X_predict_result (r in/out, not NULL: its
+ *       prediction and probability stay): fills label_probability from that forward pass,
+ *       learned, new_class and the counters; returns what X_learn returns.
  *   tol_status_t X_rehearse(T *self);
  *       Idle-time rehearsal (docs/adaptive.md, "Recipe"): one SGD step on n_old latents drawn
  *       from the replay buffer alone, each weighted 1/n_old (their rows activated as in an
@@ -50,11 +58,35 @@
 #ifndef TOL_ONLINE_H
 #define TOL_ONLINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "tol_state.h"
 #include "tol_status.h"
+
+/* What one predict / learn / anomaly call did to one sample, filled by the learner itself
+ * (X_predict_result, X_learn_result; tol_learner_anomaly_result). tinyol.h's tinyol_result_t
+ * is this struct; the protocol firmware's SAMPLE / PREDICT reply carries its fields
+ * (mcu/app/model.c). Its twin: host/tinyol/learn/learner.py Result. */
+typedef struct {
+    int32_t prediction;      /* classifier: the class predicted before learning (-1: no class
+                                active); autoencoder: 1 anomaly, 0 normal */
+    float probability;       /* classifier: its softmax probability; autoencoder: the score (MSE) */
+    float label_probability; /* classifier: the probability the prediction gave the true label
+                                (0 for a class not active yet): the loss is -log of it */
+    bool learned;            /* classifier: the sample was accepted (queued for the next step, or
+                                stepped; also when that step diverged); false in mode FROZEN;
+                                autoencoder: the head updated on it */
+    bool new_class;          /* the call activated an output row (the label's, or a replayed
+                                class's during the step) */
+    bool anomaly;            /* autoencoder: score above the learned threshold */
+    float threshold;         /* autoencoder: the threshold the score was compared with, before
+                                this sample updated the statistics (+inf during warm-up) */
+    uint32_t samples_seen;   /* counters after the call (tol_learner_stats_t) */
+    uint32_t updates;
+    uint16_t n_active;
+} tol_learn_result_t;
 
 /* tol_learner_settings_t and tol_learner_stats_t (tol_learner.h) must be declared where this
  * expands. */
@@ -63,7 +95,10 @@
     void X##_reset(T *self);                                                                    \
     tol_status_t X##_predict(T *self, const int8_t *latent, int32_t *label, float *confidence); \
     tol_status_t X##_predict_f(T *self, const float *latent, int32_t *label, float *confidence); \
+    tol_status_t X##_predict_result(T *self, const int8_t *latent, tol_learn_result_t *r);     \
     tol_status_t X##_learn(T *self, const int8_t *latent, uint16_t label);                     \
+    tol_status_t X##_learn_result(T *self, const int8_t *latent, uint16_t label,               \
+                                  tol_learn_result_t *r);                                       \
     tol_status_t X##_learn_f(T *self, const float *latent, uint16_t label);                    \
     tol_status_t X##_rehearse(T *self);                                                         \
     tol_status_t X##_replay_add(T *self, const int8_t *latent, uint16_t label);                \

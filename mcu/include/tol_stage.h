@@ -175,8 +175,9 @@ uint32_t tol_stage_trained(const tol_stage_layer_t *layers, uint8_t n_layers);
 size_t tol_stage_bytes(const tol_stage_config_t *cfg);
 
 /* The online-learner calls (tol_online.h describes them): tol_stage_init, _reset, _predict,
- * _predict_f, _learn, _learn_f, _rehearse, _replay_add, _replay_add_f, _get_settings,
- * _set_settings, _get_stats, _state_stream, _state_begin, _state_end. Particular to the stage:
+ * _predict_f, _predict_result, _learn, _learn_f, _learn_result, _rehearse, _replay_add,
+ * _replay_add_f, _get_settings, _set_settings, _get_stats, _state_stream, _state_begin,
+ * _state_end. Particular to the stage:
  * - init checks the layer chain (shapes follow each other, the last layer a DENSE without
  *   activation); TOL_ERR_OVERFLOW if mem_bytes < tol_stage_bytes(cfg).
  * - predict: S->probs holds the probabilities of every row.

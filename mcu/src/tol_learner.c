@@ -418,6 +418,55 @@ tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const i
     return tol_learner_anomaly_f(L, L->x, L->target, score, is_anomaly);
 }
 
+/* ---- the calls with their result (tol_online.h's tol_learn_result_t) ----------------- */
+
+static void tol_learner_result_counters_(const tol_learner_t *L, tol_learn_result_t *r)
+{
+    r->samples_seen = L->samples_seen;
+    r->updates = L->updates;
+    r->n_active = L->head.n_active;
+}
+
+tol_status_t tol_learner_predict_result(tol_learner_t *L, const int8_t *latent, tol_learn_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->prediction = -1;
+    TOL_TRY(tol_learner_predict(L, latent, &r->prediction, &r->probability));
+    tol_learner_result_counters_(L, r);
+    return TOL_OK;
+}
+
+tol_status_t tol_learner_learn_result(tol_learner_t *L, const int8_t *latent, uint16_t label,
+                                      tol_learn_result_t *r)
+{
+    const tol_head_t *h = &L->head;
+    /* the scores of the last predict (on this latent) are its softmax probabilities */
+    r->label_probability = label < h->rows && h->active[label] ? h->z[label] : 0.0f;
+    const uint32_t seen = L->samples_seen;
+    const uint16_t active = h->n_active;
+    const tol_status_t st = tol_learner_learn(L, latent, label);
+    r->learned = L->samples_seen != seen; /* counted once it passed the checks, even if diverged */
+    r->new_class = h->n_active > active;  /* a diverged step deactivated the label's new row */
+    tol_learner_result_counters_(L, r);
+    return st;
+}
+
+tol_status_t tol_learner_anomaly_result(tol_learner_t *L, const int8_t *latent, const int8_t *target,
+                                        bool learn, tol_learn_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    const uint32_t updates = L->updates;
+    uint8_t flag = 0u;
+    r->threshold = tol_anomaly_threshold(&L->anomaly); /* the one this score meets */
+    const tol_status_t st = learn ? tol_learner_anomaly(L, latent, target, &r->probability, &flag)
+                                  : tol_learner_score(L, latent, target, &r->probability, &flag);
+    r->anomaly = flag != 0u;
+    r->prediction = flag;
+    r->learned = L->updates != updates;
+    tol_learner_result_counters_(L, r);
+    return st;
+}
+
 void tol_learner_get_settings(const tol_learner_t *L, tol_learner_settings_t *s)
 {
     *s = L->set;

@@ -995,6 +995,38 @@ tol_status_t tol_stage_learn(tol_stage_t *S, const int8_t *latent, uint16_t labe
     return tol_stage_learn_f(S, slot, label);
 }
 
+/* ---- the calls with their result (tol_online.h's tol_learn_result_t) ----------------- */
+
+static void tol_stage_result_counters_(const tol_stage_t *S, tol_learn_result_t *r)
+{
+    r->samples_seen = S->samples_seen;
+    r->updates = S->updates;
+    r->n_active = S->n_active;
+}
+
+tol_status_t tol_stage_predict_result(tol_stage_t *S, const int8_t *latent, tol_learn_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->prediction = -1;
+    TOL_TRY(tol_stage_predict(S, latent, &r->prediction, &r->probability));
+    tol_stage_result_counters_(S, r);
+    return TOL_OK;
+}
+
+tol_status_t tol_stage_learn_result(tol_stage_t *S, const int8_t *latent, uint16_t label,
+                                    tol_learn_result_t *r)
+{
+    /* the probabilities of the last predict (on this latent) */
+    r->label_probability = label < S->rows && S->active[label] ? S->probs[label] : 0.0f;
+    const uint32_t seen = S->samples_seen;
+    const uint16_t active = S->n_active;
+    const tol_status_t st = tol_stage_learn(S, latent, label);
+    r->learned = S->samples_seen != seen; /* counted once it passed the checks, even if diverged */
+    r->new_class = S->n_active > active;  /* a diverged step deactivated the label's new row */
+    tol_stage_result_counters_(S, r);
+    return st;
+}
+
 tol_status_t tol_stage_rehearse(tol_stage_t *S)
 {
     TOL_CHECK(S->push_fill == 0u, TOL_ERR_BUSY); /* the staged image lives in grads */

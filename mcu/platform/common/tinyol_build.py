@@ -160,9 +160,11 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
         # drives the learner of the export: the adaptive stage when the directory has
         # stage_init.c (export --split before the head), else the one-layer head
         # with its pull/push payloads (wire_*.c); both over tinyol.h (embed/tinyol.c: the
-        # input rounding, the saved parts, the model's checks)
+        # input rounding, the saved parts, the settings, the model's checks; embed/tinyol_stage.c
+        # or embed/tinyol_head.c: the learner's configuration)
         if os.path.isfile(os.path.join(model_dir, "stage_init.c")):
-            src += ["+<app/model.c>", "+<app/learner_stage.c>", "+<app/wire_stage.c>", "+<embed/tinyol.c>"]
+            src += ["+<app/model.c>", "+<app/learner_stage.c>", "+<app/wire_stage.c>", "+<embed/tinyol.c>",
+                    "+<embed/tinyol_stage.c>"]
         else:
             src += ["+<app/model.c>", "+<app/learner_head.c>", "+<app/wire_head.c>", "+<embed/>"]
     if family == "stm32l4":
