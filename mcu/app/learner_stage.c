@@ -21,6 +21,10 @@ _Static_assert(TOL_REPLAY_POLICY <= 2, "replay policy: 0 reservoir, 1 class-bala
 #define TOL_REHEARSE 0u
 #endif
 _Static_assert(TOL_REHEARSE <= 255u, "rehearsal steps per idle period: 0..255");
+#ifndef TOL_REPLAY_CODEC /* replay at 32, 8 or 7 bits: no codec */
+#define TOL_REPLAY_CODEC NULL
+#endif
+extern const tol_replay_codec_t tol_replay_codec; /* stage_init.c of a 4-bit export */
 
 _Static_assert(TOL_HEAD_MODE == 0, "an adaptive stage needs a classifier head");
 _Static_assert(TOL_STAGE_LAYERS >= 1 && TOL_STAGE_LAYERS <= TOL_STAGE_MAX_LAYERS, "stage layers");
@@ -65,6 +69,7 @@ tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
     cfg.settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
     cfg.settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
     cfg.settings.rehearse = (uint8_t)TOL_REHEARSE;
+    cfg.replay_codec = TOL_REPLAY_CODEC;
     return tol_stage_init(&tol_stage, mem, bytes, &cfg);
 }
 

@@ -14,6 +14,10 @@
 #ifndef TOL_REHEARSE /* exports before the head's idle rehearsal: off */
 #define TOL_REHEARSE 0u
 #endif
+#ifndef TOL_REPLAY_CODEC /* replay at 32, 8 or 7 bits: no codec */
+#define TOL_REPLAY_CODEC NULL
+#endif
+extern const tol_replay_codec_t tol_replay_codec; /* head_init.c of a 4-bit export */
 _Static_assert(TOL_REPLAY_POLICY <= 2, "replay policy: 0 reservoir, 1 class-balanced, 2 AR1");
 _Static_assert(TOL_REHEARSE <= 255u, "rehearsal steps per idle period: 0..255");
 
@@ -48,6 +52,7 @@ void tinyol_learner_config(tol_learner_config_t *cfg)
     cfg->settings.n_old = (uint16_t)TOL_REPLAY_N_OLD;
     cfg->settings.mode = (uint8_t)(TOL_REPLAY_CAPACITY > 0 ? TOL_LEARN_REPLAY : TOL_LEARN_SGD);
     cfg->settings.rehearse = (uint8_t)TOL_REHEARSE;
+    cfg->replay_codec = TOL_REPLAY_CODEC;
 }
 
 /* ---- the learner calls with their results ----------------------------------------- */

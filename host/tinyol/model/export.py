@@ -60,7 +60,7 @@ DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=
                        replay_n_new=1, replay_n_old=16, seed=1,  # docs/study.md
                        rehearse=0,  # classifier: idle rehearsal steps (docs/adaptive.md, "Recipe")
                        replay_policy="reservoir")  # which latents stay (tol_replay_policy_t)
-REPLAY_BITS = (32, 8, 7)
+REPLAY_BITS = (32, 8, 7, 4)
 # the replay policy's names, in tol_replay_policy_t order (TOL_REPLAY_POLICY in config.h)
 REPLAY_POLICIES = ("reservoir", "balanced", "ar1")
 
@@ -68,7 +68,8 @@ CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
 
 ARTIFACTS = ("backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
-             "head_init.c", "head_init.npz", "config.h", "stage_init.c", "stage_init.npz")
+             "head_init.c", "head_init.npz", "config.h", "stage_init.c", "stage_init.npz",
+             "replay_codec.c")
 
 HEAD_CLASSIFIER = 0
 HEAD_AUTOENCODER = 1
@@ -531,6 +532,39 @@ def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray,
     (out / "head_init.c").write_text(text, encoding="utf-8")
 
 
+def fit_replay_codec(tfl: bytes, X: np.ndarray, inp, lat) -> tuple[np.ndarray, np.ndarray]:
+    """The 4-bit replay codec (tol_replay_codec_t) of this backbone: one grid per channel of its
+    output (the last axis), fitted to the int8 latents of the calibration inputs X in TFLM's
+    runtime (tinyol.learn.learner.fit_codec4)."""
+    from ..learn.learner import fit_codec4
+
+    in_shape = tuple(int(d) for d in inp.shape[1:])
+    Q = stage_select.latents(tfl, np.asarray(X).reshape((-1,) + in_shape), inp, lat)
+    return fit_codec4(Q, int(lat.shape[-1]))
+
+
+def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray) -> None:
+    """replay_codec.c: the 4-bit replay codec (tol_replay.h), const, in flash."""
+    n = int(lo.size)
+
+    def ints(v):
+        vals = [str(int(x)) for x in v]
+        return "".join("    " + ", ".join(vals[i:i + 16]) + ",\n" for i in range(0, n, 16))
+
+    text = (banner(source)
+            + "/* 4-bit latent replay (tol_replay.h): per channel of the latent (its last axis) the\n"
+              " * lowest int8 value and the step of a 16-level grid, fitted to the calibration\n"
+              " * latents at export. */\n"
+            + '#include "config.h"\n#include "tol_replay.h"\n\n'
+            + f"_Static_assert(TOL_REPLAY_BITS == 4, \"replay_codec.c is for 4-bit replay\");\n"
+            + f"_Static_assert(TOL_LATENT_DIM % {n} == 0, \"replay_codec.c vs config.h\");\n\n"
+            + f"static const int8_t tol_replay_codec_lo[{n}] = {{\n" + ints(lo) + "};\n\n"
+            + f"static const uint8_t tol_replay_codec_step[{n}] = {{\n" + ints(step) + "};\n\n"
+            + "const tol_replay_codec_t tol_replay_codec = {tol_replay_codec_lo, "
+              f"tol_replay_codec_step, {n}u}};\n")
+    (out / "replay_codec.c").write_text(text, encoding="utf-8")
+
+
 def write_config_h(out: Path, source: str, m: dict, board) -> None:
     L, mem = m["learner"], m["memory"]
     d = []
@@ -551,7 +585,9 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     define("TOL_HEAD_INIT_CLASSES", m["head"]["init_classes"], "rows trained on the host")
     define("TOL_HEAD_MAX_CLASSES", m["head"]["max_classes"], "rows allocated on the device")
     define("TOL_REPLAY_CAPACITY", L["replay_capacity"], "latents kept for replay")
-    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed")
+    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed, 4 codes")
+    if "replay_codec" in L:  # 4-bit replay: replay_codec.c
+        define("TOL_REPLAY_CODEC", "(&tol_replay_codec)", "replay_codec.c: per-channel 4-bit grids")
     define("TOL_LR", c_float(L["lr"]))
     define("TOL_MOMENTUM", c_float(L["momentum"]))
     define("TOL_WEIGHT_DECAY", c_float(L["weight_decay"]))
@@ -652,7 +688,7 @@ class ExportSettings:
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
         if self.replay_bits not in REPLAY_BITS:
-            raise TinyolError(f"--replay-bits must be one of 32, 8, 7, not {self.replay_bits}")
+            raise TinyolError(f"--replay-bits must be one of 32, 8, 7, 4, not {self.replay_bits}")
         for k, v in (("replay-capacity", self.replay_capacity), ("replay-n-new", self.replay_n_new),
                      ("replay-n-old", self.replay_n_old)):
             if v is not None and v < 0:
@@ -913,12 +949,22 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     tflite_path.write_bytes(tfl)
     echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
     info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
+    codec = None
+    if s.replay_bits == 4 and head_mode == "classifier":  # the 4-bit codec, from calibration latents
+        if src_path.suffix.lower() == ".tflite":
+            raise TinyolError("--replay-bits 4 fits its codec to the backbone's latents of the "
+                              "calibration data: it needs a Keras model and --calib",
+                              hint="export the Keras model, or use --replay-bits 8 or 7")
+        codec = fit_replay_codec(tfl, X, inp, lat)
+        echo(f"replay: 4-bit codes, one 16-level grid per channel ({codec[0].size} channels, "
+             f"steps {int(codec[1].min())}-{int(codec[1].max())} LSB) fitted to the calibration latents")
     selection = None
     if stage is not None and s.auto_train:  # --stage-train auto: contribution analysis
         selection = _choose_train(s, full, stage_names, flat, tfl, inp, lat, max_rows, echo,
                                   arena=int(info.arena_bytes) if info is not None else 0,
                                   flash=int(info.weights_bytes) if info is not None else 0,
-                                  last_layer=lambda: _last_layer(model, head, W, b, X, s, source))
+                                  last_layer=lambda: _last_layer(model, head, W, b, X, s, source),
+                                  codec=codec)
         stage = (apply_train(full, stage_names, selection["spec"]), flat)
 
     # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
@@ -947,6 +993,9 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                           hint="idle rehearsal replays labelled latents; an autoencoder keeps none")
     learner["rehearse"] = int(s.rehearse)
     learner["replay_policy"] = s.replay_policy
+    if codec is not None:
+        learner["replay_codec"] = {"channels": int(codec[0].size), "lo": codec[0].tolist(),
+                                   "step": codec[1].tolist()}
     if stage is not None:
         trained = sum(l.n_train for l in stage[0])
         echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
@@ -994,11 +1043,15 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                             "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
         write_stage_init(out, source, stage[0], stage[1])
         write_config_h(out, source, manifest, board_obj)
+        if codec is not None:
+            write_replay_codec(out, source, *codec)
     else:
         _deterministic_npz(out / "head_init.npz",
                            {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
         write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
         write_config_h(out, source, manifest, board_obj)
+        if codec is not None:
+            write_replay_codec(out, source, *codec)
 
     manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)
@@ -1029,7 +1082,7 @@ def _last_layer(model, head, W, b, X, s: ExportSettings, source: str) -> dict:
 
 
 def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, rows: int,
-                  echo: Echo, *, arena: int, flash: int, last_layer=None) -> dict:
+                  echo: Echo, *, arena: int, flash: int, last_layer=None, codec=None) -> dict:
     """`--stage-train auto`: measure each layer's contribution on the calibration data with
     the twin and choose what trains (tinyol.model.stage_select), on the validation part of
     the task; then measure the recipe against the last layer alone (``last_layer()``: the head
@@ -1081,7 +1134,8 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
 
     def measure(ls):
         return stage_select.run_task(ls, flat, task, latent_q=lq, settings=settings,
-                                     capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed)
+                                     capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed,
+                                     codec=codec)
 
     def ram(ls):
         return memory.stage_bytes([l.as_tuple() for l in ls], 0, s.replay_bits,
@@ -1116,13 +1170,13 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
     if last_layer is None:
         return summary
     summary.update(_recipe(s, layers, names, flat, spec, table, task, idx, X, in_shape, rows, lq,
-                           settings, model_for, ram, last_layer(), src, echo))
+                           settings, model_for, ram, last_layer(), src, echo, codec))
     summary["spec"] = summary["recipe"]["spec"]
     return summary
 
 
 def _recipe(s: ExportSettings, layers, names, flat, spec, table, task, idx, X, in_shape, rows, lq,
-            settings, model_for, ram, last: dict, src: str, echo: Echo) -> dict:
+            settings, model_for, ram, last: dict, src: str, echo: Echo, codec=None) -> dict:
     """The recipe `--stage-train auto` recommends: the chosen stage, the classifier alone at
     this cut and the last layer alone (the head cut's export), each with the replay slots it
     leaves on the board (or --replay-capacity at this cut), measured on the validation part
@@ -1179,13 +1233,18 @@ def _recipe(s: ExportSettings, layers, names, flat, spec, table, task, idx, X, i
                         replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old,
                         momentum=s.momentum, flash_model_bytes=last["flash"] + 4 * rows * (dh + 1))
     h_slots = slots(mm_h)
+    h_codec = None
+    if s.replay_bits == 4:  # the last layer's own codec, fitted to its latents of the same data
+        from ..learn.learner import fit_codec4
+
+        h_codec = fit_codec4(Qh, int(last["lat"].shape[-1]))
     cut = s.split
     n_old = s.replay_n_old
 
     def run_last(part):
         return stage_select.run_last_layer(
             Wg, bg, htask, latent_q=hq, settings=_settings_for(settings, h_slots, n_old),
-            capacity=capped(h_slots), bits=s.replay_bits, seed=s.seed, part=part)
+            capacity=capped(h_slots), bits=s.replay_bits, seed=s.seed, part=part, codec=h_codec)
 
     rows_out = [{"key": "last", "recipe": "last layer alone (no --split)", "spec": None,
                  "slots": int(h_slots), "val": run_last("val"), "test": run_last("test")}]
@@ -1193,7 +1252,7 @@ def _recipe(s: ExportSettings, layers, names, flat, spec, table, task, idx, X, i
         def run_cut(part, ls=ls, n=n):
             return stage_select.run_task(
                 ls, flat, task, latent_q=lq, settings=_settings_for(settings, n, n_old),
-                capacity=capped(n), bits=s.replay_bits, seed=s.seed, part=part)
+                capacity=capped(n), bits=s.replay_bits, seed=s.seed, part=part, codec=codec)
         label = "classifier alone" if sp == frozen_spec else ",".join(
             x for x in sp.split(",") if not x.endswith(":frozen"))
         rows_out.append({"key": "least" if sp == frozen_spec else "cut", "spec": sp,

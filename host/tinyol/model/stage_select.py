@@ -149,19 +149,20 @@ def permute_rows(layers: list[Layer], params: np.ndarray, order: np.ndarray) -> 
 
 def run_task(layers: list[Layer], params: np.ndarray, task: Task, *, latent_q: tuple[float, int],
              settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS,
-             part: str = "val") -> float:
+             part: str = "val", codec=None) -> float:
     """Accuracy on the task's ``part`` ("val" or "test") after the twin (init: the kept classes
     active, the held-out ones at zero) learned the stream with the kept classes in its replay
     buffer: the mean over ``orders`` stream orders (the task's, then seeded shuffles; replay
     seed + k)."""
     return float(np.mean([_run_once(layers, params, task, latent_q=latent_q, settings=settings,
-                                    capacity=capacity, bits=bits, seed=seed, order=k, part=part)
+                                    capacity=capacity, bits=bits, seed=seed, order=k, part=part,
+                                    codec=codec)
                           for k in range(orders)]))
 
 
 def run_last_layer(W: np.ndarray, b: np.ndarray, task: Task, *, latent_q: tuple[float, int],
                    settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS,
-                   part: str = "val") -> float:
+                   part: str = "val", codec=None) -> float:
     """:func:`run_task` for the one-layer learner (the last layer alone, tinyol.learn.learner,
     the twin of tol_learner.c): ``task`` over the latents at the head's input (Task.over),
     W [rows][dim] and b [rows] the head with its rows grown to the device's."""
@@ -169,14 +170,15 @@ def run_last_layer(W: np.ndarray, b: np.ndarray, task: Task, *, latent_q: tuple[
     return float(np.mean([_run_once(None, (np.asarray(W, np.float32)[order],
                                            np.asarray(b, np.float32)[order]), task,
                                     latent_q=latent_q, settings=settings, capacity=capacity,
-                                    bits=bits, seed=seed, order=k, part=part)
+                                    bits=bits, seed=seed, order=k, part=part, codec=codec)
                           for k in range(orders)]))
 
 
-def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed):
+def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed, codec=None):
     s = dataclasses.replace(settings, rehearse=0)
     common = dict(init_classes=task.n_kept, latent_scale=latent_q[0],
                   latent_zero_point=latent_q[1], replay_capacity=capacity, replay_bits=bits,
+                  replay_codec=codec if bits == 4 else None,
                   max_new=s.n_new, max_old=s.n_old, no_momentum=s.momentum == 0,
                   seed=seed & 0xFFFFFFFF, settings=s)
     if layers is None:  # the last layer alone
@@ -187,9 +189,9 @@ def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, 
 
 
 def _run_once(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed,
-              order, part="val") -> float:
+              order, part="val", codec=None) -> float:
     st = _learner(layers, params, task, latent_q=latent_q, settings=settings, capacity=capacity,
-                  bits=bits, seed=seed + order)
+                  bits=bits, seed=seed + order, codec=codec)
     if st.replay is not None:
         for q, t in zip(*task.prefill):
             st.replay_add(q, int(t))
