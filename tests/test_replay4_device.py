@@ -108,3 +108,19 @@ def test_qemu_4bit_replay_equals_twin(firmware, models, kind):
     with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
         with Device.open(t.url, timeout=10) as dev:
             _run(dev, model, 16, kind, persist=False)  # QEMU's flash is not writable
+
+
+def test_fleet_twin_carries_the_codec(models):
+    """The fleet's virtual boards build their learner from the manifest: 4-bit storage with
+    the export's grids (no device needed)."""
+    import json
+
+    from tinyol.fleet.boards import make_twin
+
+    for kind, d in models.items():
+        c = json.loads((d / "manifest.json").read_text())["learner"]["replay_codec"]
+        tw = make_twin(load_model(d), f"twin-{kind}", learn_mode="replay")
+        rb = tw.lrn.replay
+        assert rb.bits == 4
+        assert (rb.codec_lo[:c["channels"]] == np.asarray(c["lo"], np.int8)).all()
+        assert (rb.codec_step[:c["channels"]] == np.asarray(c["step"], np.uint8)).all()

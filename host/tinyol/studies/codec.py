@@ -36,17 +36,22 @@ CUTS = [("digits", "last layer", {}),
         ("imu", "last layer", {}),
         ("imu", "conv3 (conv3 trains)", dict(split="conv3", stage_train="conv3:all,embed:frozen"))]
 BITS = (8, 7, 4)
+# the recipe rows: (data set, cut label, bits, policy, rehearsal steps), on the exports above
+RECIPES = [("digits", "embed (float stage)", 4, "balanced", 2),
+           ("digits", "embed (float stage)", 8, "balanced", 2)]
 
 
-def run(ds, model: S.Model, Qtr, Qte, *, seed: int, bits: int) -> float:
-    """tinyol.studies.depth.run (replay) at the export's capacity and ``bits``."""
+def run(ds, model: S.Model, Qtr, Qte, *, seed: int, bits: int, policy: int = L.POLICY_RESERVOIR,
+        rehearse: int = 0) -> float:
+    """tinyol.studies.depth.run (replay) at the export's capacity and ``bits`` (with a replay
+    policy and idle rehearsal steps: tinyol.studies.lean.run's)."""
     rng = np.random.default_rng(seed)
     old = np.flatnonzero(np.isin(ds.ytr, ds.old))
     new = np.flatnonzero(np.isin(ds.ytr, ds.new))
     pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
     cap = int(model.manifest["learner"]["replay_capacity"])
-    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODE_REPLAY)
-    replay = dict(capacity=cap, bits=bits, policy=L.POLICY_RESERVOIR, seed=seed + 1, max_new=1)
+    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODE_REPLAY, rehearse=rehearse)
+    replay = dict(capacity=cap, bits=bits, policy=policy, seed=seed + 1, max_new=1)
     lrn = S.make_learner(model, settings, replay)
     res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx],
                            prefill=(Qtr[pre_idx], ds.ytr[pre_idx]), eval_set=(Qte, ds.yte))
@@ -93,6 +98,22 @@ def main(argv: list[str] | None = None) -> int:
                 echo(f"{key}: {res[key]['slots']} slots, {100 * np.mean(acc):.1f} ± "
                      f"{100 * np.std(acc):.1f}")
                 a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        for name, cut, bits, pol, reh in RECIPES:
+            key = f"{name} | {cut} | {bits} | {pol} + rehearse {reh}"
+            if key in res or (a.only and a.only not in key):
+                continue
+            base = f"{name} | {cut} | {bits}"
+            if base not in res:
+                continue
+            ds = sets.get(name) or (D.digits_dataset(work) if name == "digits" else U.dataset(work, echo))
+            sets[name] = ds
+            model = S.load_model(work / ("c_" + "".join(c if c.isalnum() else "_" for c in base)))
+            Qtr, Qte = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
+            acc = [run(ds, model, Qtr, Qte, seed=s, bits=bits, policy=L.POLICIES[pol], rehearse=reh)
+                   for s in range(ORDERS)]
+            res[key] = {**res[base], "policy": pol, "rehearse": reh, "acc": acc}
+            echo(f"{key}: {res[key]['slots']} slots, {100 * np.mean(acc):.1f} ± {100 * np.std(acc):.1f}")
+            a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     finally:
         if a.work is None:
             shutil.rmtree(work, ignore_errors=True)
