@@ -96,6 +96,8 @@ RECIPES = {  # label -> export keyword arguments
                                                           stage_data="@stage_data"),
     "split conv3, auto, --stage-data (7 exercises)": dict(split="conv3", stage_train="auto",
                                                           stage_data="@stage_data"),
+    "split conv3, auto, --stage-data (7 exercises), --replay-bits 4": dict(
+        split="conv3", stage_train="auto", stage_data="@stage_data", replay_bits=4),
 }
 
 
