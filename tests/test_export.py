@@ -295,14 +295,15 @@ def test_reexport_committed_digits_is_byte_identical(tmp_path, capsys):
 
     committed = json.loads((DIGITS / "manifest.json").read_text())
     r = RECIPES["digits"]
-    args = [str(DIGITS / "digits.keras"), "--out", str(tmp_path), "--calib", r.calib,
+    out = tmp_path / "digits"  # the folder names the model (export.model_name)
+    args = [str(DIGITS / "digits.keras"), "--out", str(out), "--calib", r.calib,
             "--max-classes", str(r.export_kwargs["max_classes"]),
             "--replay-capacity", str(r.export_kwargs["replay_capacity"]),
             "--board", r.export_kwargs["board"]]
     rc, err = export_cli(args, capsys)
     assert rc == 0, err
     for name in list(committed["artifacts"]) + ["manifest.json"]:
-        assert (tmp_path / name).read_bytes() == (DIGITS / name).read_bytes(), name
+        assert (out / name).read_bytes() == (DIGITS / name).read_bytes(), name
 
 
 @pytest.mark.slow
@@ -364,7 +365,8 @@ def test_tflite_backbone_used_whole(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8", "imu"])
+@pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8", "imu",
+                                  "kdd135"])
 def test_committed_model_dirs_are_consistent(name, tmp_path):
     d = ROOT / "models" / name
     man = json.loads((d / "manifest.json").read_text())
@@ -377,7 +379,7 @@ def test_committed_model_dirs_are_consistent(name, tmp_path):
     assert re.search(r"#define TOL_BACKBONE_LATENT_SIZE\s+%d\b" % man["latent"]["dim"], hdr)
     assert re.search(r"#define TOL_BACKBONE_INPUT_SIZE\s+%d\b" % man["input"]["size"], hdr)
     assert re.search(r"#define TOL_BACKBONE_ARENA_BYTES\s+%d\b" % man["memory"]["arena_bytes"], hdr)
-    if name in ("digits", "anomaly"):  # the small ones: compile (host + ARM), _Static_asserts hold
+    if name in ("digits", "anomaly", "kdd135"):  # the small ones: compile (host + ARM), _Static_asserts hold
         compile_c(d, tmp_path)
 
 

@@ -249,3 +249,54 @@ def test_l4r5_page_size_follows_dbank(dbank, page, pnb, address):
     assert s["array"]["st"][(start - 0x1000) // 8] == M["PROGRAMMED"]
     g = M["flash_geometry"](2048, s["regs"][OPTR])
     assert (g["page"], M["flash_page_address"](g, pnb, 1 if dbank else 0)) == (page, address)
+
+
+# ---- the array kept in a file (tinyol emulate --state; docs/renode.md) -------------------------
+# The image format is the native target's flash.bin (mcu/boards/native/flash_native.c): the store's
+# bytes, then one state byte per double-word: 0 erased, 1 programmed, 2 torn.
+
+def _imaged(tmp_path, fill: bytes | None = None):
+    st = part()
+    path = tmp_path / "flash.bin"
+    path.write_bytes(fill if fill is not None else b"\xff" * STORE_BYTES + bytes(STORE_BYTES // 8))
+    M["flash_image_open"](st, str(path))
+    unlock(st)
+    M["flash_write"](st, CR, PG)
+    return st, path
+
+
+def _dword(path, i):
+    data = path.read_bytes()
+    return data[8 * i:8 * i + 8], data[STORE_BYTES + i]
+
+
+def test_the_image_takes_every_change_of_the_array(tmp_path):
+    s, path = _imaged(tmp_path)
+    program(s, 8 * 5, 0x11223344, 0x55667788)
+    assert _dword(path, 5) == (bytes.fromhex("4433221188776655"), 1)       # little-endian, programmed
+    program(s, 8 * 6, 0xFFFFFFFF, 0xFFFFFFFF)                             # 0xFF programmed: state 1
+    assert _dword(path, 6) == (b"\xff" * 8, 1)
+    # a program cut by the power: torn in the file, and still torn when the file is opened again
+    M["array_write"](s, 8 * 7, 0)
+    M["array_write"](s, 8 * 7 + 4, 0)
+    s = M["flash_power_cut"](s)
+    assert _dword(path, 7)[1] == 2
+    again = part()
+    M["flash_image_open"](again, str(path))
+    assert word(again, 8 * 5) == 0x11223344 and again["array"]["st"][6] == 1
+    word(again, 8 * 7)
+    assert again["nmi"] == 1 and M["flash_read"](again, ECCR) & ECCD, "a torn double-word reads with ECCD"
+    # a page erase (page 0 of bank 2 is the store's first page) erases the file's page too
+    s = again
+    unlock(s)
+    M["flash_write"](s, CR, cr := PER | BKER | (((STORE - 0x08080000) // 2048) << 3))
+    M["flash_write"](s, CR, cr | STRT)
+    idle(s)
+    assert all(_dword(path, i) == (b"\xff" * 8, 0) for i in (5, 6, 7))
+
+
+def test_an_image_of_the_wrong_size_or_state_is_never_taken_as_data(tmp_path):
+    with pytest.raises(ValueError, match="has 131072 bytes, the store needs 147456"):
+        _imaged(tmp_path, b"\x00" * STORE_BYTES)
+    s, path = _imaged(tmp_path, b"\x00" * STORE_BYTES + bytes([7]) * (STORE_BYTES // 8))
+    assert s["array"]["st"][0] == 2, "an unknown state reads as torn (an ECC error), never as data"

@@ -228,11 +228,14 @@ def parse_resc(board):
     text = (RENODE_DIR / f"{board}.resc").read_text(encoding="ascii")
     info = {"text": text}
     info["repls"] = re.findall(r"^machine LoadPlatformDescription \$ORIGIN/(\w+\.repl)$", text, re.M)
+    # the store's script is $flash_store: flash.py unless the host names a copy (emulate --state)
+    store_default = re.findall(r"^\$flash_store\?=\$ORIGIN/(\w+\.py)$", text, re.M)
     info["pydevs"] = {
-        m[4]: {"file": m[0], "address": int(m[1], 16), "size": int(m[2], 16), "initable": m[3]}
+        m[5]: {"file": m[0] or (store_default[0] if store_default else "?"), "address": int(m[2], 16),
+               "size": int(m[3], 16), "initable": m[4]}
         for m in re.findall(
-            r'^machine PyDevFromFile \$ORIGIN/(\w+\.py) (0x[0-9A-Fa-f]+) (0x[0-9A-Fa-f]+) (\w+) "(\w+)"$',
-            text, re.M)
+            r'^machine PyDevFromFile (?:\$ORIGIN/(\w+\.py)|(\$flash_store)) (0x[0-9A-Fa-f]+) (0x[0-9A-Fa-f]+) '
+            r'(\w+) "(\w+)"$', text, re.M)
     }
     info["connect"] = re.findall(r"^connector Connect sysbus\.(\w+) (\w+)$", text, re.M)
     info["terminal"] = re.findall(r'^emulation CreateServerSocketTerminal \$port "(\w+)" (\w+)$', text, re.M)

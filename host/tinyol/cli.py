@@ -72,12 +72,17 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
+# top-level keys of tinyol.toml: one value for every verb that has the option
+SHARED_SETTINGS = {"model": "--model", "board": "--board"}
+
+
 def load_settings(path: str | None = None) -> dict:
-    """Option defaults from a TOML file: [verb] tables of option = value.
+    """Option defaults from a TOML file: top-level ``model = ...`` / ``board = ...`` for every
+    verb with that option, and [verb] tables of option = value (a table wins over the top level).
 
     Layering (lowest first): this file (./tinyol.toml, or $TINYOL_CONFIG), then
     environment variables TINYOL_<VERB>_<OPTION> (e.g. TINYOL_STREAM_PORT),
-    then command-line flags.
+    then command-line flags. The shared values come back under the key ``""``.
     """
     p = Path(path or os.environ.get("TINYOL_CONFIG") or "tinyol.toml")
     if not p.is_file():
@@ -88,11 +93,44 @@ def load_settings(path: str | None = None) -> dict:
         data = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as e:
         raise TinyolError(f"{p}: {e}") from None
-    unknown = sorted(set(data) - set(VERBS))
+    shared = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    bad = sorted(set(shared) - set(SHARED_SETTINGS))
+    if bad:
+        raise TinyolError(f"{p}: unknown top-level setting(s) {', '.join(bad)}",
+                          hint="at the top level: " + ", ".join(SHARED_SETTINGS) + "; anything "
+                               "else goes in a [verb] table")
+    unknown = sorted(set(tables) - set(VERBS))
     if unknown:
         raise TinyolError(f"{p}: unknown section(s) {', '.join(unknown)}",
                           hint="sections are verb names: " + ", ".join(VERBS))
-    return {verb: {k.replace("-", "_"): v for k, v in opts.items()} for verb, opts in data.items()}
+    out = {verb: {k.replace("-", "_"): v for k, v in opts.items()} for verb, opts in tables.items()}
+    named = [v for v, t in out.items() if "model" in t]
+    if "model" not in shared and len(named) > 1:  # a file written before the top-level key
+        click.echo(f"hint: {p} names the model in {len(named)} tables ({', '.join(named)}); one "
+                   "top-level `model = \"...\"` line above the tables now serves every verb",
+                   err=True)
+    if shared:
+        out[""] = shared
+    return out
+
+
+def apply_shared(default_map: dict, verb: str | None, command) -> None:
+    """Copy the file's top-level values into `verb`'s defaults, under the name of the
+    command's parameter that has that flag (simulate's --model is `model_dir`, bench's takes
+    several); a value in the verb's own table wins."""
+    if verb is None or command is None:
+        return
+    shared = default_map.get("", {})
+    table = default_map.setdefault(verb, {})
+    for key, flag in SHARED_SETTINGS.items():
+        for prm in command.params:
+            if flag not in getattr(prm, "opts", ()):
+                continue
+            if key in table and prm.name != key:
+                table[prm.name] = table.pop(key)  # [simulate] model = ... names model_dir
+            elif key in shared and prm.name not in table:
+                table[prm.name] = [shared[key]] if getattr(prm, "multiple", False) else shared[key]
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"],
@@ -107,11 +145,14 @@ def group(ctx, verbose, config_path):
 
     \b
     Settings: flags > TINYOL_<VERB>_<OPTION> environment variables > tinyol.toml
-    ([verb] tables, e.g. [stream] port = "socket://127.0.0.1:4321").
+    (top-level model = "models/x" and board = "..." for every verb; [verb] tables, e.g.
+    [stream] port = "socket://127.0.0.1:4321").
     """
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
     ctx.default_map = load_settings(config_path)
+    verb = ctx.invoked_subcommand
+    apply_shared(ctx.default_map, verb, group.get_command(ctx, verb) if verb else None)
 
 
 def main(argv: list[str] | None = None) -> int:

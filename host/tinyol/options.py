@@ -36,6 +36,14 @@ def model_option():
                              "directory.  [default: the digits example shipped with tinyol]")
 
 
+def kernels_option():
+    """--kernels (`tinyol build`, `emulate`, `fleet`): which int8 kernels the firmware is built with."""
+    return click.option("--kernels", type=click.Choice(["simd", "ref"]), default=None,
+                        help="int8 kernel implementation (default: simd on boards, ref on native); "
+                             "ref is the plain reference C, to narrow down a backbone that is not "
+                             "bit-exact (docs/kernels.md).")
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 

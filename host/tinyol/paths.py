@@ -18,7 +18,6 @@ line resolve against it, and builds, state and outputs go under it
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from importlib import resources
 from pathlib import Path
@@ -136,13 +135,6 @@ def core_dir() -> Path:
 def pio_command() -> list[str]:
     """PlatformIO from this Python environment."""
     return [sys.executable, "-m", "platformio"]
-
-
-def require_tool(name: str, install_hint: str) -> str:
-    path = shutil.which(name)
-    if not path:
-        raise TinyolError(f"{name} not found on PATH", hint=install_hint)
-    return path
 
 
 def monitor_path(path: str | os.PathLike) -> str:

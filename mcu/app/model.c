@@ -161,7 +161,7 @@ static tol_status_t tol_model_sample(const uint8_t *req, uint16_t n, bool learn,
         s = tol_now();
         TOL_TRY(tol_model_learner_anomaly(tol_latent, tol_input, learn, &r));
         tol_cycles.learn = tol_since(s);
-        loss = r.probability;
+        loss = r.threshold; /* the reply's second float: the threshold the score met */
         if (r.anomaly) flags |= TOL_FLAG_ANOMALY;
     }
     /* learned: the classifier accepted the sample (it may wait in the mini-batch); the
@@ -279,6 +279,7 @@ static void tol_model_boot_load(void)
     tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, tol_model_learner_record_max());
     if (st == TOL_OK) st = tol_model_load(&rec);
     tol_persist.boot.seq = st == TOL_OK ? rec.seq : 0u;
+    tol_persist.boot.damaged = tol_store.damaged; /* 0 when the store could not be scanned */
     switch (st) {
     case TOL_OK: tol_persist.boot.state = (uint8_t)TOL_STORE_LOADED; break;
     case TOL_ERR_NO_RECORD: tol_persist.boot.state = (uint8_t)TOL_STORE_EMPTY; break;

@@ -3,7 +3,7 @@
  * (tests/test_stage_m4.py): the case header (stage_case.h) defines the layers, the exported
  * parameters, the configuration, a replay prefill and the int8 stream; each sample is
  * predicted, then learned. Printed in hex for a bit-exact comparison with
- * host/tinyol/stage.py: the final parameters ("p"), the momentum buffers ("m", zeros without
+ * host/tinyol/learn/stage.py: the final parameters ("p"), the momentum buffers ("m", zeros without
  * them), every prediction's label ("l", int32) and confidence ("c", float32). Exercises the
  * VMLA/VLDM paths of tol_fmac.h that a host build never compiles. Test only.
  */

@@ -93,6 +93,7 @@ tol_status_t tinyol_head_anomaly(tol_learner_t *L, const int8_t *latent, const i
     memset(r, 0, sizeof(*r));
     const uint32_t updates = L->updates;
     uint8_t flag = 0u;
+    r->threshold = tol_anomaly_threshold(&L->anomaly); /* the one this score meets */
     const tol_status_t st = learn ? tol_learner_anomaly(L, latent, target, &r->probability, &flag)
                                   : tol_learner_score(L, latent, target, &r->probability, &flag);
     r->anomaly = flag != 0u;

@@ -76,6 +76,8 @@ typedef struct {
                                 stepped); autoencoder: the head updated on it */
     bool new_class;          /* the label activated an output row */
     bool anomaly;            /* autoencoder: score above the learned threshold */
+    float threshold;         /* autoencoder: the threshold the score was compared with, before
+                                this sample updated the statistics (+inf during warm-up) */
     uint32_t samples_seen;   /* counters after the call (tol_learner_stats_t) */
     uint32_t updates;
     uint16_t n_active;

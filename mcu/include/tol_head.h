@@ -32,7 +32,7 @@
  *   x            float[max_batch][dim]    per-sample inputs
  *   gW, gb       float[rows][dim], float[rows]  only if max_batch > 1
  *   active       uint8_t[rows]
- * All loops run in a fixed order that host/tinyol/learner.py reproduces.
+ * All loops run in a fixed order that host/tinyol/learn/learner.py reproduces.
  */
 #ifndef TOL_HEAD_H
 #define TOL_HEAD_H

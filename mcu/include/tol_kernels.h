@@ -12,7 +12,7 @@
  *   - The caller owns all buffers (inputs, outputs, weights). Kernels keep no
  *     state and allocate nothing. Input and output buffers must not overlap
  *     unless a kernel says otherwise.
- *   - Parameter structs are filled by generated code (host/tinyol/codegen.py)
+ *   - Parameter structs are filled by generated code (host/tinyol/model/codegen.py)
  *     and usually live in flash. Kernels do not validate them: the code
  *     generator checks shapes and ranges before emitting a call.
  *   - Requantization follows TFLM: value' = MBQM(acc, mult, shift) with
@@ -195,7 +195,7 @@ void tol_requantize_s8(const tol_requant_params_t *p, const int8_t *input, int8_
 /* Element-wise int8 -> int8 function given as a table (LOGISTIC, TANH,
  * LEAKY_RELU, HARD_SWISH): out[i] = table[in[i] + 128]. The host fills the
  * table by evaluating TFLM's integer kernel for every input byte
- * (host/tinyol/tflm_int8.py), so the lookup equals TFLM bit for bit. */
+ * (host/tinyol/model/tflm_int8.py), so the lookup equals TFLM bit for bit. */
 typedef struct {
     int32_t size;                  /* number of elements, >= 1 */
     const int8_t *table;           /* [256], indexed by input + 128 */

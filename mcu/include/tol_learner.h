@@ -6,7 +6,7 @@
  * byte buffer of TOL_LEARNER_BYTES_EX(...) (caller-owned, 4-byte aligned, e.g.
  * `static _Alignas(4) uint8_t mem[TOL_LEARNER_BYTES_EX(...)]`). No malloc, no
  * globals, no registers. Float32 arithmetic in a fixed order that
- * host/tinyol/learner.py reproduces (docs/learner.md).
+ * host/tinyol/learn/learner.py reproduces (docs/learner.md).
  *
  * Classifier, per sample (prequential): tol_learner_predict(), then
  * tol_learner_learn(). learn() queues the sample; once n_new samples are

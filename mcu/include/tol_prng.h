@@ -2,7 +2,7 @@
  * tol_prng.h - the learner's deterministic pseudo-random generator.
  *
  * xorshift32 (Marsaglia 2003: shifts 13, 17, 5). The numpy reference
- * (host/tinyol/learner.py, class Prng) implements the same generator, and
+ * (host/tinyol/learn/learner.py, class Prng) implements the same generator, and
  * every random choice of the learner and the replay buffer draws from one
  * instance in a fixed, documented order (docs/learner.md), so that a C run and
  * a numpy run of the same stream make the same choices.

@@ -37,7 +37,7 @@
  * keeping every layer's output; softmax cross-entropy error on the last
  * layer; backward through the layers, adding into one gradient buffer.
  *
- * Float32 order of operations (host/tinyol/stage.py repeats it bit for bit;
+ * Float32 order of operations (host/tinyol/learn/stage.py repeats it bit for bit;
  * compile with -ffp-contract=off, which -std=c11 implies in GCC):
  *   forward   acc = b; then acc += w * x over the taps in the order of the
  *             formulas above (ky, kx, ci ascending; DENSE i ascending)

@@ -66,6 +66,9 @@ typedef struct {
     uint32_t erases;            /* page erases in the region over its life (persisted) */
     uint32_t saves;             /* records committed since boot */
     uint32_t erases_boot;       /* page erases since boot */
+    uint8_t damaged;            /* damaged records the scan skipped that may be newer than `newest`
+                                 * (a save cut at its commit, or flash that changed): boot restores
+                                 * an older state than the last save, and says so */
     /* the save in progress */
     bool writing;
     uint8_t target;             /* slot being written */
@@ -121,6 +124,7 @@ typedef enum {
 typedef struct {
     uint8_t state;   /* tol_store_state_t at boot */
     uint32_t seq;    /* seq of the loaded record (0 if none) */
+    uint8_t damaged; /* tol_store_t.damaged at boot: newer records skipped as damaged */
 } tol_store_status_t;
 
 /* Boot-time persistence status: the app reports it through tol_model_if_t.store_status. */

@@ -8,7 +8,7 @@
  *
  * i.e. round-half-up of raw * mul/2^S + add/2^S. The host folds the sensor's sensitivity (unit per
  * LSB), the training-time normalisation (offset, divisor: from the model's manifest) and the
- * model's input quantization (scale, zero point) into mul and add (host/tinyol/sensor.py, which
+ * model's input quantization (scale, zero point) into mul and add (host/tinyol/data/sensor.py, which
  * also holds this module's twin: the same integers give the same bytes on both sides).
  *
  * Rows go into a ring of `length` rows; a window is complete at rows length, length + stride,

@@ -42,6 +42,14 @@
 #     cache are lost; the array keeps its bits. A Renode machine reset does the same.
 # Pages outside the attached array are erased through the system bus (plain memory there).
 #
+# Kept in a file (tinyol emulate --state DIR): a host runs, as the array instance, a copy of this
+# file whose first line sets tol_flash_image to the path of an image of the array: its bytes,
+# then one state byte per double-word (0 erased, 1 programmed, 2 torn): the native target's
+# flash.bin format. The host creates the image (erased) and checks its size before Renode starts;
+# the array is read from it once, and every change of the array (a program or erase that ends, a
+# power cut, the test-only tear) is written through to it, so the store outlives Renode as it
+# outlives a machine reset.
+#
 # Geometry comes from the part, as the firmware gets it: FLASHSIZE (16-bit, KB, 0x1FFF75E0)
 # and, on 2 MB L4R/S parts, OPTR.DBANK: 2 KB pages on L43x/L45x (one bank) and L47x/L49x (two
 # 512 KB banks); 4 KB pages in two 1 MB banks with DBANK=1 (factory default), 8 KB pages in one
@@ -147,11 +155,11 @@ def flash_reset(state=None):
     new = {"regs": regs, "key_stage": 0, "key_blocked": False, "optkey_stage": 0,
            "optkey_blocked": False, "array": None, "half": None, "op": None, "busy": 0,
            "stale": {}, "nmi": 0, "nmi_hook": None, "rng": 0x1234567, "bus": None,
-           "flash_kb": None}
+           "flash_kb": None, "image": None}
     if state is not None:
         for offset in OPTION_OFFSETS:
             regs[offset] = state["regs"][offset]
-        for key in ("array", "rng", "nmi_hook", "bus", "flash_kb", "nmi"):   # nmi: a test counter
+        for key in ("array", "rng", "nmi_hook", "bus", "flash_kb", "nmi", "image"):  # nmi: a test counter
             new[key] = state[key]
     return new
 
@@ -164,6 +172,54 @@ def flash_attach_array(state, base, nbytes, fill=ERASED_WORD):
     if fill != ERASED_WORD:
         st = PROGRAMMED
     state["array"] = {"base": base, "bytes": nbytes, "lo": [fill] * n, "hi": [fill] * n, "st": [st] * n}
+
+
+def flash_image_open(state, path):
+    """Keep the attached array in the image file `path` (see the header): read it, then write
+    every change through. The file must exist with 9 bytes per double-word of the array."""
+    arr = state["array"]
+    n = len(arr["st"])
+    f = open(path, "r+b")
+    data = bytearray(f.read())
+    if len(data) != 9 * n:
+        f.close()
+        raise ValueError("tinyol flash image %s has %d bytes, the store needs %d" % (path, len(data), 9 * n))
+    for i in range(n):
+        k = 8 * i
+        arr["lo"][i] = data[k] | (data[k + 1] << 8) | (data[k + 2] << 16) | (data[k + 3] << 24)
+        arr["hi"][i] = data[k + 4] | (data[k + 5] << 8) | (data[k + 6] << 16) | (data[k + 7] << 24)
+        st = data[8 * n + i]
+        if st > TORN:
+            st = TORN                     # an unknown state reads as an ECC error, never as data
+        arr["st"][i] = st
+    state["image"] = f
+
+
+def _image_sync(state, first, end):
+    """Write double-words [first, end) of the array (bytes and states) through to the image."""
+    f = state["image"]
+    if f is None or end <= first:
+        return
+    arr = state["array"]
+    n = len(arr["st"])
+    buf = bytearray(8 * (end - first))
+    for i in range(first, end):
+        k = 8 * (i - first)
+        lo = arr["lo"][i]
+        hi = arr["hi"][i]
+        for b in range(4):
+            buf[k + b] = (lo >> (8 * b)) & 0xFF
+            buf[k + 4 + b] = (hi >> (8 * b)) & 0xFF
+    f.seek(8 * first)
+    f.write(buf)
+    f.seek(8 * n + first)
+    f.write(bytearray(arr["st"][first:end]))
+    f.flush()
+
+
+def _image_sync_range(state, dwords):
+    if len(dwords):
+        _image_sync(state, dwords[0], dwords[-1] + 1)
 
 
 def flash_geometry(flash_kb, optr):
@@ -268,12 +324,15 @@ def _finish(state):
         arr["lo"][i] = op["lo"]
         arr["hi"][i] = op["hi"]
         arr["st"][i] = PROGRAMMED
+        _image_sync(state, i, i + 1)
     else:
-        for i in _dwords_in(state, op["address"], op["count"]):
+        dwords = _dwords_in(state, op["address"], op["count"])
+        for i in dwords:
             _remember_old(state, i)
             arr["lo"][i] = ERASED_WORD
             arr["hi"][i] = ERASED_WORD
             arr["st"][i] = ERASED
+        _image_sync_range(state, dwords)
         _fill_erased_outside(state, op["address"], op["count"])
     if regs[FLASH_CR] & CR_EOPIE:
         regs[FLASH_SR] |= SR_EOP
@@ -290,8 +349,10 @@ def flash_power_cut(state):
         arr["lo"][i] = arr["lo"][i] & ~(~op["lo"] & mask_lo) & 0xFFFFFFFF
         arr["hi"][i] = arr["hi"][i] & ~(~op["hi"] & mask_hi) & 0xFFFFFFFF
         arr["st"][i] = TORN
+        _image_sync(state, i, i + 1)
     elif op is not None:
-        for i in _dwords_in(state, op["address"], op["count"]):
+        dwords = _dwords_in(state, op["address"], op["count"])
+        for i in dwords:
             r = _rand(state) % 3
             if r == 0:
                 arr["lo"][i] = ERASED_WORD
@@ -301,6 +362,7 @@ def flash_power_cut(state):
                 arr["lo"][i] = arr["lo"][i] | _rand(state)
                 arr["hi"][i] = arr["hi"][i] | _rand(state)
                 arr["st"][i] = TORN
+        _image_sync_range(state, dwords)
     state["op"] = None
     return flash_reset(state)
 
@@ -638,6 +700,7 @@ def _array_instance_access(state, array_bytes):
         i = (int(_req("value")) % array_bytes) // 8
         state["array"]["lo"][i] &= 0xFFFF0000
         state["array"]["st"][i] = TORN
+        _image_sync(state, i, i + 1)
         return
     if _req("isRead"):
         _set_value(flash_read(state, reg & ~3))
@@ -660,6 +723,11 @@ except NameError:
     tol_flash = None
 
 try:
+    tol_flash_image
+except NameError:
+    tol_flash_image = None
+
+try:
     tol_size = int(size)
 except NameError:
     tol_size = CTRL_SIZE
@@ -671,6 +739,8 @@ if tol_size > CTRL_SIZE:                                 # the array instance
         tol_flash["nmi_hook"] = _pend_nmi(tol_flash["bus"])
         top = FLASH_BASE + _flash_kb(tol_flash) * 1024
         flash_attach_array(tol_flash, top - (tol_size - CTRL_SIZE), tol_size - CTRL_SIZE)
+        if tol_flash_image is not None:
+            flash_image_open(tol_flash, tol_flash_image)
     elif _req("isInit"):
         tol_flash = flash_power_cut(tol_flash)           # a reset during BSY tears the operation
     if not _req("isInit"):

@@ -24,6 +24,7 @@
 #define TOL_INFO_TEST_BUILD 0x02u
 #define TOL_INFO_SIMD       0x04u
 #define TOL_INFO_HAS_MODEL  0x08u
+#define TOL_INFO_STORE_DAMAGED 0x10u /* boot skipped a damaged record newer than the one it restored */
 
 /* ---- small text helpers (no printf: it costs kilobytes of flash) -------- */
 
@@ -96,6 +97,7 @@ static tol_status_t tol_app_on_info(tol_app_t *app, const tol_frame_t *req, uint
     if (TOL_TEST_BUILD) flags |= TOL_INFO_TEST_BUILD;
     if (TOL_KERNELS_SIMD) flags |= TOL_INFO_SIMD;
     if (TOL_HAS_MODEL) flags |= TOL_INFO_HAS_MODEL;
+    if (app->model->store_status().damaged != 0u) flags |= TOL_INFO_STORE_DAMAGED;
     p[0] = (uint8_t)TOL_PROTO_VERSION;
     p[1] = flags;
     tol_put_u16(p + 2, (uint16_t)TOL_APP_MAX_REQUEST);
@@ -391,7 +393,7 @@ void tol_app_init(tol_app_t *app, const tol_model_if_t *model_if)
     app->boot_cycles = tol_hal_cycles();
     tol_status_t model = app->model->init();
     const tol_hal_info_t *hi = tol_hal_info();
-    char line[120];
+    char line[144];
     size_t at = 0;
     at = tol_app_append(line, at, sizeof(line), "tinyol boot board=");
     at = tol_app_append(line, at, sizeof(line), hi->board);
@@ -399,7 +401,12 @@ void tol_app_init(tol_app_t *app, const tol_model_if_t *model_if)
     at = tol_app_append_u32(line, at, sizeof(line), hi->boot_count);
     at = tol_app_append(line, at, sizeof(line), " model=" TOL_MODEL_NAME);
     at = tol_app_append(line, at, sizeof(line), " store=");
-    at = tol_app_append(line, at, sizeof(line), tol_store_state_name(app->model->store_status().state));
+    tol_store_status_t store = app->model->store_status();
+    at = tol_app_append(line, at, sizeof(line), tol_store_state_name(store.state));
+    if (store.damaged != 0u) { /* an older state than the last save: say it */
+        at = tol_app_append(line, at, sizeof(line), " damaged=");
+        at = tol_app_append_u32(line, at, sizeof(line), store.damaged);
+    }
     if (model != TOL_OK) {
         at = tol_app_append(line, at, sizeof(line), " model_error=");
         at = tol_app_append(line, at, sizeof(line), tol_status_name(model));

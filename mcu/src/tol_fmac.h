@@ -3,7 +3,7 @@
  *
  * tol_fmac_mla(acc, a, b) = acc + a * b and tol_fmac_mls(acc, a, b) = acc - a * b,
  * each with the product rounded to float first and then the sum: the same float
- * as the two separate operations (and as host/tinyol/learner.py's numpy), never
+ * as the two separate operations (and as host/tinyol/learn/learner.py's numpy), never
  * a fused multiply-add. On a Cortex-M4F this is one VMLA.F32 / VMLS.F32 (the
  * VFPv4 "chained" multiply-accumulate, which rounds twice), where the compiler
  * would otherwise emit VMUL + VADD (under -std=c11 it never contracts a * b + c,

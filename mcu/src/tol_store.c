@@ -45,34 +45,45 @@ static tol_status_t tol_store_flash_crc_(uint32_t addr, uint32_t n, uint32_t *cr
     return TOL_OK;
 }
 
-/* Check the record in `slot`; if valid fill *r (and *erases) and return true. A
- * double-word that fails its ECC check (torn by a power cut) makes the slot invalid. */
-static bool tol_store_scan_slot_(const tol_store_t *s, uint8_t slot, tol_store_record_t *r, uint32_t *erases)
+/* What a slot holds: a valid record, nothing (erased, or not a record of this format and
+ * layout), or a damaged record (its commit double-word carries the magic or fails its ECC
+ * check, but the record does not check: a save cut at its commit, or flash that changed). */
+typedef enum { TOL_SLOT_NONE = 0, TOL_SLOT_VALID = 1, TOL_SLOT_DAMAGED = 2 } tol_slot_kind_t;
+
+/* Check the record in `slot`; if valid fill *r (and *erases). A damaged record whose header
+ * checks leaves its model hash and seq in *r (r->payload_len = 1), else r->payload_len = 0. A
+ * double-word that fails its ECC check (torn by a power cut) makes the slot damaged. */
+static tol_slot_kind_t tol_store_scan_slot_(const tol_store_t *s, uint8_t slot, tol_store_record_t *r,
+                                            uint32_t *erases)
 {
     uint8_t h[TOL_STORE_HEADER_BYTES];
     uint32_t base = tol_store_slot_addr_(s, slot);
+    r->payload_len = 0u;
     /* the commit double-word first: an unfinished record stops here */
-    if (tol_flash_read(base, h, TOL_FLASH_DWORD) != TOL_OK) return false;
-    if (tol_store_u32_(h) != TOL_STORE_MAGIC) return false;
+    if (tol_flash_read(base, h, TOL_FLASH_DWORD) != TOL_OK) return TOL_SLOT_DAMAGED;
+    if (tol_store_u32_(h) != TOL_STORE_MAGIC) return TOL_SLOT_NONE;
     if (tol_flash_read(base + TOL_FLASH_DWORD, h + TOL_FLASH_DWORD, TOL_STORE_HEADER_BYTES - TOL_FLASH_DWORD) !=
         TOL_OK) {
-        return false;
+        return TOL_SLOT_DAMAGED;
     }
-    if (tol_crc32(TOL_CRC32_INIT, h + 8, TOL_STORE_HEADER_BYTES - 8u) != tol_store_u32_(h + 4)) return false;
-    if ((uint32_t)h[8] + ((uint32_t)h[9] << 8) != TOL_STORE_FORMAT) return false;
-    if (tol_store_u32_(h + 32) != s->slot_bytes) return false; /* written with another slot layout */
-    uint32_t len = tol_store_u32_(h + 20);
-    if (len > s->slot_bytes - TOL_STORE_HEADER_BYTES) return false;
-    uint32_t crc;
-    if (tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, len, &crc) != TOL_OK) return false;
-    if (crc != tol_store_u32_(h + 24)) return false;
-    r->slot = slot;
+    if (tol_crc32(TOL_CRC32_INIT, h + 8, TOL_STORE_HEADER_BYTES - 8u) != tol_store_u32_(h + 4)) {
+        return TOL_SLOT_DAMAGED;
+    }
+    if ((uint32_t)h[8] + ((uint32_t)h[9] << 8) != TOL_STORE_FORMAT) return TOL_SLOT_NONE;
+    if (tol_store_u32_(h + 32) != s->slot_bytes) return TOL_SLOT_NONE; /* written with another slot layout */
     r->model_hash = tol_store_u32_(h + 12);
     r->seq = tol_store_u32_(h + 16);
+    r->payload_len = 1u; /* the header is known */
+    uint32_t len = tol_store_u32_(h + 20);
+    if (len > s->slot_bytes - TOL_STORE_HEADER_BYTES) return TOL_SLOT_DAMAGED;
+    uint32_t crc;
+    if (tol_store_flash_crc_(base + TOL_STORE_HEADER_BYTES, len, &crc) != TOL_OK) return TOL_SLOT_DAMAGED;
+    if (crc != tol_store_u32_(h + 24)) return TOL_SLOT_DAMAGED;
+    r->slot = slot;
     r->payload_len = len;
     r->payload_addr = base + TOL_STORE_HEADER_BYTES;
     *erases = tol_store_u32_(h + 28);
-    return true;
+    return TOL_SLOT_VALID;
 }
 
 tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash, uint32_t max_record)
@@ -94,10 +105,23 @@ tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash, uint32_t max_re
     uint32_t n = g->bytes / slot;
     s->slot_bytes = slot;
     s->n_slots = (uint8_t)(n > TOL_STORE_MAX_SLOTS ? TOL_STORE_MAX_SLOTS : n);
+    /* damaged records: a header-less one may be of any age; one whose header checks only
+     * counts if it is of this model and newer than the record boot restores */
+    uint8_t damaged_unknown = 0u;
+    uint32_t damaged_seq[TOL_STORE_MAX_SLOTS];
+    uint8_t n_damaged = 0u;
     for (uint8_t i = 0; i < s->n_slots; i++) {
         tol_store_record_t r;
         uint32_t erases = 0u;
-        if (!tol_store_scan_slot_(s, i, &r, &erases)) continue;
+        tol_slot_kind_t kind = tol_store_scan_slot_(s, i, &r, &erases);
+        if (kind == TOL_SLOT_DAMAGED) {
+            if (r.payload_len == 0u) {
+                damaged_unknown++;
+            } else if (r.model_hash == model_hash) {
+                damaged_seq[n_damaged++] = r.seq;
+            }
+        }
+        if (kind != TOL_SLOT_VALID) continue;
         if (s->newest_any < 0 || r.seq > s->seq_max) {
             s->newest_any = i;
             s->seq_max = r.seq;
@@ -109,6 +133,10 @@ tol_status_t tol_store_init(tol_store_t *s, uint32_t model_hash, uint32_t max_re
             s->newest = r;
             s->have_newest = true;
         }
+    }
+    s->damaged = damaged_unknown;
+    for (uint8_t i = 0; i < n_damaged; i++) {
+        if (!s->have_newest || damaged_seq[i] > s->newest.seq) s->damaged++;
     }
     return TOL_OK;
 }
@@ -233,7 +261,7 @@ tol_status_t tol_store_commit(tol_store_t *s)
     TOL_TRY(tol_flash_program(base, h, TOL_FLASH_DWORD)); /* the commit: now the record exists */
     tol_store_record_t r;
     uint32_t erases = 0u;
-    TOL_CHECK(tol_store_scan_slot_(s, s->target, &r, &erases), TOL_ERR_FLASH);
+    TOL_CHECK(tol_store_scan_slot_(s, s->target, &r, &erases) == TOL_SLOT_VALID, TOL_ERR_FLASH);
     s->newest = r;
     s->have_newest = true;
     s->newest_any = (int16_t)s->target;

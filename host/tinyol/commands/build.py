@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import click
 
-from ..options import app_options, board_option, model_option
+from ..options import app_options, board_option, kernels_option, model_option
 from ..targets.firmware import BuildConfig, build
 
 
 @click.command("build")
 @board_option()
 @model_option()
-@click.option("--kernels", type=click.Choice(["simd", "ref"]), default=None,
-              help="int8 kernel implementation (default: simd on boards, ref on native).")
+@kernels_option()
 @click.option("--test-build", is_flag=True, help="Semihosting exit and the EXIT message (QEMU tests).")
 @app_options
 @click.pass_context

@@ -3,7 +3,8 @@
 Both `tinyol stream --log` (the device) and `tinyol simulate --log` (the numpy reference learner)
 write one JSON record per sample with the source row index; when the device and the reference
 learn bit-identically, predictions, learned/new-class flags and labels agree on every line and the
-float fields (confidence, loss) agree to within float32 rounding.
+float fields (classifier: confidence, loss; autoencoder: score, threshold) agree to within float32
+rounding.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ..errors import TinyolError
 from ..options import emit_json, json_option
 
 EXACT = ("index", "label", "prediction", "learned", "new_class", "error")
-FLOATS = ("confidence", "loss")
+FLOATS = ("confidence", "loss", "score", "threshold")
 
 
 def read_log(path: str) -> list[dict]:
@@ -103,7 +104,7 @@ def compare(a: list[dict], b: list[dict], rtol: float = 1e-5) -> dict:
 @click.argument("log_a", metavar="A.jsonl")
 @click.argument("log_b", metavar="B.jsonl")
 @click.option("--rtol", type=Number(0.0), default=1e-5, show_default=True,
-              help="Relative tolerance for confidence and loss.")
+              help="Relative tolerance for the float fields (confidence, loss, score, threshold).")
 @click.option("--show", type=click.IntRange(0), default=5, show_default=True, help="Differences to print.")
 @json_option
 def cmd(log_a, log_b, rtol, show, as_json):

@@ -31,7 +31,9 @@ def _split_arg(value):
               help="Head rows allocated on the device (classes it may learn; default --classes).")
 @click.option("--mode", type=click.Choice(["auto", "classifier", "autoencoder"]), default="auto",
               show_default=True, help="Head mode; auto = autoencoder if the head rebuilds the input.")
-@click.option("--name", default=None, help="Model name (default: the file name without extension).")
+@click.option("--name", default=None,
+              help="The name the device reports in `tinyol info` (default: the --out folder's name, "
+                   "so exports of one .keras into two folders are told apart).")
 @click.option("--board", default=None, metavar="BOARD",
               help="Check the memory against this board (exactly as the firmware reserves it) and size "
                    "the replay buffer to it.")

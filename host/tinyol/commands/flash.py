@@ -11,7 +11,7 @@ import click
 
 from ..boards import BOARDS
 from ..errors import TinyolError
-from ..options import board_option, model_option
+from ..options import board_option, kernels_option, model_option
 from ..paths import mcu_dir, platform_dir
 from ..targets.firmware import BuildConfig, build
 
@@ -44,8 +44,9 @@ def upload_argv(board: str, method: str, bin_path: Path, elf_path: Path, port: s
 @click.option("--port", "-p", default=None,
               help="Probe serial number (stlink/openocd/pyocd) or mount point of the USB drive (mbed).")
 @click.option("--dry-run", is_flag=True, help="Build, then print the upload command instead of running it.")
+@kernels_option()
 @click.pass_context
-def cmd(ctx, board, model, method, port, dry_run):
+def cmd(ctx, board, model, method, port, dry_run, kernels):
     """Build the firmware and upload it to a connected board.
 
     \b
@@ -61,7 +62,7 @@ def cmd(ctx, board, model, method, port, dry_run):
         raise TinyolError(f"upload tool {tool!r} not found",
                           hint="install it (Debian: apt-get install stlink-tools | openocd; pip install pyocd) "
                                "or choose another --method")
-    res = build(BuildConfig(board, model), verbose=verbose, echo=click.echo)
+    res = build(BuildConfig(board, model, kernels), verbose=verbose, echo=click.echo)
     argv = upload_argv(board, method, res.bin, res.elf, port)
     click.echo(" ".join(argv))
     if dry_run:

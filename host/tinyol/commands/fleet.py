@@ -22,21 +22,28 @@ from ..errors import TinyolError
 from ..fleet.data import Shard
 from ..link.stream import DEFAULT_WINDOW, DEVICE_CACHE
 from ..model.folder import load_manifest
-from ..options import emit_json, json_option, model_option, resolve_port
+from ..boards import BOARDS
+from ..options import emit_json, json_option, kernels_option, model_option, resolve_port
 from ..targets import emulator as E
 from ..targets.firmware import BuildConfig, build
 from ..targets.simulation import load_model
+
+
+DEFAULT_QEMU_BOARD = "nucleo_l476rg"
 
 
 class EmulatedPool:
     """N emulated boards on fixed ports, each with its own flash (state dir); a board
     that died is started again on the same port (like a board power-cycled)."""
 
-    def __init__(self, n: int, model: str, *, emulator: str = "native", board: str = "nucleo_l476rg",
-                 state_dir: Path | None = None, timeout: float = 3600.0):
+    def __init__(self, n: int, model: str, *, emulator: str = "native", board: str | None = None,
+                 kernels: str | None = None, state_dir: Path | None = None, timeout: float = 3600.0):
         native = emulator == "native"
+        # native imitates `board` by name only (None: it answers "native"); QEMU runs its firmware
+        board = board or (None if native else DEFAULT_QEMU_BOARD)
         self.E, self.native, self.board, self.timeout = E, native, board, timeout
-        self.fw = build(BuildConfig("native" if native else board, model, None, not native))
+        self.fw = build(BuildConfig("native" if native else board, model, kernels, not native))
+        self.kernels = kernels or ("ref" if native else "simd")
         # without --state the boards' flash lives in a temporary folder, removed by stop()
         self.tmp = None if state_dir else Path(tempfile.mkdtemp(prefix="tinyol-fleet-"))
         root = Path(state_dir) if state_dir else self.tmp
@@ -54,11 +61,21 @@ class EmulatedPool:
         d = self.dirs[i]
         d.mkdir(parents=True, exist_ok=True)
         if self.native:
-            t = self.E.start_native(self.fw.program, port=self.ports[i], state_dir=d, timeout=self.timeout)
+            t = self.E.start_native(self.fw.program, port=self.ports[i], state_dir=d, board=self.board,
+                                    timeout=self.timeout)
         else:
             t = self.E.start_qemu(self.board, self.fw.elf, port=self.ports[i], timeout=self.timeout)
         self.targets[i] = t
         return t
+
+    def describe(self) -> str:
+        """Which firmware image the pool booted, on what."""
+        image = self.fw.program if self.native else self.fw.elf
+        if self.native:
+            what = f"native process{'es' if len(self.dirs) > 1 else ''}{f' imitating {self.board}' if self.board else ''}"
+        else:
+            what = f"QEMU {E.QEMU_MACHINE} machine{'s' if len(self.dirs) > 1 else ''} running {self.board} firmware"
+        return f"{len(self.dirs)} {what}: {E.shown_path(image)} ({self.kernels} kernels)"
 
     @property
     def urls(self) -> list[str]:
@@ -94,6 +111,10 @@ class EmulatedPool:
               help="Start N emulated boards (native targets by default) and drive them.")
 @click.option("--emulator", type=click.Choice(["native", "qemu"]), default="native", show_default=True,
               help="What --emulate starts (QEMU cannot SAVE: its flash is read-only).")
+@click.option("--board", "-b", type=click.Choice(sorted(BOARDS)), default=None,
+              help=f"--emulate: the board whose firmware QEMU runs (default {DEFAULT_QEMU_BOARD}), "
+                   "or that the native targets imitate by name.")
+@kernels_option()
 @click.option("--twins", type=click.IntRange(1, 10000), default=None, metavar="N",
               help="N numpy twins of the board in this process (no hardware).")
 @click.option("--simulation", type=click.IntRange(1, 100000), default=None, metavar="N",
@@ -142,7 +163,7 @@ class EmulatedPool:
               help="Requests in flight per board.")
 @click.option("--timeout", type=TIMEOUT, default=1.0, show_default=True, help="Seconds before a resend.")
 @json_option
-def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
+def cmd(ports, emulate, emulator, board, kernels, twins, simulation, ray_address, model, data, eval_spec, split, prefill, prefill_n, k, rounds, strategy,
         server_lr, learn_mode, min_boards, strict, save, state_dir, resume, eval_every, seed, log, plot, window,
         timeout, as_json):
     """Drive a fleet of boards: each learns from its own stream; every round the
@@ -163,6 +184,12 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
     if save and emulate and emulator == "qemu":
         raise TinyolError("--save needs a flash the board can write; QEMU's is read-only",
                           hint="use --emulator native (its flash is a file in --state)")
+    if (board or kernels) and not emulate:
+        raise TinyolError("--board and --kernels choose the firmware --emulate starts",
+                          hint="add --emulate N, or leave them out")
+    if board and emulate and emulator == "qemu" and not BOARDS[board].emulated:
+        raise TinyolError(f"{board} cannot run in QEMU (its console UART is not on QEMU's {E.QEMU_MACHINE})",
+                          hint="boards QEMU runs: " + ", ".join(b for b in sorted(BOARDS) if BOARDS[b].emulated))
     if resume and state_dir is None:
         raise TinyolError("--resume needs --state DIR (where the checkpoint is)")
     n = len(ports) or emulate or twins or simulation
@@ -240,7 +267,9 @@ def cmd(ports, emulate, emulator, twins, simulation, ray_address, model, data, e
                 boards = [F.make_twin(m, f"board{i}", learn_mode=learn_mode) for i in range(n)]
             else:
                 if emulate:
-                    pool = EmulatedPool(n, model, emulator=emulator, state_dir=state_dir)
+                    pool = EmulatedPool(n, model, emulator=emulator, board=board, kernels=kernels,
+                                        state_dir=state_dir)
+                    echo(f"booted {pool.describe()}")
                     urls = pool.urls
                 else:
                     urls = [resolve_port(u) for u in ports]

@@ -61,6 +61,9 @@ def cmd(port, model_dir, board, as_json, timeout):
       tinyol info --port socket://127.0.0.1:4321 --json
       tinyol info --model models/digits --board nucleo_l432kc
     """
+    src = click.get_current_context().get_parameter_source("model_dir")
+    if port is not None and src == click.core.ParameterSource.DEFAULT_MAP:
+        model_dir = None  # tinyol.toml's model: with a device, ask the device
     if model_dir is not None:
         board = board or load_manifest(model_dir).get("board") or "nucleo_l476rg"
         plan = memory_plan(model_dir, board)
@@ -90,16 +93,21 @@ def cmd(port, model_dir, board, as_json, timeout):
         ("flags", ", ".join(info.flags) or "-"),
         ("model", f"{info.model} (hash 0x{info.model_hash:08x})"),
         ("input / latent", f"{info.input_size} int8 / {info.latent_dim}"),
-        ("head", f"{info.head_mode}, up to {info.max_classes} classes"),
+        ("head", f"autoencoder: reconstructs its {info.max_classes} inputs; a score above mean + k "
+                 "std of the scores seen is an anomaly" if info.head_mode == "autoencoder"
+         else f"{info.head_mode}, up to {info.max_classes} classes"),
         *([("adaptive stage", f"{info.stage_layers} layers, {info.stage_params} parameters, "
                               f"{_kb(info.stage_bytes)} RAM")] if info.stage_layers else []),
-        ("replay storage", f"{info.replay_bits} bit" if info.replay_bits else "-"),
+        ("replay storage", "- (an autoencoder learns each sample as it comes)"
+         if info.head_mode == "autoencoder" else f"{info.replay_bits} bit" if info.replay_bits else "-"),
         ("cpu clock", f"{info.cpu_hz / 1e6:.0f} MHz"),
         ("RAM", f"{_kb(info.ram_used)} of {_kb(info.ram_total)} (+ SRAM2 {_kb(info.ram2_used)} of {_kb(info.ram2_total)})"
          if info.ram_total else "n/a (host process)"),
         ("flash", f"{_kb(info.flash_used)} of {_kb(info.flash_total)}" if info.flash_total else "n/a (host process)"),
         ("boot count", str(info.boot_count)),
-        ("stored state", info.store + (f" (record {info.store_seq})" if info.store_seq else "")),
+        ("stored state", info.store + (f" (record {info.store_seq})" if info.store_seq else "")
+         + ("; a newer record is damaged (a save cut at its commit, or changed flash): this is an "
+            "older state than the last save" if "store_damaged" in info.flags else "")),
         ("max payload", f"{info.max_payload} bytes"),
     ]
     for k, v in rows:

@@ -26,38 +26,26 @@ cd {name}
 tinyol build                          # firmware for {board} with models/digits (see tinyol.toml)
 tinyol emulate                        # run it in QEMU; prints a socket:// URL
 tinyol stream --port socket://127.0.0.1:PORT --data digits:5-9 --train
-tinyol export my_model.keras --out models/my_model --calib ...   # then set model = "models/my_model"
+tinyol export my_model.keras --out models/my_model --calib ...   # then model = "models/my_model" in tinyol.toml
 ```
 
-`tinyol.toml` holds this project's defaults per command (board, model, port).
+`tinyol.toml` holds this project's defaults: one `model =` and `board =` for every command,
+[verb] tables for the rest (a port, a window, ...).
 `platformio.ini` builds the same firmware with PlatformIO directly
 (`pio run -e {board}`); it points at the firmware sources of the installed
 tinyol package. If you reinstall tinyol somewhere else, run `tinyol init --update .`
 Paths you type are relative to where you stand. See tinyol's docs/project.md.
 """
 
-TOML = """# tinyol settings for this project: [verb] tables of option = value
-# (command-line flags and TINYOL_<VERB>_<OPTION> environment variables override them).
-# Paths are relative to the directory you run tinyol from (this one).
+TOML = """# tinyol settings for this project (command-line flags and TINYOL_<VERB>_<OPTION>
+# environment variables override them). Paths are relative to the directory you run tinyol
+# from (this one). The two top-level lines serve every verb; [verb] tables add to them.
 
-[build]
-board = "{board}"
 model = "{model}"
-
-[flash]
 board = "{board}"
-model = "{model}"
 
 [emulate]
-board = "{board}"
-model = "{model}"
 state = "build/native-state"
-
-[stream]
-model = "{model}"
-
-[verify]
-model = "{model}"
 """
 
 GITIGNORE = ".pio/\n.pio-core/\nbuild/\n"

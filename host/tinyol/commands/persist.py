@@ -116,17 +116,23 @@ def cmd_load(port, timeout, retries, as_json):
             r = dev.load(timeout=timeout)
         except DeviceError as e:
             raise _explain(e) from None
+        damaged = "store_damaged" in dev.info.flags
     if as_json:
-        emit_json(dataclasses.asdict(r))
+        emit_json({**dataclasses.asdict(r), "newer_record_damaged": damaged})
         return
     click.echo(f"loaded record {r.seq} from slot {r.slot}: {r.samples_seen} samples seen, "
                f"{r.n_active} active outputs")
+    if damaged:
+        click.echo("warning: at boot a newer record was found damaged (a save cut at its commit, or "
+                   f"changed flash): record {r.seq} is older than the last save")
 
 
 @click.command("pull")
 @port_option()
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The .npz to write (W, b, active, metadata).")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="The .npz to write (W, b, active, metadata).  [default: MODEL-head.npz (an "
+                   "adaptive stage: MODEL-stage.npz) in the current directory, MODEL being the "
+                   "name the device reports]")
 @click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per request.")
 @retries_option
 def cmd_pull(port, out, timeout, retries):
@@ -137,10 +143,17 @@ def cmd_pull(port, out, timeout, retries):
     head_init.npz, n_classes; plus model_hash, model, head_mode, board, samples_seen.
     Example:
       tinyol pull --port socket://127.0.0.1:4321 --out head.npz
+      tinyol pull --port /dev/ttyACM0          # -> ./MODEL-head.npz
     """
-    output_file(out, "--out")
+    if out is not None:
+        output_file(out, "--out")
     with _open(port, timeout, retries) as dev:
         info = dev.info
+        if out is None:  # named after the model the device runs, where the user stands
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in info.model) or "model"
+            out = Path(f"{safe}-{'stage' if info.stage_layers else 'head'}.npz")
+            output_file(out, "--out")
+            click.echo(f"no --out given: writing {out} in the current directory ({Path.cwd()})")
         if info.stage_layers:  # an adaptive stage: the whole stage image (docs/adaptive.md)
             image = dev.get_stage()
             st = dev.stats()

@@ -17,8 +17,9 @@ from tqdm import tqdm
 
 from .._defs import Msg
 from ..checks import Number, output_file
-from ..data.datasets import check_labels, fit_layout, iter_source, load_source
+from ..data.datasets import check_labels, fit_layout, iter_source, load_source, sample_order
 from ..errors import TinyolError
+from ..learn.anomaly import score_lines
 from ..link.device import Device, Result, Stats
 from ..link.protocol import DeviceError, DeviceReset, Link
 from ..link.stream import (
@@ -37,7 +38,7 @@ from ..link.stream import (
 )
 from ..model.folder import input_q, load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
-from ..studies.plotting import plot_learning_curve
+from ..studies.plotting import plot_anomaly_scores, plot_learning_curve
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,
@@ -59,11 +60,7 @@ def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_c
     X, y, names = load_source(data, label_column=label_column)
     if input_shape is not None:
         X = fit_layout(X, input_shape, layout, where=data)
-    base = np.random.default_rng(seed).permutation(len(y)) if shuffle else np.arange(len(y))
-    base = base[:limit] if limit is not None else base  # --limit picks the rows once
-    orders = [base] + [base[np.random.default_rng(seed + e).permutation(len(base))] if shuffle
-                       else base for e in range(1, epochs)]
-    order = np.concatenate(orders)
+    order = sample_order(len(y), shuffle=shuffle, seed=seed, limit=limit, epochs=epochs)
     rows = ((int(i), X[i], int(y[i])) for i in order)
     return rows, len(order), X[order], y[order], names
 
@@ -80,12 +77,7 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo,
         for c, acc in s.class_accuracy().items():
             echo(f"  class {name(c):>4}  {acc:.4f}  ({s.per_class[c][1]} samples)")
     if autoencoder or s.anomaly_counts or s.flagged:
-        echo(f"anomalies    {s.flagged} flagged")
-        if s.anomaly_counts:
-            rate = lambda v, what: (f"{v:.4f}" if math.isfinite(v)  # noqa: E731
-                                    else f"n/a (no {what} samples in the stream)")
-            echo(f"  detection rate {rate(s.detection_rate, 'anomalous')}, false positive rate "
-                 f"{rate(s.false_positive_rate, 'normal')} (label 0 = normal)")
+        print_anomaly_summary(s, echo)
     echo(f"throughput   {s.samples_per_s:.1f} samples/s, {s.bytes_per_s:.0f} bytes/s "
          f"({s.bytes_out} out, {s.bytes_in} in, {s.seconds:.2f} s)")
     rto = f", resend timeout {s.rto * 1e3:.0f} ms" if s.rto else ""
@@ -103,6 +95,32 @@ def print_summary(s: Summary, names: list[str] | None = None, echo=click.echo,
             echo(f"device       {s.device_samples_seen} samples learned in total{source}{classes}{replay}")
     for k, v in s.rejected.items():
         echo(f"rejected     {v} x {k}")
+
+
+def print_anomaly_summary(s: Summary, echo=click.echo) -> None:
+    """An autoencoder's part of the summary: the device's threshold and settings, the
+    detections (against the labels when the stream has them) and the score statistics."""
+    rate = lambda v, what: (f"{v:.4f}" if math.isfinite(v)  # noqa: E731
+                            else f"n/a (no {what} samples in the stream)")
+    if s.threshold is not None:
+        k = f"mean + {s.threshold_k:g} std" if s.threshold_k is not None else "mean + k std"
+        warm = f", after a warm-up of {s.warmup} samples" if s.warmup is not None else ""
+        now = (f"{s.threshold:.4g}" if math.isfinite(s.threshold)
+               else "none yet (still warming up)")
+        echo(f"threshold    {now} on the device now ({k} of the normal scores it has seen{warm}; "
+             "tinyol set --threshold-k changes k)")
+    rows = ", ".join(str(r) for r in s.flagged_rows)
+    more = ", ..." if s.flagged > len(s.flagged_rows) else ""
+    echo(f"anomalies    {s.flagged} flagged" + (f" (rows {rows}{more})" if s.flagged else ""))
+    if s.anomaly_counts:
+        d = s.detection
+        echo(f"  {d['tp']} true, {d['fp']} false alarms, {d['fn']} missed after the warm-up (label 0 = normal): "
+             f"precision {rate(d['precision'], 'flagged')}, recall {rate(d['recall'], 'anomalous')}, "
+             f"F1 {rate(d['f1'], 'anomalous')}, false positive rate {rate(d['false_positive_rate'], 'normal')}")
+    if s.scores and s.scores.get("all"):
+        echo("scores       reconstruction MSE of this stream's samples")
+        for line in score_lines(s.scores):
+            echo("  " + line)
 
 
 def _check_out_path(path, what: str) -> None:
@@ -240,6 +258,9 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                 lab = "" if r.label is None else f" label={r.label}"
                 if r.error:  # the device refused it: no prediction to show
                     echo(f"{r.index} refused ({r.error}){lab}")
+                elif r.autoencoder:
+                    echo(f"{r.index} anomaly={r.prediction} score={r.score:.4g} "
+                         f"threshold={r.threshold:.4g}{lab}")
                 else:
                     echo(f"{r.index} prediction={r.prediction} confidence={r.confidence:.4f}{lab}")
             if bar is not None:
@@ -263,6 +284,13 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             if plot and st.records and st.summary.per_class:
                 plot_learning_curve(st.records, plot, title=title or f"{mode}: {data} on {dev.info.board}",
                                     class_names=names)
+            elif plot and st.records and dev.info.head_mode == "autoencoder":
+                ok = [r for r in st.records if r.score is not None]
+                if ok:
+                    plot_anomaly_scores([r.score for r in ok], [r.threshold for r in ok],
+                                        [r.prediction == 1 for r in ok],
+                                        None if any(r.label is None for r in ok) else [r.label for r in ok],
+                                        plot, title=title or f"{mode}: {data} on {dev.info.board}")
     return st.summary, st.records
 
 
@@ -307,7 +335,8 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
 @click.option("--log", type=click.Path(dir_okay=False), default=None,
               help="Write one JSON record per sample (jsonl).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
-              help="Save the accuracy curve (overall and per class) as PNG.")
+              help="Save the accuracy curve (overall and per class) as PNG; for an autoencoder, "
+                   "each sample's score against the threshold it met, flagged samples marked.")
 @model_option()
 @click.option("--encoding", type=click.Choice(["int8", "float32"]), default="int8", show_default=True,
               help="int8: quantized on the host (4x less traffic); float32: on the device.")
@@ -365,8 +394,9 @@ def cmd(port, data, prefill, prefill_limit, epochs, layout, mode, limit, shuffle
     if as_json:
         emit_json(_clean(summary.as_dict()))
     else:
-        print_summary(summary, autoencoder=load_manifest(model)["head"]["mode"] == "autoencoder")
-        if plot and summary.per_class:
+        autoencoder = load_manifest(model)["head"]["mode"] == "autoencoder"
+        print_summary(summary, autoencoder=autoencoder)
+        if plot and (summary.per_class or autoencoder and summary.samples):
             click.echo(f"plot         {plot}")
         if log:
             click.echo(f"log          {log}")

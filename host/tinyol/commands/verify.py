@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..boards import BOARDS
 from ..checks import U32_MAX
 from ..data.datasets import load_source
 from ..errors import TinyolError
@@ -84,6 +85,7 @@ def cmd(port, model, n, data, random_inputs, seed, window, as_json):
     with Device.open(resolve_port(port)) as dev:
         got = embed_all(dev, Xq, manifest, window=window)
         board = dev.info.board
+        simd = "simd_kernels" in dev.info.flags
     want = run_tflm(tflite, Xq.reshape((len(Xq),) + tuple(manifest["input"]["shape"])))
     want = want.reshape(len(Xq), -1)
     res = compare_latents(got, want)
@@ -102,5 +104,21 @@ def cmd(port, model, n, data, random_inputs, seed, window, as_json):
     if res["mismatched_samples"]:
         raise TinyolError(f"{res['mismatched_samples']} of {res['samples']} latents differ from TFLM "
                           f"(first at inputs {res['first_mismatches'][:5]})",
-                          hint="the firmware's backbone is not bit-exact: rebuild with --kernels ref "
-                               "to narrow it down, and report it")
+                          hint=_narrow_down(board, str(model), simd))
+
+
+def _narrow_down(board: str, model: str, simd: bool) -> str:
+    """What to run next when the device's latents differ: the same model on the reference
+    kernels (`emulate`/`flash` --kernels ref), so SIMD kernels (or an emulator's DSP
+    instructions) and the rest can be told apart."""
+    if not simd:
+        return ("the firmware's backbone (reference kernels) is not bit-exact: report it, with the "
+                "model folder and this output")
+    if board in BOARDS:
+        where = (f"`tinyol emulate --kernels ref --model {model} --board {board} --emulator renode` "
+                 f"(or qemu), on the board `tinyol flash --kernels ref --model {model} --board {board}`")
+    else:
+        where = f"`tinyol emulate --kernels ref --model {model} --emulator native`"
+    return (f"the backbone runs the SIMD kernels: start it with the reference ones ({where}) and "
+            "verify again; "
+            "exact with ref means the SIMD path, or the emulator's DSP instructions, is at fault: report it")

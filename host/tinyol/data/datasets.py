@@ -20,14 +20,22 @@ A *source spec* is a short string:
                           stride 50), X [N,100,6] channels last. ``@train``/``@test`` split by
                           SUBJECT (train 1-7, test 8-10: new users). The file ships inside the
                           `seglearn` wheel (``pip install --no-deps seglearn``: the data is enough)
+``kdd135``                KDD-TSAD 135 (UCR anomaly archive, SIGKDD 2021 competition: "InternalBleeding16",
+                          the heart rate of a patient with internal bleeding, 7,501 points, one labelled
+                          anomaly at points 4187-4198): windows of 64 points, stride 4, scaled with the
+                          training part's min and max to about [0, 1], label 1 if the window overlaps
+                          the anomaly. Split in time: ``@train`` points 0-1199 (the series' own normal
+                          training part), ``@val`` 1200-2999 (normal: for choosing a threshold),
+                          ``@test`` 3000-7500 (holds the anomaly); no split = the whole series. The file
+                          ships inside the `aeon` wheel, as BasicMotions's
 ``sensor``                synthetic vibration windows, normal machine only (label 0)
 ``sensor:anomalies``      normal and faulty windows mixed (label 1 = anomalous)
 ``path/to/file.csv``      feature columns + one integer label column (header optional)
 ``path/to/file.npz``      arrays ``X`` [N,...] and ``y`` [N] (optional ``class_names``)
 ``-``                     stdin, one sample a line: comma/space separated floats, last = label
 
-``@train``/``@test`` work on every source except ``-`` (``watch`` splits by subject, the others
-by a stratified random split). Labels are never renumbered: a filtered
+``@train``/``@test`` work on every source except ``-`` (``watch`` splits by subject, ``kdd135`` in
+time (it also has ``@val``), the others by a stratified random split). Labels are never renumbered: a filtered
 source keeps the original class numbers, and ``class_names[label]`` is always that label's name.
 """
 from __future__ import annotations
@@ -61,7 +69,12 @@ SENSOR_N_NORMAL = 1000
 SENSOR_N_ANOMALOUS = 300
 SENSOR_SEED = 20260701
 
-BUILTIN = ("digits", "sensor", "basicmotions", "watch", "vowels")
+BUILTIN = ("digits", "sensor", "basicmotions", "watch", "vowels", "kdd135")
+
+# KDD-TSAD 135: 64-point windows every 4 points; the split points of the series (in points)
+KDD135_WINDOW = 64
+KDD135_STRIDE = 4
+KDD135_SPLITS = {"train": (0, 1200), "val": (1200, 3000), "test": (3000, None)}
 
 # seglearn's watch set: 2 s windows at 50 Hz, half-overlapping; subjects 8-10 are `@test`.
 WATCH_WINDOW = 100
@@ -91,7 +104,7 @@ def _parse_classes(text: str, spec: str) -> list[int]:
 def split_spec(spec: str) -> tuple[str, str | None, str | None]:
     """Split ``name[:filter][@train|@test]`` into (name, filter, split)."""
     base, split = spec, None
-    for s in ("@train", "@test"):
+    for s in ("@train", "@test", "@val"):
         if spec.endswith(s):
             base, split = spec[: -len(s)], s[1:]
             break
@@ -314,6 +327,37 @@ def watch_windows() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
             [str(n) for n in d["y_labels"]])
 
 
+def kdd135_series() -> tuple[np.ndarray, np.ndarray]:
+    """KDD-TSAD 135 as shipped in the `aeon` wheel: the whole series (7,501 float64 values) and
+    its point labels (1 = the anomaly). Read from the package's CSV; aeon is not imported."""
+    spec = importlib.util.find_spec("aeon")
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / "KDD-TSAD_135" / \
+        "135_UCR_Anomaly_InternalBleeding16_TEST.csv" \
+        if spec is not None and spec.submodule_search_locations else None
+    if path is None or not path.is_file():
+        raise TinyolError("the kdd135 series ships inside the `aeon` package, which is not installed",
+                          hint="pip install --no-deps aeon  (its data files are enough)")
+    d = np.loadtxt(path, delimiter=",", skiprows=1)  # timestamp, value, is_anomaly
+    return d[:, 1], d[:, 2].astype(np.int64)
+
+
+def kdd135_windows(split: str | None = None, stride: int = KDD135_STRIDE
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows of KDD-TSAD 135: X [N, 64] float32 scaled by the training part's min/max,
+    y [N] (1 = the window overlaps the labelled anomaly), start [N] (first point of each window).
+    `split`: None (the whole series), "train", "val" or "test" (KDD135_SPLITS, in points: a
+    window lies wholly inside its part)."""
+    v, lab = kdd135_series()
+    a, b = KDD135_SPLITS["train"]
+    lo, hi = v[a:b].min(), v[a:b].max()
+    start, stop = (0, len(v)) if split is None else KDD135_SPLITS[split]
+    stop = len(v) if stop is None else stop
+    starts = np.arange(start, stop - KDD135_WINDOW + 1, stride)
+    X = np.stack([(v[i:i + KDD135_WINDOW] - lo) / (hi - lo) for i in starts]).astype(np.float32)
+    y = np.array([int(lab[i:i + KDD135_WINDOW].any()) for i in starts], np.int64)
+    return X, y, starts
+
+
 def _sensor(flt: str | None, spec: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     names = ["normal", "anomalous"]
     if flt in (None, "", "normal"):
@@ -434,19 +478,25 @@ def load_source(spec: str, *, label_column: str | int | None = None,
     elif name == "sensor":
         X, y, names = _sensor(flt, spec)
         flt = None
+    elif name == "kdd135":
+        X, y, _ = kdd135_windows(split)
+        names, split = ["normal", "anomalous"], None
     else:
         if not os.path.exists(name):
             raise TinyolError(f"data source {name!r} not found",
                               hint="give a CSV/NPZ file, `-` for stdin, or one of: "
                                    "digits[:a-b][@train|@test], basicmotions[:a-b][@train|@test], "
                                    "watch[:a-b][@train|@test], vowels[:a-b][@train|@test], "
-                                   "sensor[:anomalies]")
+                                   "kdd135[@train|@val|@test], sensor[:anomalies]")
         if os.path.isdir(name):
             raise TinyolError(f"data source {name!r} is a directory, not a CSV/NPZ file")
         if name.lower().endswith(".npz"):
             X, y, names = _npz(name)
         else:
             X, y, names = _csv(name, label_column)
+    if split == "val":
+        raise TinyolError(f"{spec}: only kdd135 has a @val part",
+                          hint="use @train or @test (a stratified split) for this source")
     X, y = _validate(X, y, name)
     if names is None:
         names = [str(i) for i in range(int(y.max()) + 1)]
@@ -462,6 +512,18 @@ def load_source(spec: str, *, label_column: str | int | None = None,
     if len(y) == 0:
         raise TinyolError(f"{spec}: no samples left after filtering")
     return X, y, names
+
+
+def sample_order(n: int, *, shuffle: bool = False, seed: int = 0, limit: int | None = None,
+                 epochs: int = 1) -> np.ndarray:
+    """The rows a stream sends, in order (`tinyol stream` and `tinyol simulate` alike): the
+    source order, or with `shuffle` a permutation by `seed`; `limit` keeps the first rows of
+    that order once; each further epoch sends those rows again, reshuffled with seed + epoch."""
+    base = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    base = base[:limit] if limit is not None else base
+    orders = [base] + [base[np.random.default_rng(seed + e).permutation(len(base))] if shuffle
+                       else base for e in range(1, epochs)]
+    return np.concatenate(orders)
 
 
 def parse_line(line: str, where: str = "stdin") -> tuple[np.ndarray, int] | None:

@@ -14,7 +14,7 @@ import numpy as np
 from .._defs import SETTING_TYPE, Msg, Setting
 from ..errors import TinyolError
 from ..model.folder import quantize  # noqa: F401  (tinyol.link.device.quantize, as before)
-from .protocol import DeviceReset, Info, Link
+from .protocol import Info, Link
 
 INPUT_INT8, INPUT_FLOAT32 = 0, 1
 FLAG_LEARNED, FLAG_NEW_CLASS, FLAG_ANOMALY = 0x01, 0x02, 0x04
@@ -183,7 +183,6 @@ class Device:
         # the handshake does not wait a slow request's timeout (e.g. SAVE's 30 s): a port
         # without a tinyol device behind it is named within seconds
         self.info: Info = link.info(timeout=min(link.timeout, 0.5))
-        self._boot = self.info.boot_count
 
     @classmethod
     def open(cls, url: str, **kw) -> "Device":
@@ -199,17 +198,6 @@ class Device:
         self.close()
 
     # ---- session integrity -------------------------------------------------------------
-    def check_same_boot(self) -> None:
-        """Raise DeviceReset if the device rebooted since this session began."""
-        info = self.link.info()
-        if info.boot_count != self._boot or any(l.startswith("tinyol boot") for l in self.link.boot_lines):
-            self.link.boot_lines.clear()
-            old, self._boot = self._boot, info.boot_count
-            raise DeviceReset(
-                f"the device reset during the session (boot counter {old} -> {info.boot_count}); "
-                "its learned state since the last save is gone",
-                hint="restart the stream; results before and after the reset are not comparable")
-
     # ---- messages -------------------------------------------------------------------------
     def _input(self, x, encoding: str) -> bytes:
         x = np.asarray(x)

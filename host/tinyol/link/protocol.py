@@ -202,7 +202,8 @@ def diagnose(what: str, attempts: int, obs: Observed, url: str = "") -> tuple[st
 # ---- INFO -------------------------------------------------------------------------
 
 INFO_FIXED = struct.Struct("<BBHIIIIIIIIIIHHHBB")
-INFO_FLAGS = {0x01: "emulated", 0x02: "test_build", 0x04: "simd_kernels", 0x08: "has_model"}
+INFO_FLAGS = {0x01: "emulated", 0x02: "test_build", 0x04: "simd_kernels", 0x08: "has_model",
+              0x10: "store_damaged"}   # boot skipped a damaged record newer than the one it restored
 HEAD_MODES = {0: "classifier", 1: "autoencoder"}
 # what the persistent store gave at boot (INFO's tail; docs/persistence.md)
 STORE_STATES = ("none", "unavailable", "empty", "loaded", "foreign", "rejected")

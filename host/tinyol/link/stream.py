@@ -19,9 +19,10 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .._defs import Msg, Status
+from .._defs import Msg, Setting, Status
 from ..data.datasets import load_source
 from ..errors import TinyolError
+from ..learn.anomaly import detection, score_stats
 from ..model.folder import check_device_model, input_q, load_manifest, quantize
 from ..targets import emulator
 from ..targets.firmware import BuildConfig, build
@@ -30,6 +31,7 @@ from .pipeline import DEFAULT_WINDOW, DEVICE_CACHE, NOT_YET, UART_BAUD, Completi
 from .protocol import DeviceError, DeviceGone, DeviceReset, Info, Link, LinkTimeout
 
 MODES = ("train", "eval", "predict")
+FLAGGED_ROWS = 20  # flagged samples whose rows the summary keeps
 
 
 # --------------------------------------------------------------------------- live sources
@@ -121,14 +123,38 @@ class Record:
     latency: float
     error: str | None = None
     samples_seen: int | None = None
+    autoencoder: bool = False  # the reply's floats are the score and the threshold it met
+
+    @property
+    def score(self) -> float | None:
+        """Autoencoder: the anomaly score (reconstruction MSE); None for a classifier."""
+        return self.confidence if self.autoencoder else None
+
+    @property
+    def threshold(self) -> float | None:
+        """Autoencoder: the threshold the score was compared with (inf during the warm-up)."""
+        return self.loss if self.autoencoder else None
 
     def json(self) -> str:
-        d = {k: v for k, v in self.__dict__.items()}
-        for k in ("confidence", "loss"):
-            if d[k] is not None and not math.isfinite(d[k]):
-                d[k] = None
-        d["latency"] = round(self.latency, 6)
-        return json.dumps(d)
+        return json.dumps(log_record(self.__dict__, self.autoencoder))
+
+
+def log_record(r: dict, autoencoder: bool) -> dict:
+    """One line of a per-sample log (stream --log, simulate --log): a classifier's floats are
+    `confidence` and `loss`, an autoencoder's `score` and `threshold` (its `prediction` is the
+    anomaly flag, 1 or 0); floats that are not finite (a threshold during the warm-up) are null."""
+    keys = ("index", "label", "prediction", "confidence", "loss", "learned", "new_class",
+            "latency", "error", "samples_seen")
+    d = {k: r[k] for k in keys if k in r}
+    for k in ("confidence", "loss"):
+        if d.get(k) is not None and not math.isfinite(d[k]):
+            d[k] = None
+    if "latency" in d:
+        d["latency"] = round(d["latency"], 6)
+    if autoencoder:
+        d = {("score" if k == "confidence" else "threshold" if k == "loss" else k): v
+             for k, v in d.items()}
+    return d
 
 
 @dataclass
@@ -155,7 +181,18 @@ class Summary:
     damaged: int = 0                # damaged frames seen by the host or reported by the device
     # autoencoder heads: samples flagged as anomalies; with labels (0 normal, else anomalous)
     flagged: int = 0
-    anomaly_counts: dict = field(default_factory=dict)  # "tp", "fp", "tn", "fn"
+    anomaly_counts: dict = field(default_factory=dict)  # "tp", "fp", "tn", "fn" after the warm-up
+    flagged_rows: list = field(default_factory=list)    # source rows of the first flagged samples
+    threshold: float | None = None       # the device's threshold after the stream (STATS)
+    threshold_k: float | None = None     # its settings: mean + k std, after a warm-up of
+    warmup: int | None = None            # this many samples
+    scores: dict | None = None           # learn.anomaly.score_stats of this stream's scores
+
+    @property
+    def detection(self) -> dict:
+        """Precision, recall, F1, false-positive rate of the flags against the labels."""
+        c = self.anomaly_counts
+        return detection(c.get("tp", 0), c.get("fp", 0), c.get("fn", 0), c.get("tn", 0))
 
     @property
     def detection_rate(self) -> float:
@@ -200,6 +237,10 @@ class Summary:
             "damaged": self.damaged,
             "flagged": self.flagged, "anomaly_counts": self.anomaly_counts,
             "detection_rate": self.detection_rate, "false_positive_rate": self.false_positive_rate,
+            **({"precision": self.detection["precision"], "recall": self.detection["recall"],
+                "f1": self.detection["f1"]} if self.anomaly_counts else {}),
+            "flagged_rows": self.flagged_rows, "threshold": self.threshold,
+            "threshold_k": self.threshold_k, "warmup": self.warmup, "scores": self.scores,
         }
 
 
@@ -252,7 +293,8 @@ class Stream:
                             Status.ERR_ARG, Status.ERR_UNSUPPORTED):
                 e = DeviceError(c.status, c.msg)
                 raise TinyolError(f"row {index}: {e}") from None
-            return Record(index, label, None, None, None, False, False, c.latency, name)
+            return Record(index, label, None, None, None, False, False, c.latency, name,
+                          autoencoder=self.info.head_mode == "autoencoder")
         r = Result.parse(c.payload)
         if self.mode == "train" and r.learned:
             # the device learns in send order (ERR_ORDER refuses a SAMPLE past a gap), but a
@@ -266,15 +308,20 @@ class Stream:
                     hint="restart the stream; results before and after a reset are not comparable")
             self._counters.add(r.samples_seen)
             self._last_seen = max(self._last_seen, r.samples_seen)
-        return Record(index, label, r.prediction, r.value, r.loss if self.mode == "train" else None,
-                      r.learned, r.new_class, c.latency, None, r.samples_seen)
+        ae = self.info.head_mode == "autoencoder"
+        return Record(index, label, r.prediction, r.value,
+                      r.loss if self.mode == "train" or ae else None,
+                      r.learned, r.new_class, c.latency, None, r.samples_seen, ae)
 
     def _count(self, rec: Record) -> None:
         s = self.summary
         s.samples += 1
         if self.info.head_mode == "autoencoder" and rec.prediction is not None:
             s.flagged += int(rec.prediction == 1)
-            if rec.label is not None:
+            if rec.prediction == 1 and len(s.flagged_rows) < FLAGGED_ROWS:
+                s.flagged_rows.append(rec.index)
+            if rec.label is not None and rec.threshold is not None and math.isfinite(rec.threshold):
+                # counted after the warm-up, as `tinyol simulate` counts (nothing is flagged in it)
                 key = ("t" if (rec.prediction == 1) == (rec.label != 0) else "f") + \
                       ("p" if rec.prediction == 1 else "n")
                 s.anomaly_counts[key] = s.anomaly_counts.get(key, 0) + 1
@@ -350,6 +397,10 @@ class Stream:
                 raise e2 from None
             raise
         self._finish(s, t0, b_out, b_in, r0, pipe)
+        if self.info.head_mode == "autoencoder":
+            ok = [r for r in self.records if r.score is not None]
+            s.scores = score_stats([r.score for r in ok],
+                                   None if any(r.label is None for r in ok) else [r.label for r in ok])
         try:
             self._account(s, st0, alive=True)
         except KeyboardInterrupt:
@@ -389,6 +440,13 @@ class Stream:
         s.device_classes = st1.n_active
         if st1.replay_capacity:
             s.replay_fill = f"{st1.replay_fill}/{st1.replay_capacity}"
+        if self.info.head_mode == "autoencoder":
+            s.threshold = st1.threshold
+            try:
+                s.threshold_k = float(self.device.get(Setting.THRESHOLD_K))
+                s.warmup = int(self.device.get(Setting.WARMUP))
+            except TinyolError:  # older firmware, or the link failed: the counts still stand
+                pass
 
 
 # --------------------------------------------------------------------------- resume

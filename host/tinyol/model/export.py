@@ -392,10 +392,6 @@ def quantize_backbone(backbone, X: np.ndarray) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # memory budget (the numbers come from tinyol.memory, the model the build and `tinyol info` share)
 
-def replay_entry_bytes(dim: int, bits: int) -> int:
-    return (dim * bits + 7) // 8 + 2
-
-
 def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, arena_bytes: int,
                  replay_capacity: int, replay_bits: int, replay_n_new: int, replay_n_old: int,
                  momentum: float, flash_model_bytes: int = 0, stage=None):
@@ -663,7 +659,7 @@ class ExportSettings:
     board: str | None = None            # check the fit, size the replay buffer for it
     class_names: list[str] | None = None
     mode: str = "auto"                  # auto, classifier or autoencoder
-    name: str | None = None             # default: the model file's stem
+    name: str | None = None             # default: the --out folder's name (model_name)
     label_column: object = None         # of a CSV calibration source
     replay_capacity: int | None = None  # None: the largest that fits --board
     replay_bits: int = DEFAULT_LEARNER["replay_bits"]
@@ -733,6 +729,24 @@ class ExportSettings:
             raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
 
 
+MODEL_NAME_MAX = 32  # characters; the device reports it in INFO and its boot line
+
+
+def model_name(given: str | None, out_dir, src_path: Path) -> str:
+    """The name the device reports (INFO, boot line, `tinyol info`): `given` (--name) if set,
+    else the --out folder's name, so two exports of one .keras into two folders are told
+    apart by name, not only by hash (the .keras stem when the folder has no usable name)."""
+    if given is not None:
+        if not given or len(given) > MODEL_NAME_MAX or not all(c.isascii() and c.isprintable()
+                                                               and c not in '"\\' for c in given):
+            raise TinyolError(f"--name {given!r}: a model name is 1-{MODEL_NAME_MAX} printable ASCII "
+                              "characters (no quotes or backslashes)")
+        return given
+    folder = Path(out_dir).resolve().name
+    clean = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in folder)
+    return clean[:MODEL_NAME_MAX].strip("._") or src_path.stem[:MODEL_NAME_MAX]
+
+
 def export_model(model_path: str, out_dir: str, settings: ExportSettings | None = None, *,
                  echo: Echo = lambda s: None, **kw) -> dict:
     """Export a Keras model (.keras/.h5) or an int8 .tflite backbone to ``out_dir``.
@@ -757,7 +771,7 @@ def export_model(model_path: str, out_dir: str, settings: ExportSettings | None 
     if not src_path.exists():
         raise TinyolError(f"model file {model_path!r} not found")
     source = src_path.name
-    s = replace(s, name=s.name or src_path.stem)
+    s = replace(s, name=model_name(s.name, out_dir, src_path))
     final = Path(out_dir)
     created = [d for d in [final, *final.parents] if not d.exists()]
     final.mkdir(parents=True, exist_ok=True)

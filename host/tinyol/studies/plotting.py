@@ -83,3 +83,48 @@ def plot_learning_curve(records, path, *, title: str = "prequential accuracy", w
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def plot_anomaly_scores(scores, thresholds, flags, labels=None, path="scores.png", *,
+                        title: str = "anomaly score") -> Path:
+    """Write a PNG of an anomaly run over time: each sample's score (log scale), the threshold
+    it was compared with (a step line; none drawn during the warm-up, where it is infinite),
+    flagged samples as red dots and, with labels, labelled anomalies shaded.
+
+    scores, thresholds: float [N] (the device's reply or the twin's); flags: bool [N]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = np.asarray(scores, np.float64)
+    t = np.asarray([np.nan if v is None else v for v in thresholds], np.float64)
+    f = np.asarray(flags, bool)
+    if not len(s):
+        raise TinyolError("no scores to plot")
+    x = np.arange(1, len(s) + 1)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    if labels is not None:
+        a = np.asarray([0 if v is None else v for v in labels]) != 0
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], a.astype(int), [0]])))
+        for k, (lo, hi) in enumerate(zip(edges[::2], edges[1::2])):
+            ax.axvspan(lo + 0.5, hi + 0.5, color="orange", alpha=0.25,
+                       label="labelled anomaly" if k == 0 else None)
+    pos = s > 0
+    ax.plot(x[pos], s[pos], lw=0.8, color="tab:blue", label="score")
+    t = np.where(np.isfinite(t), t, np.nan)
+    ax.step(x, t, where="post", lw=1.2, color="black", label="threshold (mean + k std)")
+    if f.any():
+        ax.plot(x[f & pos], s[f & pos], "o", ms=3.5, color="red", label=f"flagged ({int(f.sum())})")
+    ax.set_yscale("log")
+    ax.set_xlabel("sample")
+    ax.set_ylabel("score (reconstruction MSE)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -11,6 +11,10 @@ Models:
 ``anomaly``           dense autoencoder over 640-value sensor windows (the MLPerf Tiny FC-AE
                       encoder 640-128x4-8, decoder 128x3), its last hidden layer narrowed to 8
                       so that the trainable head (8 -> 640 reconstruction) fits in an STM32L4's RAM.
+``kdd135``            dense autoencoder over 64-point windows of a real heart-rate series with a
+                      labelled anomaly (KDD-TSAD 135, from the aeon wheel), written as a user
+                      would: keras.Sequential 64-32-8-32 backbone, Dense(64) reconstruction head;
+                      trained on the series' normal training part (docs/anomaly.md).
 ``imu``               Conv1D network on BasicMotions (6-axis smart-watch IMU, 100 steps; from the
                       aeon wheel), trained on Standing/Running/Walking; the device learns Badminton
                       (docs/tutorial.md). Global average pooling over time is written as
@@ -93,6 +97,17 @@ def anomaly_model(width: int = 128, bottleneck: int = 8, latent: int = 8, n_in: 
     x = L.Dense(latent, activation="relu", name="dec4")(x)
     out = L.Dense(n_in, name="head")(x)  # reconstruction
     return keras.Model(inp, out, name="anomaly")
+
+
+def kdd135_model(n_in: int = 64):
+    """keras.Sequential autoencoder 64-32-8-32 (relu), Dense(64) reconstruction head."""
+    keras = _keras()
+    L = keras.layers
+    return keras.Sequential([keras.Input((n_in,), name="window"),
+                             L.Dense(32, activation="relu", name="enc"),
+                             L.Dense(8, activation="relu", name="code"),
+                             L.Dense(32, activation="relu", name="dec"),
+                             L.Dense(n_in, name="head")], name="kdd135")
 
 
 def ds_cnn_model(n_classes: int = 12, filters: int = 64):
@@ -252,6 +267,24 @@ def _train_anomaly(model) -> dict:
             "train_mse": round(float(np.mean((model.predict(Xtr, verbose=0) - Xtr) ** 2)), 6)}
 
 
+def _train_kdd135(model) -> dict:
+    """Train on every window of the normal training part (stride 1: 1,137 windows; the source
+    `kdd135@train` has every 4th), score the validation and test parts."""
+    keras = _keras()
+    from sklearn.metrics import roc_auc_score
+
+    from ..data.datasets import kdd135_windows
+
+    Xtr, _, _ = kdd135_windows("train", stride=1)
+    model.compile(optimizer=keras.optimizers.Adam(0.002), loss="mse")
+    model.fit(Xtr, Xtr, epochs=200, batch_size=32, shuffle=True, verbose=0)
+    mse = lambda X: np.mean((model.predict(X, verbose=0) - X) ** 2, axis=1)  # noqa: E731
+    Xte, yte, _ = load_source("kdd135@test")
+    return {"train_windows": int(len(Xtr)), "train_mse": round(float(np.mean(mse(Xtr))), 6),
+            "val_mse": round(float(np.mean(mse(load_source("kdd135@val")[0]))), 6),
+            "test_auc_float": round(float(roc_auc_score(yte, mse(Xte))), 4)}
+
+
 def _random(seed: int):
     def train(model) -> dict:
         _randomize_bn(model, seed)
@@ -267,6 +300,8 @@ RECIPES: dict[str, Recipe] = {
         Recipe("anomaly", anomaly_model, _train_anomaly, "sensor@train",
                dict(board="nucleo_l476rg", replay_capacity=0),  # replaying latents needs their targets: off
                save_keras=False),  # 0.8 MB of float weights; training is deterministic
+        Recipe("kdd135", kdd135_model, _train_kdd135, "kdd135@train",
+               dict(board="nucleo_l476rg", replay_capacity=0)),  # an autoencoder: no replay
         Recipe("imu", imu_model, _train_imu, "basicmotions:0-2@train",
                dict(max_classes=8, board="nucleo_l476rg")),  # replay: the largest that fits
         Recipe("ds_cnn", ds_cnn_model, _random(SEED + 1), None,

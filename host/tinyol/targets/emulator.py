@@ -32,6 +32,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def shown_path(path: Path) -> str:
+    """A firmware image as messages name it: relative to the current folder when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def qemu_binary() -> str:
     path = shutil.which("qemu-system-arm")
     if not path:
@@ -103,6 +111,15 @@ class Target:
             raise TinyolError(f"emulated target did not exit within {timeout} s") from None
 
     def stop(self) -> int | None:
+        try:
+            return self._stop()
+        finally:
+            lock = getattr(self, "state_lock", None)
+            if lock is not None:            # the --state folder is free again
+                unlock_state(lock)
+                self.state_lock = None
+
+    def _stop(self) -> int | None:
         if self.proc is None:
             return None
         monitor = getattr(self, "monitor", None)
@@ -204,9 +221,89 @@ def _port_listening(port: int) -> bool:
     return any(want in line and line.split()[3] == "0A" for line in text.splitlines()[1:])
 
 
+FLASH_IMAGE = "flash.bin"    # a --state folder's flash (native: flash_native.c; Renode: flash.py)
+
+
+_LOCKED: dict[int, str] = {}   # descriptor -> folder, held by this process (POSIX locks are per process)
+
+
+def lock_state(folder: Path) -> int:
+    """Lock `folder`/lock as the native target does (a POSIX record lock): one target per
+    --state folder, in this process or another. Returns the descriptor that holds the lock
+    (`unlock_state` frees it)."""
+    import fcntl
+    folder.mkdir(parents=True, exist_ok=True)
+    where = str(folder.resolve())
+    busy = TinyolError(f"state folder {folder} is in use by another target; one target per --state folder",
+                       hint="stop the other target, or give this one another --state folder")
+    if where in _LOCKED.values():
+        raise busy
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise busy from None
+    _LOCKED[fd] = where
+    return fd
+
+
+def unlock_state(fd: int) -> None:
+    _LOCKED.pop(fd, None)
+    os.close(fd)
+
+
+NATIVE_IMAGE_BYTES = 128 * 1024 // 8 * 9   # flash_native.c: its 128 KB store and a state byte per double-word
+
+
+def image_bytes(emulator: str, board: str) -> int:
+    """Size of the flash.bin a target of `emulator` keeps in its --state folder."""
+    return NATIVE_IMAGE_BYTES if emulator == "native" or board == NATIVE else rn.image_bytes(board)
+
+
+def check_state(folder: Path, emulator: str, board: str) -> None:
+    """Before a build: the --state folder is free and its flash.bin (if any) fits the target,
+    so a wrong folder is named at once (the target checks both again when it starts)."""
+    what = "the native target" if emulator == "native" or board == NATIVE else f"the {board} store in Renode"
+    _check_image(Path(folder) / FLASH_IMAGE, image_bytes(emulator, board), what)
+    if Path(folder).is_dir():
+        unlock_state(lock_state(Path(folder)))
+
+
+def _check_image(image: Path, nbytes: int, what: str) -> None:
+    if image.exists() and image.stat().st_size != nbytes:
+        raise TinyolError(f"{image} has {image.stat().st_size:,} bytes, but {what} takes {nbytes:,} "
+                          f"({nbytes // 9 * 8 // 1024} KB and a state byte per double-word): "
+                          "another board's flash, or not a flash image",
+                          hint="move it away (the board then starts with an erased flash) "
+                               "or give another --state folder")
+
+
+def flash_image(folder: Path, nbytes: int, what: str) -> Path:
+    """`folder`/flash.bin of `nbytes` bytes: checked when it exists (a wrong size is refused,
+    never wiped), else created erased (0xFF, every double-word erased), written aside and
+    renamed into place."""
+    image = folder / FLASH_IMAGE
+    if image.exists():
+        _check_image(image, nbytes, what)
+        return image
+    store = nbytes // 9 * 8
+    tmp = image.with_name(FLASH_IMAGE + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(b"\xff" * store + bytes(store // 8))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, image)
+    return image
+
+
 def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: float = 600.0,
-                 renode: str | None = None, imu: bool = False) -> Target:
+                 renode: str | None = None, imu: bool = False, state_dir: Path | None = None) -> Target:
     """Boot `elf` on `board` in Renode (mcu/renode/<board>.resc), headless, under a time limit.
+
+    With `state_dir`, the board's flash store lives in `state_dir`/flash.bin (created erased;
+    flash.py reads it at start and writes every change through), so it survives Renode
+    restarts as it survives a machine reset; the folder is locked while the target runs.
 
     Renode's Monitor runs on a pipe that the returned Target holds open (`t.monitor`,
     tinyol.targets.renode.Monitor): it keeps serving whether or not our stdin is a terminal, and
@@ -218,7 +315,18 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     t.board = board  # its console UART is the peripheral tests may feed through the Monitor
     t.tmpdir = tempfile.TemporaryDirectory(prefix="tinyol-renode-")
     log = Path(t.tmpdir.name) / "renode.log"
-    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu)
+    store = None
+    if state_dir is not None:
+        folder = Path(state_dir)
+        t.state_lock = lock_state(folder)
+        try:
+            image = flash_image(folder, rn.image_bytes(board), f"the {board} store in Renode")
+        except BaseException:
+            t.stop()
+            raise
+        t.flash_image = image
+        store = rn.store_script(image, t.tmpdir.name)
+    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu, flash_store=store)
     t.argv = ["timeout", "-s", "TERM", str(int(timeout))] + cmd
     env = dict(os.environ, TMPDIR=t.tmpdir.name, RENODE_TMPDIR=t.tmpdir.name)
     t.logfile = _RenodeLog(log)
@@ -260,7 +368,11 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
         return start_native(build.program, port=port or 0, state_dir=state_dir,
                             board=None if board == NATIVE else board, timeout=timeout)
     if emulator == "qemu":
+        if state_dir is not None:
+            raise TinyolError("QEMU cannot keep a board's flash: its STM32L4 flash is read-only "
+                              "(the firmware reports persistence unavailable)",
+                              hint="--state works with --emulator renode or native")
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":
-        return start_renode(board, build.elf, port=port, timeout=timeout, imu=imu)
+        return start_renode(board, build.elf, port=port, timeout=timeout, imu=imu, state_dir=state_dir)
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")

@@ -85,6 +85,7 @@ def renode_command(
     hide_log: bool = True,
     log_file: str | os.PathLike | None = None,
     imu: bool = False,
+    flash_store: str | os.PathLike | None = None,
 ) -> list[str]:
     """Command line that boots `elf` on `board` in Renode, headless, with the console
     UART served raw (no telnet negotiation) on TCP `port` of 127.0.0.1.
@@ -100,6 +101,8 @@ def renode_command(
     ``start_renode`` does) or run it from a terminal.
     `imu=True` (B-L475E-IOT01A only) adds the board's IMU on I2C2 (<board>_imu.resc; Renode
     compiles its I2C front end at start-up, about 10 s more; docs/sensor.md).
+    `flash_store`: the script that serves the store region instead of flash.py (a copy that
+    keeps it in a file: :func:`store_script`).
     """
     if renode is None:
         renode = require_renode()
@@ -122,6 +125,8 @@ def renode_command(
             raise TinyolError(f"no IMU model for {board} in Renode",
                               hint="the B-L475E-IOT01A (disco_l475vg_iot01a) has one: docs/sensor.md")
         cmd += ["-e", f"set imu {monitor_path(imu_script)}"]
+    if flash_store is not None:
+        cmd += ["-e", f"set flash_store {monitor_path(flash_store)}"]
     cmd += [
         "-e", f"set elf {monitor_path(elf_path)}",
         "-e", f"set port {port}",
@@ -130,6 +135,38 @@ def renode_command(
     if start:
         cmd += ["-e", "start"]
     return cmd
+
+
+_STORE_LINE = re.compile(r'^machine PyDevFromFile \$flash_store (0x[0-9A-Fa-f]+) (0x[0-9A-Fa-f]+) true "flash_store"$',
+                         re.M)
+CTRL_SIZE = 0x400   # flash.py's register window after the store (mcu/renode/flash.py CTRL_SIZE)
+
+
+def store_region(board: str, renode_dir: str | os.PathLike | None = None) -> tuple[int, int]:
+    """(address, bytes) of the store region the board's .resc gives flash.py."""
+    m = _STORE_LINE.search(resc_path(board, renode_dir).read_text())
+    if not m:
+        raise TinyolError(f"the Renode script of {board} maps no flash store",
+                          hint="reinstall tinyol: its Renode platform files (mcu/renode/) are damaged")
+    return int(m[1], 16), int(m[2], 16) - CTRL_SIZE
+
+
+def image_bytes(board: str) -> int:
+    """Size of the board's flash image file: the store's bytes and one state byte per
+    double-word (flash.py's image, the native target's flash.bin format)."""
+    return store_region(board)[1] // 8 * 9
+
+
+def store_script(image: str | os.PathLike, folder: str | os.PathLike,
+                 renode_dir: str | os.PathLike | None = None) -> Path:
+    """Write `folder`/flash_store.py: flash.py with a first line naming `image`, so that
+    Renode's store region is read from that file and written through to it."""
+    src = (Path(renode_dir if renode_dir is not None else RENODE_DIR) / "flash.py").read_text(encoding="ascii")
+    # an ASCII literal whatever the path (IronPython 2 reads the file as ASCII)
+    literal = str(Path(image).resolve()).encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    out = Path(folder) / "flash_store.py"
+    out.write_text(f'tol_flash_image = u"{literal}"\n' + src, encoding="ascii")
+    return out
 
 
 def serial_url(port: int) -> str:

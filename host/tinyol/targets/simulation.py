@@ -18,6 +18,7 @@ import numpy as np
 from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..learn import learner as L
+from ..learn.anomaly import flags_vs_labels, roc_auc, score_stats  # noqa: F401 (roc_auc: S.roc_auc)
 from ..learn.stage import Layer, Stage, StageConfig, chain_ok
 from ..model.folder import check_learner, check_manifest, read_manifest
 
@@ -222,7 +223,13 @@ def run_classifier(lrn: L.Learner, Q: np.ndarray, y: np.ndarray, *, prefill=None
                    eval_set=None, on_sample=None) -> dict:
     """Prefill the buffer (Q, y), stream (predict then learn), evaluate at the end.
     on_sample(i, record dict): called per streamed sample with what the device's SAMPLE reply
-    holds (prediction, confidence, loss, learned, new_class, samples_seen)."""
+    holds (prediction, confidence, loss, learned, new_class, samples_seen).
+    before_accuracy: the exported head on the evaluation set (the stream without one), before
+    anything is learned."""
+    Qe, ye = eval_set if eval_set is not None else (Q, y)
+    pb = evaluate(lrn, Qe)
+    before = {"before_accuracy": float(np.mean(pb == ye)),
+              "before_per_class": per_class(ye, pb, sorted(set(int(v) for v in ye)))}
     if prefill is not None:
         for q, t in zip(*prefill):
             if lrn.replay is not None and t < lrn.cfg.n_outputs:
@@ -248,39 +255,28 @@ def run_classifier(lrn: L.Learner, Q: np.ndarray, y: np.ndarray, *, prefill=None
         "prequential_per_class": per_class(y, preds, labels),
         "errors": errors,
         "stats": lrn.stats(),
+        **before,
     }
-    Qe, ye = eval_set if eval_set is not None else (Q, y)
     pe = evaluate(lrn, Qe)
     res["final_accuracy"] = float(np.mean(pe == ye))
     res["final_per_class"] = per_class(ye, pe, sorted(set(int(v) for v in ye)))
     return res
 
 
-def roc_auc(scores, labels) -> float:
-    """Area under the ROC curve (Mann-Whitney U, ties counted half)."""
-    s = np.asarray(scores, np.float64)
-    lab = np.asarray(labels).astype(bool)
-    pos, neg = s[lab], s[~lab]
-    if len(pos) == 0 or len(neg) == 0:
-        return math.nan
-    from scipy.stats import rankdata
-    ranks = rankdata(np.concatenate([pos, neg]))  # average ranks for ties
-    u = ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2
-    return float(u / (len(pos) * len(neg)))
-
-
 def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray,
                 on_sample=None) -> dict:
     """Stream (score, flag, train) through the autoencoder head; y != 0 = anomalous.
     on_sample(i, record dict) as in run_classifier (learned: the head was updated)."""
-    scores, flags = [], []
+    scores, flags, thresholds = [], [], []
     for i, (ql, qi) in enumerate(zip(Qlat, Qin)):
         updates = lrn.updates
+        thr = lrn.anomaly_stats.threshold()  # the one this score meets (the device's reply)
         s, f = lrn.anomaly(ql, qi.reshape(-1))
         scores.append(s)
         flags.append(f)
+        thresholds.append(thr)
         if on_sample is not None:
-            on_sample(i, dict(prediction=int(f), confidence=float(s), loss=float(s),
+            on_sample(i, dict(prediction=int(f), confidence=float(s), loss=float(thr),
                               learned=lrn.updates != updates, new_class=False, error=None,
                               samples_seen=lrn.samples_seen))
     scores, flags = np.array(scores), np.array(flags, bool)
@@ -296,20 +292,27 @@ def run_anomaly(lrn: L.Learner, Qlat: np.ndarray, Qin: np.ndarray, y: np.ndarray
         if len(hits):
             delay_samples = int(hits[0] - onset)
             delay_anomalies = int(np.sum(anom[onset:hits[0]]))
+    det = flags_vs_labels(flags[after], anom[after])
     return {
         "samples": int(len(y)),
         "anomalous": int(anom.sum()),
         "warmup": int(warm),
+        "threshold_k": float(lrn.settings.threshold_k),
+        "flagged": int(flags.sum()),
         "roc_auc": roc_auc(scores, anom),
         "roc_auc_after_warmup": roc_auc(scores[after], anom[after]),
-        "detection_rate": float(flags[anom & after].mean()) if (anom & after).any() else math.nan,
-        "false_positive_rate": (float(flags[~anom & after].mean())
-                                if (~anom & after).any() else math.nan),
+        "precision": det["precision"], "recall": det["recall"], "f1": det["f1"],
+        "detection_rate": det["recall"],
+        "false_positive_rate": det["false_positive_rate"],
+        "counts_after_warmup": {k: det[k] for k in ("tp", "fp", "fn", "tn")},
         "onset_index": onset,
         "detection_delay": delay_samples,
         "missed_before_detection": delay_anomalies,
         "final_threshold": lrn.anomaly_stats.threshold(),
+        "scores": score_stats(scores, anom),
         "stats": lrn.stats(),
+        "trace": {"score": scores, "threshold": np.array(thresholds), "flag": flags,
+                  "label": np.asarray(y)},
     }
 
 

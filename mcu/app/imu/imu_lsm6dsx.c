@@ -3,7 +3,7 @@
  *
  * Both chips share WHO_AM_I (0x0F), CTRL1_XL (0x10: ODR_XL[7:4] FS_XL[3:2]), CTRL2_G (0x11:
  * ODR_G[7:4] FS_G[3:2]) and CTRL3_C (0x12: IF_INC, BDU). Set: 52 Hz, +-8 g, 2000 dps (the
- * sensitivities host/tinyol/sensor.py folds into imu_config.h). Their FIFOs differ:
+ * sensitivities host/tinyol/data/sensor.py folds into imu_config.h). Their FIFOs differ:
  *  - LSM6DSL (WHO_AM_I 0x6A): FIFO_CTRL3 (0x08) decimation per data set, FIFO_CTRL5 (0x0A)
  *    ODR_FIFO[6:3] FIFO_MODE[2:0]; FIFO_STATUS1/2 (0x3A/0x3B) DIFF_FIFO[10:0] in 16-bit words;
  *    FIFO_DATA_OUT_L/H (0x3E/0x3F); words come in the pattern gx gy gz ax ay az.

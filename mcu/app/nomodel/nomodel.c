@@ -29,7 +29,7 @@ tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)
 
 tol_store_status_t tol_model_store_status(void)
 {
-    tol_store_status_t none = {(uint8_t)TOL_STORE_NONE, 0u};
+    tol_store_status_t none = {(uint8_t)TOL_STORE_NONE, 0u, 0u};
     return none;
 }
 

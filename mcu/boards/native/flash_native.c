@@ -10,8 +10,8 @@
  *
  * Geometry follows the Nucleo-L476RG: 2 KB pages, the region is the last
  * 128 KB of a 1 MB flash (0x080E0000..0x08100000). The image lives in
- * <state dir>/flash.bin (the bytes, then one state byte per double-word);
- * every step is written through to it, so a process killed at any point
+ * <state dir>/flash.bin (the bytes, then one state byte per double-word; a
+ * file of another size is refused, never wiped); every step is written through to it, so a process killed at any point
  * leaves the file exactly as far as the flash got. With
  * TINYOL_FLASH_CUT_TORN=1 the cut step is left half done: a program tears its
  * double-word (some of its zero bits landed, ECC bad), an erase leaves each
@@ -56,6 +56,13 @@ static uint32_t tol_fn_rand(void)
     return tol_fn.rng;
 }
 
+/* The state folder's flash.bin cannot be used: one line, and the target does not start. */
+static void tol_fn_refuse(const char *path, const char *why)
+{
+    fprintf(stderr, "tinyol native: %s: %s\n", path, why);
+    exit(2);
+}
+
 void tol_flash_native_attach(const char *state_dir)
 {
     memset(tol_fn.mem, 0xFF, sizeof(tol_fn.mem));
@@ -73,13 +80,26 @@ void tol_flash_native_attach(const char *state_dir)
         return;
     }
     struct stat st;
-    if (fstat(tol_fn.fd, &st) == 0 && st.st_size == (off_t)(sizeof(tol_fn.mem) + sizeof(tol_fn.st)) &&
-        pread(tol_fn.fd, tol_fn.mem, sizeof(tol_fn.mem), 0) == (ssize_t)sizeof(tol_fn.mem) &&
-        pread(tol_fn.fd, tol_fn.st, sizeof(tol_fn.st), (off_t)sizeof(tol_fn.mem)) == (ssize_t)sizeof(tol_fn.st)) {
+    const off_t want = (off_t)(sizeof(tol_fn.mem) + sizeof(tol_fn.st));
+    if (fstat(tol_fn.fd, &st) != 0) tol_fn_refuse(path, strerror(errno));
+    if (st.st_size == want) {
+        if (pread(tol_fn.fd, tol_fn.mem, sizeof(tol_fn.mem), 0) != (ssize_t)sizeof(tol_fn.mem) ||
+            pread(tol_fn.fd, tol_fn.st, sizeof(tol_fn.st), (off_t)sizeof(tol_fn.mem)) != (ssize_t)sizeof(tol_fn.st)) {
+            tol_fn_refuse(path, strerror(errno));
+        }
         return;
     }
-    /* new (or wrong-sized) image: an erased region, written aside and renamed into place
-     * so a kill meanwhile never leaves a short flash.bin */
+    if (st.st_size != 0) {
+        /* another board's flash, an older format or not a flash image: never wiped */
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "%lld bytes, but this target's flash takes %lld (128 KB and a state byte per double-word); "
+                 "move it away to start with an erased flash",
+                 (long long)st.st_size, (long long)want);
+        tol_fn_refuse(path, why);
+    }
+    /* a new image: an erased region, written aside and renamed into place so a kill
+     * meanwhile never leaves a short flash.bin */
     memset(tol_fn.mem, 0xFF, sizeof(tol_fn.mem));
     memset(tol_fn.st, TOL_FN_ERASED, sizeof(tol_fn.st));
     char tmp[4200];

@@ -226,8 +226,8 @@ void tol_hal_init(void)
     signal(SIGPIPE, SIG_IGN);
     tol_lifetime();
     if (tol_opts.state_dir != NULL) tol_state_lock();
-    tol_info.boot_count = tol_boot_counter();
     tol_flash_native_attach(tol_opts.state_dir); /* <state>/flash.bin: the simulated store region */
+    tol_info.boot_count = tol_boot_counter();   /* after: a refused flash.bin counts no boot */
     tol_open_line();
 }
 

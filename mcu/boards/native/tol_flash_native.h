@@ -3,7 +3,8 @@
 #define TOL_FLASH_NATIVE_H
 
 /*
- * Open the simulated store region: <state_dir>/flash.bin (created erased, 0xFF)
+ * Open the simulated store region: <state_dir>/flash.bin (created erased, 0xFF;
+ * a file of another size is refused: one line on stderr, exit 2)
  * or, with state_dir NULL, memory that does not survive a reset. Called by
  * tol_hal_init() before the model glue looks for a stored record.
  * Test hook: environment variable TINYOL_FLASH_CUT_AFTER=k ends the process

@@ -1,6 +1,6 @@
 /* tol_activation.c (reference) - table-driven int8 activations (LOGISTIC, TANH,
  * LEAKY_RELU, HARD_SWISH) and SOFTMAX, bit-exact with TFLM's reference kernels.
- * The tables come from host/tinyol/tflm_int8.py; the SIMD build compiles this file. */
+ * The tables come from host/tinyol/model/tflm_int8.py; the SIMD build compiles this file. */
 #include "tol_kernels.h"
 
 #include "../tol_kernels_util.h"
