@@ -26,7 +26,6 @@ from ..learn import learner as L
 from ..model.export import export_model
 from ..targets import simulation as S
 from . import depth as D
-from . import lean
 
 BOARD = "nucleo_l476rg"
 EPOCHS = 30
@@ -79,11 +78,14 @@ def export(ds: D.Dataset, out: Path, echo, **kw) -> tuple[S.Model, list[str]]:
     return S.load_model(out), lines
 
 
-def run(ds, model: S.Model, Q, orders: int = ORDERS, **kw) -> list[float]:
-    cap = int(model.manifest["learner"]["replay_capacity"])
-    pol = L.POLICIES[model.manifest["learner"].get("replay_policy", "reservoir")]
-    return [lean.run(ds, model, *Q, seed=s, capacity=cap, policy=pol,
-                     extra=int(model.manifest["learner"].get("rehearse", 0)), **kw)
+def run(ds, model: S.Model, Q, orders: int = ORDERS) -> list[float]:
+    """The depth study's protocol with the export's capacity, storage, policy and rehearsal."""
+    from . import codec
+
+    m = model.manifest["learner"]
+    return [codec.run(ds, model, *Q, seed=s, bits=int(m["replay_bits"]),
+                      policy=L.POLICIES[m.get("replay_policy", "reservoir")],
+                      rehearse=int(m.get("rehearse", 0)))
             for s in range(orders)]
 
 
