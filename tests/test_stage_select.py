@@ -50,6 +50,7 @@ def _export(case, out, **kw):
     from tinyol.model.export import export_model
 
     lines = []
+    kw.setdefault("name", "m")  # one name for every folder: it is in the backbone and config.h
     m = export_model(str(case / "m.keras"), str(case / out), split="a", calib=str(case / "calib.npz"),
                      max_classes=6, board=BOARD, lr=0.1, mode="classifier", replay_capacity=100, echo=lines.append, **kw)
     return m, lines
