@@ -122,7 +122,26 @@ class CConfig(C.Structure):
                 ("init_weight", C.POINTER(C.c_float)), ("init_bias", C.POINTER(C.c_float)),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
                 ("target_scale", C.c_float), ("target_zero_point", C.c_int32),
-                ("seed", C.c_uint32), ("settings", CSettings)]
+                ("seed", C.c_uint32), ("settings", CSettings),
+                ("replay_codec", C.c_void_p)]
+
+
+class CCodec(C.Structure):
+    """tol_replay_codec_t."""
+    _fields_ = [("lo", C.POINTER(C.c_int8)), ("step", C.POINTER(C.c_uint8)),
+                ("channels", C.c_uint16)]
+
+
+def c_codec(owner, codec) -> int | None:
+    """A tol_replay_codec_t for ``codec`` = (lo, step) kept alive on ``owner``; its address."""
+    if codec is None:
+        return None
+    owner._codec_lo = np.ascontiguousarray(codec[0], np.int8)
+    owner._codec_step = np.ascontiguousarray(codec[1], np.uint8)
+    owner._codec = CCodec(owner._codec_lo.ctypes.data_as(C.POINTER(C.c_int8)),
+                          owner._codec_step.ctypes.data_as(C.POINTER(C.c_uint8)),
+                          len(owner._codec_lo))
+    return C.addressof(owner._codec)
 
 
 class CStats(C.Structure):
@@ -220,7 +239,7 @@ class CLearner:
                             cfg.replay_capacity, cfg.max_new, cfg.max_old, _fptr(self._w),
                             _fptr(self._b), cfg.latent_scale, cfg.latent_zero_point,
                             cfg.target_scale, cfg.target_zero_point, cfg.seed,
-                            settings_to_c(cfg.settings))
+                            settings_to_c(cfg.settings), c_codec(self, cfg.replay_codec))
         self.nbytes = lib.shim_learner_bytes(d, c, cfg.replay_capacity, cfg.replay_bits,
                                              cfg.max_new, cfg.max_old, int(cfg.no_momentum))
         self.state = C.create_string_buffer(lib.shim_sizeof_learner())

@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 
 import numpy as np
-from _learner_util import MCU, STRICT, CSettings, CStats, StateStream, declare_state, settings_to_c
+from _learner_util import MCU, STRICT, CSettings, CStats, StateStream, c_codec, declare_state, settings_to_c
 from tinyol.learn.learner import LearnerError
 from tinyol.learn.stage import Layer, StageConfig
 
@@ -43,7 +43,7 @@ class CStageConfig(C.Structure):
                 ("init_classes", C.c_uint16), ("replay_capacity", C.c_uint16),
                 ("max_new", C.c_uint16), ("max_old", C.c_uint16),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
-                ("seed", C.c_uint32), ("settings", CSettings)]
+                ("seed", C.c_uint32), ("settings", CSettings), ("replay_codec", C.c_void_p)]
 
 
 def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.CDLL:
@@ -118,7 +118,7 @@ class CStage:
                                  self._init.ctypes.data_as(C.POINTER(C.c_float)),
                                  cfg.init_classes, cfg.replay_capacity, cfg.max_new, cfg.max_old,
                                  cfg.latent_scale, cfg.latent_zero_point, cfg.seed,
-                                 settings_to_c(cfg.settings))
+                                 settings_to_c(cfg.settings), c_codec(self, cfg.replay_codec))
         self.nbytes = lib.tol_stage_bytes(C.byref(self.ccfg))
         self.state = C.create_string_buffer(lib.shim_sizeof_stage())
         self.mem = np.zeros(self.nbytes // 4 + 1, np.uint32)

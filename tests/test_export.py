@@ -419,3 +419,15 @@ def test_committed_digits_c_backbone_matches_tflm_on_real_digits(tmp_path, impl)
     z = np.load(DIGITS / "head_init.npz")
     lat = (got.astype(np.float32) - man["latent"]["zero_point"]) * np.float32(man["latent"]["scale"])
     assert float(np.mean((lat @ z["W"].T + z["b"])[:, :5].argmax(1) == y)) >= 0.95
+
+
+def test_4bit_replay_of_a_tflite_backbone_is_one_line_error(tmp_path, capsys):
+    """--replay-bits 4 fits its codec to the calibration latents: a .tflite backbone has none
+    to fit it to. One error line, nothing written."""
+    out = tmp_path / "x"
+    rc, err = export_cli([str(DIGITS / "backbone.tflite"), "--out", str(out), "--classes", "5",
+                          "--replay-bits", "4"], capsys)
+    assert rc == 1
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "--replay-bits 4" in lines[0] and "Traceback" not in err
+    assert not out.exists()

@@ -74,6 +74,23 @@ CASES = {
 }
 
 
+def _codec4(channels: int):
+    """A 4-bit codec fitted to the test stream's latents (tinyol.learn.learner.fit_codec4)."""
+    from tinyol.learn.learner import fit_codec4
+
+    return fit_codec4(make_stream(np.random.default_rng(5), 200, D, CMAX)[0], channels)
+
+
+CASES.update({
+    "replay_4bit_reservoir": dict(replay_capacity=40, replay_bits=4, replay_codec=_codec4(D),
+                                  replay_policy=POLICY_RESERVOIR,
+                                  settings=Settings(lr=0.05, momentum=0.5, n_old=3)),
+    "replay_4bit_8ch_ar1_batch": dict(replay_capacity=25, replay_bits=4, replay_codec=_codec4(8),
+                                      replay_policy=POLICY_AR1, max_new=4, max_old=6,
+                                      no_momentum=True, settings=Settings(lr=0.05, n_new=4, n_old=6)),
+})
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_stream_c_matches_numpy(lib, name):
     seed = zlib.crc32(name.encode())  # fixed across runs (hash() changes with PYTHONHASHSEED)

@@ -131,6 +131,10 @@ def model_dirs(tmp_path_factory):
         src = _keras_ae(tmp, name, n_in, hidden)
         export_model(str(src), str(tmp / name), name=name)
         dirs[name] = tmp / name
+    # 4-bit replay (replay_codec.c): half a byte per latent value
+    dirs["digits4"] = tmp / "digits4"
+    export_model(str(ROOT / "models" / "digits" / "digits.keras"), str(dirs["digits4"]),
+                 name="digits4", calib="digits:0-4@train", max_classes=10, replay_bits=4)
     return dirs
 
 
@@ -191,6 +195,19 @@ def test_fits_equals_links(model_dirs):
     assert res[("nucleo_l4r5zi", "mobilenet_v1_vww", "{}")] == (True, True)
     assert res[("nucleo_l476rg", "ae768_16", "{}")] == (True, True)
     assert res[("nucleo_l476rg", "ae768_8", "{}")] == (True, True)
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_4bit_replay_fits_equals_links(model_dirs):
+    """4-bit replay slots (ceil(D/2) + 2 bytes) are the linker's too: the largest capacity the
+    plan gives links, one slot more does not."""
+    man = json.loads((model_dirs["digits4"] / "manifest.json").read_text())
+    assert man["learner"]["replay_bits"] == 4
+    assert memory.replay_row_bytes(32, 4) == 16
+    report = _sweep(model_dirs, [("nucleo_l432kc", "digits4", {"replay_capacity": "largest"}, False),
+                                 ("nucleo_l432kc", "digits4", {"replay_capacity": "largest+1"}, True)])
+    assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]
 
 
 def _sweep(model_dirs, configs) -> list:
@@ -265,14 +282,30 @@ def stage_dirs(tmp_path_factory):
     dirs["lean_stage"] = tmp / "lean_stage"
     export_model(str(src), str(dirs["lean_stage"]), split="d1", name="lean_stage", max_classes=8,
                  board="nucleo_l432kc", stage_train="bias")
-    # what trains chosen from data (--stage-train auto), within a budget that lets d1's
-    # weights in but not the whole stage at once
-    rng = np.random.default_rng(3)
-    X = rng.normal(0, 1, (240, 64)).astype(np.float32)
-    np.savez(tmp / "calib.npz", X=X, y=np.argmax(X[:, :6], axis=1))
+    # what trains chosen from data (--stage-train auto): tests/test_stage_select.py's network,
+    # where only layer a's weights can separate classes 2 and 3 (so the cut beats the last
+    # layer alone and auto recommends it)
+    L = keras.layers
+    m = keras.Sequential([keras.Input((4,)), L.Dense(4, name="pre"), L.Dense(4, name="a"),
+                          L.Dense(4, activation="relu", name="b"), L.Dense(4, name="head")])
+    eye = np.eye(4, dtype=np.float32)
+    wa = eye.copy()
+    wa[3, 2], wa[3, 3] = 1.0, 0.0
+    m.get_layer("pre").set_weights([eye, np.zeros(4, np.float32)])
+    m.get_layer("a").set_weights([wa, np.zeros(4, np.float32)])
+    m.get_layer("b").set_weights([eye, np.full(4, 0.2, np.float32)])
+    wh = 4 * eye
+    wh[2, 3] = 4.0
+    m.get_layer("head").set_weights([wh, np.zeros(4, np.float32)])
+    m.save(tmp / "sel.keras")
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 120)
+    X = (np.eye(4, dtype=np.float32)[y] + rng.uniform(0, 0.1, (len(y), 4))).astype(np.float32)
+    np.savez(tmp / "calib.npz", X=X, y=y)
     dirs["auto_stage"] = tmp / "auto_stage"
-    export_model(str(src), str(dirs["auto_stage"]), split="d1", name="auto_stage", max_classes=8,
-                 board="nucleo_l432kc", stage_train="auto", calib=str(tmp / "calib.npz"), lr=0.1)
+    export_model(str(tmp / "sel.keras"), str(dirs["auto_stage"]), split="a", name="auto_stage",
+                 max_classes=6, board="nucleo_l432kc", stage_train="auto", mode="classifier",
+                 calib=str(tmp / "calib.npz"), lr=0.1)
     return dirs
 
 
@@ -307,7 +340,7 @@ def test_auto_stage_fits_equals_links(stage_dirs):
     around it links, one slot more does not; its learner is what tinyol.memory says."""
     man = json.loads((stage_dirs["auto_stage"] / "manifest.json").read_text())
     sel = man["stage"]["selection"]
-    assert man["stage"]["train_spec"] == sel["spec"] and sel["spec"].startswith("d1:")
+    assert man["stage"]["train_spec"] == sel["spec"] and sel["spec"].startswith("a:all")
     assert man["learner"]["replay_capacity"] >= sel["replay_slots_reserved"]
     report = _sweep(stage_dirs, [("nucleo_l432kc", "auto_stage", {}, False),
                                  ("nucleo_l432kc", "auto_stage", {"replay_capacity": "auto+1"},

@@ -593,3 +593,60 @@ def test_stage_replay_policy_set_mid_stream_c_matches_numpy(lib):
     assert other.get_settings().replay_policy == POLICY_RESERVOIR
     other.restore(blob)
     assert other.get_settings().replay_policy == POLICY_AR1
+
+
+# --------------------------------------------------------------------------- 4-bit replay
+def _codec4(layers, seed=5, clamp=False):
+    """A 4-bit codec fitted (tinyol.learn.learner.fit_codec4) to the stream's latents, one grid
+    per channel of the stage's input (HWC: the last axis). ``clamp``: a grid of the first
+    channel moved high, so its codes read back past 127 and are clamped."""
+    from tinyol.learn.learner import fit_codec4
+
+    l0 = layers[0]
+    q, _, _ = make_stream(np.random.default_rng(seed), 200, l0.in_size, CMAX)
+    lo, step = fit_codec4(q, l0.in_c)
+    if clamp:
+        lo[0], step[0] = 100, 3
+    return lo, step
+
+
+@pytest.mark.parametrize("stage,policy,clamp", [("conv1x1_dw_stride2_flatten", POLICY_RESERVOIR, False),
+                                                ("dense_dense", POLICY_BALANCED, True)])
+def test_stage_4bit_replay_c_matches_numpy(lib, stage, policy, clamp):
+    """4-bit replay with per-channel grids: C equals the twin bit for bit (every parameter,
+    prediction, confidence and stored row), and the rows are 4 bits per value."""
+    layers = STAGES[stage]
+    cfg = make_cfg(layers, replay_capacity=30, replay_bits=4, replay_policy=policy,
+                   replay_codec=_codec4(layers, clamp=clamp), settings=Settings(lr=0.05, n_old=3))
+    py, cl, pp, pc = run_pair(lib, cfg)
+    assert_same(py, cl, pp, pc)
+    assert len(py.replay.packed_row(0)) == (layers[0].in_size + 1) // 2
+    assert py.updates > 100
+
+
+def test_stage_4bit_state_roundtrip_and_needs_a_codec(lib):
+    layers = STAGES["conv3x3_same_gap"]
+    cfg = make_cfg(layers, replay_capacity=20, replay_bits=4, replay_codec=_codec4(layers),
+                   max_new=2, settings=Settings(lr=0.05, n_new=2, n_old=3))
+    py, cl, _, _ = run_pair(lib, cfg, n=61)
+    data = cl.state_bytes(0x03)
+    fresh = CStage(lib, cfg)
+    fresh.restore(data)
+    assert fresh.state_bytes(0x03) == data
+    q, y, _ = make_stream(np.random.default_rng(9), 30, layers[0].in_size, CMAX)
+    for qi, yi in zip(q, y):
+        assert np.float32(fresh.predict(qi)[1]) == np.float32(py.predict(qi)[1])
+        for s in (fresh, py):
+            s.learn(qi, int(yi))
+    np.testing.assert_array_equal(fresh.params, py.params)
+    # a state saved at 8 bits is refused by the 4-bit stage (another configuration)
+    c8 = CStage(lib, dataclasses.replace(cfg, replay_bits=8, replay_codec=None))
+    with pytest.raises(LearnerError, match="TOL_ERR_MODEL"):
+        fresh.restore(c8.state_bytes(0x03))
+    # 4 bits without a codec, or with a grid of step 0: refused by both
+    for codec in (None, (_codec4(layers)[0], np.zeros(layers[0].in_c, np.uint8))):
+        bad = dataclasses.replace(cfg, replay_codec=codec)
+        with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+            CStage(lib, bad)
+        with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+            Stage(bad)

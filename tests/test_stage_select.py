@@ -50,6 +50,7 @@ def _export(case, out, **kw):
     from tinyol.model.export import export_model
 
     lines = []
+    kw.setdefault("name", "m")  # one name for every folder: it is in the backbone and config.h
     m = export_model(str(case / "m.keras"), str(case / out), split="a", calib=str(case / "calib.npz"),
                      max_classes=6, board=BOARD, lr=0.1, mode="classifier", replay_capacity=100, echo=lines.append, **kw)
     return m, lines
@@ -98,17 +99,53 @@ def test_auto_is_deterministic_and_respects_the_budget(case, auto):
     m, _ = auto
     sel = m["stage"]["selection"]
     a_all = next(r for r in sel["table"] if (r["layer"], r["mode"]) == ("a", "all"))
-    # a budget below what a's weights add: they must stay out, and the learner within it
-    budget = sel["baseline_learner_bytes"] + a_all["bytes"] - 1
+    # a budget that just admits a's weights: the same measurements and choice, within it
+    budget = sel["baseline_learner_bytes"] + a_all["bytes"]
     mb, _ = _export(case, "budget", stage_train="auto", stage_budget=budget)
     selb = mb["stage"]["selection"]
     assert selb["table"] == sel["table"]     # same seed, same measurements
-    assert "a:all" not in selb["spec"] and selb["learner_bytes"] <= budget
+    assert selb["spec"] == sel["spec"] and selb["recipe"] == sel["recipe"]
+    assert "a:all" in selb["spec"] and selb["learner_bytes"] <= budget
     mdl = memory.Model.from_manifest(json.loads((case / "budget" / "manifest.json").read_text()))
     parts = mdl.parts()
     assert mdl.learner() - parts["replay buffer"] <= budget
     b = BOARDS[BOARD]
     assert memory.plan(mdl, b.name, memory.board_regions(b), flash_bytes=b.flash_bytes).fits
+    # one byte less keeps a's weights out: the cut then trains the classifier alone, which
+    # cannot beat the last layer (classes 2 and 3 reach both as the same latent): refused,
+    # nothing written
+    with pytest.raises(TinyolError, match="no recipe at the cut 'a' beats the last layer alone"):
+        _export(case, "budget1", stage_train="auto", stage_budget=budget - 1)
+    assert not (case / "budget1").exists()
+
+
+def test_auto_recipe_beats_the_last_layer_on_held_out_samples(auto):
+    """The recipe printed and recorded: the last layer alone (its own export's slots), the
+    classifier alone at the cut and the chosen stage, on the validation and the test part.
+    Only a's weights can separate classes 2 and 3, so the last layer cannot, and the chosen
+    recipe must beat it on the test part too (never used to choose)."""
+    m, lines = auto
+    rec = m["stage"]["selection"]["recipe"]
+    keys = [r["key"] for r in rec["rows"]]
+    assert keys[0] == "last" and "least" in keys and rec["spec"] == m["stage"]["train_spec"]
+    best = next(r for r in rec["rows"] if r["spec"] == rec["spec"])
+    assert best["val"] - rec["last_layer_val"] >= 0.005 and best["test"] >= rec["last_layer_test"]
+    assert rec["expected_gain"] == best["test"] - rec["last_layer_test"] > 0
+    assert rec["last_layer_slots"] > best["slots"]   # the last layer keeps more slots
+    said = [ln for ln in lines if "recommends --split a" in ln]
+    assert said and f"over the last layer alone ({100 * rec['last_layer_test']:.1f}%" in said[0]
+
+
+def test_auto_says_when_its_task_is_saturated(case):
+    """Calibration data of two classes the network separates already: leaving one out, the
+    classifier alone scores 100 % on held-out samples: the export stops and says what to give."""
+    d = np.load(case / "calib.npz")
+    keep = d["y"] < 2
+    np.savez(case / "two.npz", X=d["X"][keep], y=d["y"][keep])
+    with pytest.raises(TinyolError, match="its task is saturated") as e:
+        _export(case, "sat", stage_train="auto", stage_data=str(case / "two.npz"))
+    assert "labels 4..5" in e.value.hint and "--stage-data" in e.value.hint
+    assert not (case / "sat").exists()
 
 
 def test_auto_budget_that_fits_nothing(case):
@@ -160,9 +197,16 @@ def test_task_uses_the_new_classes_when_the_data_has_them():
     assert t.truly_new and t.held_out == (3, 4) and t.n_kept == 3
     assert list(t.order[:5]) == [0, 1, 2, 3, 4]
     assert set(t.prefill[1]) == {0, 1, 2} and set(t.stream[1]) == {3, 4}
-    assert len(t.stream[1]) == 10 and len(t.prefill[1]) == 15 and len(t.test[1]) == 25
-    seen = np.concatenate([t.prefill[0], t.stream[0], t.test[0]]).ravel()
-    assert sorted(seen) == list(range(50))   # every sample once: train halves and test halves
+    assert len(t.stream[1]) == 10 and len(t.prefill[1]) == 15
+    assert len(t.val[1]) == 10 and len(t.test[1]) == 15  # per class: 5 train, 2 val, 3 test
+    seen = np.concatenate([t.prefill[0], t.stream[0], t.val[0], t.test[0]]).ravel()
+    assert sorted(seen) == list(range(50))   # every sample once
+    # by position: each class's training part comes before its validation and test parts
+    for c in range(5):
+        tr = np.concatenate([t.prefill[0], t.stream[0]]).ravel()
+        tr = tr[(tr >= 10 * c) & (tr < 10 * c + 10)]
+        assert max(tr) < min(t.val[0].ravel()[(t.val[0].ravel() >= 10 * c) & (t.val[0].ravel() < 10 * c + 10)])
+    assert (t.over(Q + 1).test[0] == t.test[0] + 1).all()  # the same samples over other latents
     # without new classes: leave a third of the known ones out (one of three), rows permuted
     t2 = make_task(Q[:30], y[:30], 3, 6, seed=7)
     assert not t2.truly_new and len(t2.held_out) == 1 and t2.n_kept == 2

@@ -32,6 +32,7 @@ void tinyol_learner_config(tol_learner_config_t *cfg)
     cfg->target_scale = TOL_INPUT_SCALE;
     cfg->target_zero_point = TOL_INPUT_ZERO_POINT;
     cfg->seed = TOL_SEED;
+    cfg->replay_codec = TOL_REPLAY_CODEC;
     tinyol_settings(&cfg->settings);
 }
 

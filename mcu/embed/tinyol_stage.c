@@ -33,6 +33,7 @@ void tinyol_stage_config(tol_stage_config_t *cfg)
     cfg->latent_scale = TOL_LATENT_SCALE;
     cfg->latent_zero_point = TOL_LATENT_ZERO_POINT;
     cfg->seed = TOL_SEED;
+    cfg->replay_codec = TOL_REPLAY_CODEC;
     tinyol_settings(&cfg->settings);
 }
 

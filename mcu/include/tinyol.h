@@ -53,6 +53,11 @@
 #ifndef TOL_REHEARSE /* exports before idle rehearsal: off */
 #define TOL_REHEARSE 0u
 #endif
+#ifndef TOL_REPLAY_CODEC /* replay at 32, 8 or 7 bits: no codec */
+#define TOL_REPLAY_CODEC NULL
+#endif
+/* the per-channel 4-bit grids of a --replay-bits 4 export (its replay_codec.c, in flash) */
+extern const tol_replay_codec_t tol_replay_codec;
 
 /* int8 values per input sample ([H][W][C] of the model input, row-major) */
 #define TINYOL_INPUT_SIZE ((size_t)(TOL_INPUT_SIZE))

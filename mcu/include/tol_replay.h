@@ -12,6 +12,12 @@
  *       Packing: value k of a group of 8 occupies bits 7k..7k+6 of the group's
  *       56-bit little-endian word (two's complement); a short last group is
  *       padded with zeros.
+ *    4  4-bit codes with per-channel grids (a tol_replay_codec_t chosen at export from
+ *       calibration latents, const, in flash; tol_replay_set_codec): value i belongs to
+ *       channel c = i % channels (HWC latents: the last axis); from the int8 latent q,
+ *       code = clip(round_half_away((q - lo[c]) / step[c]), 0, 15) in integers, read back
+ *       as q' = min(lo[c] + step[c] * code, 127), then dequantized as 8-bit values are.
+ *       Two codes per byte, value 2k in the low nibble   row = ceil(dim/2)
  * Labels: uint16_t per slot, < n_classes.
  *
  * Replacement when full (every random draw from the shared tol_prng_t, in
@@ -56,6 +62,7 @@
 #define TOL_REPLAY_ROW_BYTES(dim, bits)                       \
     ((bits) == 32 ? (size_t)4u * (size_t)(dim)                \
      : (bits) == 8 ? (size_t)(dim)                            \
+     : (bits) == 4 ? ((size_t)(dim) + 1u) / 2u                \
                    : (size_t)7u * (((size_t)(dim) + 7u) / 8u))
 
 /* Bytes of caller memory for a buffer: rows + per-class seen counters
@@ -71,11 +78,19 @@ typedef enum {
     TOL_REPLAY_AR1 = 2,
 } tol_replay_policy_t;
 
+/* The 4-bit codec: per channel the lowest value and the step of a 16-level grid over the
+ * int8 latent (export: tinyol.learn.learner.fit_codec4). Const, not owned. */
+typedef struct {
+    const int8_t *lo;    /* [channels] */
+    const uint8_t *step; /* [channels], each >= 1 */
+    uint16_t channels;   /* >= 1, divides dim */
+} tol_replay_codec_t;
+
 typedef struct {
     uint16_t capacity;  /* N slots */
     uint16_t dim;       /* latent size */
     uint16_t n_classes; /* labels are < n_classes */
-    uint8_t bits;       /* 32, 8 or 7 */
+    uint8_t bits;       /* 32, 8, 7 or 4 */
     uint8_t policy;     /* tol_replay_policy_t; may change between add calls */
     uint16_t fill;      /* slots in use, 0..capacity */
     uint32_t seen;      /* samples offered since clear */
@@ -88,10 +103,11 @@ typedef struct {
     uint16_t *labels;      /* [capacity] */
     uint16_t *count;       /* [n_classes] slots holding each class */
     tol_prng_t *prng;      /* shared generator (not owned) */
+    const tol_replay_codec_t *codec; /* bits 4: the codec (not owned); else NULL */
 } tol_replay_t;
 
 /* Set up an empty buffer in caller memory. capacity >= 1, dim >= 1,
- * bits in {32, 8, 7}, policy a tol_replay_policy_t, scale > 0 (used for 8/7
+ * bits in {32, 8, 7, 4} (4 needs tol_replay_set_codec before the first add), policy a tol_replay_policy_t, scale > 0 (used for 8/7
  * bits), prng: the generator all draws come from (must outlive rb).
  * TOL_ERR_ARG on bad arguments or alignment, TOL_ERR_OVERFLOW if mem is short. */
 tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
@@ -99,12 +115,16 @@ tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
                              uint16_t n_classes, uint8_t policy, float scale,
                              int32_t zero_point, tol_prng_t *prng);
 
+/* Give a 4-bit buffer its codec (must outlive rb). TOL_ERR_ARG unless bits is 4, codec has
+ * 1 <= channels dividing dim and every step >= 1. */
+tol_status_t tol_replay_set_codec(tol_replay_t *rb, const tol_replay_codec_t *codec);
+
 /* Empty the buffer and zero its counters (does not reseed the prng). */
 void tol_replay_clear(tol_replay_t *rb);
 
 /* Offer n (1..TOL_REPLAY_MAX_BATCH) latents x float[n][dim] with labels[n]
  * (< n_classes) according to the policy. TOL_ERR_ARG / TOL_ERR_LABEL on bad
- * input (nothing stored). */
+ * input or a 4-bit buffer without codec (nothing stored). */
 tol_status_t tol_replay_add_batch(tol_replay_t *rb, const float *x, const uint16_t *labels,
                                   uint16_t n);
 
@@ -130,5 +150,11 @@ void tol_replay_pack7(const int8_t *q7, uint16_t n, uint8_t *out);
 
 /* Unpack n 7-bit values (sign-extended to int8, [-64, 63]). */
 void tol_replay_unpack7(const uint8_t *in, uint16_t n, int8_t *q7);
+
+/* 4-bit code of int8 q on a grid (lo, step): clip(round_half_away((q - lo) / step), 0, 15). */
+uint8_t tol_replay_code4(int8_t q, int8_t lo, uint8_t step);
+
+/* The int8 value a 4-bit code reads back as: min(lo + step * code, 127). */
+int8_t tol_replay_decode4(uint8_t code, int8_t lo, uint8_t step);
 
 #endif /* TOL_REPLAY_H */

@@ -61,6 +61,33 @@ void tol_replay_unpack7(const uint8_t *in, uint16_t n, int8_t *q7)
     }
 }
 
+uint8_t tol_replay_code4(int8_t q, int8_t lo, uint8_t step)
+{
+    const int32_t v = (int32_t)q - (int32_t)lo;
+    const int32_t k = (int32_t)step;
+    int32_t c = (v >= 0) ? (2 * v + k) / (2 * k) : -((-2 * v + k) / (2 * k));
+    if (c < 0) c = 0;
+    if (c > 15) c = 15;
+    return (uint8_t)c;
+}
+
+int8_t tol_replay_decode4(uint8_t code, int8_t lo, uint8_t step)
+{
+    int32_t v = (int32_t)lo + (int32_t)step * (int32_t)code;
+    if (v > 127) v = 127;
+    return (int8_t)v;
+}
+
+tol_status_t tol_replay_set_codec(tol_replay_t *rb, const tol_replay_codec_t *codec)
+{
+    TOL_CHECK(rb != NULL && codec != NULL && rb->bits == 4u, TOL_ERR_ARG);
+    TOL_CHECK(codec->lo != NULL && codec->step != NULL && codec->channels > 0u, TOL_ERR_ARG);
+    TOL_CHECK(rb->dim % codec->channels == 0u, TOL_ERR_ARG);
+    for (uint16_t c = 0; c < codec->channels; c++) TOL_CHECK(codec->step[c] > 0u, TOL_ERR_ARG);
+    rb->codec = codec;
+    return TOL_OK;
+}
+
 tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
                              uint16_t capacity, uint16_t dim, uint8_t bits,
                              uint16_t n_classes, uint8_t policy, float scale,
@@ -68,7 +95,7 @@ tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
 {
     TOL_CHECK(rb != NULL && mem != NULL && prng != NULL, TOL_ERR_ARG);
     TOL_CHECK(capacity > 0u && dim > 0u && n_classes > 0u, TOL_ERR_ARG);
-    TOL_CHECK(bits == 32u || bits == 8u || bits == 7u, TOL_ERR_ARG);
+    TOL_CHECK(bits == 32u || bits == 8u || bits == 7u || bits == 4u, TOL_ERR_ARG);
     TOL_CHECK(policy <= (uint8_t)TOL_REPLAY_AR1, TOL_ERR_ARG);
     TOL_CHECK(scale > 0.0f && isfinite(scale), TOL_ERR_ARG);
     TOL_CHECK(zero_point >= -128 && zero_point <= 127, TOL_ERR_ARG);
@@ -83,6 +110,7 @@ tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
     rb->zero_point = zero_point;
     rb->row_bytes = TOL_REPLAY_ROW_BYTES(dim, bits);
     rb->prng = prng;
+    rb->codec = NULL;
     uint8_t *p = mem;
     rb->rows = p;
     p += TOL_ALIGN4((size_t)capacity * rb->row_bytes);
@@ -112,6 +140,15 @@ static void tol_replay_store_(tol_replay_t *rb, uint16_t slot, const float *x, u
         memcpy(row, x, (size_t)rb->dim * sizeof(float));
     } else if (rb->bits == 8u) {
         tol_replay_quantize(x, rb->dim, rb->scale, rb->zero_point, (int8_t *)(void *)row);
+    } else if (rb->bits == 4u) {
+        const tol_replay_codec_t *cd = rb->codec;
+        memset(row, 0, rb->row_bytes);
+        for (uint16_t i = 0; i < rb->dim; i++) {
+            const uint16_t c = (uint16_t)(i % cd->channels);
+            const uint8_t code = tol_replay_code4(
+                tol_replay_quantize1_(x[i], rb->scale, rb->zero_point), cd->lo[c], cd->step[c]);
+            row[i / 2u] = (uint8_t)(row[i / 2u] | (uint8_t)(code << (4u * (i & 1u))));
+        }
     } else {
         int8_t q7[8];
         for (uint16_t i = 0; i < rb->dim; i = (uint16_t)(i + 8u)) {
@@ -141,6 +178,14 @@ void tol_replay_get(const tol_replay_t *rb, uint16_t idx, float *x, uint16_t *la
         const int8_t *q = (const int8_t *)(const void *)row;
         for (uint16_t j = 0; j < rb->dim; j++) {
             x[j] = rb->scale * (float)((int32_t)q[j] - rb->zero_point);
+        }
+    } else if (rb->bits == 4u) {
+        const tol_replay_codec_t *cd = rb->codec;
+        for (uint16_t j = 0; j < rb->dim; j++) {
+            const uint16_t c = (uint16_t)(j % cd->channels);
+            const uint8_t code = (uint8_t)((row[j / 2u] >> (4u * (j & 1u))) & 0x0Fu);
+            const int8_t q = tol_replay_decode4(code, cd->lo[c], cd->step[c]);
+            x[j] = rb->scale * (float)((int32_t)q - rb->zero_point);
         }
     } else {
         int8_t q7[8];
@@ -204,6 +249,7 @@ tol_status_t tol_replay_add_batch(tol_replay_t *rb, const float *x, const uint16
 {
     TOL_CHECK(x != NULL && labels != NULL, TOL_ERR_ARG);
     TOL_CHECK(n >= 1u && n <= TOL_REPLAY_MAX_BATCH, TOL_ERR_ARG);
+    TOL_CHECK(rb->bits != 4u || rb->codec != NULL, TOL_ERR_ARG);
     for (uint16_t i = 0; i < n; i++) TOL_CHECK(labels[i] < rb->n_classes, TOL_ERR_LABEL);
     const size_t d = rb->dim;
     if (rb->policy != (uint8_t)TOL_REPLAY_AR1) {

@@ -40,9 +40,9 @@ def _split_arg(value):
 @click.option("--replay-capacity", type=click.IntRange(0, 65535), default=None,
               help="Latents kept in the replay buffer (default: the largest that fits --board; "
                    f"{DEFAULT_LEARNER['replay_capacity']} without a board; none for an autoencoder).")
-@click.option("--replay-bits", type=click.Choice(["32", "8", "7"]),
+@click.option("--replay-bits", type=click.Choice(["32", "8", "7", "4"]),
               default=str(DEFAULT_LEARNER["replay_bits"]), show_default=True,
-              help="Storage per latent value: 32 float, 8 int8, 7 packed.")
+              help="Storage per latent value: 32 float, 8 int8, 7 packed, 4: 4-bit codes on per-channel grids fitted to the calibration latents (docs/adaptive.md).")
 @click.option("--replay-n-new", type=click.IntRange(1, 65535), default=DEFAULT_LEARNER["replay_n_new"], show_default=True)
 @click.option("--replay-n-old", type=click.IntRange(0, 65535), default=DEFAULT_LEARNER["replay_n_old"], show_default=True)
 @click.option("--lr", type=Number(0.0, f32=True), default=DEFAULT_LEARNER["lr"], show_default=True,

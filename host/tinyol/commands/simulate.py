@@ -122,7 +122,7 @@ def _tune(model, settings, replay, spec, shape, layout, echo) -> dict:
 @click.option("--weight-decay", type=Number(0.0, f32=True), default=None, help="L2 on W (default: manifest).")
 @click.option("--clip-norm", type=Number(0.0, f32=True), default=None, help="Global gradient-norm clip, 0 = off.")
 @click.option("--replay-capacity", type=click.IntRange(0, 65535), default=None, help="Buffer slots, 0 = none.")
-@click.option("--replay-bits", type=click.Choice(["32", "8", "7"]), default=None,
+@click.option("--replay-bits", type=click.Choice(["32", "8", "7", "4"]), default=None,
               help="Buffer storage: float32, int8 or 7-bit packed.")
 @click.option("--replay-n-new", type=click.IntRange(1, 65535), default=None, help="Fresh samples per update.")
 @click.option("--replay-n-old", type=click.IntRange(0, 65535), default=None, help="Replayed samples per update.")

@@ -172,9 +172,47 @@ def unpack7(data: bytes, n: int) -> np.ndarray:
     return np.where(v >= 64, v - 128, v).astype(np.int8)
 
 
+def code4(q, lo, step) -> np.ndarray:
+    """tol_replay_code4: clip(round_half_away((q - lo) / step), 0, 15) in integers (uint8)."""
+    v = np.asarray(q).astype(np.int32) - np.asarray(lo).astype(np.int32)
+    k = np.asarray(step).astype(np.int32)
+    c = np.where(v >= 0, (2 * v + k) // (2 * k), -((-2 * v + k) // (2 * k)))
+    return np.clip(c, 0, 15).astype(np.uint8)
+
+
+def decode4(code, lo, step) -> np.ndarray:
+    """tol_replay_decode4: min(lo + step * code, 127) (int8)."""
+    v = (np.asarray(lo).astype(np.int32)
+         + np.asarray(step).astype(np.int32) * np.asarray(code).astype(np.int32))
+    return np.minimum(v, 127).astype(np.int8)
+
+
+def pack4(codes) -> bytes:
+    """Two 4-bit codes per byte, value 2k in the low nibble (a short row padded with 0)."""
+    c = np.asarray(codes, np.uint8).ravel()
+    if c.size % 2:
+        c = np.concatenate([c, np.zeros(1, np.uint8)])
+    return (c[0::2] | (c[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def fit_codec4(Q: np.ndarray, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 4-bit codec of latents shaped like Q [N, dim] (int8, calibration latents at the
+    cut), one grid per channel (value i -> channel i % channels): lo = the channel's smallest
+    value, step = the smallest that spans its largest within 16 levels (ceil(range / 15),
+    at least 1). Returns (lo int8 [channels], step uint8 [channels])."""
+    Q = np.asarray(Q).astype(np.int32).reshape(len(Q), -1)
+    if Q.shape[1] % channels:
+        raise TinyolError(f"latent of {Q.shape[1]} values does not split into {channels} channels")
+    per = Q.reshape(len(Q), -1, channels).transpose(2, 0, 1).reshape(channels, -1)
+    lo, hi = per.min(axis=1), per.max(axis=1)
+    step = np.maximum(1, -(-(hi - lo) // 15))
+    return lo.astype(np.int8), step.astype(np.uint8)
+
+
 def row_bytes(dim: int, bits: int) -> int:
     """TOL_REPLAY_ROW_BYTES."""
-    return 4 * dim if bits == 32 else dim if bits == 8 else 7 * ((dim + 7) // 8)
+    return (4 * dim if bits == 32 else dim if bits == 8 else (dim + 1) // 2 if bits == 4
+            else 7 * ((dim + 7) // 8))
 
 
 def _align4(n: int) -> int:
@@ -355,14 +393,23 @@ class Head:
 class Replay:
     """Latent replay buffer; mirrors tol_replay.c (see its header for the rules).
 
-    ``store`` holds what the device stores: float32 rows, int8 rows, or the
-    7-bit values q7 (unpacked; :meth:`packed_row` gives the device's bytes).
+    ``store`` holds what the device stores: float32 rows, int8 rows, the
+    7-bit values q7 or the 4-bit codes (unpacked; :meth:`packed_row` gives the device's bytes).
+    4 bits need ``codec`` = (lo int8 [channels], step uint8 [channels]) (tol_replay_codec_t).
     """
 
     def __init__(self, capacity: int, dim: int, bits: int, n_classes: int, policy: int,
-                 scale: float, zero_point: int, prng: Prng):
-        if bits not in (32, 8, 7):
-            raise TinyolError(f"replay bits must be 32, 8 or 7, not {bits}")
+                 scale: float, zero_point: int, prng: Prng, codec=None):
+        if bits not in (32, 8, 7, 4):
+            raise TinyolError(f"replay bits must be 32, 8, 7 or 4, not {bits}")
+        if bits == 4:
+            if codec is None:
+                raise LearnerError("TOL_ERR_ARG")
+            lo, step = (np.asarray(codec[0]).astype(np.int8), np.asarray(codec[1]).astype(np.uint8))
+            if lo.size < 1 or lo.size != step.size or dim % lo.size or (step < 1).any():
+                raise LearnerError("TOL_ERR_ARG")
+            reps = dim // lo.size
+            self.codec_lo, self.codec_step = np.tile(lo, reps), np.tile(step, reps)
         if policy not in (POLICY_RESERVOIR, POLICY_BALANCED, POLICY_AR1):
             raise TinyolError(f"unknown replay policy {policy}")
         self.capacity, self.dim, self.bits = int(capacity), int(dim), int(bits)
@@ -388,6 +435,8 @@ class Replay:
         if self.bits == 32:
             return np.asarray(x, F32)
         q = quantize(x, self.scale, self.zero_point)
+        if self.bits == 4:
+            return code4(q, self.codec_lo, self.codec_step).astype(np.int8)
         return q if self.bits == 8 else requant7(q)
 
     def _store(self, slot: int, x, y: int) -> None:
@@ -405,6 +454,9 @@ class Replay:
             x = row.copy()
         elif self.bits == 8:
             x = dequantize(row, self.scale, self.zero_point)
+        elif self.bits == 4:
+            x = dequantize(decode4(row.astype(np.uint8), self.codec_lo, self.codec_step),
+                           self.scale, self.zero_point)
         else:
             x = dequantize(2 * row.astype(np.int32), self.scale, self.zero_point)
         return x, int(self.labels[idx])
@@ -414,6 +466,8 @@ class Replay:
         row = self.store[idx]
         if self.bits == 7:
             return pack7(row)
+        if self.bits == 4:
+            return pack4(row.astype(np.uint8))
         return row.tobytes()
 
     def draw(self) -> int:
@@ -556,6 +610,7 @@ class OnlineConfig:
     replay_capacity: int = 0
     replay_bits: int = 8
     replay_policy: int = POLICY_RESERVOIR
+    replay_codec: tuple | None = None  # 4 bits: (lo int8 [channels], step uint8 [channels])
     max_new: int = 1
     max_old: int = 0              # 0 = automatic (16 with a buffer)
     no_momentum: bool = False     # True: no momentum buffers, momentum must be 0
@@ -665,7 +720,8 @@ class OnlineLearner:
         self.cfg = cfg
         self.prng = Prng(cfg.seed)
         self.replay = (Replay(cfg.replay_capacity, dim, cfg.replay_bits, rows, cfg.replay_policy,
-                              cfg.latent_scale, cfg.latent_zero_point, self.prng)
+                              cfg.latent_scale, cfg.latent_zero_point, self.prng,
+                              codec=cfg.replay_codec)
                        if cfg.replay_capacity > 0 else None)
 
     def _reset_common(self) -> None:

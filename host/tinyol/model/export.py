@@ -60,7 +60,7 @@ DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=
                        replay_n_new=1, replay_n_old=16, seed=1,  # docs/study.md
                        rehearse=0,  # classifier: idle rehearsal steps (docs/adaptive.md, "Recipe")
                        replay_policy="reservoir")  # which latents stay (tol_replay_policy_t)
-REPLAY_BITS = (32, 8, 7)
+REPLAY_BITS = (32, 8, 7, 4)
 # the replay policy's names, in tol_replay_policy_t order (TOL_REPLAY_POLICY in config.h)
 REPLAY_POLICIES = ("reservoir", "balanced", "ar1")
 
@@ -68,7 +68,8 @@ CALIB_MAX_SAMPLES = 500
 CALIB_SEED = 0
 
 ARTIFACTS = ("backbone.tflite", "backbone.c", "backbone.h", "model_data.c", "model_data.h",
-             "head_init.c", "head_init.npz", "config.h", "stage_init.c", "stage_init.npz")
+             "head_init.c", "head_init.npz", "config.h", "stage_init.c", "stage_init.npz",
+             "replay_codec.c")
 
 HEAD_CLASSIFIER = 0
 HEAD_AUTOENCODER = 1
@@ -527,6 +528,39 @@ def write_head_init(out: Path, source: str, W: np.ndarray, b: np.ndarray,
     (out / "head_init.c").write_text(text, encoding="utf-8")
 
 
+def fit_replay_codec(tfl: bytes, X: np.ndarray, inp, lat) -> tuple[np.ndarray, np.ndarray]:
+    """The 4-bit replay codec (tol_replay_codec_t) of this backbone: one grid per channel of its
+    output (the last axis), fitted to the int8 latents of the calibration inputs X in TFLM's
+    runtime (tinyol.learn.learner.fit_codec4)."""
+    from ..learn.learner import fit_codec4
+
+    in_shape = tuple(int(d) for d in inp.shape[1:])
+    Q = stage_select.latents(tfl, np.asarray(X).reshape((-1,) + in_shape), inp, lat)
+    return fit_codec4(Q, int(lat.shape[-1]))
+
+
+def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray) -> None:
+    """replay_codec.c: the 4-bit replay codec (tol_replay.h), const, in flash."""
+    n = int(lo.size)
+
+    def ints(v):
+        vals = [str(int(x)) for x in v]
+        return "".join("    " + ", ".join(vals[i:i + 16]) + ",\n" for i in range(0, n, 16))
+
+    text = (banner(source)
+            + "/* 4-bit latent replay (tol_replay.h): per channel of the latent (its last axis) the\n"
+              " * lowest int8 value and the step of a 16-level grid, fitted to the calibration\n"
+              " * latents at export. */\n"
+            + '#include "config.h"\n#include "tol_replay.h"\n\n'
+            + f"_Static_assert(TOL_REPLAY_BITS == 4, \"replay_codec.c is for 4-bit replay\");\n"
+            + f"_Static_assert(TOL_LATENT_DIM % {n} == 0, \"replay_codec.c vs config.h\");\n\n"
+            + f"static const int8_t tol_replay_codec_lo[{n}] = {{\n" + ints(lo) + "};\n\n"
+            + f"static const uint8_t tol_replay_codec_step[{n}] = {{\n" + ints(step) + "};\n\n"
+            + "const tol_replay_codec_t tol_replay_codec = {tol_replay_codec_lo, "
+              f"tol_replay_codec_step, {n}u}};\n")
+    (out / "replay_codec.c").write_text(text, encoding="utf-8")
+
+
 def write_config_h(out: Path, source: str, m: dict, board) -> None:
     L, mem = m["learner"], m["memory"]
     d = []
@@ -547,7 +581,9 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     define("TOL_HEAD_INIT_CLASSES", m["head"]["init_classes"], "rows trained on the host")
     define("TOL_HEAD_MAX_CLASSES", m["head"]["max_classes"], "rows allocated on the device")
     define("TOL_REPLAY_CAPACITY", L["replay_capacity"], "latents kept for replay")
-    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed")
+    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed, 4 codes")
+    if "replay_codec" in L:  # 4-bit replay: replay_codec.c
+        define("TOL_REPLAY_CODEC", "(&tol_replay_codec)", "replay_codec.c: per-channel 4-bit grids")
     define("TOL_LR", c_float(L["lr"]))
     define("TOL_MOMENTUM", c_float(L["momentum"]))
     define("TOL_WEIGHT_DECAY", c_float(L["weight_decay"]))
@@ -648,7 +684,7 @@ class ExportSettings:
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
         if self.replay_bits not in REPLAY_BITS:
-            raise TinyolError(f"--replay-bits must be one of 32, 8, 7, not {self.replay_bits}")
+            raise TinyolError(f"--replay-bits must be one of 32, 8, 7, 4, not {self.replay_bits}")
         for k, v in (("replay-capacity", self.replay_capacity), ("replay-n-new", self.replay_n_new),
                      ("replay-n-old", self.replay_n_old)):
             if v is not None and v < 0:
@@ -927,11 +963,22 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     tflite_path.write_bytes(tfl)
     echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
     info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
+    codec = None
+    if s.replay_bits == 4 and head_mode == "classifier":  # the 4-bit codec, from calibration latents
+        if src_path.suffix.lower() == ".tflite":
+            raise TinyolError("--replay-bits 4 fits its codec to the backbone's latents of the "
+                              "calibration data: it needs a Keras model and --calib",
+                              hint="export the Keras model, or use --replay-bits 8 or 7")
+        codec = fit_replay_codec(tfl, X, inp, lat)
+        echo(f"replay: 4-bit codes, one 16-level grid per channel ({codec[0].size} channels, "
+             f"steps {int(codec[1].min())}-{int(codec[1].max())} LSB) fitted to the calibration latents")
     selection = None
     if stage is not None and s.auto_train:  # --stage-train auto: contribution analysis
         selection = _choose_train(s, full, stage_names, flat, tfl, inp, lat, max_rows, echo,
                                   arena=int(info.arena_bytes) if info is not None else 0,
-                                  flash=int(info.weights_bytes) if info is not None else 0)
+                                  flash=int(info.weights_bytes) if info is not None else 0,
+                                  last_layer=lambda: _last_layer(model, head, W, b, X, s, source),
+                                  codec=codec)
         stage = (apply_train(full, stage_names, selection["spec"]), flat)
 
     # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
@@ -960,6 +1007,9 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                           hint="idle rehearsal replays labelled latents; an autoencoder keeps none")
     learner["rehearse"] = int(s.rehearse)
     learner["replay_policy"] = s.replay_policy
+    if codec is not None:
+        learner["replay_codec"] = {"channels": int(codec[0].size), "lo": codec[0].tolist(),
+                                   "step": codec[1].tolist()}
     if stage is not None:
         trained = sum(l.n_train for l in stage[0])
         echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
@@ -1007,11 +1057,15 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                             "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
         write_stage_init(out, source, stage[0], stage[1])
         write_config_h(out, source, manifest, board_obj)
+        if codec is not None:
+            write_replay_codec(out, source, *codec)
     else:
         _deterministic_npz(out / "head_init.npz",
                            {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
         write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
         write_config_h(out, source, manifest, board_obj)
+        if codec is not None:
+            write_replay_codec(out, source, *codec)
 
     manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)
@@ -1025,11 +1079,31 @@ AUTO_REPLAY_SLOTS = DEFAULT_LEARNER["replay_capacity"]  # kept free by auto with
 # is what the choice may spend on training more)
 
 
+def _last_layer(model, head, W, b, X, s: ExportSettings, source: str) -> dict:
+    """The alternative to a deeper cut: the same model exported at its head (no --split), the
+    one-layer learner. Its int8 backbone (quantized on the same calibration data), head and the
+    memory numbers its own export would have (codegen run in a scratch folder)."""
+    keras = _keras()
+    bb = keras.Model(model.inputs, head.input, name=f"{s.name}_last_layer")
+    tfl = quantize_backbone(bb, X)
+    inp, lat = tflite_io(tfl)
+    with tempfile.TemporaryDirectory(prefix=".tinyol-last-") as d:
+        (Path(d) / "backbone.tflite").write_bytes(tfl)
+        info = run_codegen(Path(d) / "backbone.tflite", Path(d), source, lambda m: None, s.fc_weights)
+    return {"tfl": tfl, "inp": inp, "lat": lat, "W": W, "b": b,
+            "arena": int(info.arena_bytes) if info is not None else 0,
+            "flash": int(info.weights_bytes) if info is not None else len(tfl)}
+
+
 def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, rows: int,
-                  echo: Echo, *, arena: int, flash: int) -> dict:
+                  echo: Echo, *, arena: int, flash: int, last_layer=None, codec=None) -> dict:
     """`--stage-train auto`: measure each layer's contribution on the calibration data with
-    the twin and choose what trains (tinyol.model.stage_select). Returns the manifest's
-    "selection" entry (spec, table, accuracies)."""
+    the twin and choose what trains (tinyol.model.stage_select), on the validation part of
+    the task; then measure the recipe against the last layer alone (``last_layer()``: the head
+    cut's backbone, :func:`_last_layer`), each with the replay slots the board leaves it, on
+    the test part, never used to choose. Returns the manifest's "selection" entry (spec, table,
+    accuracies, the recipe). Raises TinyolError when the task is saturated and when no recipe
+    at this cut beats the last layer alone."""
     src = s.stage_data or s.calib
     X, y, _ = load_source(src, label_column=s.label_column)
     in_shape = tuple(int(d) for d in inp.shape[1:])
@@ -1074,7 +1148,8 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
 
     def measure(ls):
         return stage_select.run_task(ls, flat, task, latent_q=lq, settings=settings,
-                                     capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed)
+                                     capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed,
+                                     codec=codec)
 
     def ram(ls):
         return memory.stage_bytes([l.as_tuple() for l in ls], 0, s.replay_bits,
@@ -1084,19 +1159,165 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
         mm = model_for(ls, replay)
         return board_plan(mm, s.board).fits and (s.stage_budget is None or ram(ls) <= s.stage_budget)
 
-    spec, table, summary = stage_select.select(layers, names, measure, ram, fits, echo)
+    if not task.truly_new:
+        echo(f"stage-train auto: note: {src} has no samples of new classes (labels {n_known}.."
+             f"{rows - 1}): leaving known classes out is a proxy on classes the network was trained "
+             "on, which underrates what training deeper gains; give --stage-data labelled samples "
+             "of the classes the device will learn")
+
+    def baseline(acc0):
+        if acc0 >= stage_select.SATURATED:
+            raise stage_select.saturation_error(task, acc0, src, n_known, rows)
+
+    spec, table, summary = stage_select.select(layers, names, measure, ram, fits, echo, baseline)
     chosen = apply_train(layers, names, spec)
     summary["measured_accuracy"] = measure(chosen)
     for line in stage_select.table_lines(table, summary["baseline_accuracy"]):
         echo(f"  {line}")
     echo(f"stage-train auto: chose {spec} (learner {summary['learner_bytes']} B without replay; "
-         f"{100 * summary['measured_accuracy']:.1f}% on the task, classifier alone "
+         f"{100 * summary['measured_accuracy']:.1f}% on the validation part, classifier alone "
          f"{100 * summary['baseline_accuracy']:.1f}%; keeps room for {replay} replay slots"
          + (f", budget {s.stage_budget} B" if s.stage_budget else "") + ")")
     summary.update(table=[dataclasses.asdict(r) for r in table], held_out=list(task.held_out),
                    replay_slots_reserved=int(replay), budget=s.stage_budget, seed=int(s.seed),
                    data=src, new_classes=bool(task.truly_new))
+    if last_layer is None:
+        return summary
+    summary.update(_recipe(s, layers, names, flat, spec, table, task, idx, X, in_shape, rows, lq,
+                           settings, model_for, ram, last_layer(), src, echo, codec))
+    summary["spec"] = summary["recipe"]["spec"]
     return summary
+
+
+def _recipe(s: ExportSettings, layers, names, flat, spec, table, task, idx, X, in_shape, rows, lq,
+            settings, model_for, ram, last: dict, src: str, echo: Echo, codec=None) -> dict:
+    """The recipe `--stage-train auto` recommends: the chosen stage, the classifier alone at
+    this cut and the last layer alone (the head cut's export), each with the replay slots it
+    leaves on the board (or --replay-capacity at this cut), measured on the validation part
+    (to choose) and the test part (the accuracy it expects, never used to choose). A cut is
+    recommended only when it beats the last layer alone on the validation part by MIN_GAIN."""
+    board = get_board(s.board)
+    regions = memory.board_regions(board)
+
+    def slots(mm):
+        most = min(memory.largest_capacity(mm, board.name, regions, test_build=t)
+                   for t in (False, True))
+        return max(0, int(most))
+
+    def capped(c):
+        return min(c, 0xFFFF)
+
+    least = stage_select.least(layers)
+    frozen_spec = ",".join(f"{n}:frozen" for n, l in zip(names, layers[:-1])
+                           if l.kind in stage_select.LINEAR)
+    # the cut's candidates: the classifier alone, the greedy choice, and every single layer
+    # that gained on the validation part, each with the slots it leaves (the search of what
+    # trains jointly with the replay capacity: a layer that did not fit beside the reserved
+    # slots may still pay with fewer)
+    cands = [("least", frozen_spec), ("chosen", spec)]
+    for r in table:
+        if r.gain >= stage_select.MIN_GAIN:
+            one = ",".join(f"{n}:{r.mode if n == r.layer else 'frozen'}"
+                           for n, l in zip(names, layers[:-1]) if l.kind in stage_select.LINEAR)
+            cands.append(("layer", one))
+    seen, cut_cands = set(), []
+    for key, sp in cands:
+        if sp in seen:
+            continue
+        seen.add(sp)
+        ls = least if sp == frozen_spec else apply_train(layers, names, sp)
+        if s.replay_capacity is not None:
+            n = s.replay_capacity if board_plan(model_for(ls, s.replay_capacity), s.board).fits else -1
+        else:
+            n = slots(model_for(ls, 0)) if board_plan(model_for(ls, 0), s.board).fits else -1
+        if n < 0 or (s.stage_budget is not None and ram(ls) > s.stage_budget):
+            continue
+        cut_cands.append((sp, ls, n))
+    # the last layer alone: its own latents (the head's input) of the same samples
+    Qh = stage_select.latents(last["tfl"], X[idx].reshape((-1,) + in_shape), last["inp"], last["lat"])
+    htask = task.over(Qh)
+    dh = int(Qh.shape[1])
+    W, b = last["W"], last["b"]
+    Wg = np.zeros((rows, dh), np.float32)
+    bg = np.zeros(rows, np.float32)
+    Wg[:W.shape[0]], bg[:b.shape[0]] = W, b
+    hq = (float(np.float32(last["lat"].scale)), int(last["lat"].zero_point))
+    mm_h = memory_model(input_size=int(np.prod(in_shape)), dim=dh, rows=rows, autoencoder=False,
+                        arena_bytes=last["arena"], replay_capacity=0, replay_bits=s.replay_bits,
+                        replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old,
+                        momentum=s.momentum, flash_model_bytes=last["flash"] + 4 * rows * (dh + 1))
+    h_slots = slots(mm_h)
+    h_codec = None
+    if s.replay_bits == 4:  # the last layer's own codec, fitted to its latents of the same data
+        from ..learn.learner import fit_codec4
+
+        h_codec = fit_codec4(Qh, int(last["lat"].shape[-1]))
+    cut = s.split
+    n_old = s.replay_n_old
+
+    def run_last(part):
+        return stage_select.run_last_layer(
+            Wg, bg, htask, latent_q=hq, settings=_settings_for(settings, h_slots, n_old),
+            capacity=capped(h_slots), bits=s.replay_bits, seed=s.seed, part=part, codec=h_codec)
+
+    rows_out = [{"key": "last", "recipe": "last layer alone (no --split)", "spec": None,
+                 "slots": int(h_slots), "val": run_last("val"), "test": run_last("test")}]
+    for sp, ls, n in cut_cands:
+        def run_cut(part, ls=ls, n=n):
+            return stage_select.run_task(
+                ls, flat, task, latent_q=lq, settings=_settings_for(settings, n, n_old),
+                capacity=capped(n), bits=s.replay_bits, seed=s.seed, part=part, codec=codec)
+        label = "classifier alone" if sp == frozen_spec else ",".join(
+            x for x in sp.split(",") if not x.endswith(":frozen"))
+        rows_out.append({"key": "least" if sp == frozen_spec else "cut", "spec": sp,
+                         "recipe": f"--split {cut}, {label}", "slots": int(n),
+                         "val": run_cut("val"), "test": run_cut("test")})
+    echo(f"stage-train auto: the recipe, each with the replay slots it leaves on {board.name} "
+         f"({stage_select.ORDERS} stream orders; validation part to choose, test part to report):")
+    for r in rows_out:
+        echo(f"  {r['recipe']:<48} {r['slots']:>6} slots  val {100 * r['val']:5.1f}%  "
+             f"test {100 * r['test']:5.1f}%")
+    ll = rows_out[0]
+    best = max(rows_out[1:], key=lambda r: (r["val"], r["key"] == "least", r["slots"]))
+    rec = {"rows": rows_out, "last_layer_slots": int(h_slots), "last_layer_val": ll["val"],
+           "last_layer_test": ll["test"]}
+    if best["val"] - ll["val"] < stage_select.MIN_GAIN:
+        raise TinyolError(
+            f"--stage-train auto: no recipe at the cut {cut!r} beats the last layer alone on held-out "
+            f"samples of {src}: best here {100 * best['val']:.1f}% ({best['recipe']}, {best['slots']} "
+            f"replay slots), the last layer {100 * ll['val']:.1f}% with {h_slots} slots (validation "
+            f"part; test part {100 * best['test']:.1f}% vs {100 * ll['test']:.1f}%)",
+            hint="export without --split (the last layer learns alone), or name what trains at this "
+                 "cut to export it anyway: --stage-train bias|all|LAYER")
+    gain = best["test"] - ll["test"]
+    if gain < 0:  # chosen on the validation part; the test part must not contradict it
+        raise TinyolError(
+            f"--stage-train auto: no recipe at the cut {cut!r} is sure to beat the last layer alone: "
+            f"{best['recipe']} ({best['slots']} replay slots) beat it on the validation part of {src} "
+            f"({100 * best['val']:.1f}% vs {100 * ll['val']:.1f}%) but measured worse on the test part "
+            f"({100 * best['test']:.1f}% vs {100 * ll['test']:.1f}% with {h_slots} slots): the gain "
+            "did not hold on samples it was not chosen on",
+            hint="export without --split (the last layer learns alone), give --stage-data more "
+                 "labelled samples of the new classes, or name what trains at this cut to export "
+                 "it anyway: --stage-train bias|all|LAYER")
+    rspec = best["spec"]
+    echo(f"stage-train auto: recommends --split {cut} --stage-train {rspec} "
+         f"({best['slots']} replay slots): expects {100 * best['test']:.1f}% on held-out samples, "
+         f"{100 * gain:+.1f} points over the last layer alone ({100 * ll['test']:.1f}% with "
+         f"{h_slots} slots)"
+         + ("" if task.truly_new else "; on a leave-classes-out proxy, see the note above"))
+    rec.update(spec=rspec, expected_accuracy=best["test"], expected_gain=gain,
+               slots=int(best["slots"]))
+    return {"recipe": rec}
+
+
+def _settings_for(settings, slots: int, n_old: int):
+    """The twin's settings for a run with ``slots`` replay slots (none: plain SGD)."""
+    from ..learn import learner as L
+
+    if slots > 0:
+        return dataclasses.replace(settings, n_old=n_old, mode=L.MODE_REPLAY)
+    return dataclasses.replace(settings, n_old=0, mode=L.MODE_SGD)
 
 
 def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = True,

@@ -92,7 +92,7 @@ def check_manifest(manifest, where="manifest.json") -> None:
 
 # Bounds of the learner section: what the firmware's u16 fields and the device's RAM allow,
 # checked before the twin sizes a replay buffer or a head from them.
-_LEARNER_BOUNDS = {"replay_capacity": (0, 0xFFFF), "replay_bits": (7, 32), "replay_n_new": (1, 0xFFFF),
+_LEARNER_BOUNDS = {"replay_capacity": (0, 0xFFFF), "replay_bits": (4, 32), "replay_n_new": (1, 0xFFFF),
                    "replay_n_old": (0, 0xFFFF)}
 
 

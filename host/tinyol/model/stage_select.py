@@ -44,15 +44,28 @@ _MODE_RANK = {TRAIN_FROZEN: 0, TRAIN_BIAS: 1, TRAIN_ALL: 2}
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """The leave-classes-out task the candidates are measured on (int8 latents)."""
+    """The task the candidates are measured on (int8 latents). Every class's samples are split
+    by position (file order): the first half trains (the kept classes' in the replay buffer,
+    the new classes' streamed once), the next quarter is the validation part the choice is made
+    on, the last quarter the test part the expected accuracy is reported on (never used to
+    choose). By position, not at random, so that overlapping windows of one recording do not
+    land on both sides of a split."""
 
-    prefill: tuple[np.ndarray, np.ndarray]   # the kept classes' training halves -> replay
-    stream: tuple[np.ndarray, np.ndarray]    # the "new" classes' training halves, in order
-    test: tuple[np.ndarray, np.ndarray]      # held-out halves of every class
+    prefill: tuple[np.ndarray, np.ndarray]   # the kept classes' training part -> replay
+    stream: tuple[np.ndarray, np.ndarray]    # the "new" classes' training part, in order
+    val: tuple[np.ndarray, np.ndarray]       # the validation part of every class (choose)
+    test: tuple[np.ndarray, np.ndarray]      # the test part of every class (report)
     order: np.ndarray                        # classifier row of each task label (kept first)
     n_kept: int
     held_out: tuple[int, ...]                # the original labels that play the new classes
     truly_new: bool = False                  # they are classes the network does not know
+    index: dict = dataclasses.field(default_factory=dict)  # part -> indices into the latents
+
+    def over(self, Q: np.ndarray) -> "Task":
+        """The same task (same samples, parts and order) over other latents of those samples
+        (e.g. the last layer's input instead of the cut's)."""
+        parts = {k: (Q[i], getattr(self, k)[1]) for k, i in self.index.items()}
+        return dataclasses.replace(self, **parts)
 
 
 def make_task(Q: np.ndarray, y: np.ndarray, n_known: int, n_rows: int, seed: int) -> Task:
@@ -60,14 +73,14 @@ def make_task(Q: np.ndarray, y: np.ndarray, n_known: int, n_rows: int, seed: int
     network does not know yet, rows that start at zero on the device) are the new classes
     when the data has any: the known ones fill the replay buffer. Without them, leave classes
     out: a third of the known classes (at least one, a seeded draw) play the new ones. Every
-    class's samples are halved (training / test). Raises TinyolError when the data has fewer
-    than two usable classes."""
+    class's samples are split by position: half trains, a quarter validates, a quarter tests.
+    Raises TinyolError when the data has fewer than two usable classes."""
     y = np.asarray(y, np.int64)
-    known = [c for c in range(n_known) if np.sum(y == c) >= 2]
-    new = [c for c in range(n_known, n_rows) if np.sum(y == c) >= 2]
+    known = [c for c in range(n_known) if np.sum(y == c) >= 4]
+    new = [c for c in range(n_known, n_rows) if np.sum(y == c) >= 4]
     if not known or (not new and len(known) < 2):
         raise TinyolError("--stage-train auto needs labelled data of at least two classes, one the "
-                          f"model knows (rows 0..{n_known - 1}), two samples each",
+                          f"model knows (rows 0..{n_known - 1}), four samples each",
                           hint="give --calib (or --stage-data) a labelled source, e.g. "
                                "digits:0-4@train, or name what trains: --stage-train bias")
     rng = np.random.default_rng(seed)
@@ -80,18 +93,49 @@ def make_task(Q: np.ndarray, y: np.ndarray, n_known: int, n_rows: int, seed: int
     order = np.array(kept + held + [c for c in range(n_rows) if c not in kept + held], np.int64)
     relabel = np.empty(n_rows, np.int64)
     relabel[order] = np.arange(n_rows)
-    tr, te = [], []
+    tr, va, te = [], [], []
     for c in kept + held:
-        idx = rng.permutation(np.flatnonzero(y == c))[:MAX_SAMPLES_PER_CLASS]
-        h = len(idx) // 2
+        idx = np.flatnonzero(y == c)[:MAX_SAMPLES_PER_CLASS]   # file order
+        h, q = len(idx) // 2, (3 * len(idx)) // 4
         tr.append(idx[:h])
-        te.append(idx[h:])
-    tr_i, te_i = np.concatenate(tr), np.concatenate(te)
+        va.append(idx[h:q])
+        te.append(idx[q:])
+    tr_i, va_i, te_i = np.concatenate(tr), np.concatenate(va), np.concatenate(te)
     is_held = np.isin(y[tr_i], held)
     pre_i = rng.permutation(tr_i[~is_held])
     st_i = rng.permutation(tr_i[is_held])
+    index = {"prefill": pre_i, "stream": st_i, "val": va_i, "test": te_i}
     return Task((Q[pre_i], relabel[y[pre_i]]), (Q[st_i], relabel[y[st_i]]),
-                (Q[te_i], relabel[y[te_i]]), order, len(kept), tuple(held), bool(new))
+                (Q[va_i], relabel[y[va_i]]), (Q[te_i], relabel[y[te_i]]), order, len(kept),
+                tuple(held), bool(new), index)
+
+
+SATURATED = 0.99  # the classifier alone at or above this on the validation part: nothing can gain
+
+
+def saturation_error(task: Task, acc0: float, src: str, n_known: int, n_rows: int) -> TinyolError:
+    """The error `--stage-train auto` stops with when its task cannot tell candidates apart:
+    the classifier alone already scores ``acc0`` >= SATURATED on held-out samples."""
+    held = ", ".join(str(c) for c in task.held_out)
+    new_rows = (f"labels {n_known}..{n_rows - 1}" if n_rows - n_known > 1 else f"label {n_known}")
+    if task.truly_new:
+        return TinyolError(
+            f"--stage-train auto: the last layer already separates the new classes of {src}: the "
+            f"classifier alone scores {100 * acc0:.1f}% on their held-out samples, so no deeper "
+            "layer can show a gain",
+            hint="export without --split (the last layer learns alone, with the most replay slots), "
+                 "or name what trains: --stage-train bias|all|LAYER")
+    more = (f"give --stage-data a labelled source with samples of the classes the device will "
+            f"learn ({new_rows}, --max-classes {n_rows}), recorded apart from the pre-training data"
+            if n_rows > n_known else
+            f"export with --max-classes above {n_known} and give --stage-data labelled samples of "
+            "the new classes")
+    return TinyolError(
+        f"--stage-train auto: its task is saturated: with class{'es' if len(task.held_out) > 1 else ''} "
+        f"{held} of {src} left out, the classifier alone already scores {100 * acc0:.1f}% on held-out "
+        "samples (the network was trained on these classes: every candidate would score the same), so "
+        "it measured nothing to choose on",
+        hint=f"{more}; or name what trains: --stage-train bias|all|LAYER")
 
 
 def permute_rows(layers: list[Layer], params: np.ndarray, order: np.ndarray) -> np.ndarray:
@@ -104,24 +148,50 @@ def permute_rows(layers: list[Layer], params: np.ndarray, order: np.ndarray) -> 
 
 
 def run_task(layers: list[Layer], params: np.ndarray, task: Task, *, latent_q: tuple[float, int],
-             settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS) -> float:
-    """Accuracy on the task's test set after the twin (init: the kept classes active, the
-    held-out ones at zero) learned the stream with the kept classes in its replay buffer: the
-    mean over ``orders`` stream orders (the task's, then seeded shuffles; replay seed + k)."""
+             settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS,
+             part: str = "val", codec=None) -> float:
+    """Accuracy on the task's ``part`` ("val" or "test") after the twin (init: the kept classes
+    active, the held-out ones at zero) learned the stream with the kept classes in its replay
+    buffer: the mean over ``orders`` stream orders (the task's, then seeded shuffles; replay
+    seed + k)."""
     return float(np.mean([_run_once(layers, params, task, latent_q=latent_q, settings=settings,
-                                    capacity=capacity, bits=bits, seed=seed, order=k)
+                                    capacity=capacity, bits=bits, seed=seed, order=k, part=part,
+                                    codec=codec)
                           for k in range(orders)]))
 
 
-def _run_once(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed,
-              order) -> float:
+def run_last_layer(W: np.ndarray, b: np.ndarray, task: Task, *, latent_q: tuple[float, int],
+                   settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS,
+                   part: str = "val", codec=None) -> float:
+    """:func:`run_task` for the one-layer learner (the last layer alone, tinyol.learn.learner,
+    the twin of tol_learner.c): ``task`` over the latents at the head's input (Task.over),
+    W [rows][dim] and b [rows] the head with its rows grown to the device's."""
+    order = task.order
+    return float(np.mean([_run_once(None, (np.asarray(W, np.float32)[order],
+                                           np.asarray(b, np.float32)[order]), task,
+                                    latent_q=latent_q, settings=settings, capacity=capacity,
+                                    bits=bits, seed=seed, order=k, part=part, codec=codec)
+                          for k in range(orders)]))
+
+
+def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed, codec=None):
     s = dataclasses.replace(settings, rehearse=0)
-    cfg = StageConfig(layers=layers, init_params=permute_rows(layers, params, task.order),
-                      init_classes=task.n_kept, latent_scale=latent_q[0],
-                      latent_zero_point=latent_q[1], replay_capacity=capacity, replay_bits=bits,
-                      max_new=s.n_new, max_old=s.n_old, no_momentum=s.momentum == 0,
-                      seed=(seed + order) & 0xFFFFFFFF, settings=s)
-    st = Stage(cfg)
+    common = dict(init_classes=task.n_kept, latent_scale=latent_q[0],
+                  latent_zero_point=latent_q[1], replay_capacity=capacity, replay_bits=bits,
+                  replay_codec=codec if bits == 4 else None,
+                  max_new=s.n_new, max_old=s.n_old, no_momentum=s.momentum == 0,
+                  seed=seed & 0xFFFFFFFF, settings=s)
+    if layers is None:  # the last layer alone
+        W, b = params
+        return L.Learner(L.Config(W.shape[1], W.shape[0], init_weight=W, init_bias=b, **common))
+    return Stage(StageConfig(layers=layers, init_params=permute_rows(layers, params, task.order),
+                             **common))
+
+
+def _run_once(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed,
+              order, part="val", codec=None) -> float:
+    st = _learner(layers, params, task, latent_q=latent_q, settings=settings, capacity=capacity,
+                  bits=bits, seed=seed + order, codec=codec)
     if st.replay is not None:
         for q, t in zip(*task.prefill):
             st.replay_add(q, int(t))
@@ -130,7 +200,7 @@ def _run_once(layers, params, task: Task, *, latent_q, settings, capacity, bits,
             else np.random.default_rng([seed, order]).permutation(len(ys)))
     for q, t in zip(Qs[perm], ys[perm]):
         st.learn(q, int(t))
-    Qt, yt = task.test
+    Qt, yt = getattr(task, part)
     X = L.dequantize(Qt, *latent_q)
     pred = np.array([st.predict_f(x)[0] for x in X])
     return float(np.mean(pred == yt))
@@ -154,11 +224,14 @@ def _with(layers: list[Layer], modes: dict[int, int]) -> list[Layer]:
 
 def select(layers: list[Layer], names: list[str], measure: Callable[[list[Layer]], float],
            ram: Callable[[list[Layer]], int], fits: Callable[[list[Layer]], bool],
-           echo: Callable[[str], None] = lambda s: None) -> tuple[str, list[Row], dict]:
+           echo: Callable[[str], None] = lambda s: None,
+           on_baseline: Callable[[float], None] = lambda a: None) -> tuple[str, list[Row], dict]:
     """The spec (for :func:`tinyol.model.stage_export.apply_train`), its table and a summary.
     ``measure(layers)``: accuracy of a stage with those train modes; ``ram(layers)``: its
     learner bytes; ``fits(layers)``: whether the firmware with it fits the board. Every layer
-    below the classifier starts frozen; raises TinyolError if even that does not fit."""
+    below the classifier starts frozen; raises TinyolError if even that does not fit.
+    ``on_baseline(acc)``: called with the classifier alone's accuracy before any other run (it
+    raises when the task is saturated: nothing else is then measured)."""
     cand = [i for i, l in enumerate(layers[:-1]) if l.kind in LINEAR]
     base_modes = {i: TRAIN_FROZEN for i in cand}
     base = _with(layers, base_modes)
@@ -171,6 +244,7 @@ def select(layers: list[Layer], names: list[str], measure: Callable[[list[Layer]
     echo(f"stage-train auto: measuring {runs} configurations on the twin, {ORDERS} stream orders "
          f"each (1/{runs}: classifier alone)")
     acc0 = measure(base)
+    on_baseline(acc0)
     rows: list[Row] = []
     gain: dict[tuple[int, int], float] = {}
     k = 1

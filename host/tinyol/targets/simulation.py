@@ -153,14 +153,28 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
     return s, replay
 
 
+def replay_codec(model: Model, bits: int):
+    """The export's 4-bit replay codec (manifest learner.replay_codec) for a run at ``bits``:
+    (lo, step), or None at 32, 8 or 7 bits."""
+    if bits != 4:
+        return None
+    c = model.manifest.get("learner", {}).get("replay_codec")
+    if c is None:
+        raise TinyolError("4-bit replay needs the codec the export fits to the calibration latents",
+                          hint="export with --replay-bits 4")
+    return np.asarray(c["lo"], np.int8), np.asarray(c["step"], np.uint8)
+
+
 def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
     ls, lz = model.latent_q
+    codec = replay_codec(model, replay["bits"]) if replay.get("capacity") else None
     if model.stage is not None:  # the adaptive stage's twin (tinyol.learn.stage)
 
         layers, params = model.stage
         scfg = StageConfig(layers=layers, init_params=params, init_classes=model.n_init,
                            latent_scale=ls, latent_zero_point=lz,
                            replay_capacity=replay["capacity"], replay_bits=replay["bits"],
+                           replay_codec=codec,
                            replay_policy=replay["policy"], max_new=max(1, replay["max_new"]),
                            max_old=settings.n_old, no_momentum=settings.momentum == 0,
                            seed=replay["seed"], settings=settings)
@@ -177,6 +191,7 @@ def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
                    target_scale=is_, target_zero_point=iz,
                    replay_capacity=0 if model.autoencoder else replay["capacity"],
                    replay_bits=replay["bits"], replay_policy=replay["policy"],
+                   replay_codec=None if model.autoencoder else codec,
                    max_new=max(1, replay["max_new"]), max_old=settings.n_old,
                    no_momentum=settings.momentum == 0, seed=replay["seed"],
                    settings=settings)

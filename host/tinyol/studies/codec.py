@@ -1,0 +1,124 @@
+"""Compressed latent replay (issue 30): how many replay slots each storage gives within the
+NUCLEO-L476RG's RAM, and what they are worth, on digits and on the issue's Sequential IMU model.
+
+    PYTHONPATH=host python -m tinyol.studies.codec --json docs/study_codec.json [--work DIR]
+
+Each (data set, cut, storage) is exported for the NUCLEO-L476RG exactly as a user would
+(`tinyol export --board nucleo_l476rg --replay-bits B`, no --replay-capacity: the largest
+buffer that fits, by tinyol.memory's board plan, the one the linker is held to); the twin
+(bit-identical with the device at every storage, tests/test_replay4_device.py) learns the new
+classes with the depth study's protocol (tinyol.studies.depth: replay pre-filled with the
+pre-training classes, the new ones streamed once, n_new 1, n_old 16, lr 0.03, reservoir, the
+test split), mean and std over 3 stream orders. Rows already in the json are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..learn import learner as L
+from ..memory import replay_row_bytes
+from ..model.export import export_model
+from ..targets import simulation as S
+from . import depth as D
+from . import usermodel as U
+
+BOARD = "nucleo_l476rg"
+ORDERS = 3
+# (data set, cut label, export keywords); each at every storage in BITS
+CUTS = [("digits", "last layer", {}),
+        ("digits", "embed (float stage)", dict(split="embed")),
+        ("imu", "last layer", {}),
+        ("imu", "conv3 (conv3 trains)", dict(split="conv3", stage_train="conv3:all,embed:frozen"))]
+BITS = (8, 7, 4)
+# the recipe rows: (data set, cut label, bits, policy, rehearsal steps), on the exports above
+RECIPES = [("digits", "embed (float stage)", 4, "balanced", 2),
+           ("digits", "embed (float stage)", 8, "balanced", 2)]
+
+
+def run(ds, model: S.Model, Qtr, Qte, *, seed: int, bits: int, policy: int = L.POLICY_RESERVOIR,
+        rehearse: int = 0) -> float:
+    """tinyol.studies.depth.run (replay) at the export's capacity and ``bits`` (with a replay
+    policy and idle rehearsal steps: tinyol.studies.lean.run's)."""
+    rng = np.random.default_rng(seed)
+    old = np.flatnonzero(np.isin(ds.ytr, ds.old))
+    new = np.flatnonzero(np.isin(ds.ytr, ds.new))
+    pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
+    cap = int(model.manifest["learner"]["replay_capacity"])
+    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODE_REPLAY, rehearse=rehearse)
+    replay = dict(capacity=cap, bits=bits, policy=policy, seed=seed + 1, max_new=1)
+    lrn = S.make_learner(model, settings, replay)
+    res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx],
+                           prefill=(Qtr[pre_idx], ds.ytr[pre_idx]), eval_set=(Qte, ds.yte))
+    return res["final_accuracy"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--only", default=None)
+    a = ap.parse_args(argv)
+    res = json.loads(a.json.read_text()) if a.json.exists() else {}
+    work = a.work or Path(tempfile.mkdtemp(prefix="tinyol-codec-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def echo(s):
+        print(s, flush=True)
+
+    sets = {}
+    try:
+        for name, cut, kw in CUTS:
+            for bits in BITS:
+                key = f"{name} | {cut} | {bits}"
+                if key in res or (a.only and a.only not in key):
+                    continue
+                if name not in sets:
+                    sets[name] = (D.digits_dataset(work) if name == "digits"
+                                  else U.dataset(work, echo))
+                ds = sets[name]
+                out = work / ("c_" + "".join(c if c.isalnum() else "_" for c in key))
+                export_model(str(ds.keras_path), str(out), calib=str(ds.calib), board=BOARD,
+                             max_classes=ds.n_classes, replay_bits=bits, lr=D.LR,
+                             name=f"{name}_codec", echo=lambda s: None, **kw)
+                model = S.load_model(out)
+                Qtr, Qte = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
+                acc = [run(ds, model, Qtr, Qte, seed=s, bits=bits) for s in range(ORDERS)]
+                man = model.manifest
+                dim = int(man["latent"]["dim"])
+                res[key] = {"data": name, "cut": cut, "bits": bits,
+                            "slots": int(man["learner"]["replay_capacity"]), "latent": dim,
+                            "slot_bytes": replay_row_bytes(dim, bits) + 2,
+                            "learner_bytes": int(man["memory"]["learner_bytes"]), "acc": acc}
+                echo(f"{key}: {res[key]['slots']} slots, {100 * np.mean(acc):.1f} ± "
+                     f"{100 * np.std(acc):.1f}")
+                a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        for name, cut, bits, pol, reh in RECIPES:
+            key = f"{name} | {cut} | {bits} | {pol} + rehearse {reh}"
+            if key in res or (a.only and a.only not in key):
+                continue
+            base = f"{name} | {cut} | {bits}"
+            if base not in res:
+                continue
+            ds = sets.get(name) or (D.digits_dataset(work) if name == "digits" else U.dataset(work, echo))
+            sets[name] = ds
+            model = S.load_model(work / ("c_" + "".join(c if c.isalnum() else "_" for c in base)))
+            Qtr, Qte = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
+            acc = [run(ds, model, Qtr, Qte, seed=s, bits=bits, policy=L.POLICIES[pol], rehearse=reh)
+                   for s in range(ORDERS)]
+            res[key] = {**res[base], "policy": pol, "rehearse": reh, "acc": acc}
+            echo(f"{key}: {res[key]['slots']} slots, {100 * np.mean(acc):.1f} ± {100 * np.std(acc):.1f}")
+            a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    finally:
+        if a.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
