@@ -97,6 +97,8 @@ class Insn:
     conditional_flow: bool = False
     p_events: int = 0      # taken-branch refills counted in `cycles` (for the low/high bounds)
     p_reg: bool = False    # its refill is a register/load one (P_REG), else an immediate one (P_IMM)
+    load: tuple | None = None  # (base, index, shift, disp, nbytes, post, writeback) of a data read
+    delta: tuple | None = None  # (reg, imm): this instruction adds imm to reg (add/sub #imm, writeback)
 
 
 def _mn(i) -> str:
@@ -145,6 +147,7 @@ def classify(i, code_at=None) -> Insn:
     if mem:
         addr_regs = tuple(r for r in (mem[0].mem.base, mem[0].mem.index) if r)
     ins = Insn(i.address, i.size, 1, "alu", reads=reads, writes=writes, addr_regs=addr_regs)
+    _describe_access(i, m, ins)
 
     def target_p(default):
         p = default
@@ -227,6 +230,68 @@ def classify(i, code_at=None) -> Insn:
     return ins
 
 
+_READS = _LOADS | {"ldrd", "ldm", "ldmia", "ldmfd", "ldmdb", "ldmea", "pop", "vldmia", "vldmdb", "vpop", "vldm",
+                   "tbb", "tbh"}
+
+
+def _describe_access(i, m: str, ins: Insn) -> None:
+    """What the tracer needs to find a data read's address without a memory hook (unicorn's memory
+    hooks corrupt Thumb IT-block state): base/index registers, displacement, size; and the register
+    updates (writeback, add/sub #imm) that move a base register within a block."""
+    from capstone import arm as A
+
+    ops = i.operands
+    regs = [o.reg for o in ops if o.type == A.ARM_OP_REG]
+    wb = bool(getattr(i, "writeback", False))
+    if m in _READS:
+        mem = [o for o in ops if o.type == A.ARM_OP_MEM]
+        if mem:
+            mm = mem[0].mem
+            post = bool(getattr(i, "post_index", False)) or (wb and any(o.type == A.ARM_OP_IMM for o in ops[2:]))
+            imm_after = [o.imm for o in ops if o.type == A.ARM_OP_IMM]
+            disp = mm.disp if not post else 0
+            if m in ("ldrb", "ldrsb", "ldrbt", "ldrsbt", "ldrexb", "tbb"):
+                n = 1
+            elif m in ("ldrh", "ldrsh", "ldrht", "ldrsht", "ldrexh", "tbh"):
+                n = 2
+            elif m == "ldrd":
+                n = 8
+            elif m == "vldr":
+                n = 8 if capstone_reg_is_d(regs[0]) else 4
+            else:
+                n = 4
+            ins.load = (mm.base, mm.index or 0, mm.lshift if hasattr(mm, "lshift") else 0, disp, n)
+            if wb and mm.base:
+                step = (imm_after[-1] if post and imm_after else mm.disp)
+                ins.delta = (mm.base, step)
+        elif regs:
+            # LDM/POP/VLDM: base register (sp for pop), N words
+            base = A.ARM_REG_SP if m in ("pop", "vpop") else regs[0]
+            lst = regs if m in ("pop", "vpop") else regs[1:]
+            n = 4 * sum(2 if capstone_reg_is_d(r) else 1 for r in lst)
+            down = m.endswith("db")
+            ins.load = (base, 0, 0, -n if down else 0, n)
+            if wb or m in ("pop", "vpop"):
+                ins.delta = (base, -n if down else n)
+        return
+    if m in _STORES or m in _MULTI or m == "strd":
+        mem = [o for o in ops if o.type == A.ARM_OP_MEM]
+        if mem and wb and mem[0].mem.base:
+            imm_after = [o.imm for o in ops if o.type == A.ARM_OP_IMM]
+            post = bool(getattr(i, "post_index", False))
+            ins.delta = (mem[0].mem.base, imm_after[-1] if post and imm_after else mem[0].mem.disp)
+        elif not mem and regs and (wb or m == "push"):
+            base = A.ARM_REG_SP if m in ("push", "vpush") else regs[0]
+            lst = regs if m in ("push", "vpush") else regs[1:]
+            n = 4 * sum(2 if capstone_reg_is_d(r) else 1 for r in lst)
+            ins.delta = (base, -n if m in ("push", "vpush") or m.endswith("db") else n)
+        return
+    if m in ("add", "adds", "sub", "subs", "addw", "subw") and len(ops) >= 2:
+        imm = [o.imm for o in ops if o.type == A.ARM_OP_IMM]
+        if imm and len(regs) >= 1 and (len(regs) == 1 or regs[0] == regs[1]):
+            ins.delta = (regs[0], imm[0] if m.startswith("add") else -imm[0])
+
+
 def capstone_reg_is_d(reg: int) -> bool:
     from capstone import arm as A
 
@@ -247,6 +312,8 @@ class Block:
     cond_end: Insn | None          # a conditional branch ending the block: priced when the next block is known
     words: tuple                   # (64-bit flash word index, cycle offset where it is first needed)
     in_flash: bool
+    reads: tuple = ()              # (base, delta, index, shift, disp, nbytes, static address or None)
+    regs: tuple = ()               # registers to read at block start
 
 
 def price_block(insns: list[Insn], word: int = 8) -> Block:
@@ -283,8 +350,23 @@ def price_block(insns: list[Insn], word: int = 8) -> Block:
                 words.append((w, off))
     p_events = sum(i.p_events for i in insns)
     p_reg = sum(i.p_events for i in insns if i.p_reg)
+    from capstone import arm as A
+
+    reads = []
+    delta: dict[int, int] = {}
+    for ins in insns:
+        if ins.load is not None:
+            base, index, shift, disp, n = ins.load
+            if base == A.ARM_REG_PC:
+                reads.append((0, 0, 0, 0, 0, n, ((ins.addr + 4) & ~3) + disp))
+            elif base:
+                reads.append((base, delta.get(base, 0), index, shift, disp, n, None))
+        if ins.delta is not None:
+            r, d = ins.delta
+            delta[r] = delta.get(r, 0) + d
+    regs = tuple(sorted({r for rd in reads for r in (rd[0], rd[2]) if r}))
     return Block(insns[0].addr, last.addr + last.size, insns, total, len(insns), p_events, p_reg, cond_end,
-                 tuple(words), FLASH_BASE <= insns[0].addr < FLASH_BASE + FLASH_SIZE)
+                 tuple(words), FLASH_BASE <= insns[0].addr < FLASH_BASE + FLASH_SIZE, tuple(reads), regs)
 
 
 # ---------------------------------------------------------------------------- the memory system
@@ -452,6 +534,13 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
         return _target_penalty(target, code, FLASH_BASE)
 
     arts = [Art(c) for c in configs]
+    from capstone import arm as A
+
+    ucreg = {getattr(A, f"ARM_REG_{n}"): getattr(U, f"UC_ARM_REG_{n}")
+             for n in [f"R{k}" for k in range(13)] + ["SP", "LR", "PC"] if hasattr(A, f"ARM_REG_{n}")}
+    for alias, n in (("SB", "R9"), ("SL", "R10"), ("FP", "R11"), ("IP", "R12")):
+        if hasattr(A, f"ARM_REG_{alias}"):
+            ucreg[getattr(A, f"ARM_REG_{alias}")] = getattr(U, f"UC_ARM_REG_{n}")
     blocks: dict[tuple[int, int], Block] = {}
     st = {"cyc": 0, "instr": 0, "p": 0, "preg": 0, "prev": None, "out": [], "exit": None}
     cyc = [0] * len(configs)
@@ -498,10 +587,14 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
             for k in range(len(cyc)):
                 cyc[k] += b.base
         st["prev"] = b
-
-    def on_read(uc_, access, addr, size, value, ud):
-        for k, art in enumerate(arts):
-            cyc[k] += art.data(addr, size)
+        if b.reads:
+            rv = {r: uc_.reg_read(ucreg[r]) for r in b.regs}
+            for base, d, index, shift, disp, n, static in b.reads:
+                a = static if static is not None else (
+                    rv[base] + d + disp + ((rv[index] << shift) if index else 0)) & 0xFFFFFFFF
+                if FLASH_BASE <= a < FLASH_BASE + FLASH_SIZE:
+                    for k, art in enumerate(arts):
+                        cyc[k] += art.data(a, n)
 
     def on_ticks(uc_, addr, size, ud):
         settle(addr)
@@ -551,13 +644,12 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
 
     uc.hook_add(UC_HOOK_BLOCK, on_block)
     uc.hook_add(UC_HOOK_CODE, on_ticks, begin=ticks_addr, end=ticks_addr)
-    uc.hook_add(UC_HOOK_MEM_READ, on_read, begin=FLASH_BASE, end=FLASH_BASE + FLASH_SIZE - 1)
     uc.hook_add(UC_HOOK_MEM_READ, on_periph_read, begin=rcc, end=rcc + 0x0F)
     uc.hook_add(UC_HOOK_MEM_READ, on_periph_read, begin=0xE000_E018, end=0xE000_E01B)
     uc.hook_add(UC_HOOK_INTR, on_intr)
     uc.reg_write(U.UC_ARM_REG_SP, elf.entry_sp)
     try:
-        uc.emu_start(elf.entry_pc | 1, 0xFFFF_FFFF, count=max_instr)
+        uc.emu_start(elf.entry_pc | 1, 0xFFFF_FFFF)    # no count=: unicorn then breaks IT blocks
     except UcError as e:
         pc = uc.reg_read(U.UC_ARM_REG_PC)
         raise TinyolError(f"{Path(elf_path).name}: the cycle model's emulator stopped at {pc:#x}: {e}",
@@ -622,3 +714,80 @@ def timed_op_regions(trace: Trace) -> tuple[Region, list[Region]]:
     total = _diff(s[2], s[-1], oh)
     body = s[3:-1]
     return total, [_diff(body[k], body[k + 1], oh) for k in range(0, len(body) - 1, 2)]
+
+
+# ---------------------------------------------------------------------------- the side-by-side
+
+CYCLE_BOARDS = ("nucleo_l4r5zi", "nucleo_l476rg")
+
+# MLPerf Tiny closed division, NUCLEO-L4R5ZI at 120 MHz (../shared/mlperf-tiny/README.md): the best
+# published latency per reference model, as cycles (120e6 / inferences per second), keyed by
+# sha256(model file)[:16]
+PUBLISHED = {
+    "aeea436800704fce": ("MLPerf Tiny KWS (kws_ref_model)", "STMicroelectronics, X-CUBE-AI 9.0", 5_185_000),
+    "597a384c8c2c8a12": ("MLPerf Tiny VWW (vww_96_int8)", "STMicroelectronics, X-CUBE-AI 9.0", 10_671_000),
+    "3c002613d1b2475e": ("MLPerf Tiny IC (resnet_quant)", "STMicroelectronics, X-CUBE-AI 9.0", 19_815_000),
+    "87cf24194ef93d1d": ("MLPerf Tiny AD (ad01_int8)", "Bosch", 567_000),
+}
+
+
+@dataclass
+class CycleResult:
+    """Cycle estimates of one model's harness runs (tinyol SIMD, TFLM + CMSIS-NN)."""
+    configs: list[str]
+    ours: Region | None = None
+    ours_ops: list[tuple[str, Region]] = field(default_factory=list)
+    tflm: Region | None = None
+    tflm_ops: list[tuple[str, Region]] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+
+def _op_names(output: str) -> list[str]:
+    return [ln.split()[1] for ln in output.splitlines() if ln.startswith("op ") and len(ln.split()) == 3]
+
+
+def _cached_run(elf: Path, configs: list[MemConfig], cache: Path) -> Trace:
+    """run_elf, cached by the ELF's bytes and the configs (a large model takes minutes)."""
+    import hashlib
+    import pickle
+
+    key = hashlib.sha256(Path(elf).read_bytes() + repr(configs).encode() + _MODEL_VERSION.encode()).hexdigest()[:24]
+    f = cache / f"{key}.pkl"
+    if f.is_file():
+        return pickle.loads(f.read_bytes())
+    tr = run_elf(elf, configs)
+    cache.mkdir(parents=True, exist_ok=True)
+    f.write_bytes(pickle.dumps(tr))
+    return tr
+
+
+_MODEL_VERSION = "1"      # bump when the model's pricing changes: cached traces are re-run
+
+
+def measure(work: Path, *, boards=CYCLE_BOARDS, cache: Path | None = None, echo=print) -> CycleResult:
+    """Cycle estimates of the harness ELFs tflm_bench.compare_model left in `work` (ours_simd/ and
+    tflm_cmsis_nn/), for each board's memory configuration (and zero-wait memory)."""
+    configs = [BOARDS[b] for b in boards] + [ZERO_WAIT]
+    cache = cache or work.parent / "cycles-cache"
+    res = CycleResult([c.name for c in configs])
+    plain = work / "ours_simd" / "ours_simd_plain.elf"
+    timed = work / "ours_simd" / "ours_simd_timed.elf"
+    tflm = work / "tflm_cmsis_nn" / "tflm_cmsis_nn.elf"
+    if plain.is_file():
+        tr = _cached_run(plain, configs, cache)
+        res.ours, _ = harness_regions(tr)
+        res.stats["ours"] = tr.stats
+    if timed.is_file():
+        tr = _cached_run(timed, configs, cache)
+        _, ops = timed_op_regions(tr)
+        res.ours_ops = list(zip(_op_names(tr.output), ops))
+    if tflm.is_file():
+        tr = _cached_run(tflm, configs, cache)
+        res.tflm, ops = harness_regions(tr)
+        res.tflm_ops = list(zip(_op_names(tr.output), ops))
+        res.stats["tflm"] = tr.stats
+    c0 = configs[0].name
+    echo(f"  cycles ({configs[0].name}): tinyol {res.ours.cycles[c0] if res.ours else '-':,} "
+         f"TFLM+CMSIS-NN {res.tflm.cycles[c0] if res.tflm else '-':,}" if res.ours and res.tflm else
+         "  cycles: " + ("tinyol only" if res.ours else "no harness ELF found"))
+    return res

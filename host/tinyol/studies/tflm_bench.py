@@ -741,6 +741,7 @@ class Comparison:
     fc_alt: str | None = None      # the other FULLY_CONNECTED weight format, measured next to it
     fc_alt_run: RunResult | None = None
     fc_alt_weights_bytes: int | None = None
+    cycles: object | None = None       # tinyol.studies.cycles.CycleResult (`bench --cycles`)
 
 
 def sha16(path: Path) -> str:
