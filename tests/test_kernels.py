@@ -73,6 +73,12 @@ CASES = {
     "dw_3x3_valid_relu_odd": _seq((7, 9, 5), dw(3, activation="relu")),
     "dw_dm2_stride2": _seq((9, 9, 3), dw(3, strides=2, padding="same", depth_multiplier=2, activation="relu6")),
     "dw_dm2_c8": _seq((6, 6, 8), dw(3, padding="same", depth_multiplier=2)),
+    # depth multiplier > 1: one input channel (micro_speech's first layer: lowered to CONV_2D) and
+    # multiples of 4 (the SIMD 4-channel path), odd borders, stride 2
+    "dw_in1_dm8_10x8_s2": _seq((13, 11, 1), dw((5, 4), strides=2, padding="same", depth_multiplier=8,
+                                                 activation="relu")),
+    "dw_in1_dm3_valid": _seq((7, 6, 1), dw(3, depth_multiplier=3)),
+    "dw_dm4_c3_s2": _seq((9, 8, 3), dw(3, strides=2, padding="same", depth_multiplier=4, activation="relu6")),
     # SIMD depthwise blocks: stride 2 with a partial clamp, 5x5 border/interior, tail channels
     "dw_3x3_stride2_relu6": _seq((9, 10, 8), dw(3, strides=2, padding="same", activation="relu6")),
     "dw_5x5_same_c6": _seq((7, 8, 6), dw(5, padding="same")),
@@ -108,7 +114,7 @@ CASES = {
                            layers.Dense(9, bias_initializer=RB)),
 }
 
-FAST = ["conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
+FAST = ["dw_in1_dm8_10x8_s2", "dw_in1_dm3_valid", "dw_dm4_c3_s2", "conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
         "dw_3x3_same", "dw_3x3_same_tiny", "dw_3x3_s2_small_relu6", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
         "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
