@@ -159,7 +159,7 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
-    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu"):
+    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu", "dw_in1_dm8_10x8_s2", "dw_dm4_c3_s2"):
         path = _model(models, name)
         x = random_inputs(CASES[name][1], 3, seed=7)
         want = codegen.run_tflm(path, x).reshape(3, -1)
