@@ -791,3 +791,17 @@ def measure(work: Path, *, boards=CYCLE_BOARDS, cache: Path | None = None, echo=
          f"TFLM+CMSIS-NN {res.tflm.cycles[c0] if res.tflm else '-':,}" if res.ours and res.tflm else
          "  cycles: " + ("tinyol only" if res.ours else "no harness ELF found"))
     return res
+
+
+def printed_cycles(elf: Path, board: str, *, cache: Path | None = None) -> dict[str, int]:
+    """A harness that prints its own timed regions (mcu/bench/learner_main.c: "key ticks" lines,
+    overhead already subtracted): run it once with `board`'s memory as the only configuration, so
+    every printed tick count is that board's estimated cycles."""
+    cfg = [BOARDS[board]]
+    tr = _cached_run(elf, cfg, cache) if cache else run_elf(elf, cfg)
+    out = {}
+    for ln in tr.output.splitlines():
+        parts = ln.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
