@@ -104,6 +104,12 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     if not model_dirs and not no_firmware:
         click.echo("measuring the learner by part (harness) ...")
         learner = tflm_bench.run_learner_profile(work / "learner")
+        if cycles:
+            from ..studies import cycles as cycle_model
+
+            learner["cycles"] = {b: cycle_model.printed_cycles(work / "learner" / "learner.elf", b,
+                                                               cache=work / "cycles-cache")
+                                 for b in cycle_model.CYCLE_BOARDS}
         click.echo("measuring the adaptive stage per layer type (harness) ...")
         learner["stage"] = tflm_bench.run_stage_profile(work / "stage")
     compare = {}

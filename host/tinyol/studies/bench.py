@@ -591,6 +591,18 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         for k, v in learner.items():
             if k in names:
                 lines.append(f"| {names[k]} | {_fmt(v)} |")
+    if learner and learner.get("cycles"):
+        from . import cycles as cy
+
+        cyc = learner["cycles"]
+        lines += ["", "The same learner harness priced by the cycle model (`--cycles`; docs/benchmarks-cycles.md):",
+                  "estimated Cortex-M4 cycles. The float learner's CPI is high: VMLA/VMLS issue in 3 cycles",
+                  "on the M4 (TRM), VLDM/VSTM in 1 + N.", "",
+                  "| part | instructions | " + " | ".join(f"cycles, {cy.BOARDS[b].name}" for b in cyc) + " |",
+                  "|---|---:|" + "---:|" * len(cyc)]
+        for k, v in learner.items():
+            if k in names:
+                lines.append(f"| {names[k]} | {_fmt(v)} | " + " | ".join(_fmt(cyc[b].get(k)) for b in cyc) + " |")
     if learner and learner.get("stage"):
         lines += _stage_rows(learner["stage"])
     if stream:
