@@ -64,6 +64,9 @@ CASES = {
     "conv_3x3_same_relu": _seq((9, 7, 5), conv(7, 3, padding="same", activation="relu")),
     "conv_stride2_same_relu6": _seq((10, 10, 8), conv(8, 3, strides=2, padding="same", activation="relu6")),
     "conv_1x1_c16": _seq((5, 5, 16), conv(12, 1)),
+    # pointwise, weight-stationary SIMD path: one filter per block (2 x 160 > 256 B), odd filters
+    # and an odd pixel count; ReLU6 clamp
+    "conv_1x1_c160_odd": _seq((3, 3, 160), conv(7, 1, activation="relu6")),
     "conv_5x3_stride21_odd": _seq((11, 9, 7), conv(5, (5, 3), strides=(2, 1), padding="same")),
     "conv_in1": _seq((8, 8, 1), conv(8, 3, padding="same", activation="relu")),
     # SIMD: small window on the stack column path, 2 channels (byte gather), odd filters, ReLU6 clamp
@@ -114,7 +117,7 @@ CASES = {
                            layers.Dense(9, bias_initializer=RB)),
 }
 
-FAST = ["dw_in1_dm8_10x8_s2", "dw_in1_dm3_valid", "dw_dm4_c3_s2", "conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
+FAST = ["conv_1x1_c16", "conv_1x1_c160_odd", "dw_in1_dm8_10x8_s2", "dw_in1_dm3_valid", "dw_dm4_c3_s2", "conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
         "dw_3x3_same", "dw_3x3_same_tiny", "dw_3x3_s2_small_relu6", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
         "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 

@@ -333,8 +333,99 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
     }
 }
 
+/* Requantize one pointwise output with its filter's prepared constants (tol_rqs_prep_) when the
+ * right shift is >= 2, else the general fast path; the same values as tol_requant1_. */
+static inline __attribute__((always_inline)) int8_t tol_pw_rq_(int32_t a, const tol_rqs_t *q, int ok, int32_t mult,
+                                                                int32_t shift, int32_t zp, int32_t lo, int32_t hi,
+                                                                int full)
+{
+    const int32_t v = ok ? tol_rqs_apply_(a, q) : tol_mbqm_fast_(a, mult, shift);
+    return tol_rq_clamp_(v + zp, lo, hi, full);
+}
+
+/* Pointwise (1x1, stride 1, no padding, in_c a multiple of 4): weight-stationary. The filters
+ * are the outer loop and every pixel pair the inner one, so a block's filter rows (2 x in_c bytes
+ * while that fits the STM32L4 ART's 256-byte data cache, else 1 x in_c) are read from flash
+ * once and then hit the cache for all the pixels, instead of streaming every filter from flash
+ * for every pixel pair (docs/benchmarks-cycles.md: the flash data stalls of the pixel-outer
+ * order). Per 4 channels of a 2 x 2 block: 4 LDR, 8 SXTB16/SXTAB16, 8 SMLAD for 16 MACs. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv1x1_ws_(const tol_conv_params_t *p, const int8_t *input,
+                                                                  int8_t *output)
+{
+    const int32_t c = p->in_c, out_c = p->out_c, n = p->out_h * p->out_w;
+    const uint32_t off2 = tol_dup16_(p->input_offset);
+    const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    const int full = lo == -128 && hi == 127;
+    const int32_t fb = 2 * c <= 256 ? 2 : 1;
+    int32_t f = 0;
+    for (; f + fb <= out_c; f += fb) {
+        const int8_t *const w0 = p->weights + f * c;
+        const int8_t *const w1 = w0 + (fb - 1) * c;   /* == w0 for one filter per block */
+        tol_rqs_t q0, q1;
+        const int ok0 = tol_rqs_prep_(&q0, p->out_mult[f], p->out_shift[f]);
+        const int ok1 = tol_rqs_prep_(&q1, p->out_mult[f + fb - 1], p->out_shift[f + fb - 1]);
+        const int32_t b0 = p->bias != NULL ? p->bias[f] : 0;
+        const int32_t b1 = p->bias != NULL ? p->bias[f + fb - 1] : 0;
+        int32_t px = 0;
+        for (; px + 2 <= n; px += 2) {
+            const int8_t *x0 = input + px * c;
+            const int8_t *x1 = x0 + c;
+            const int8_t *wa = w0;
+            const int8_t *wb = w1;
+            int32_t a00 = b0, a01 = b0, a10 = b1, a11 = b1;
+            for (int32_t k = 0; k < c; k += 4) {
+                const uint32_t xv0 = tol_read_s8x4(x0);
+                const uint32_t xv1 = tol_read_s8x4(x1);
+                x0 += 4;
+                x1 += 4;
+                const uint32_t x0e = tol_sxtab16(off2, xv0), x0o = tol_sxtab16_ror8(off2, xv0);
+                const uint32_t x1e = tol_sxtab16(off2, xv1), x1o = tol_sxtab16_ror8(off2, xv1);
+                uint32_t wv = tol_read_s8x4(wa);
+                wa += 4;
+                uint32_t we = tol_sxtb16(wv), wo = tol_sxtb16_ror8(wv);
+                a00 = tol_smlad(x0e, we, tol_smlad(x0o, wo, a00));
+                a01 = tol_smlad(x1e, we, tol_smlad(x1o, wo, a01));
+                wv = tol_read_s8x4(wb);
+                wb += 4;
+                we = tol_sxtb16(wv);
+                wo = tol_sxtb16_ror8(wv);
+                a10 = tol_smlad(x0e, we, tol_smlad(x0o, wo, a10));
+                a11 = tol_smlad(x1e, we, tol_smlad(x1o, wo, a11));
+            }
+            int8_t *o0 = output + px * out_c + f;
+            o0[0] = tol_pw_rq_(a00, &q0, ok0, p->out_mult[f], p->out_shift[f], zp, lo, hi, full);
+            o0[out_c] = tol_pw_rq_(a01, &q0, ok0, p->out_mult[f], p->out_shift[f], zp, lo, hi, full);
+            if (fb == 2) {
+                o0[1] = tol_pw_rq_(a10, &q1, ok1, p->out_mult[f + 1], p->out_shift[f + 1], zp, lo, hi, full);
+                o0[out_c + 1] = tol_pw_rq_(a11, &q1, ok1, p->out_mult[f + 1], p->out_shift[f + 1], zp, lo, hi,
+                                           full);
+            }
+        }
+        for (; px < n; ++px) {
+            for (int32_t j = 0; j < fb; ++j) {
+                const int32_t g = f + j;
+                int32_t a = p->bias != NULL ? p->bias[g] : 0;
+                a = tol_dot1_(input + px * c, p->weights + g * c, c, off2, p->input_offset, a);
+                output[px * out_c + g] = tol_requant1_(a, p->out_mult[g], p->out_shift[g], zp, lo, hi);
+            }
+        }
+    }
+    for (; f < out_c; ++f) {
+        for (int32_t px = 0; px < n; ++px) {
+            int32_t a = p->bias != NULL ? p->bias[f] : 0;
+            a = tol_dot1_(input + px * c, p->weights + f * c, c, off2, p->input_offset, a);
+            output[px * out_c + f] = tol_requant1_(a, p->out_mult[f], p->out_shift[f], zp, lo, hi);
+        }
+    }
+}
+
 TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
+    if (p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_top == 0 &&
+        p->pad_left == 0 && p->in_c % 4 == 0 && p->out_h == p->in_h && p->out_w == p->in_w) {
+        tol_conv1x1_ws_(p, input, output);
+        return;
+    }
     if (p->scratch != NULL) {
         tol_conv2d_im2col_(p, input, output, p->scratch);
         return;
