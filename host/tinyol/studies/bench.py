@@ -261,7 +261,8 @@ def _cycles_section(compare: dict) -> list[str]:
              "The same harness ELFs as above, traced instruction by instruction (unicorn) and priced with the",
              "Cortex-M4 TRM's timings plus the STM32L4 flash wait states and ART accelerator (model and",
              "uncertainty: docs/benchmarks-cycles.md). The instruction column is the trace's own count of the",
-             "same region (equal to QEMU -icount's above). \"range\" re-prices every taken branch at P = 1 and",
+             "same region: QEMU -icount's above less its SysTick-wrap interrupts (a few instructions per 1.6 M",
+             "instructions; the trace has no interrupts). \"range\" re-prices every taken branch at P = 1 and",
              "P = 3 (the TRM's pipeline-refill range). X-CUBE-AI: the best published MLPerf Tiny closed-division",
              "latency on the NUCLEO-L4R5ZI at 120 MHz as cycles (../shared/mlperf-tiny/README.md); only the",
              "MLPerf reference model files (matched by sha256) have one.", "",
@@ -310,6 +311,17 @@ def _cycles_section(compare: dict) -> list[str]:
                 lines.append(f"| {m} | {'tinyol' if side == 'ours' else 'TFLM + CMSIS-NN'} | {_fmt(s4['fetch_stall'])} "
                              f"| {_fmt(s4['icache_hits'])} | {_fmt(s4['prefetch_hits'])} | {_fmt(s4['fetch_misses'])} "
                              f"| {_fmt(s4['data_stall'])} | {_fmt(s4['dcache_hits'])} | {_fmt(s4['dcache_misses'])} |")
+    val = [(m, c) for m, c in rows if c.sha16 in cy.PUBLISHED_CMSIS and c.cycles.tflm]
+    if val:
+        lines += ["", "Validation (docs/benchmarks-cycles.md): published NUCLEO-L4R5ZI latencies of older CMSIS-NN stacks",
+                  "on the same model files, as cycles at 120 MHz, beside this model's estimate for the TFLM + CMSIS-NN",
+                  "built here; the estimate must lie below them (newer kernels) and above X-CUBE-AI.", "",
+                  "| model | TFLM 2.3.1 + CMSIS-NN (MLPerf v0.5 reference) | microTVM + CMSIS-NN (v1.1, Krai) "
+                  "| estimate: TFLM + CMSIS-NN built here | X-CUBE-AI |", "|---|--:|--:|--:|--:|"]
+        for m, c in val:
+            old_ref, tvm = cy.PUBLISHED_CMSIS[c.sha16]
+            lines.append(f"| {m} | {_mcyc(old_ref)} | {_mcyc(tvm)} | {_mcyc(c.cycles.tflm.cycles[l4r5])} "
+                         f"| {_mcyc(cy.PUBLISHED[c.sha16][2])} |")
     return lines
 
 

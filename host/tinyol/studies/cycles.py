@@ -731,6 +731,18 @@ PUBLISHED = {
 }
 
 
+# Older published CMSIS-NN stacks on the same board (mlcommons tiny_results, closed division, median
+# throughput -> 120e6 / throughput cycles): v0.5 reference (TFLM v2.3.1 + its CMSIS-NN, gcc 6, Mbed OS)
+# and v1.1 Krai (microTVM + CMSIS-NN). Different software than the TFLM + CMSIS-NN we build: they bound
+# the estimate (docs/benchmarks-cycles.md, "Validation"), they do not calibrate it.
+PUBLISHED_CMSIS = {
+    "87cf24194ef93d1d": (120e6 / 99.487, 120e6 / 116.212),
+    "aeea436800704fce": (120e6 / 5.497, 120e6 / 10.019),
+    "3c002613d1b2475e": (120e6 / 1.420, 120e6 / 2.567),
+    "597a384c8c2c8a12": (120e6 / 1.665, 120e6 / 3.324),
+}
+
+
 @dataclass
 class CycleResult:
     """Cycle estimates of one model's harness runs (tinyol SIMD, TFLM + CMSIS-NN)."""
