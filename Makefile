@@ -14,7 +14,7 @@ help:
 	@echo "make test       all tests (host C, protocol, learner, kernels, QEMU, native, Renode checks)"
 	@echo "make test-fast  the quick inner-loop subset (no emulator boots, no TensorFlow)"
 	@echo "make firmware   build every board's firmware with PlatformIO (offline)"
-	@echo "make bench      instruction counts under QEMU -icount -> docs/benchmarks.md"
+	@echo "make bench      instruction counts under QEMU -icount (+ Cortex-M4 cycle estimates) -> docs/benchmarks.md"
 	@echo "make study      the forgetting / latent-replay study -> docs/study.md"
 	@echo "make setup      install what is missing (apt packages, .venv, PlatformIO core)"
 
@@ -35,7 +35,7 @@ firmware: setup
 		$(VENV)/bin/tinyol build --board $$e || exit 1; done
 
 bench: setup
-	$(VENV)/bin/tinyol bench $(if $(wildcard ../shared/tflm),--tflm ../shared/tflm)
+	$(VENV)/bin/tinyol bench $(if $(wildcard ../shared/tflm),--tflm ../shared/tflm --cycles)
 
 study: setup
 	$(PY) -m tinyol.studies.replay

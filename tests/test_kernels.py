@@ -64,6 +64,9 @@ CASES = {
     "conv_3x3_same_relu": _seq((9, 7, 5), conv(7, 3, padding="same", activation="relu")),
     "conv_stride2_same_relu6": _seq((10, 10, 8), conv(8, 3, strides=2, padding="same", activation="relu6")),
     "conv_1x1_c16": _seq((5, 5, 16), conv(12, 1)),
+    # pointwise, weight-stationary SIMD path: one filter per block (2 x 160 > 256 B), odd filters
+    # and an odd pixel count; ReLU6 clamp
+    "conv_1x1_c160_odd": _seq((3, 3, 160), conv(7, 1, activation="relu6")),
     "conv_5x3_stride21_odd": _seq((11, 9, 7), conv(5, (5, 3), strides=(2, 1), padding="same")),
     "conv_in1": _seq((8, 8, 1), conv(8, 3, padding="same", activation="relu")),
     # SIMD: small window on the stack column path, 2 channels (byte gather), odd filters, ReLU6 clamp
@@ -73,6 +76,12 @@ CASES = {
     "dw_3x3_valid_relu_odd": _seq((7, 9, 5), dw(3, activation="relu")),
     "dw_dm2_stride2": _seq((9, 9, 3), dw(3, strides=2, padding="same", depth_multiplier=2, activation="relu6")),
     "dw_dm2_c8": _seq((6, 6, 8), dw(3, padding="same", depth_multiplier=2)),
+    # depth multiplier > 1: one input channel (micro_speech's first layer: lowered to CONV_2D) and
+    # multiples of 4 (the SIMD 4-channel path), odd borders, stride 2
+    "dw_in1_dm8_10x8_s2": _seq((13, 11, 1), dw((5, 4), strides=2, padding="same", depth_multiplier=8,
+                                                 activation="relu")),
+    "dw_in1_dm3_valid": _seq((7, 6, 1), dw(3, depth_multiplier=3)),
+    "dw_dm4_c3_s2": _seq((9, 8, 3), dw(3, strides=2, padding="same", depth_multiplier=4, activation="relu6")),
     # SIMD depthwise blocks: stride 2 with a partial clamp, 5x5 border/interior, tail channels
     "dw_3x3_stride2_relu6": _seq((9, 10, 8), dw(3, strides=2, padding="same", activation="relu6")),
     "dw_5x5_same_c6": _seq((7, 8, 6), dw(5, padding="same")),
@@ -108,7 +117,7 @@ CASES = {
                            layers.Dense(9, bias_initializer=RB)),
 }
 
-FAST = ["conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
+FAST = ["conv_1x1_c16", "conv_1x1_c160_odd", "dw_in1_dm8_10x8_s2", "dw_in1_dm3_valid", "dw_dm4_c3_s2", "conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
         "dw_3x3_same", "dw_3x3_same_tiny", "dw_3x3_s2_small_relu6", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
         "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
@@ -153,7 +162,7 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
-    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu"):
+    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu", "dw_in1_dm8_10x8_s2", "dw_dm4_c3_s2"):
         path = _model(models, name)
         x = random_inputs(CASES[name][1], 3, seed=7)
         want = codegen.run_tflm(path, x).reshape(3, -1)

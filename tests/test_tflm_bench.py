@@ -70,6 +70,21 @@ def test_digits_side_by_side_with_tflm_cmsis_nn(tmp_path):
     assert abs(sum(v for _, v in c.ours.ops) - c.ours.instructions) < 100
     assert t.arena == bench.TFLM_ANCHORS[c.sha16]["arena"]
     assert 0 < c.ours.stack < 8192 and 0 < t.stack < 8192
+    # the cycle model (bench --cycles) traces the same ELFs: its own instruction count of each
+    # region is QEMU -icount's, per operator too; the flash wait states only ever add cycles
+    pytest.importorskip("unicorn")
+    pytest.importorskip("capstone")
+    from tinyol.studies import cycles
+
+    r = cycles.measure(tmp_path)
+    assert r.ours.instr == c.ours.instructions and r.tflm.instr == t.instructions
+    assert [n for n, _ in r.ours_ops] == [n for n, _ in c.ours.ops]
+    assert [reg.instr for _, reg in r.ours_ops] == [v for _, v in c.ours.ops]
+    assert [reg.instr for _, reg in r.tflm_ops] == [v for _, v in t.ops]
+    zw, l4r5, l476 = (cycles.ZERO_WAIT.name, cycles.BOARDS["nucleo_l4r5zi"].name,
+                      cycles.BOARDS["nucleo_l476rg"].name)
+    for reg in (r.ours, r.tflm):
+        assert reg.instr < reg.cycles[zw] < reg.cycles[l476] < reg.cycles[l4r5]
 
 
 def test_harness_table_covers_every_operator_the_exporter_accepts():

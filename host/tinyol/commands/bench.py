@@ -41,10 +41,16 @@ DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "
               help="Also measure streaming throughput (default: on, off with --model).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Markdown report to write [default: docs/benchmarks.md; with --model: DIR/benchmarks.md].")
+@click.option("--cycles", "cycles", is_flag=True,
+              help="With --tflm: also estimate Cortex-M4 cycles of both harness runs (tinyol, TFLM + "
+                   "CMSIS-NN) on the NUCLEO-L4R5ZI (120 MHz, 5 WS) and the NUCLEO-L476RG (80 MHz, 4 WS): "
+                   "the TRM's instruction timings plus flash wait states and the ART accelerator "
+                   "(tinyol.studies.cycles; needs the [cycles] extra). Results are cached per ELF.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw results as JSON.")
 @click.option("--rerender", is_flag=True,
               help="Write the report again from the last run's saved results (build/bench/last_run.pkl).")
-def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream, out, as_json, rerender):
+def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream, out, cycles,
+        as_json, rerender):
     """Measure every example model's backbone and the learner, deterministically.
 
     \b
@@ -57,6 +63,9 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     Writes docs/benchmarks.md.
     """
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
+    if cycles and not tflm_dir and not rerender:
+        raise TinyolError("--cycles needs --tflm DIR (it prices the side-by-side harness runs)",
+                          hint="tinyol bench --tflm ../shared/tflm --cycles")
     if out is None:
         out = str(Path(model_dirs[0]) / "benchmarks.md") if model_dirs else "docs/benchmarks.md"
     output_file(out, "--out")  # before hours of measuring
@@ -95,6 +104,12 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     if not model_dirs and not no_firmware:
         click.echo("measuring the learner by part (harness) ...")
         learner = tflm_bench.run_learner_profile(work / "learner")
+        if cycles:
+            from ..studies import cycles as cycle_model
+
+            learner["cycles"] = {b: cycle_model.printed_cycles(work / "learner" / "learner.elf", b,
+                                                               cache=work / "cycles-cache")
+                                 for b in cycle_model.CYCLE_BOARDS}
         click.echo("measuring the adaptive stage per layer type (harness) ...")
         learner["stage"] = tflm_bench.run_stage_profile(work / "stage")
     compare = {}
@@ -111,6 +126,11 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
         for d in dirs:
             click.echo(f"side by side with TFLM: {d.name} ...")
             c = tflm_bench.compare_model(d, tree, libs, work / "tflm" / d.name, echo=click.echo)
+            if cycles:
+                from ..studies import cycles as cycle_model
+
+                click.echo(f"  estimating Cortex-M4 cycles: {d.name} ...")
+                c.cycles = cycle_model.measure(work / "tflm" / d.name, echo=click.echo)
             compare[c.model] = c
     stream_rows = None
     if stream:

@@ -527,7 +527,32 @@ def _lower_conv(gen, op, x, y):
 
 
 def _lower_dwconv(gen, op, x, y):
-    return _conv_common(gen, op, x, y, True)
+    low = _conv_common(gen, op, x, y, True)
+    if _nhwc(gen, op, x)[2] == 1 and _nhwc(gen, op, y)[2] > 1:
+        return _dwconv_as_conv(gen, op, low)
+    return low
+
+
+def _dwconv_as_conv(gen: _Gen, op: Operator, low: Lowered) -> Lowered:
+    """A depthwise convolution of one input channel (depth multiplier = output channels, e.g.
+    micro_speech's first layer) is a CONV_2D with in_c = 1: the same sums in the same order, the
+    same per-channel requantization. Its filter [1][kh][kw][oc] is stored transposed, as CONV_2D's
+    [oc][kh][kw][1], so the convolution kernel runs one dot product per kernel row instead of
+    one tap per channel."""
+    n = f"op{op.index}"
+    w = gen.m.tensors[op.inputs[1]]
+    _, kh, kw, oc = w.shape
+    name = f"{n}_w"
+    k = next(i for i, c in enumerate(gen.consts) if f" {name}[" in c)
+    conv_w = np.ascontiguousarray(w.data.reshape(kh, kw, oc).transpose(2, 0, 1))
+    gen.const_array("int8_t", name, conv_w)
+    gen.consts[k] = gen.consts.pop()          # in place of the depthwise layout, same size
+    gen.weights_bytes -= conv_w.size
+    fields = [[(f, 1) if f == "depth_mult" else (f, v) for f, v in grp] for grp in low.fields]
+    if _use_scratch(False, 1, oc):
+        gen.scratch[op.index] = 4 * ((kh * kw + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
+        fields[-1] = fields[-1] + [("scratch", "@SCRATCH@")]
+    return Lowered(fields, low.inputs, kernel="tol_conv2d_s8")
 
 
 def _lower_fc(gen: _Gen, op: Operator, x: Tensor, y: Tensor) -> Lowered:

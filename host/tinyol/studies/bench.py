@@ -243,6 +243,88 @@ def _ratio(a, b) -> str:
     return f"{a / b:.3f}x" if a and b else "–"
 
 
+def _mcyc(n) -> str:
+    return "–" if n is None else f"{n / 1e6:.3f} M"
+
+
+def _cycles_section(compare: dict) -> list[str]:
+    """Estimated Cortex-M4 cycles (`tinyol bench --cycles`, tinyol.studies.cycles) beside the published
+    silicon figures of the MLPerf Tiny reference models."""
+    from . import cycles as cy
+
+    rows = [(m, c) for m, c in compare.items() if c is not None and getattr(c, "cycles", None) is not None]
+    if not rows:
+        return []
+    l4r5, l476 = cy.BOARDS["nucleo_l4r5zi"].name, cy.BOARDS["nucleo_l476rg"].name
+    zw = cy.ZERO_WAIT.name
+    lines = ["", "## Cycles: estimated Cortex-M4 cycles per inference (`tinyol bench --cycles`)", "",
+             "The same harness ELFs as above, traced instruction by instruction (unicorn) and priced with the",
+             "Cortex-M4 TRM's timings plus the STM32L4 flash wait states and ART accelerator (model and",
+             "uncertainty: docs/benchmarks-cycles.md). The instruction column is the trace's own count of the",
+             "same region: QEMU -icount's above less its SysTick-wrap interrupts (a few instructions per 1.6 M",
+             "instructions; the trace has no interrupts). \"range\" re-prices every taken branch at P = 1 and",
+             "P = 3 (the TRM's pipeline-refill range). X-CUBE-AI: the best published MLPerf Tiny closed-division",
+             "latency on the NUCLEO-L4R5ZI at 120 MHz as cycles (../shared/mlperf-tiny/README.md); only the",
+             "MLPerf reference model files (matched by sha256) have one.", "",
+             "| model | MACs | tinyol instr | tinyol cycles, zero-wait | tinyol L4R5ZI 120 MHz (range) | ms "
+             "| TFLM + CMSIS-NN L4R5ZI | X-CUBE-AI published L4R5ZI | tinyol / X-CUBE-AI | tinyol L476RG 80 MHz "
+             "| TFLM + CMSIS-NN L476RG | tinyol / TFLM (L4R5ZI) |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for m, c in rows:
+        r = c.cycles
+        o, t = r.ours, r.tflm
+        pub = cy.PUBLISHED.get(c.sha16)
+        oc = o.cycles[l4r5] if o else None
+        lo, hi = o.low_high(l4r5) if o else (None, None)
+        lines.append(
+            f"| {m} | {_fmt(c.macs)} | {_fmt(o.instr if o else None)} | {_mcyc(o.cycles[zw] if o else None)} "
+            f"| {_mcyc(oc)} ({_mcyc(lo)} – {_mcyc(hi)}) | {oc / 120e3:.2f} |" if o else f"| {m} | – | – | – | – | – |")
+        lines[-1] += (f" {_mcyc(t.cycles[l4r5] if t else None)} | {_mcyc(pub[2]) + ' (' + pub[1] + ')' if pub else '–'} "
+                      f"| {_ratio(oc, pub[2]) if pub else '–'} | {_mcyc(o.cycles[l476] if o else None)} "
+                      f"| {_mcyc(t.cycles[l476] if t else None)} | {_ratio(oc, t.cycles[l4r5] if t else None)} |")
+    lines += ["", "Per operator, estimated cycles on the NUCLEO-L4R5ZI (120 MHz, 5 WS), tinyol vs TFLM + CMSIS-NN,",
+              "and cycles per instruction (CPI) of each side: where the time goes.", "",
+              "| model | # | operator | tinyol cycles | tinyol CPI | TFLM + CMSIS-NN cycles | TFLM CPI | ratio |",
+              "|---|--:|---|--:|--:|--:|--:|--:|"]
+    for m, c in rows:
+        r = c.cycles
+        ours = list(r.ours_ops)
+        k = 0
+        for i, (name, t) in enumerate(r.tflm_ops):
+            o = None
+            if name not in _ALIAS_OPS and k < len(ours) and ours[k][0] == name:
+                o = ours[k][1]
+                k += 1
+            if o is None:
+                continue
+            oc, tc = o.cycles[l4r5], t.cycles[l4r5]
+            lines.append(f"| {m} | {i} | {name} | {_fmt(oc)} | {oc / max(o.instr, 1):.2f} | {_fmt(tc)} "
+                         f"| {tc / max(t.instr, 1):.2f} | {_ratio(oc, tc)} |")
+    lines += ["", "Where the memory stalls come from (whole harness run, NUCLEO-L4R5ZI): instruction-fetch stall",
+              "cycles and flash data-read stall cycles.", "",
+              "| model | side | fetch stall | I-cache hits | prefetch hits | fetch misses | data stall | D-cache hits | D-cache misses |",
+              "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for m, c in rows:
+        for side, st in c.cycles.stats.items():
+            s4 = st.get(l4r5)
+            if s4:
+                lines.append(f"| {m} | {'tinyol' if side == 'ours' else 'TFLM + CMSIS-NN'} | {_fmt(s4['fetch_stall'])} "
+                             f"| {_fmt(s4['icache_hits'])} | {_fmt(s4['prefetch_hits'])} | {_fmt(s4['fetch_misses'])} "
+                             f"| {_fmt(s4['data_stall'])} | {_fmt(s4['dcache_hits'])} | {_fmt(s4['dcache_misses'])} |")
+    val = [(m, c) for m, c in rows if c.sha16 in cy.PUBLISHED_CMSIS and c.cycles.tflm]
+    if val:
+        lines += ["", "Validation (docs/benchmarks-cycles.md): published NUCLEO-L4R5ZI latencies of older CMSIS-NN stacks",
+                  "on the same model files, as cycles at 120 MHz, beside this model's estimate for the TFLM + CMSIS-NN",
+                  "built here; the estimate must lie below them (newer kernels) and above X-CUBE-AI.", "",
+                  "| model | TFLM 2.3.1 + CMSIS-NN (MLPerf v0.5 reference) | microTVM + CMSIS-NN (v1.1, Krai) "
+                  "| estimate: TFLM + CMSIS-NN built here | X-CUBE-AI |", "|---|--:|--:|--:|--:|"]
+        for m, c in val:
+            old_ref, tvm = cy.PUBLISHED_CMSIS[c.sha16]
+            lines.append(f"| {m} | {_mcyc(old_ref)} | {_mcyc(tvm)} | {_mcyc(c.cycles.tflm.cycles[l4r5])} "
+                         f"| {_mcyc(cy.PUBLISHED[c.sha16][2])} |")
+    return lines
+
+
 def _fc_weights_section(compare: dict) -> list[str]:
     """The FULLY_CONNECTED weight-storage trade (`tinyol export --fc-weights`), measured side by side."""
     rows = [(m, c) for m, c in compare.items() if c is not None and c.ours and c.fc_alt_run]
@@ -449,6 +531,7 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
                 free = "0 (alias)" if name in _ALIAS_OPS else "0 (shape only: dropped)"
                 lines.append(f"| {m} | {i} | {name} | {_fmt(o) if o is not None else free} | {_fmt(t)} "
                              f"| {_ratio(o, t) if o else '–'} |")
+    lines += _cycles_section(compare)
     lines += _fc_weights_section(compare)
     lines += ["", "## Memory (like with like)", "",
               "TFLM's `arena_used_bytes` includes its input/output tensors and metadata; tinyol's arena",
@@ -520,6 +603,18 @@ def render(results: list[ModelBench], stream: list[dict] | None = None, *, compa
         for k, v in learner.items():
             if k in names:
                 lines.append(f"| {names[k]} | {_fmt(v)} |")
+    if learner and learner.get("cycles"):
+        from . import cycles as cy
+
+        cyc = learner["cycles"]
+        lines += ["", "The same learner harness priced by the cycle model (`--cycles`; docs/benchmarks-cycles.md):",
+                  "estimated Cortex-M4 cycles. The float learner's CPI is high: VMLA/VMLS issue in 3 cycles",
+                  "on the M4 (TRM), VLDM/VSTM in 1 + N.", "",
+                  "| part | instructions | " + " | ".join(f"cycles, {cy.BOARDS[b].name}" for b in cyc) + " |",
+                  "|---|---:|" + "---:|" * len(cyc)]
+        for k, v in learner.items():
+            if k in names:
+                lines.append(f"| {names[k]} | {_fmt(v)} | " + " | ".join(_fmt(cyc[b].get(k)) for b in cyc) + " |")
     if learner and learner.get("stage"):
         lines += _stage_rows(learner["stage"])
     if stream:

@@ -212,6 +212,9 @@ HARNESS_OPS: dict[str, tuple[str, str]] = {
     "FILL": ("AddFill", "fill"),
 }
 HARNESS_KERNELS = tuple(sorted({stem for _, stem in HARNESS_OPS.values()}))
+# kernels whose files use another kernel's common code (depthwise_conv_common.cc names conv's
+# tensor indices): a depthwise-only model needs conv_common too
+_KERNEL_NEEDS = {"depthwise_conv": ("conv",)}
 _KERNEL_SUPPORT = ("kernel_util", "runtime_shape", "portable_tensor_utils", "tensor_ctypes", "common",
                    "quantization_util", "tensor_utils", "micro_tensor_utils")
 
@@ -258,7 +261,8 @@ def build_library(tree: Tree, variant: str, *, ops: Iterable[str] | None = None,
     ops: only the kernels these operators need (a smaller, faster build for one model's ops, e.g.
     model_ops(tflite)); by default every operator the harness registers."""
     cache = cache or project_dir() / "build" / "tflm"
-    stems = HARNESS_KERNELS if ops is None else tuple(sorted({HARNESS_OPS[o][1] for o in ops}))
+    stems = HARNESS_KERNELS if ops is None else tuple(sorted(
+        {HARNESS_OPS[o][1] for o in ops} | {n for o in ops for n in _KERNEL_NEEDS.get(HARNESS_OPS[o][1], ())}))
     # keyed by the tree's SOURCES.txt, the toolchain and the kernel set
     kernels = hashlib.sha256(" ".join(stems).encode()).hexdigest()[:8]
     out = cache / f"lib-{tree.digest}-{_toolchain_id()}-{kernels}" / variant
@@ -741,6 +745,7 @@ class Comparison:
     fc_alt: str | None = None      # the other FULLY_CONNECTED weight format, measured next to it
     fc_alt_run: RunResult | None = None
     fc_alt_weights_bytes: int | None = None
+    cycles: object | None = None       # tinyol.studies.cycles.CycleResult (`bench --cycles`)
 
 
 def sha16(path: Path) -> str:

@@ -9,7 +9,9 @@
  * input word is widened once (SXTAB16 adds the input offset on the way) and
  * used by 4 filters, 2 MACs per SMLAD.
  * DEPTHWISE_CONV_2D (depth multiplier 1): 4 channels per pass, one input word
- * and one weight word per tap, SMLABB/SMLATT on the widened halves. */
+ * and one weight word per tap, SMLABB/SMLATT on the widened halves; depth
+ * multiplier 4k: 4 channels of one input channel per pass, one input byte and
+ * one weight word per tap. */
 #include "tol_kernels.h"
 
 #include <string.h>
@@ -763,8 +765,69 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
     }
 }
 
+/* Depth multiplier a multiple of 4: the 4 output channels ic * dm + m .. + 3 read one input
+ * channel, so each tap loads the input value once (duplicated into both halves) and one weight
+ * word, and does 4 MACs (SMLABB/SMLATT on the widened weight halves). (A depthwise convolution of
+ * a single input channel is lowered to CONV_2D by codegen: one dot product per kernel row.) */
+static TOL_SIMD_FN void tol_dw_mult4_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    const int32_t in_w = p->in_w, in_c = p->in_c, out_c = p->out_c, dm = p->depth_mult, k_w = p->k_w;
+    const int32_t off = p->input_offset, zp = p->output_offset, lo = p->act_min, hi = p->act_max;
+    const int32_t *const mult = p->out_mult;
+    const int32_t *const shift = p->out_shift;
+    const int32_t *const bias = p->bias;
+    for (int32_t oy = 0; oy < p->out_h; ++oy) {
+        const int32_t iy0 = oy * p->stride_h - p->pad_top;
+        int32_t ky0, ky1;
+        tol_tap_range_(iy0, p->dil_h, p->in_h, p->k_h, &ky0, &ky1);
+        for (int32_t ox = 0; ox < p->out_w; ++ox) {
+            const int32_t ix0 = ox * p->stride_w - p->pad_left;
+            int32_t kx0, kx1;
+            tol_tap_range_(ix0, p->dil_w, in_w, k_w, &kx0, &kx1);
+            for (int32_t ic = 0; ic < in_c; ++ic) {
+                const int8_t *const xc = input + ic;
+                for (int32_t m = 0; m < dm; m += 4) {
+                    const int32_t oc = ic * dm + m;
+                    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                    if (bias != NULL) {
+                        a0 = bias[oc];
+                        a1 = bias[oc + 1];
+                        a2 = bias[oc + 2];
+                        a3 = bias[oc + 3];
+                    }
+                    for (int32_t ky = ky0; ky < ky1; ++ky) {
+                        const int32_t iy = iy0 + ky * p->dil_h;
+                        const int8_t *x = xc + (iy * in_w + ix0 + kx0 * p->dil_w) * in_c;
+                        const int8_t *w = p->weights + (ky * k_w + kx0) * out_c + oc;
+                        const int32_t x_step = p->dil_w * in_c;
+                        for (int32_t kx = kx0; kx < kx1; ++kx, x += x_step, w += out_c) {
+                            const uint32_t xx = tol_dup16_(*x + off);
+                            const uint32_t wv = tol_read_s8x4(w);
+                            const uint32_t we = tol_sxtb16(wv);
+                            const uint32_t wo = tol_sxtb16_ror8(wv);
+                            a0 = tol_smlabb(we, xx, a0);
+                            a2 = tol_smlatt(we, xx, a2);
+                            a1 = tol_smlabb(wo, xx, a1);
+                            a3 = tol_smlatt(wo, xx, a3);
+                        }
+                    }
+                    output[oc] = tol_requant1_(a0, mult[oc], shift[oc], zp, lo, hi);
+                    output[oc + 1] = tol_requant1_(a1, mult[oc + 1], shift[oc + 1], zp, lo, hi);
+                    output[oc + 2] = tol_requant1_(a2, mult[oc + 2], shift[oc + 2], zp, lo, hi);
+                    output[oc + 3] = tol_requant1_(a3, mult[oc + 3], shift[oc + 3], zp, lo, hi);
+                }
+            }
+            output += out_c;
+        }
+    }
+}
+
 TOL_SIMD_FN void tol_depthwise_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
+    if (p->depth_mult % 4 == 0) {
+        tol_dw_mult4_(p, input, output);
+        return;
+    }
     if (p->depth_mult != 1) {
         tol_dw_generic_(p, input, output);
         return;
