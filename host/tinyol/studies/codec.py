@@ -27,6 +27,7 @@ from ..model.export import export_model
 from ..targets import simulation as S
 from . import depth as D
 from . import usermodel as U
+from .usermodel import run_stream as run
 
 BOARD = "nucleo_l476rg"
 ORDERS = 3
@@ -39,23 +40,6 @@ BITS = (8, 7, 4)
 # the recipe rows: (data set, cut label, bits, policy, rehearsal steps), on the exports above
 RECIPES = [("digits", "embed (float stage)", 4, "balanced", 2),
            ("digits", "embed (float stage)", 8, "balanced", 2)]
-
-
-def run(ds, model: S.Model, Qtr, Qte, *, seed: int, bits: int, policy: int = L.POLICY_RESERVOIR,
-        rehearse: int = 0) -> float:
-    """tinyol.studies.depth.run (replay) at the export's capacity and ``bits`` (with a replay
-    policy and idle rehearsal steps: tinyol.studies.lean.run's)."""
-    rng = np.random.default_rng(seed)
-    old = np.flatnonzero(np.isin(ds.ytr, ds.old))
-    new = np.flatnonzero(np.isin(ds.ytr, ds.new))
-    pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
-    cap = int(model.manifest["learner"]["replay_capacity"])
-    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODE_REPLAY, rehearse=rehearse)
-    replay = dict(capacity=cap, bits=bits, policy=policy, seed=seed + 1, max_new=1)
-    lrn = S.make_learner(model, settings, replay)
-    res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx],
-                           prefill=(Qtr[pre_idx], ds.ytr[pre_idx]), eval_set=(Qte, ds.yte))
-    return res["final_accuracy"]
 
 
 def main(argv: list[str] | None = None) -> int:

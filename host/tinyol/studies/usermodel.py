@@ -77,13 +77,27 @@ def export(ds: D.Dataset, out: Path, echo, **kw) -> tuple[S.Model, list[str]]:
                  board=BOARD, lr=D.LR, name="imu", echo=lambda s: (lines.append(s), echo(s)), **kw)
     return S.load_model(out), lines
 
+def run_stream(ds, model: S.Model, Qtr, Qte, *, seed: int, bits: int, policy: int = L.POLICY_RESERVOIR,
+        rehearse: int = 0) -> float:
+    """tinyol.studies.depth.run (replay) at the export's capacity and ``bits`` (with a replay
+    policy and idle rehearsal steps: tinyol.studies.lean.run's)."""
+    rng = np.random.default_rng(seed)
+    old = np.flatnonzero(np.isin(ds.ytr, ds.old))
+    new = np.flatnonzero(np.isin(ds.ytr, ds.new))
+    pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
+    cap = int(model.manifest["learner"]["replay_capacity"])
+    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODE_REPLAY, rehearse=rehearse)
+    replay = dict(capacity=cap, bits=bits, policy=policy, seed=seed + 1, max_new=1)
+    lrn = S.make_learner(model, settings, replay)
+    res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx],
+                           prefill=(Qtr[pre_idx], ds.ytr[pre_idx]), eval_set=(Qte, ds.yte))
+    return res["final_accuracy"]
+
 
 def run(ds, model: S.Model, Q, orders: int = ORDERS) -> list[float]:
     """The depth study's protocol with the export's capacity, storage, policy and rehearsal."""
-    from . import codec
-
     m = model.manifest["learner"]
-    return [codec.run(ds, model, *Q, seed=s, bits=int(m["replay_bits"]),
+    return [run_stream(ds, model, *Q, seed=s, bits=int(m["replay_bits"]),
                       policy=L.POLICIES[m.get("replay_policy", "reservoir")],
                       rehearse=int(m.get("rehearse", 0)))
             for s in range(orders)]
