@@ -673,6 +673,9 @@ class ExportSettings:
                               f"not {self.replay_policy!r}")
         if self.mode not in ("auto", "classifier", "autoencoder"):
             raise TinyolError(f"unknown head mode {self.mode!r}")
+        if self.stage_train is not None and not any(t.strip() for t in self.stage_train.split(",")):
+            raise TinyolError(f"--stage-train {self.stage_train!r} names nothing",
+                              hint="all, bias, auto, or LAYER[:all|bias|frozen],... (leave it out: all)")
         if self.auto_train:
             if self.board is None:
                 raise TinyolError("--stage-train auto needs --board (what trains is chosen to fit it)",
