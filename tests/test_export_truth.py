@@ -122,3 +122,33 @@ def test_a_float_model_is_told_it_must_be_int8_first(person_detect_like, tmp_pat
     assert not (tmp_path / "o").exists()
     with pytest.raises(TinyolError, match="no autoencoder"):
         _export(root / "pd.tflite", tmp_path / "a", mode="autoencoder")
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_simulate_sizes_tflms_arena_from_the_model(tmp_path):
+    """A model of few weights and large activations (a fingerprint-sized 96x96 input through
+    one small conv): TFLM's Python runtime opened with its default arena (10 x the model's
+    bytes) cannot allocate it, and `tinyol simulate` died in it. The arena now comes from
+    what export measured (manifest memory.tflm_arena_bytes). Oracle: the learner streams the
+    data and reports accuracy (exit 0), in a child process (a too-small arena may crash)."""
+    import subprocess
+    import sys
+    keras = pytest.importorskip("keras")
+    pytest.importorskip("tflite_micro")
+    L = keras.layers
+    keras.utils.set_random_seed(1)
+    m = keras.Sequential([keras.Input((96, 96, 1)), L.Conv2D(8, 3, strides=2, activation="relu"),
+                          L.MaxPooling2D(4), L.Flatten(), L.Dense(2, name="head")])
+    src = tmp_path / "big.keras"
+    m.save(src)
+    rng = np.random.default_rng(0)
+    X = rng.random((12, 96 * 96), dtype=np.float32)
+    np.savez(tmp_path / "d.npz", X=X, y=np.arange(12) % 2)
+    man = _export(src, tmp_path / "o", calib=str(tmp_path / "d.npz"))
+    tfl = (tmp_path / "o" / "backbone.tflite").stat().st_size
+    assert man["memory"]["tflm_arena_bytes"] > 10 * tfl      # the runtime's default would not do
+    p = subprocess.run([sys.executable, "-m", "tinyol.cli", "simulate", "--model", str(tmp_path / "o"),
+                        "--data", str(tmp_path / "d.npz")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-500:] + p.stderr[-1500:]
+    assert "samples            12" in p.stdout and "final acc" in p.stdout
