@@ -113,3 +113,16 @@ def test_monitor_seconds_must_be_positive_and_finite(capsys, seconds):
     rc, _, err = _run(["monitor", "--port", "socket://127.0.0.1:9", "--seconds", seconds], capsys)
     assert rc != 0 and "Traceback" not in err and seconds in err, err
     assert "cannot open" not in err  # refused before the port is touched
+
+
+def test_bench_json_stdout_is_the_json_alone(tmp_path):
+    """`tinyol bench --json | jq` used to get 'wrote FILE' (and every progress line) mixed
+    into the JSON; progress goes to stderr now, child processes' output included."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "tinyol.cli", "bench", "--model", str(ROOT / "models/digits"),
+                        "--no-firmware", "--no-stream", "--out", str(tmp_path / "b.md"), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)  # the whole of stdout
+    assert d["models"] == [] and "wrote" in p.stderr and (tmp_path / "b.md").is_file()
