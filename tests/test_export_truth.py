@@ -152,3 +152,32 @@ def test_simulate_sizes_tflms_arena_from_the_model(tmp_path):
                         "--data", str(tmp_path / "d.npz")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-500:] + p.stderr[-1500:]
     assert "samples            12" in p.stdout and "final acc" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+@pytest.mark.skipif(not AD.is_file(), reason="../shared/mlperf-tiny/ad01_int8.tflite is not here")
+def test_an_operator_with_intermediates_survives_the_cut(tmp_path):
+    """An int8 LSTM (UNIDIRECTIONAL_SEQUENCE_LSTM, as TFLM's examples hold them) carries
+    `intermediates` tensors; the cut at the last FULLY_CONNECTED renumbered tensors without
+    them and died in a KeyError traceback. Here the MLPerf AD model's first operator is given
+    one such tensor (what the LSTM op carries; TensorFlow 2.21's converter crashes on an int8
+    LSTM here): the cut keeps it and the export completes."""
+    import copy
+
+    import flatbuffers
+    from tinyol.model.tflite import load_model, schema
+    s = schema()
+    mt = s.ModelT.InitFromPackedBuf(bytearray(AD.read_bytes()), 0)
+    g = mt.subgraphs[0]
+    t = copy.deepcopy(g.tensors[g.operators[0].outputs[0]])
+    t.name, t.buffer = b"lstm_intermediate", 0
+    g.tensors.append(t)
+    g.operators[0].intermediates = [len(g.tensors) - 1]
+    b = flatbuffers.Builder(1024)
+    b.Finish(mt.Pack(b), file_identifier=b"TFL3")
+    src = tmp_path / "inter.tflite"
+    src.write_bytes(bytes(b.Output()))
+    man = _export(src, tmp_path / "o", mode="classifier")
+    assert man["latent"]["dim"] == 128
+    assert len(load_model(tmp_path / "o" / "backbone.tflite").operators) == len(g.operators) - 1
