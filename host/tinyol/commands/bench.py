@@ -1,9 +1,11 @@
 """`tinyol bench`: instruction counts under QEMU -icount, memory, throughput."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
+import sys
 from pathlib import Path
 
 import click
@@ -62,6 +64,51 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     (total and per operator), arena, peak stack, flash, output bytes compared.
     Writes docs/benchmarks.md.
     """
+    if as_json:  # stdout is the JSON alone: progress, and whatever a build prints, to stderr
+        with _stdout_to_stderr():
+            return _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream,
+                        out, cycles, as_json, rerender, echo=lambda *a, **k: click.echo(*a, err=True, **k))
+    return _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream, out,
+                cycles, as_json, rerender, echo=click.echo)
+
+
+_REAL_STDOUT: list = []
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """File descriptor 1 onto 2 (child processes included) until the JSON is written."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    _REAL_STDOUT.append(saved)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        _REAL_STDOUT.pop()
+
+
+def _emit_json_stdout(obj) -> None:
+    """emit_json to the real stdout (fd 1 is stderr while measuring)."""
+    sys.stdout.flush()
+    if _REAL_STDOUT:
+        cur = os.dup(1)
+        os.dup2(_REAL_STDOUT[-1], 1)
+        try:
+            emit_json(obj)
+            sys.stdout.flush()
+        finally:
+            os.dup2(cur, 1)
+            os.close(cur)
+    else:
+        emit_json(obj)
+
+
+def _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream, out, cycles,
+         as_json, rerender, *, echo):
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
     if cycles and not tflm_dir and not rerender:
         raise TinyolError("--cycles needs --tflm DIR (it prices the side-by-side harness runs)",
@@ -77,7 +124,7 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
         state = pickle.loads(saved.read_bytes())
         Path(out).write_text(bench.render(state["results"], state["stream"], compare=state["compare"],
                                           tflm_source=state["src"], learner=state["learner"]))
-        click.echo(f"wrote {out}")
+        echo(f"wrote {out}")
         return
     if model_dirs:
         dirs = [Path(d).resolve() for d in model_dirs]
@@ -91,18 +138,18 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     results = []
     for d in ([] if no_firmware else dirs):
         for k in [k for k in kernels.split(",") if k]:
-            click.echo(f"measuring {d.name} ({k} kernels) ...")
-            results.append(bench.bench_model(str(d), k, echo=click.echo))
+            echo(f"measuring {d.name} ({k} kernels) ...")
+            results.append(bench.bench_model(str(d), k, echo=echo))
     if model_dirs or no_firmware:
         no_latent256 = True
     if not no_latent256:
-        click.echo("measuring the learner at latent size 256 ...")
+        echo("measuring the learner at latent size 256 ...")
         d = bench.latent256_model(project_dir() / "build" / "bench" / "latent256")  # the user's folder
-        results.append(bench.bench_model(str(d), "simd", echo=click.echo))
+        results.append(bench.bench_model(str(d), "simd", echo=echo))
     work = project_dir() / "build" / "bench"  # the user's folder
     learner = None
     if not model_dirs and not no_firmware:
-        click.echo("measuring the learner by part (harness) ...")
+        echo("measuring the learner by part (harness) ...")
         learner = tflm_bench.run_learner_profile(work / "learner")
         if cycles:
             from ..studies import cycles as cycle_model
@@ -110,7 +157,7 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
             learner["cycles"] = {b: cycle_model.printed_cycles(work / "learner" / "learner.elf", b,
                                                                cache=work / "cycles-cache")
                                  for b in cycle_model.CYCLE_BOARDS}
-        click.echo("measuring the adaptive stage per layer type (harness) ...")
+        echo("measuring the adaptive stage per layer type (harness) ...")
         learner["stage"] = tflm_bench.run_stage_profile(work / "stage")
     compare = {}
     if tflm_dir:
@@ -122,22 +169,22 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
         for v in [v for v in tflm_variants.split(",") if v]:
             if v not in tflm_bench.VARIANTS:
                 raise TinyolError(f"unknown TFLM variant {v!r}", hint=f"use {', '.join(tflm_bench.VARIANTS)}")
-            libs[v] = tflm_bench.build_library(tree, v, ops=ops, echo=click.echo)
+            libs[v] = tflm_bench.build_library(tree, v, ops=ops, echo=echo)
         for d in dirs:
-            click.echo(f"side by side with TFLM: {d.name} ...")
-            c = tflm_bench.compare_model(d, tree, libs, work / "tflm" / d.name, echo=click.echo)
+            echo(f"side by side with TFLM: {d.name} ...")
+            c = tflm_bench.compare_model(d, tree, libs, work / "tflm" / d.name, echo=echo)
             if cycles:
                 from ..studies import cycles as cycle_model
 
-                click.echo(f"  estimating Cortex-M4 cycles: {d.name} ...")
-                c.cycles = cycle_model.measure(work / "tflm" / d.name, echo=click.echo)
+                echo(f"  estimating Cortex-M4 cycles: {d.name} ...")
+                c.cycles = cycle_model.measure(work / "tflm" / d.name, echo=echo)
             compare[c.model] = c
     stream_rows = None
     if stream:
-        click.echo("measuring streaming throughput (native and QEMU, windows 1 and 4) ...")
+        echo("measuring streaming throughput (native and QEMU, windows 1 and 4) ...")
         stream_rows = bench_emulators()
         for r in stream_rows:
-            click.echo(f"  {r['target']} window {r['window']}: {r['samples_per_s']:.0f} samples/s, "
+            echo(f"  {r['target']} window {r['window']}: {r['samples_per_s']:.0f} samples/s, "
                        f"{r['bytes_per_s']:.0f} bytes/s")
     src = None
     if tflm_dir:
@@ -146,16 +193,16 @@ def cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_la
     if no_firmware and not model_dirs and saved.is_file():
         last = pickle.loads(saved.read_bytes())
         results, stream_rows, learner = last["results"], last["stream"], last["learner"]
-        click.echo("firmware rows, learner and streaming: from the last run (build/bench/last_run.pkl)")
+        echo("firmware rows, learner and streaming: from the last run (build/bench/last_run.pkl)")
     if not model_dirs:          # a user's model folder never replaces the example models' last run
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_bytes(pickle.dumps({"results": results, "stream": stream_rows, "compare": compare,
                                         "src": src, "learner": learner}))
     report = bench.render(results, stream_rows, compare=compare, tflm_source=src, learner=learner)
     Path(out).write_text(report)
-    click.echo(f"wrote {out}")
+    echo(f"wrote {out}")
     if as_json:
-        emit_json({"models": [dataclasses.asdict(r) for r in results], "stream": stream_rows,
+        _emit_json_stdout({"models": [dataclasses.asdict(r) for r in results], "stream": stream_rows,
                    "learner": learner,
                    "tflm": {m: _plain(dataclasses.asdict(c)) if c else None for m, c in compare.items()}})
 

@@ -16,6 +16,8 @@ from ..errors import TinyolError
 from ..options import emit_json, json_option, model_option, resolve_port
 
 DEFAULT_PORT = 9092
+CONTROL_PORT = 9093
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def _hostport(value: str) -> tuple[str, int]:
@@ -35,8 +37,9 @@ def _hostport(value: str) -> tuple[str, int]:
 @click.option("--nodes", "n_nodes", type=click.IntRange(0), default=0, metavar="N",
               help="Make key pairs board0 .. board<N-1>.")
 @click.option("--days", type=click.IntRange(1), default=365, show_default=True, help="Validity of the certificates.")
+@click.option("--force", is_flag=True, help="Replace keys that exist already (their old copies stop working).")
 @json_option
-def cmd_certs(out, hosts, nodes, n_nodes, days, as_json):
+def cmd_certs(out, hosts, nodes, n_nodes, days, force, as_json):
     """Make a test fleet's CA, the SuperLink's TLS certificate and the SuperNodes' keys.
 
     \b
@@ -50,10 +53,13 @@ def cmd_certs(out, hosts, nodes, n_nodes, days, as_json):
     Examples:
       tinyol certs fleet-certs --host fleet.example.org --nodes 6
       tinyol certs fleet-certs --node lab-board7          # one more node, same CA
+
+    An existing key is never replaced (the command stops before writing anything) unless
+    --force; without --host, an existing SuperLink certificate is kept.
     """
     names = list(nodes) + [f"board{i}" for i in range(n_nodes)]
     from ..fleet.deploy import make_certs
-    written = make_certs(out, hosts=list(hosts) or ["localhost", "127.0.0.1"], nodes=names, days=days)
+    written = make_certs(out, hosts=list(hosts) or None, nodes=names, days=days, force=force)
     if as_json:
         emit_json({k: str(v) for k, v in written.items()})
         return
@@ -64,7 +70,10 @@ def cmd_certs(out, hosts, nodes, n_nodes, days, as_json):
 # --------------------------------------------------------------------------- superlink
 @click.command("superlink")
 @click.option("--listen", default=f"0.0.0.0:{DEFAULT_PORT}", show_default=True, metavar="HOST:PORT",
-              help="Where the SuperLink serves gateways (and flwr).")
+              help="Where gateways reach the SuperLink: Flower's Fleet API only (tinyol.fleet.gate).")
+@click.option("--control", default=f"127.0.0.1:{CONTROL_PORT}", show_default=True, metavar="HOST:PORT",
+              help="Where the SuperLink itself serves, its Control API (register keys, start runs) with it: "
+                   "keep it on loopback; gateways never need it.")
 @click.option("--certs", "certs_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("fleet-certs"),
               show_default=True, help="From `tinyol certs`: ca.pem, superlink.pem/.key, and the nodes' .pub keys.")
 @click.option("--register", "pubs", multiple=True, type=click.Path(dir_okay=False, path_type=Path), metavar="PUB",
@@ -101,7 +110,8 @@ def cmd_certs(out, hosts, nodes, n_nodes, days, as_json):
               help="One JSON record per round (default: STATE/fleet.jsonl).")
 @click.option("--record-pulls", is_flag=True, hidden=True, help="Keep every reply's parameters in STATE.")
 @json_option
-def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds, strategy, server_lr, min_boards,
+@click.pass_context
+def cmd_superlink(ctx, listen, control, certs_dir, pubs, insecure, state_dir, model, k, rounds, strategy, server_lr, min_boards,
                   strict, save, wait_n, in_flight, round_timeout, eval_spec, eval_every, log, record_pulls, as_json):
     """The server side of a fleet over Flower's deployment engine: start a SuperLink
     (TLS, SuperNode authentication, its database in --state), register the gateways'
@@ -117,6 +127,16 @@ def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds
     F.require_flower()
     F.check_server_lr(strategy, server_lr)
     host, port = _hostport(listen)
+    chost, cport = _hostport(control)
+    if insecure:
+        given = [flag for name, flag in (("certs_dir", "--certs"), ("pubs", "--register"))
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise TinyolError(f"--insecure and {' '.join(given)} exclude each other: --insecure turns TLS and "
+                              "SuperNode authentication off", hint="leave out one or the other")
+    if port == cport and (host == chost or "0.0.0.0" in (host, chost) or "::" in (host, chost)):
+        raise TinyolError(f"--listen {listen} and --control {control} are one address: gateways would reach "
+                          "the Control API", hint=f"e.g. --control 127.0.0.1:{CONTROL_PORT}")
     D.exit_on_sigterm()
     tls = D.Tls() if insecure else D.Tls.from_dir(certs_dir)
     if not insecure and not pubs:
@@ -127,15 +147,20 @@ def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds
     echo = (lambda *a, **kw: None) if as_json else click.echo
     state_dir = Path(state_dir).resolve()
     log = Path(log).resolve() if log else state_dir / "fleet.jsonl"
-    local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    env = D.flwr_env(state_dir / "flwr-home", f"{local}:{port}", tls)
-    link = D.start_superlink(state_dir / "superlink", port, tls, host=host, auth=not insecure, env=env)
+    clocal = "127.0.0.1" if chost in ("0.0.0.0", "::", "") else chost
+    if chost not in LOOPBACK:
+        echo(f"warning: --control {control} is not loopback: whoever reaches it can register SuperNodes "
+             "and start runs (Flower's Control API has no user authentication)", err=True)
+    env = D.flwr_env(state_dir / "flwr-home", f"{clocal}:{cport}", tls)
+    link = D.start_superlink(state_dir / "superlink", cport, tls, host=chost, auth=not insecure, env=env)
+    gate = None
     records = []
     try:
-        echo(f"SuperLink on {host}:{port} ({'insecure' if insecure else 'TLS, SuperNode authentication'}), "
-             f"state {state_dir}")
+        gate = D.start_gate(state_dir / "superlink", host, port, f"{clocal}:{cport}", tls, env=env)
+        echo(f"SuperLink: gateways on {host}:{port} (Fleet API only), control on {chost}:{cport} "
+             f"({'insecure' if insecure else 'TLS, SuperNode authentication'}), state {state_dir}")
         if pubs:
-            for name, node_id in D.register_keys(f"{local}:{port}", tls, list(pubs), env).items():
+            for name, node_id in D.register_keys(f"{clocal}:{cport}", tls, list(pubs), env).items():
                 echo(f"  registered {name}: node {node_id}")
         app = D.write_app(state_dir / "app")
         start = log.stat().st_size if log.is_file() else 0
@@ -159,7 +184,7 @@ def cmd_superlink(listen, certs_dir, pubs, insecure, state_dir, model, k, rounds
                 echo(f"done after round {rec['round']}; the aggregate pushed to {', '.join(rec['pushed_to']) or 'no board'}")
         D.follow(log, link, show, start=start)
     finally:
-        link.stop()
+        D.stop_all([gate, link])
     if as_json:
         emit_json({"rounds": len(records), "records": records})
 
@@ -216,6 +241,10 @@ def cmd_gateway(superlink, ports, emulate, twins, keys, ca, insecure, model, dat
     if len(chosen) != 1:
         raise TinyolError("choose the boards: --port URL (repeated), --emulate N or --twins N")
     n = len(ports) or emulate or twins
+    if insecure and (ca is not None or keys):
+        given = " ".join(f for f, v in (("--ca", ca is not None), ("--key", bool(keys))) if v)
+        raise TinyolError(f"--insecure and {given} exclude each other: --insecure turns TLS and "
+                          "authentication off", hint="leave out one or the other")
     if insecure:
         tls = D.Tls()
     else:

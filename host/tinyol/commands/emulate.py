@@ -120,11 +120,7 @@ def _check_sensor(sensor_dir, app, emu, board, native):
     if not native and (emu != "renode" or board != "disco_l475vg_iot01a"):
         raise TinyolError("--sensor needs the B-L475E-IOT01A in Renode (its IMU model) or native",
                           hint="--emulator renode --board disco_l475vg_iot01a, or --emulator native")
-    missing = [f for f in ("acc.resd", "gyro.resd", "raw.bin", "sensor.json")
-               if not (Path(sensor_dir) / f).is_file()]
-    if missing:
-        raise TinyolError(f"{sensor_dir}: no {', '.join(missing)} (not a record-to-resd folder)",
-                          hint="tinyol record-to-resd RECORDING --out DIR")
+    S.check_folder(sensor_dir)  # every file as record-to-resd writes it, before anything starts
 
 
 def _play(target, sensor_dir, native):

@@ -8,6 +8,8 @@ import time
 
 import click
 
+from ..checks import Number
+
 from ..errors import TinyolError
 from ..link.protocol import open_serial
 from ..options import emit_json, json_option, port_option, resolve_port
@@ -46,7 +48,7 @@ class Tally:
 @port_option()
 @click.option("--until", default=None, metavar="PREFIX",
               help="Stop at the first device line starting with PREFIX (e.g. done).")
-@click.option("--seconds", type=float, default=None, help="Stop after this long.")
+@click.option("--seconds", type=Number(0.0, 1e9, min_open=True), default=None, help="Stop after this long.")
 @json_option
 def cmd(port, until, seconds, as_json):
     """Show what a sensor-driven board predicts and learns, live, with per-class counts; type

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from ..checks import Number
 from ..data import sensor as S
 from ..model.folder import load_manifest
 from ..options import emit_json, json_option
@@ -13,7 +14,7 @@ from ..options import emit_json, json_option
 @click.command("record-to-resd")
 @click.argument("recording", metavar="RECORDING")
 @click.option("--out", "-o", "out_dir", required=True, metavar="DIR", help="Folder for the files.")
-@click.option("--rate", type=float, default=None, metavar="HZ",
+@click.option("--rate", type=Number(0.0, 1e6, min_open=True), default=None, metavar="HZ",
               help="Sample rate of the recording (when it has no timestamps).")
 @click.option("--sensor", "sensor_name", default="lsm6dsl", show_default=True, help="The board's IMU.")
 @json_option
@@ -28,6 +29,8 @@ def cmd_record_to_resd(recording, out_dir, rate, sensor_name, as_json):
       tinyol record-to-resd walk.npz --rate 50 --out build/walk
       tinyol emulate --emulator renode --board disco_l475vg_iot01a --sensor build/walk ...
     """
+    from ..checks import output_dir
+    output_dir(out_dir, "--out")
     rec = S.load_recording(recording, rate)
     meta = S.write_resd(rec, out_dir, S.sensor(sensor_name), Path(recording).name)
     if as_json:

@@ -188,7 +188,7 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
     names = names or [str(i) for i in range(int(manifest["head"].get("max_classes", 0)))]
     url = resolve_port(port)
     resumed = None
-    link = Link.open(url, timeout=max(timeout, 1.0), retries=retries)
+    link = Link.open(url, timeout=max(timeout, 1.0), retries=retries, patience=patience)
     n_logged = 0
     if resume:
         # before anything reaches the device but one STATS: reconcile the log, its WAL and the

@@ -191,11 +191,12 @@ def load_recording(path: str, rate: float | None = None) -> dict:
             raise TinyolError(f"{path}: not a readable .npz ({type(e).__name__}: {e})") from None
         if "X" not in data:
             raise TinyolError(f"{path}: no array X", hint="X [T, 3 or 6]: ax ay az (g) [gx gy gz (rad/s)]")
-        X = np.asarray(data["X"], np.float64)
-        t = data.get("t")
-        y = data.get("y")
+        X, t, y = (_numbers(data.get(k), path, k) for k in ("X", "t", "y"))
     elif p.suffix == ".csv":
-        lines = [l for l in p.read_text().splitlines() if l.strip()]
+        try:
+            lines = [l for l in p.read_text().splitlines() if l.strip()]
+        except (UnicodeDecodeError, OSError) as e:
+            raise TinyolError(f"{path}: not a readable text file ({type(e).__name__})") from None
         if not lines:
             raise TinyolError(f"{path}: empty")
         head = [h.strip().lower() for h in lines[0].split(",")]
@@ -217,22 +218,46 @@ def load_recording(path: str, rate: float | None = None) -> dict:
         raise TinyolError(f"{path}: X has shape {list(X.shape)}; want [T, 3] or [T, 6]")
     if not np.all(np.isfinite(X)):
         raise TinyolError(f"{path}: NaN or Inf in the readings")
+    big = np.abs(X) > RANGE_LIMIT
+    if big.any():
+        r, c = map(int, np.argwhere(big)[0])
+        raise TinyolError(f"{path}: row {r}, column {c}: {X[r, c]:g} is beyond any IMU's range "
+                          f"(|value| <= {RANGE_LIMIT:g} g or rad/s); units are g and rad/s",
+                          hint="a reading in m/s^2 or deg/s? convert it; a corrupt row? drop it")
     if t is not None:
+        if t.ndim != 1 or len(t) != len(X) or not np.all(np.isfinite(t)):
+            raise TinyolError(f"{path}: t must be {len(X)} finite timestamps (seconds), one per row")
         dt = np.diff(np.asarray(t, np.float64))
         if len(dt) == 0 or np.any(dt <= 0) or np.ptp(dt) > 0.01 * np.median(dt):
             raise TinyolError(f"{path}: timestamps are not evenly spaced (within 1 %)",
                               hint="resample the recording to a constant rate first")
         rate = rate or 1.0 / float(np.median(dt))
-    if rate is None or not rate > 0:
-        raise TinyolError(f"{path}: no sample rate", hint="give --rate HZ or a t column")
+    if rate is None or not (rate > 0 and math.isfinite(rate)):
+        raise TinyolError(f"{path}: no sample rate" if rate is None else f"--rate {rate}: a positive number of Hz",
+                          hint="give --rate HZ or a t column")
     if X.shape[1] == 3:
         X = np.concatenate([X, np.zeros_like(X)], axis=1)   # no gyroscope: rows of zero rate
+    if y is not None and (np.issubdtype(y.dtype, np.floating) and not np.all(np.isfinite(y) & (y == np.round(y)))):
+        raise TinyolError(f"{path}: labels must be whole numbers 0..254 (or -1: none)")
     y = np.full(len(X), -1, np.int64) if y is None else np.asarray(y).astype(np.int64)
     if y.shape != (len(X),):
         raise TinyolError(f"{path}: {len(y)} labels for {len(X)} rows")
     if np.any((y < -1) | (y > 254)):
         raise TinyolError(f"{path}: labels must be 0..254 (or -1: none)")
     return {"X": X, "y": y, "rate": float(rate)}
+
+
+RANGE_LIMIT = 1000.0  # g or rad/s: beyond every IMU's full scale (16 g, 4000 dps = 70 rad/s) many times
+
+
+def _numbers(a, path, name: str):
+    """A recording's array as float64, or None; one line for anything that is not numbers."""
+    if a is None:
+        return None
+    try:
+        return np.asarray(a, np.float64)
+    except (TypeError, ValueError):
+        raise TinyolError(f"{path}: {name} is not numbers (dtype {np.asarray(a).dtype})") from None
 
 
 def schedule(y: np.ndarray) -> list[tuple[int, int]]:
@@ -320,6 +345,41 @@ def write_resd(rec: dict, out_dir, sens: Sensor, source: str) -> dict:
             "played_hz": sens.rate_hz, "period_ns": period, "lead_ns": RESD_LEAD_NS,
             "schedule": schedule(rec["y"])}
     (out / "sensor.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return meta
+
+
+def check_folder(sensor_dir) -> dict:
+    """A record-to-resd folder as `tinyol emulate --sensor` plays it, checked before anything
+    starts: sensor.json readable with rows >= 1 and a schedule of [row, label] pairs,
+    raw.bin exactly rows x 6 int16 readings, acc.resd and gyro.resd RESD files of that
+    many samples. Returns sensor.json; a folder that is not one: TinyolError, one line."""
+    d = Path(sensor_dir)
+    missing = [f for f in ("acc.resd", "gyro.resd", "raw.bin", "sensor.json") if not (d / f).is_file()]
+    if missing:
+        raise TinyolError(f"{sensor_dir}: no {', '.join(missing)} (not a record-to-resd folder)",
+                          hint="tinyol record-to-resd RECORDING --out DIR")
+    again = f"make it again: tinyol record-to-resd RECORDING --out {sensor_dir}"
+    try:
+        meta = json.loads((d / "sensor.json").read_text())
+        rows = meta["rows"]
+        segs = meta["schedule"]
+        if not (isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1):
+            raise ValueError(f"rows {rows!r}")
+        if not (isinstance(segs, list) and segs and all(
+                isinstance(g, list) and len(g) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in g)
+                and 0 <= g[0] < rows and 0 <= g[1] <= 255 for g in segs)):
+            raise ValueError("schedule")
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise TinyolError(f"{d / 'sensor.json'}: not as record-to-resd writes it ({type(e).__name__}: {e})",
+                          hint=again) from None
+    n = (d / "raw.bin").stat().st_size
+    if n != 12 * rows:
+        raise TinyolError(f"{d / 'raw.bin'}: {n} bytes, sensor.json says {rows} rows ({12 * rows} bytes)",
+                          hint=again)
+    for f in ("acc.resd", "gyro.resd"):
+        b = (d / f).read_bytes()
+        if len(b) != 8 + 13 + 24 + 12 * rows or b[:4] != b"RESD":
+            raise TinyolError(f"{d / f}: not a RESD file of {rows} samples ({len(b)} bytes)", hint=again)
     return meta
 
 

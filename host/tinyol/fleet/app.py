@@ -43,6 +43,7 @@ from .boards import DeviceBoard, make_twin
 from .data import Shard, latents_fn, load_shards
 from .flower import (
     board_client,
+    check_reply,
     close_round,
     dropped_row,
     make_strategy,
@@ -455,17 +456,25 @@ class DeployedFleet:
         replies = self.exchange(nodes, msgs)
         results, failures, rows, pulls = [], [], {}, {}
         answered = set()
-        for node, rep in replies:
+        claimed: set[str] = set()
+        for node, rep in sorted(replies, key=lambda nr: nr[0]):
+            if node in answered:
+                continue  # one reply per node and round
             answered.add(node)
             name = self.names.get(node, f"node{node}")
             if rep.has_error():
                 failures.append(TinyolError(f"{name}: {rep.error.reason}"))
                 rows[name] = dropped_row(rep.error.reason)
                 continue
-            met = dict(rep.content["metrics"])
+            try:
+                arrays, n, met = self._reply(node, rep, claimed)
+            except Exception as e:  # noqa: BLE001 - whatever a reply is, it is that node's failure
+                why = f"bad reply: {e}" if isinstance(e, TinyolError) else f"bad reply: {type(e).__name__}: {e}"
+                failures.append(TinyolError(f"{name}: {why}"))
+                rows[name] = dropped_row(why)
+                continue
             name = self.names[node] = str(met.get("board", name))
-            arrays = rep.content["params"].to_numpy_ndarrays()
-            n = int(met.pop("num-examples"))
+            claimed.add(name)
             met["bytes_up"] = rep.content["params"].count_bytes()
             results.append((name, arrays, n, met))
             rows[name] = ok_row(n, met)
@@ -496,11 +505,29 @@ class DeployedFleet:
         self.write(rec)
         return rec
 
+    def _reply(self, node: int, rep: Message, claimed: set[str]) -> tuple[list[np.ndarray], int, dict]:
+        """A train reply's parameters, sample count and metrics, checked (check_reply: the
+        fleet's shapes, finite values, at most the round's k samples); the board name it
+        gives must not be one another node answers to (a node cannot speak for a board)."""
+        if "params" not in rep.content.array_records or "metrics" not in rep.content.config_records:
+            raise TinyolError("no params or no metrics in it")
+        met = dict(rep.content["metrics"])
+        if "num-examples" not in met:
+            raise TinyolError("no num-examples in its metrics")
+        n = met.pop("num-examples")
+        arrays, n, met = check_reply(rep.content["params"].to_numpy_ndarrays(), n, met, self.template,
+                                     int(self.rc["every"]))
+        name = met.get("board", self.names.get(node, f"node{node}"))
+        taken = {v for k, v in self.names.items() if k != node}
+        if name in taken or name in claimed:
+            raise TinyolError(f"it answers as {name}, a name another node answers to")
+        return arrays, n, met
+
     def push_last(self) -> list[str]:
         """Send the last aggregate to every node (nothing learned); the nodes that took it."""
         nodes = sorted(self._grid(self.grid.get_node_ids))
         replies = self.exchange(nodes, self._messages(nodes, "evaluate"))
-        return sorted(str(r.content["metrics"]["board"]) for _, r in replies if not r.has_error())
+        return sorted(self.names.get(n, f"node{n}") for n, r in replies if not r.has_error())  # names it knows
 
     def run(self) -> None:
         if self.resume():

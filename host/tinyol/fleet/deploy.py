@@ -39,13 +39,16 @@ def _bin(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- certificates and node keys
-def make_certs(out: str | Path, *, hosts: list[str] | tuple[str, ...] = ("localhost", "127.0.0.1"),
-               nodes: list[str] | tuple[str, ...] = (), days: int = 365) -> dict[str, Path]:
+def make_certs(out: str | Path, *, hosts: list[str] | tuple[str, ...] | None = ("localhost", "127.0.0.1"),
+               nodes: list[str] | tuple[str, ...] = (), days: int = 365, force: bool = False) -> dict[str, Path]:
     """A test fleet's credentials in `out`: a CA (ca.pem, ca.key), the SuperLink's TLS
     certificate for `hosts` signed by it (superlink.pem/.key), and one EC P-384 key pair
     per node name (NAME.key: OpenSSH private key, NAME.pub: its public key, the form
     `flower-supernode --auth-supernode-private-key` and SuperLink registration take).
-    An existing CA in `out` is reused, so nodes can be added later."""
+    An existing CA in `out` is reused, so nodes can be added later. A key that exists
+    already (a node's, or the SuperLink's when `hosts` asks for a new certificate) is
+    never replaced without `force`: the refusal comes before anything is written.
+    `hosts` None or empty: a SuperLink certificate only if there is none yet."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -58,9 +61,26 @@ def make_certs(out: str | Path, *, hosts: list[str] | tuple[str, ...] = ("localh
     pem, pkcs8, none = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
 
     def private(path: Path, key, fmt=pkcs8, enc=pem) -> None:
-        path.write_bytes(key.private_bytes(enc, fmt, none))
-        path.chmod(0o600)
+        path.unlink(missing_ok=True)  # (--force) a new file: readable by its owner only from the start
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key.private_bytes(enc, fmt, none))
 
+    for n in nodes:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", n):
+            raise TinyolError(f"node name {n!r}: letters, digits, '_', '.', '-' only")
+    if len(set(nodes)) != len(nodes):
+        raise TinyolError("a node name is given twice: " + ", ".join(sorted({n for n in nodes if nodes.count(n) > 1})))
+    new_link = bool(hosts) or not (out / LINK_CERT).is_file()
+    hosts = list(hosts or ("localhost", "127.0.0.1"))
+    there = [out / f for n in nodes for f in (f"{n}.key", f"{n}.pub") if (out / f).exists()]
+    if new_link:
+        there += [out / f for f in (LINK_CERT, LINK_KEY) if (out / f).exists()]
+    if there and not force:
+        raise TinyolError(f"{there[0]} exists" + (f" (and {len(there) - 1} more)" if len(there) > 1 else "")
+                          + ": tinyol certs never replaces a key",
+                          hint="a new name (--node NAME), no --host to keep the SuperLink's certificate, "
+                               "or --force to replace them (the old keys stop working)")
     written: dict[str, Path] = {}
     if (out / CA).is_file() and (out / CA_KEY).is_file():
         ca_cert = x509.load_pem_x509_certificate((out / CA).read_bytes())
@@ -86,7 +106,7 @@ def make_certs(out: str | Path, *, hosts: list[str] | tuple[str, ...] = ("localh
             sans.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             sans.append(x509.DNSName(h))
-    if hosts or not (out / LINK_CERT).is_file():
+    if new_link:
         key = ec.generate_private_key(ec.SECP384R1())
         cert = (x509.CertificateBuilder()
                 .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0] if hosts else "localhost")]))
@@ -99,8 +119,6 @@ def make_certs(out: str | Path, *, hosts: list[str] | tuple[str, ...] = ("localh
         private(out / LINK_KEY, key)
         written["superlink"] = out / LINK_CERT
     for n in nodes:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", n):
-            raise TinyolError(f"node name {n!r}: letters, digits, '_', '.', '-' only")
         key = ec.generate_private_key(ec.SECP384R1())
         private(out / f"{n}.key", key, serialization.PrivateFormat.OpenSSH)
         (out / f"{n}.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
@@ -209,13 +227,15 @@ class Tls:
         return self.ca is None
 
 
-def start_superlink(state: Path, port: int, tls: Tls, *, host: str = "0.0.0.0", auth: bool = True,
+def start_superlink(state: Path, port: int, tls: Tls, *, host: str = "127.0.0.1", auth: bool = True,
                     env: dict | None = None, timeout: float = 180.0, database: bool = True) -> Child:
     """flower-superlink with its database in `state` (a restart resumes it), TLS and
     SuperNode authentication unless `tls` is insecure; waits until it serves.
-    `database=False`: Flower's in-memory state instead of SQLite (nothing survives a
-    restart; under many nodes on few cores, SQLite's file lock makes the SuperLink
-    answer "database is locked" and lose replies, docs/fleet.md)."""
+    `host`:`port` serves all of Flower's APIs, the Control API among them (registering
+    keys, starting runs): loopback by default; gateways reach the Fleet API through
+    :func:`start_gate`. `database=False`: Flower's in-memory state instead of SQLite
+    (nothing survives a restart; under many nodes on few cores, SQLite's file lock makes
+    the SuperLink answer "database is locked" and lose replies, docs/fleet.md)."""
     state.mkdir(parents=True, exist_ok=True)
     argv = [_bin("flower-superlink")]
     if database:
@@ -236,6 +256,26 @@ def start_superlink(state: Path, port: int, tls: Tls, *, host: str = "0.0.0.0", 
         link.stop()
         raise
     return link
+
+
+def start_gate(state: Path, host: str, port: int, upstream: str, tls: Tls, *, env: dict | None = None,
+               timeout: float = 120.0) -> Child:
+    """The gateways' door (tinyol.fleet.gate) on `host`:`port`: Flower's Fleet API of the
+    SuperLink at `upstream` (HOST:PORT, on loopback), and nothing else: a gateway that
+    holds ca.pem can join with a registered key, never register one or start a run."""
+    argv = [sys.executable, "-m", "tinyol.fleet.gate", "--listen", f"{host}:{port}"]
+    if tls.insecure:
+        argv += ["--upstream", f"http://{upstream}"]
+    else:
+        argv += ["--upstream", f"https://{upstream}", "--cert", str(tls.cert), "--key", str(tls.key),
+                 "--ca", str(tls.ca)]
+    gate = Child("the fleet gate", argv, Path(state) / "gate.log", env)
+    try:
+        gate.wait_for(r"Uvicorn running on", timeout)
+    except TinyolError:
+        gate.stop()
+        raise
+    return gate
 
 
 def flwr_env(home: Path, address: str, tls: Tls) -> dict:

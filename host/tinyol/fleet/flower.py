@@ -246,6 +246,54 @@ def read_params(path: Path, template: "Head | StageParams") -> tuple["Head | Sta
     return head, saved
 
 
+NAME_RX = r"[A-Za-z0-9_.-]{1,64}"
+
+
+def check_reply(arrays, n, metrics: dict, template: "Head | StageParams", k: int) -> tuple[list[np.ndarray], int, dict]:
+    """What a board's reply must be before it may reach a strategy (the deployment engine's
+    replies come from gateways the SuperLink only authenticates): exactly the arrays of
+    `template` (count, shapes, a float dtype), every value finite in float32, the active
+    mask 0/1, a sample count between 0 and the `k` samples the round asked for, numeric
+    metrics finite (an accuracy in [0, 1]) and a board name of at most 64 plain characters.
+    Returns the arrays as float32, the count and the metrics; a bad reply: TinyolError
+    saying what is wrong (the failure of that board, never of the round)."""
+    import re
+    want = [a.shape for a in template.to_ndarrays()]
+    if not isinstance(arrays, (list, tuple)) or len(arrays) != len(want):
+        raise TinyolError(f"{len(arrays) if isinstance(arrays, (list, tuple)) else 'no'} arrays, "
+                          f"the fleet's parameters are {len(want)}")
+    out = []
+    for i, (a, shp) in enumerate(zip(arrays, want)):
+        a = np.asarray(a)
+        if a.shape != shp:
+            raise TinyolError(f"array {i} has shape {list(a.shape)}, the fleet's is {list(shp)}")
+        if a.dtype.kind not in "fiu":
+            raise TinyolError(f"array {i} is {a.dtype}, not numbers")
+        with np.errstate(over="ignore", invalid="ignore"):
+            f = a.astype(np.float32)
+        if not np.isfinite(f).all():
+            raise TinyolError(f"array {i} holds {int((~np.isfinite(f)).sum())} values that are not finite "
+                              "(NaN, inf, or beyond float32)")
+        out.append(f)
+    if not np.isin(out[-1], (0.0, 1.0)).all():
+        raise TinyolError("the active mask holds values other than 0 and 1")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TinyolError(f"sample count {n!r} is not an integer")
+    if not 0 <= int(n) <= int(k):
+        raise TinyolError(f"it claims {int(n)} samples; the round asked for at most {int(k)}")
+    met = dict(metrics)
+    for key, v in met.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise TinyolError(f"metric {key} = {v}")
+    acc = met.get("accuracy")
+    if acc is not None and not (isinstance(acc, (int, float)) and 0.0 <= float(acc) <= 1.0):
+        raise TinyolError(f"accuracy {acc!r} is not in [0, 1]")
+    name = met.get("board")
+    if name is not None and not (isinstance(name, str) and re.fullmatch(NAME_RX, name)):
+        raise TinyolError(f"board name {str(name)[:40]!r}: at most 64 letters, digits, '_', '.', '-'")
+    return out, int(n), met
+
+
 def ok_row(n: int, metrics: dict) -> dict:
     """A round's log row for a board whose fit returned (both transports)."""
     return {"status": "ok", "weight": n, **metrics}

@@ -66,6 +66,7 @@ class _Pending:
     seq_tx: int = 0           # transmission number of the current seq's first transmission
     silent: int = 0           # timeouts in a row with not a byte received since the last transmission
     spurious: bool = False    # a second reply came: the resend was needless
+    damaged: bool = False     # resent because of damage (its replies say nothing of the timeout)
 
 
 @dataclass
@@ -86,6 +87,7 @@ class PipelineStats:
     resend_order: int = 0     # resent because a later reply arrived first
     resend_timeout: int = 0   # resent after the timeout
     resend_damage: int = 0    # resent at once because a damaged frame came back
+    damage_held: int = 0      # damaged frames that found the oldest request's copy still in flight
     resend_gap: int = 0       # resent because the device refused it as out of order (ERR_ORDER)
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
@@ -216,7 +218,7 @@ class Pipeline:
         short: feed it in (as TCP's Eifel/F-RTO detection of spurious timeouts does)."""
         p.spurious = True
         self.stats.late += 1
-        if self.adaptive:
+        if self.adaptive and not p.damaged:  # after damage, the first reply may answer any copy
             r = p.latency - self._wire_time(p)
             # the floor learns the longest stall seen (a busy host, an emulator), so one
             # stall does not cost a resend of every request in flight each time it recurs
@@ -225,15 +227,28 @@ class Pipeline:
 
     def _resend_oldest(self, since: float) -> None:
         """A damaged frame arrived (from the device, or reported by it): the oldest
-        unanswered request's exchange is the likeliest casualty. Resend it at once, unless
-        it was sent again after the damage was seen (fast retransmit on evidence; an
-        unneeded resend is answered from the device's cache)."""
+        unanswered request's exchange is the likeliest casualty. Resend it (fast retransmit
+        on evidence; an unneeded resend is answered from the device's cache), within a
+        budget: only once its last copy can have been answered (:meth:`_copy_time`), so one
+        copy is in flight. Damage seen sooner belongs to an older copy, and one damaged copy
+        often draws several damage notices (a flipped delimiter splits it); resending on
+        every one put a further copy on the line for each, every copy drew more damage, and
+        a noisy link was flooded (issue 34: 570,199 resends for 30 samples at 5 % bit
+        flips). What damage does not resend, the timer (:meth:`_timeouts`) does."""
         for q in self._queue:
             if not q.done:
-                if q.t_last < since:
+                if since - q.t_last >= self._copy_time(q):
+                    q.damaged = True
                     self.stats.resend_damage += 1
                     self._transmit(q)
+                else:
+                    self.stats.damage_held += 1
                 return
+
+    def _copy_time(self, q: _Pending) -> float:
+        """How long after its last copy went out damage can be that copy's answer: its wire
+        time and half the smoothed reply time (none before a reply was timed)."""
+        return self._wire_time(q) + 0.5 * (self._srtt or 0.0)
 
     def _rtt_sample(self, p: _Pending) -> None:
         """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
@@ -269,7 +284,7 @@ class Pipeline:
         if f.seq == 0:
             if f.type == Msg.ERROR:
                 self.stats.link_errors += 1  # something we sent was damaged: resend the oldest
-                self._resend_oldest(time.monotonic())
+                self._resend_oldest(self._last_rx)  # seen when its bytes came (several in one read: one resend)
             return
         p = self._by_seq.get(f.seq) or self._recent.get(f.seq)
         if p is None or p.done:

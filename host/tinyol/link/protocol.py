@@ -6,6 +6,7 @@ side is mcu/src/tol_proto.c + tol_app.c; tests drive the two against each other.
 """
 from __future__ import annotations
 
+import os
 import random
 import struct
 import time
@@ -309,10 +310,18 @@ class LinkStats:
 
 
 def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
-    """Open a pyserial URL (/dev/ttyACM0, socket://host:port, loop://) with a clear error."""
+    """Open a pyserial URL (/dev/ttyACM0, socket://host:port, loop://) with a clear error.
+    A device path is opened exclusively (pyserial's flock): a second tinyol on the same
+    board is refused in one line instead of reading the first one's replies (a socket://
+    target already serves one client at a time)."""
+    exclusive = {"exclusive": True} if "://" not in url and os.name == "posix" else {}
     try:
-        return serial.serial_for_url(url, baudrate=baudrate, timeout=timeout)
+        return serial.serial_for_url(url, baudrate=baudrate, timeout=timeout, **exclusive)
     except (serial.SerialException, OSError, ValueError) as e:
+        if exclusive and "lock" in str(e).lower():
+            raise PortBusy(f"serial port {url} is in use by another program",
+                           hint="another `tinyol stream`, `tinyol monitor` or a terminal has it open: "
+                                "close it and retry") from None
         raise TinyolError(
             f"cannot open serial port {url!r}: {e}",
             hint="is the device (or `tinyol emulate`) running? ports are pyserial URLs, "

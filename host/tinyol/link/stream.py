@@ -474,6 +474,7 @@ class Journal:
     log_keep: int                        # bytes of LOG that are whole lines
     log_size: int                        # bytes of LOG (more than log_keep: its last line was cut)
     checks: int = 0                      # INFO checks the last session made (after timeouts)
+    check_sent: list[int] | None = None  # for each of them: positions sent before it was
 
     @property
     def pending(self) -> list[int]:
@@ -538,7 +539,7 @@ class WriteAhead:
             if not p.is_file():
                 raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of an "
                                   f"interrupted --train run (and its write-ahead log LOG{WAL_SUFFIX})")
-        session, sent, done, checkpoint, end, checks = None, [], [], None, None, 0
+        session, sent, done, checkpoint, end, checks, check_sent = None, [], [], None, None, 0, []
         raw = logp.read_bytes()
         keep = raw.rfind(b"\n") + 1  # whole lines end with a newline; a cut one does not
         for p, data in ((wal, wal.read_bytes()), (logp, raw[:keep])):
@@ -558,9 +559,10 @@ class WriteAhead:
                         session = session or d["session"]
                     elif p is wal and "checkpoint" in d:
                         checkpoint = (int(d["checkpoint"]["frames_ok"]), int(d["checkpoint"]["records"]))
-                        end, checks = None, 0
+                        end, checks, check_sent = None, 0, []
                     elif p is wal and "check" in d:
                         checks += 1
+                        check_sent.append(len(sent))
                     elif p is wal and "end" in d:
                         end = (int(d["end"]["frames_ok"]), int(d["end"]["records"]))
                     elif p is wal and "sent" in d:
@@ -578,7 +580,7 @@ class WriteAhead:
                                            "unchanged") from None
         if session is None:
             raise TinyolError(f"{wal}: no session header (not written by `tinyol stream --log`)")
-        return Journal(session, sent, done, checkpoint, end, keep, len(raw), checks)
+        return Journal(session, sent, done, checkpoint, end, keep, len(raw), checks, check_sent)
 
 
 def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
@@ -647,7 +649,7 @@ def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
                 why = f"the device's request counter went back ({ran} < {ours}): it restarted"
         if why is None:
             after = (seen - extra[0] + sum(v is None for _, v in j.done[records:])
-                     + j.checks + (j.end is not None) + 1)
+                     + _checks_after(j, d) + (j.end is not None) + 1)
             if after > DEVICE_CACHE - 1:
                 why = f"{after} requests executed after the oldest of them (the cache keeps {DEVICE_CACHE})"
     if why:
@@ -657,6 +659,17 @@ def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
             hint="the run cannot be completed exactly once: start the stream again without --resume "
                  "(the device keeps what it learned), or `tinyol load` a saved state first")
     return k
+
+
+def _checks_after(j: Journal, oldest: int) -> int:
+    """INFO checks that may have executed after the sample at position `oldest` (the oldest
+    in flight): those sent after it, and those sent fewer than DEVICE_CACHE positions before
+    it (an unanswered check is resent while at most that many requests follow it). Checks
+    of the session long before it ran before it and hold no cache slot it needs. A journal
+    without positions for its checks (built by hand): every check counts."""
+    if j.check_sent is None or len(j.check_sent) != j.checks:
+        return j.checks
+    return sum(1 for c in j.check_sent if c > oldest - DEVICE_CACHE)
 
 
 def resend_pending(link: Link, j: Journal, payloads: dict[int, tuple[tuple, bytes]], *,

@@ -50,7 +50,7 @@ from .stage_export import (
     stage_summary,
     write_stage_init,
 )
-from .tflite import parse_model, split_classifier
+from .tflite import classifier_head, parse_model, split_classifier
 
 # Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
 # that use them; they take seconds to load, and rewriting a config or reading a .tflite does not.
@@ -709,6 +709,9 @@ class ExportSettings:
                               f"not {self.replay_policy!r}")
         if self.mode not in ("auto", "classifier", "autoencoder"):
             raise TinyolError(f"unknown head mode {self.mode!r}")
+        if self.stage_train is not None and not any(t.strip() for t in self.stage_train.split(",")):
+            raise TinyolError(f"--stage-train {self.stage_train!r} names nothing",
+                              hint="all, bias, auto, or LAYER[:all|bias|frozen],... (leave it out: all)")
         if self.auto_train:
             if self.board is None:
                 raise TinyolError("--stage-train auto needs --board (what trains is chosen to fit it)",
@@ -796,7 +799,32 @@ def export_model(model_path: str, out_dir: str, settings: ExportSettings | None 
         raise
 
 
-def _tflite_source(src_path: Path, split, classes, echo: Echo):
+INT8_HINT = ("quantize it fully to int8: TFLiteConverter with optimizations=[tf.lite.Optimize.DEFAULT], "
+             "a representative_dataset, target_spec.supported_ops=[tf.lite.OpsSet.TFLITE_BUILTINS_INT8], "
+             "inference_input_type=inference_output_type=tf.int8; or export the .keras model "
+             "(tinyol quantizes it)")
+
+
+def check_int8_io(raw: bytes, origin: str) -> None:
+    """A .tflite model tinyol can take has int8 input and output: said first, with how to get there."""
+    inp, out = tflite_io(raw)
+    if inp.dtype != "int8" or out.dtype != "int8":
+        raise TinyolError(f"{origin} has {inp.dtype} input and {out.dtype} output; tinyol needs a fully "
+                          "int8 model (int8 input and output)", hint=INT8_HINT)
+
+
+def tflite_is_autoencoder(m) -> bool:
+    """A .tflite model reconstructs its input (an autoencoder) when it ends in a linear
+    FULLY_CONNECTED whose output has the input's shape, with no SOFTMAX after it (a classifier
+    ends in class scores: a softmax, or logits of another width)."""
+    found = classifier_head(m)
+    if found is None or "SOFTMAX" in found[1]:
+        return False
+    ti, to = m.tensors[m.inputs[0]], m.tensors[m.outputs[0]]
+    return int(np.prod(ti.shape[1:])) == int(np.prod(to.shape[1:]))
+
+
+def _tflite_source(src_path: Path, split, classes, echo: Echo, autoencoder: bool = False):
     """(backbone .tflite bytes, head W or None, head b or None, split name) for a .tflite input.
 
     A full int8 classifier ending in a linear FULLY_CONNECTED (+ SOFTMAX) is split at that FC:
@@ -804,6 +832,7 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo):
     zero rows). ``--split none`` (or any other model) uses the whole file as the backbone; its
     head starts from zeros and needs ``--classes``."""
     raw = src_path.read_bytes()
+    check_int8_io(raw, src_path.name)  # before anything else is asked of it
     if split is not None and str(split).lower() not in ("none", "whole"):
         raise TinyolError(f"--split {split!r} does not apply to a .tflite model",
                           hint="a .tflite classifier is split at its last FULLY_CONNECTED; "
@@ -834,6 +863,11 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo):
 
     full = parse_model(raw, src_path.name)
     name = op_layer(full, full.operators[cut.fc_index])
+    if autoencoder:
+        echo(f"reading {src_path}: int8 autoencoder (its output has its input's shape, no softmax), split "
+             f"at its last FULLY_CONNECTED (operator {cut.fc_index}, layer {name!r}); head reconstructs "
+             f"{W.shape[1]} -> {W.shape[0]} from the dequantized weights")
+        return cut.backbone, W, b, name
     echo(f"reading {src_path}: int8 classifier, split at its last FULLY_CONNECTED (operator "
          f"{cut.fc_index}, layer {name!r}; dropped after it: {' '.join(cut.tail) or 'nothing'}); "
          f"head {W.shape[1]} -> {W.shape[0]} from the dequantized weights")
@@ -847,15 +881,20 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     calib_desc = None
     stage = None  # (layers, params) when --split cuts before the head
     if src_path.suffix.lower() == ".tflite":
-        tfl, W, b, split_name = _tflite_source(src_path, s.split, s.classes, echo)
+        full = parse_model(src_path.read_bytes(), src_path.name) if s.split is None else None
+        is_ae = full is not None and tflite_is_autoencoder(full)
+        if s.mode == "autoencoder" and not is_ae:
+            raise TinyolError(f"{src_path.name} is no autoencoder: it does not end in a linear "
+                              "FULLY_CONNECTED with its input's shape",
+                              hint="leave out --mode (a classifier is found by its softmax or logits)")
+        head_mode = "autoencoder" if is_ae and s.mode != "classifier" and s.classes is None else "classifier"
+        tfl, W, b, split_name = _tflite_source(src_path, s.split, s.classes if head_mode == "classifier" else None,
+                                               echo, autoencoder=head_mode == "autoencoder")
         inp, lat = tflite_io(tfl)
         dim = int(np.prod(lat.shape[1:]))
         if W is None:  # used whole: the head starts from zeros
             W = np.zeros((s.classes, dim), np.float32)
             b = np.zeros((s.classes,), np.float32)
-        head_mode = "autoencoder" if s.mode == "autoencoder" else "classifier"
-        if head_mode == "autoencoder":
-            raise TinyolError("autoencoder mode needs a Keras model (the head reconstructs its input)")
         calib_desc = "taken from the .tflite file"
     else:
         echo(f"loading {model_path}")

@@ -12,6 +12,7 @@ module costs a few hundred milliseconds instead of the seconds TensorFlow takes.
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,27 +191,45 @@ class ClassifierSplit:
 
 
 _HEAD_TAIL_OPS = {"SOFTMAX", "RESHAPE", "SQUEEZE"}
+_SHAPE_SIDE_OPS = {"SHAPE", "STRIDED_SLICE", "PACK", "GATHER", "CAST", "SLICE"}  # a reshape's target shape
+
+
+def _conv_as_fc(m: TfliteModel, op) -> bool:
+    """A CONV_2D that is a FULLY_CONNECTED: a 1x1 filter on a 1x1 input (person_detect's and
+    MobileNet's classifier: average pool, 1x1 conv, reshape, softmax)."""
+    if op.opname != "CONV_2D" or len(op.inputs) < 2:
+        return False
+    x, w = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]]
+    return (len(x.shape) == 4 and list(x.shape[1:3]) == [1, 1] and len(w.shape) == 4
+            and list(w.shape[1:3]) == [1, 1] and int(op.options.get("dilationHFactor", 1) or 1) == 1)
 
 
 def classifier_head(m: TfliteModel) -> tuple[int, list[str]] | None:
     """(index of the last FULLY_CONNECTED, ops after it) when the model is a classifier that
-    ends in a linear FULLY_CONNECTED followed only by SOFTMAX (or reshapes); else None."""
+    ends in a linear FULLY_CONNECTED (or a 1x1 CONV_2D on a 1x1 input, the same map)
+    followed only by SOFTMAX (or reshapes); else None."""
     ops = m.operators
     i = len(ops) - 1
-    while i >= 0 and ops[i].opname in _HEAD_TAIL_OPS:
+    while i >= 0 and ops[i].opname in _HEAD_TAIL_OPS | _SHAPE_SIDE_OPS:
         i -= 1
-    if i < 0 or ops[i].opname != "FULLY_CONNECTED":
+    if i < 0 or not (ops[i].opname == "FULLY_CONNECTED" or _conv_as_fc(m, ops[i])):
         return None
     if int(ops[i].options.get("fusedActivationFunction", 0)) != 0:
         return None  # a feature layer (Dense + relu), not logits
     chain = ops[i].outputs[0]
+    side: set[int] = set()  # tensors of the shape arithmetic Keras' Reshape makes the converter emit
     for op in ops[i + 1:]:
-        if not op.inputs or op.inputs[0] != chain:
+        if op.opname in _SHAPE_SIDE_OPS:
+            side.update(op.outputs)
+            continue
+        if not op.inputs or op.inputs[0] != chain or any(t in side for t in op.inputs[:1]):
             return None
         chain = op.outputs[0]
+    if any(t in side for t in m.outputs):
+        return None
     if m.outputs != [chain]:
         return None
-    return i, [op.opname for op in ops[i + 1:]]
+    return i, [op.opname for op in ops[i + 1:] if op.opname not in _SHAPE_SIDE_OPS]
 
 
 def _cut(raw: bytes, n_ops: int, output: int) -> bytes:
@@ -223,7 +242,9 @@ def _cut(raw: bytes, n_ops: int, output: int) -> bytes:
     g = mt.subgraphs[0]
     g.operators = list(g.operators[:n_ops])
     used: list[int] = []
-    for t in list(g.inputs) + [i for op in g.operators for i in list(op.inputs) + list(op.outputs)] + [output]:
+    # an LSTM's intermediates are tensors too (kept: the cut model still holds the op)
+    inter = [i for op in g.operators if op.intermediates is not None for i in list(op.intermediates)]
+    for t in list(g.inputs) + [i for op in g.operators for i in list(op.inputs) + list(op.outputs)] + inter + [output]:
         if t >= 0 and t not in used:
             used.append(t)
     used.sort()
@@ -263,8 +284,11 @@ def split_classifier(raw: bytes, origin: str = "<bytes>") -> ClassifierSplit | N
     x, w = m.tensors[fc.inputs[0]], m.tensors[fc.inputs[1]]
     bias = m.tensors[fc.inputs[2]] if len(fc.inputs) > 2 and fc.inputs[2] >= 0 else None
     if w.data is None or w.dtype != "int8" or x.dtype != "int8":
-        raise TinyolError(f"{origin}: the last FULLY_CONNECTED is not int8 with constant weights",
+        raise TinyolError(f"{origin}: the last {fc.opname} is not int8 with constant weights",
                           hint="convert the model with full int8 quantization (int8 input and output)")
+    if fc.opname == "CONV_2D":  # [out, 1, 1, in]: the FC's [out, in]
+        w = dataclasses.replace(w, shape=[int(w.shape[0]), int(w.shape[3])],
+                                data=w.data.reshape(int(w.shape[0]), int(w.shape[3])))
     out_f, in_f = int(w.shape[0]), int(w.shape[1])
     if x.size != in_f:
         raise TinyolError(f"{origin}: the last FULLY_CONNECTED takes {x.size // in_f} rows; "

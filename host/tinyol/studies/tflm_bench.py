@@ -219,6 +219,11 @@ _KERNEL_SUPPORT = ("kernel_util", "runtime_shape", "portable_tensor_utils", "ten
                    "quantization_util", "tensor_utils", "micro_tensor_utils")
 
 
+# files a kernel needs beyond its own: depthwise_conv_common.cc uses conv_common.cc's tensor
+# indices (kConvBiasTensor ...): a depthwise-only model (micro_speech) did not link without it
+_KERNEL_NEEDS = {"depthwise_conv": ("conv_common",)}
+
+
 def model_ops(tflite: bytes) -> list[str]:
     """The distinct operators of a .tflite, in the harness table's order; one clear error for an
     operator the harness cannot register."""
@@ -242,7 +247,8 @@ def harness_sources(tree: Tree, variant: str, kernels: tuple[str, ...] = HARNESS
             continue
         if "/micro/kernels/" in s:
             stem = name.removesuffix("_common")
-            if stem not in kernels and name not in _KERNEL_SUPPORT:
+            needed = any(name in _KERNEL_NEEDS.get(k, ()) for k in kernels)
+            if stem not in kernels and name not in _KERNEL_SUPPORT and not needed:
                 continue
         keep.append(s)
     return keep

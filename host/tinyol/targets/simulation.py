@@ -118,7 +118,10 @@ def latents(model: Model, Xq: np.ndarray) -> np.ndarray:
     except ImportError as e:
         raise TinyolError("TFLM's Python runtime is needed to run the backbone",
                           hint="pip install 'tinyol[ml]'") from e
-    interp = runtime.Interpreter.from_bytes(model.tflite)
+    # the runtime's default arena (10 x the model's bytes) is too small for a model of few
+    # weights and large activations: sized from what export measured with this runtime
+    need = int((model.manifest.get("memory") or {}).get("tflm_arena_bytes") or 0)
+    interp = runtime.Interpreter.from_bytes(model.tflite, arena_size=max(1 << 20, 16 * len(model.tflite), 2 * need))
     shape = tuple(model.manifest["input"]["shape"])
     out = np.empty((len(Xq), int(model.manifest["latent"]["dim"])), np.int8)
     for i, x in enumerate(Xq):

@@ -1,0 +1,128 @@
+"""The link under noise (issue 34): a burst of damage reports resends once, --patience
+holds from the first request, a resumed run counts only the checks that matter, a tty is
+opened exclusively.
+
+Oracles: the native firmware behind a fault-injecting TCP proxy (tests/_stream_util.py),
+the device's own counters (STATS), pyserial's exclusive open on a real pseudo-terminal.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from _stream_util import FaultProxy
+from conftest import ROOT
+from tinyol.errors import TinyolError
+from tinyol.link.protocol import Frame, Link, LinkTimeout, open_serial
+from tinyol.targets import emulator
+
+MODEL = "models/digits"
+
+
+
+@pytest.fixture(scope="module")
+def native_fw(firmware):
+    return firmware("native", model=MODEL)
+
+
+# --------------------------------------------------------------------------- patience from the first byte
+@pytest.mark.slow
+def test_the_opening_request_honours_patience(native_fw, tmp_path):
+    """A live link that damages nearly every frame (10 % of the bytes flipped: an INFO reply
+    arrives whole about one time in 500): the stream's first request gives up after
+    --patience, not after Link's default 20 s (silence would be another matter: it is
+    counted in --retries, never cut short)."""
+    from tinyol.commands.stream import run_stream
+    with emulator.start_native(native_fw.program, timeout=300) as t, FaultProxy(t.url, flip=0.1, seed=3) as px:
+        t0 = time.monotonic()
+        with pytest.raises(LinkTimeout):
+            run_stream(px.url, "digits:5-9@train", "train", model_dir=str(ROOT / MODEL), limit=3,
+                       patience=1.0, timeout=0.2, retries=3, progress=False, echo=lambda *a, **k: None)
+        took = time.monotonic() - t0
+    assert took < 12.0, took   # Link's own patience is 20 s
+
+
+# --------------------------------------------------------------------------- one resend per burst of damage
+class _ScriptedPort:
+    """A serial port whose reads hand out what the script says, all of a burst in one read
+    (what a UART's driver does with bytes that arrived together); it records every write."""
+
+    def __init__(self, bursts):
+        self.bursts, self.writes, self.timeout = list(bursts), [], 0.05
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+        return len(data)
+
+    def read(self, n=1):
+        if self.bursts:
+            return self.bursts.pop(0)
+        time.sleep(self.timeout)
+        return b""
+
+    @property
+    def in_waiting(self):
+        return 0
+
+    def close(self):
+        pass
+
+
+def test_damage_reported_in_one_burst_resends_once():
+    """Three damage reports from the device arriving in one read (it saw our frame split
+    into three damaged pieces) are one piece of evidence: the request is resent once, not
+    three times (each resend drew more reports: a flood on a noisy line)."""
+    from tinyol._defs import Msg, Status
+    from tinyol.link.pipeline import Pipeline
+    err = Frame(Msg.ERROR, 0, bytes([Status.ERR_CRC, 0, 0, 0])).encode()
+    port = _ScriptedPort([err * 3])
+    link = Link(port, timeout=0.2, seed=1)
+    pipe = Pipeline(link, 0, window=1, timeout=0.2, patience=0.6)
+    pipe.info_check = False
+    with pytest.raises((LinkTimeout, TinyolError)):
+        list(pipe.run([("a", Msg.STATS, b"")]))
+    assert pipe.stats.link_errors == 3
+    assert pipe.stats.resend_damage == 1, pipe.stats
+
+
+# --------------------------------------------------------------------------- resume: the checks that matter
+def test_resume_counts_only_the_checks_after_the_oldest_in_flight():
+    """A long run on a noisy link made 10 INFO checks early on; killed with 4 samples in
+    flight, 2 of them learned. Those checks ran long before the samples in flight and took
+    no slot of the reply cache they need: the resume goes ahead (it was refused: every
+    check of the session was counted as executed after the oldest). Checks close to it
+    still count."""
+    from tinyol.link.device import Stats
+    from tinyol.link.stream import Journal, reconcile
+    sent = [(i, 1000 + i) for i in range(44)]
+    done = [(i, i + 1) for i in range(40)]
+    stats = Stats(100 + 42 + 1 + 10, 0, 0, 0, 0, samples_seen=42)
+    early = Journal({"base_seen": 0}, sent, done, (100, 0), None, 0, 0, 10, [3 * i for i in range(10)])
+    assert reconcile(early, stats) == 2
+    late = Journal({"base_seen": 0}, sent, done, (100, 0), None, 0, 0, 10, [5] * 4 + [40] * 6)
+    with pytest.raises(TinyolError, match="executed after the oldest"):
+        reconcile(late, stats)
+
+
+# --------------------------------------------------------------------------- a tty is tinyol's alone
+@pytest.mark.skipif(os.name != "posix", reason="pseudo-terminals and flock are POSIX")
+def test_a_tty_in_use_is_refused_in_one_line(capsys):
+    """A second `tinyol info` on the port a stream holds used to be answered (the two read
+    each other's replies); a real pseudo-terminal opened by tinyol is now refused to a
+    second tinyol (pyserial's exclusive open, an flock)."""
+    from tinyol.cli import main
+    from tinyol.link.protocol import PortBusy
+    master, slave = os.openpty()
+    name = os.ttyname(slave)
+    first = open_serial(name)
+    try:
+        with pytest.raises(PortBusy, match="in use by another program"):
+            open_serial(name)
+        assert main(["info", "--port", name]) == 1
+        err = capsys.readouterr().err
+        assert "in use by another program" in err and "Traceback" not in err
+    finally:
+        first.close()
+        os.close(master)
+        os.close(slave)
