@@ -41,10 +41,12 @@ tol_stage_t *tol_model_stage(void)
     return &tol_stage;
 }
 
-tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
+tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes, uint8_t *replay_mem, size_t replay_bytes)
 {
     tol_stage_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
+    cfg.replay_mem = replay_mem;
+    cfg.replay_mem_bytes = replay_bytes;
     cfg.layers = tol_stage_layers;
     cfg.n_layers = (uint8_t)TOL_STAGE_LAYERS;
     cfg.replay_bits = (uint8_t)TOL_REPLAY_BITS;

@@ -42,7 +42,30 @@
 #else
 #define TOL_LEARNER_SECTION
 #endif
-static _Alignas(8) uint8_t tol_learner_mem[TOL_MODEL_LEARNER_BYTES] TOL_LEARNER_SECTION;
+/* The replay buffer's region: the learner's (inside tol_learner_mem), or its own block elsewhere
+ * when the plan splits them (host/tinyol/memory.py: e.g. the stage in SRAM1, the buffer in SRAM2). */
+#ifndef TOL_REPLAY_REGION
+#define TOL_REPLAY_REGION TOL_LEARNER_REGION
+#endif
+#if TOL_REPLAY_REGION != TOL_LEARNER_REGION
+_Static_assert(TOL_MODEL_REPLAY_BYTES > 0, "a replay region without a replay buffer");
+#if TOL_REPLAY_REGION == 3
+#define TOL_REPLAY_SECTION __attribute__((section(".ram3")))
+#elif TOL_REPLAY_REGION == 2
+#define TOL_REPLAY_SECTION __attribute__((section(".ram2")))
+#else
+#define TOL_REPLAY_SECTION
+#endif
+static _Alignas(8) uint8_t tol_replay_mem[TOL_MODEL_REPLAY_BYTES] TOL_REPLAY_SECTION;
+#define TOL_REPLAY_MEM tol_replay_mem
+#define TOL_REPLAY_MEM_BYTES sizeof(tol_replay_mem)
+#define TOL_LEARNER_MEM_BYTES (TOL_MODEL_LEARNER_BYTES - TOL_MODEL_REPLAY_BYTES)
+#else
+#define TOL_REPLAY_MEM NULL
+#define TOL_REPLAY_MEM_BYTES 0u
+#define TOL_LEARNER_MEM_BYTES TOL_MODEL_LEARNER_BYTES
+#endif
+static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
 static struct {
@@ -84,7 +107,7 @@ static void tol_model_boot_load(void);
 
 tol_status_t tol_model_init(void)
 {
-    TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem)));
+    TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem), TOL_REPLAY_MEM, TOL_REPLAY_MEM_BYTES));
     tol_model_boot_load();
     return TOL_OK;
 }

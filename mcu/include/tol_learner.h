@@ -97,6 +97,12 @@ typedef struct {
     int32_t target_zero_point;
     uint32_t seed;              /* PRNG seed */
     tol_learner_settings_t settings; /* initial settings */
+    uint8_t *replay_mem;        /* NULL: the replay buffer is part of init's mem; else its own
+                                   block (caller-owned, 4-byte aligned, replay_mem_bytes >=
+                                   TOL_REPLAY_BYTES(replay_capacity, latent_dim, replay_bits,
+                                   n_outputs)), e.g. in another RAM region, and init's mem needs
+                                   that many bytes less (TOL_LEARNER_REPLAY_BYTES) */
+    size_t replay_mem_bytes;
 } tol_learner_config_t;
 
 /* Largest max_old, and the value max_old = 0 stands for when there is a buffer. */
@@ -119,6 +125,11 @@ typedef struct {
                             : (size_t)0u) +                                                  \
      (size_t)4u * ((size_t)(dim) + 2u * (size_t)(n_outputs)) +                               \
      TOL_ALIGN4((size_t)2u * (size_t)(max_new)))
+
+/* The replay buffer's part of TOL_LEARNER_BYTES_EX (0 without a buffer): what init's mem may
+ * be smaller by when the config gives the buffer its own block (replay_mem). */
+#define TOL_LEARNER_REPLAY_BYTES(dim, n_outputs, replay_capacity, replay_bits) \
+    ((replay_capacity) > 0 ? TOL_REPLAY_BYTES(replay_capacity, dim, replay_bits, n_outputs) : (size_t)0u)
 
 /* The same for max_old = 0 (automatic) and momentum buffers allocated. */
 #define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new) \

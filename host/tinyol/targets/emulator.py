@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..boards import BOARDS, NATIVE
+from ..boards import BOARDS, NATIVE, store_geometry
 from ..errors import TinyolError
 from . import renode as rn
 
@@ -142,7 +142,8 @@ def start_qemu(board: str, elf: Path, *, port: int | None = None, icount_shift: 
 
 
 def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
-                 board: str | None = None, timeout: float = 600.0) -> Target:
+                 board: str | None = None, timeout: float = 600.0,
+                 store_bytes: int | None = None) -> Target:
     """Start the native firmware process; its URL comes from its first stdout line.
 
     The process itself keeps the time limit (``--max-seconds``) and ends with its parent
@@ -155,7 +156,11 @@ def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
     if state_dir:
         argv += ["--state", str(state_dir)]
     if board:
+        # the board's store region and pages (or the build's --store-bytes): the same slots, so
+        # a save keeps on native exactly what it keeps on that board
         argv += ["--board", board]
+        if board in BOARDS:
+            argv += ["--flash", "%d:%d:%d" % store_geometry(BOARDS[board], store_bytes)]
     t = Target(argv, timeout=timeout)
     t.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = t.proc.stdout.readline().strip()
@@ -258,9 +263,14 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
         # the native process answers INFO with the board it imitates (its name only: no
         # memory limits), so `--board nucleo_l432kc --emulator native` reports nucleo_l432kc
         return start_native(build.program, port=port or 0, state_dir=state_dir,
-                            board=None if board == NATIVE else board, timeout=timeout)
+                            board=None if board == NATIVE else board, timeout=timeout,
+                            store_bytes=getattr(getattr(build, "config", None), "store_bytes", None))
     if emulator == "qemu":
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":
+        if getattr(getattr(build, "config", None), "store_bytes", None) is not None:
+            raise TinyolError("Renode maps the default store region (the last 1/8 of flash; "
+                              "mcu/renode/flash.py): a firmware built with --store-bytes needs "
+                              "its .resc changed", hint="use native or QEMU, or build without --store-bytes")
         return start_renode(board, build.elf, port=port, timeout=timeout, imu=imu)
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")
