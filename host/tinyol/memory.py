@@ -506,9 +506,9 @@ class StoreLayout:
         return self.slot_bytes - STORE_HEADER_BYTES
 
     def store_bytes_for_whole(self) -> int:
-        """The smallest TOL_STORE_BYTES (whole pages, two at least, a multiple of two pages)
-        whose slots hold the largest record."""
-        slot = -(-self.record_max // self.page_bytes) * self.page_bytes
+        """The smallest TOL_STORE_BYTES (a multiple of two pages) whose slots hold the state with
+        a full replay buffer: two slots of it (tol_store_init makes at least two)."""
+        slot = -(-self.full_record // self.page_bytes) * self.page_bytes
         need = 2 * slot
         return -(-need // (2 * self.page_bytes)) * (2 * self.page_bytes)
 

@@ -426,6 +426,8 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
     out["firmware_ram_base_bytes"] = p.regions[0].items["firmware"] + memory.STACK_BYTES
     out["regions"] = {r.title: {"used": r.used, "size": r.size} for r in p.regions}
     out["learner_region"] = memory.REGION_TITLES[p.learner_region]
+    if p.split:  # the replay buffer in a region of its own (only then: older manifests stay as they were)
+        out["replay_region"] = memory.REGION_TITLES[p.replay_region]
     return out
 
 
@@ -575,7 +577,9 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
         bud += [
             "",
             f"/* fit checked for board {board.name} at export time (host/tinyol/memory.py): {regions};",
-            f" * learner in {mem.get('learner_region')}. The build re-checks for the board it targets. */",
+            f" * learner in {mem.get('learner_region')}"
+            + (f", its replay buffer in {mem['replay_region']}" if mem.get("replay_region") else "")
+            + ". The build re-checks for the board it targets. */",
             "#ifndef TOL_BOARD_FLASH_BYTES",
             f"#define TOL_BOARD_FLASH_BYTES         {board.flash_bytes}",
             "#endif",
