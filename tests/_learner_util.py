@@ -122,7 +122,8 @@ class CConfig(C.Structure):
                 ("init_weight", C.POINTER(C.c_float)), ("init_bias", C.POINTER(C.c_float)),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
                 ("target_scale", C.c_float), ("target_zero_point", C.c_int32),
-                ("seed", C.c_uint32), ("settings", CSettings)]
+                ("seed", C.c_uint32), ("settings", CSettings),
+                ("replay_mem", C.c_void_p), ("replay_mem_bytes", C.c_size_t)]
 
 
 class CStats(C.Structure):
@@ -130,7 +131,9 @@ class CStats(C.Structure):
                 ("rejected", C.c_uint32), ("anomalies", C.c_uint32),
                 ("n_active", C.c_uint16), ("n_outputs", C.c_uint16),
                 ("replay_fill", C.c_uint16), ("replay_capacity", C.c_uint16),
-                ("class_count", C.POINTER(C.c_uint32)), ("threshold", C.c_float)]
+                ("class_count", C.POINTER(C.c_uint32)), ("threshold", C.c_float),
+                ("score_mean", C.c_float), ("score_std", C.c_float),
+                ("replay_count", C.POINTER(C.c_uint16))]
 
 
 def _declare(lib: C.CDLL) -> None:

@@ -43,7 +43,8 @@ class CStageConfig(C.Structure):
                 ("init_classes", C.c_uint16), ("replay_capacity", C.c_uint16),
                 ("max_new", C.c_uint16), ("max_old", C.c_uint16),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
-                ("seed", C.c_uint32), ("settings", CSettings)]
+                ("seed", C.c_uint32), ("settings", CSettings),
+                ("replay_mem", C.c_void_p), ("replay_mem_bytes", C.c_size_t)]
 
 
 def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.CDLL:

@@ -188,7 +188,7 @@ def app_bytes(input_size: int, latent_dim: int, stats_classes: int) -> int:
     """sizeof(tol_app_t) (mcu/include/tol_app.h): receive/reply buffers sized by the model."""
     float_input = 4 * input_size + 3 <= 8192
     max_request = max(256, 3 + (4 if float_input else 1) * input_size)
-    max_reply = max(512, 64 + 4 * stats_classes, latent_dim + 16)
+    max_reply = max(512, 128 + 6 * stats_classes, latent_dim + 16)
     off = _wire_max(max_request)                  # rx
     off = _a4(off) + 4 + 1                        # rx_len, rx_overflow
     off += (max_reply + 10) + _wire_max(max_reply)  # scratch, tx

@@ -146,6 +146,9 @@ typedef struct {
     uint16_t replay_capacity;
     const uint32_t *class_count; /* [n_outputs] learned samples per class (classifier) */
     float threshold;         /* autoencoder: current threshold (+inf in warm-up) */
+    float score_mean;        /* autoencoder: the threshold's score statistics (0 for a classifier) */
+    float score_std;
+    const uint16_t *replay_count; /* [n_outputs] replay slots holding each class; NULL: no buffer */
 } tol_learner_stats_t;
 
 typedef struct {

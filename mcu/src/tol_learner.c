@@ -452,6 +452,10 @@ void tol_learner_get_stats(const tol_learner_t *L, tol_learner_stats_t *st)
     st->replay_capacity = L->cfg.replay_capacity;
     st->class_count = L->class_count;
     st->threshold = tol_anomaly_threshold(&L->anomaly);
+    const int ae = L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER;
+    st->score_mean = ae ? L->anomaly.mean : 0.0f;
+    st->score_std = ae ? sqrtf(L->anomaly.var > 0.0f ? L->anomaly.var : 0.0f) : 0.0f;
+    st->replay_count = L->cfg.replay_capacity > 0u ? L->replay.count : NULL;
 }
 
 const tol_head_t *tol_learner_head(const tol_learner_t *L)

@@ -1050,6 +1050,7 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
     st->replay_capacity = S->cfg.replay_capacity;
     st->class_count = S->class_count;
     st->threshold = INFINITY;
+    st->replay_count = S->cfg.replay_capacity > 0u ? S->replay.count : NULL;
 }
 
 /* ---- persistence ------------------------------------------------------------------------- */

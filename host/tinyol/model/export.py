@@ -459,6 +459,19 @@ def check_fit(model, board_name: str, *, name: str = "the model", arena_known: b
             hint="use a smaller backbone or a board with more flash (nucleo_l4r5zi: 2 MB)")
 
 
+def warn_store(model, board_name: str, echo: Echo) -> "memory.StoreLayout":
+    """Say up front what a SAVE on `board_name` keeps (tinyol.memory.store_layout): everything, or
+    the head alone once the replay buffer outgrows a store slot, with the knobs."""
+    board = get_board(board_name)
+    lay = memory.store_layout(model, board.flash_bytes, board.page_bytes)
+    if lay.whole:
+        echo(f"persistence: {lay.line()}")
+    else:
+        echo(f"warning: persistence: {lay.line()}")
+        echo(f"hint: {lay.advice(model)}")
+    return lay
+
+
 def choose_replay_capacity(model, board_name: str | None, given: int | None, echo: Echo) -> int:
     """The replay capacity to export: the user's, else none for an autoencoder, else the largest
     that fits the board (DEFAULT_LEARNER's without a board), for the one-layer head and for an
@@ -481,8 +494,10 @@ def choose_replay_capacity(model, board_name: str | None, given: int | None, ech
         model.replay_capacity = 0
         check_fit(model, board_name)  # raises, saying by how much even without a buffer
     model.replay_capacity = cap
-    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in "
-         f"{memory.REGION_TITLES[board_plan(model, board_name).learner_region]}; give "
+    bp = board_plan(model, board_name)
+    where = memory.REGION_TITLES[bp.learner_region] + (
+        f", its replay buffer in {memory.REGION_TITLES[bp.replay_region]}" if bp.split else "")
+    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in {where}; give "
          f"--replay-capacity N to choose)")
     return cap
 
@@ -955,6 +970,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
         check_fit(mm, s.board, name=s.name)
         for line in board_plan(mm, s.board).lines():
             echo(f"memory: {line}")
+        warn_store(mm, s.board, echo)
     bud = budget(mm, s.board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
     if s.board is None:
         echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
