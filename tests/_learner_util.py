@@ -211,7 +211,9 @@ def settings_from_c(c: CSettings) -> Settings:
 class CLearner:
     """The C learner behind the numpy Learner's method names."""
 
-    def __init__(self, lib: C.CDLL, cfg: Config):
+    def __init__(self, lib: C.CDLL, cfg: Config, replay_apart: bool = False):
+        """replay_apart: the replay buffer in a block of its own (config replay_mem), as the
+        firmware does when the memory plan splits it off (host/tinyol/memory.py)."""
         self.lib, self.cfg = lib, cfg
         d, c = cfg.latent_dim, cfg.n_outputs
         self._w = (np.zeros((c, d), np.float32) if cfg.init_weight is None
@@ -227,6 +229,13 @@ class CLearner:
         self.nbytes = lib.shim_learner_bytes(d, c, cfg.replay_capacity, cfg.replay_bits,
                                              cfg.max_new, cfg.max_old, int(cfg.no_momentum))
         self.state = C.create_string_buffer(lib.shim_sizeof_learner())
+        if replay_apart and cfg.replay_capacity:
+            from tinyol import memory
+
+            rb = memory.replay_bytes(cfg.replay_capacity, d, cfg.replay_bits, c)
+            self.replay_mem = np.zeros(rb // 4, np.uint32)  # exactly its size: overruns would show
+            self.ccfg.replay_mem, self.ccfg.replay_mem_bytes = self.replay_mem.ctypes.data, rb
+            self.nbytes -= rb
         self.mem = np.zeros(self.nbytes // 4 + 1, np.uint32)  # 4-byte aligned
         self._check(lib.tol_learner_init(self.state, self.mem.ctypes.data, self.nbytes,
                                          C.byref(self.ccfg)))
@@ -410,11 +419,11 @@ def run_rehearsing_pair(py, cl, dim: int, n_classes: int, idle_steps, n: int, pr
     return pp, pc, counts
 
 
-def run_pair(lib, cfg: Config, q, y, prefill=None, learn_float=False):
+def run_pair(lib, cfg: Config, q, y, prefill=None, learn_float=False, replay_apart=False):
     """Run the same prequential stream through C and numpy; return both
     learners and their prediction lists."""
     from tinyol.learn.learner import Learner
-    py, cl = Learner(cfg), CLearner(lib, cfg)
+    py, cl = Learner(cfg), CLearner(lib, cfg, replay_apart=replay_apart)
     if prefill is not None:
         for qi, yi in zip(*prefill):
             py.replay_add(qi, int(yi))
