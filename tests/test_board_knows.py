@@ -125,3 +125,36 @@ def test_info_shows_the_store_and_the_learner_as_they_are(build, model, tmp_path
         assert (st["at_boot"], st["record"], st["includes_replay"]) == ("loaded", "loaded", False)
         assert v["learner"]["replay"]["fill"] == 0 and v["learner"]["samples_seen"] == 600
         assert v["boot_count"] == 2 and v["store_seq"] == 2
+
+
+def test_info_shows_the_anomaly_threshold_and_its_statistics(firmware, capsys):
+    """An autoencoder (models/anomaly) on native: `tinyol info` gives the threshold, the score
+    mean and std it is made of, and the flagged count; oracle: the numpy twin on the same stream."""
+    from tinyol.cli import main
+    from tinyol.data.datasets import load_source
+    from tinyol.link.stream import stream
+    from tinyol.model.folder import quantize
+    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+
+    X, y, _ = load_source("sensor:anomalies")
+    X, y = X[:200], y[:200]
+    model = load_model(ROOT / "models/anomaly")
+    manifest = json.loads((ROOT / "models/anomaly/manifest.json").read_text())
+    fw = firmware("native", model="models/anomaly")
+    with emulator.start_native(fw.program, timeout=60) as t:
+        with Device.open(t.url) as dev:
+            stream(dev, X, y, manifest, mode="train", window=4)
+        assert main(["info", "--port", t.url, "--json"]) == 0
+        v = json.loads(capsys.readouterr().out)
+        assert main(["info", "--port", t.url]) == 0
+        text = capsys.readouterr().out
+    lrn = make_learner(model, *learner_settings(model))
+    Xq = np.stack([quantize(x.ravel(), *model.input_q) for x in X])
+    flagged = sum(f for _, f in (lrn.anomaly(q, xq) for q, xq in zip(latents(model, Xq), Xq)))
+    a, ref = v["learner"]["anomaly"], lrn.anomaly_stats
+    assert a["flagged"] == flagged > 0
+    np.testing.assert_allclose([a["score_mean"], a["score_std"], a["threshold"]],
+                               [ref.mean, np.sqrt(ref.var), ref.threshold()], rtol=1e-3)
+    assert a["k"] == pytest.approx(float(ref.k))
+    assert "classes" not in text and f"{flagged} flagged" in text and "x std" in text
+    assert "up to" not in text  # an autoencoder has no classes to grow
