@@ -124,7 +124,8 @@ def test_info_shows_the_store_and_the_learner_as_they_are(build, model, tmp_path
         st = v["stored"]
         assert (st["at_boot"], st["record"], st["includes_replay"]) == ("loaded", "loaded", False)
         assert v["learner"]["replay"]["fill"] == 0 and v["learner"]["samples_seen"] == 600
-        assert v["boot_count"] == 2 and v["store_seq"] == 2
+        assert v["boot_count"] == 2 and (v["store"], v["store_seq"]) == ("loaded", 2)
+        assert st["seq"] == 2
 
 
 def test_info_shows_the_anomaly_threshold_and_its_statistics(firmware, capsys):

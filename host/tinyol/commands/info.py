@@ -172,10 +172,7 @@ def device_view(dev: Device) -> dict:
         store["now"] = "record"
     else:
         store["now"] = info.store
-    view["stored"] = store
-    view["store"] = store["now"] if store["now"] != "record" else ("loaded" if (r and r.origin == "loaded")
-                                                                    else "saved")
-    view["store_seq"] = p.seq if p is not None else info.store_seq
+    view["stored"] = store  # "store" / "store_seq" stay INFO's: the state at boot
     return view
 
 
