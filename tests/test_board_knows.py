@@ -159,3 +159,33 @@ def test_info_shows_the_anomaly_threshold_and_its_statistics(firmware, capsys):
     assert a["k"] == pytest.approx(float(ref.k))
     assert "classes" not in text and f"{flagged} flagged" in text and "x std" in text
     assert "up to" not in text  # an autoencoder has no classes to grow
+
+
+def test_store_bytes_knob_moves_the_store_on_the_board_and_on_native(firmware, model, tmp_path):
+    """`--store-bytes`: the linker puts the store where the knob says (the L432KC's last 44 KB
+    instead of 32 KB), the native target imitating the board gets the same region, and there the
+    600-latent buffer now fits a slot whole (memory.store_layout says so first)."""
+    import subprocess
+
+    from tinyol.errors import TinyolError
+    from tinyol.targets.firmware import BuildConfig, build
+
+    d, m = model
+    b = BOARDS["nucleo_l432kc"]
+    store = memory.store_layout(m, b.flash_bytes, b.page_bytes).store_bytes_for_whole()
+    assert store == 2 * 11 * 2048  # two slots of 11 pages for the 21,974-byte full record
+    lay = memory.store_layout(m, b.flash_bytes, b.page_bytes, store)
+    assert lay.whole and lay.full_record == 21974
+    elf = build(BuildConfig("nucleo_l432kc", str(d), store_bytes=store)).elf
+    syms = {f[2]: int(f[0], 16) for f in (l.split() for l in subprocess.check_output(
+        ["arm-none-eabi-nm", str(elf)], text=True).splitlines()) if len(f) == 3}
+    assert syms["_store_start"] == 0x08000000 + b.flash_bytes - store
+    with pytest.raises(TinyolError, match="store region of 1000 bytes"):
+        build(BuildConfig("nucleo_l432kc", str(d), store_bytes=1000))
+    nat = build(BuildConfig("native", str(d), store_bytes=store))
+    with emulator.start("nucleo_l432kc", nat, emulator="native", state_dir=tmp_path, timeout=120) as t, \
+            Device.open(t.url) as dev:
+        _feed(dev, CAPACITY, 5)
+        r = dev.save()
+        assert r.parts & 1 and dev.stats().record.slot_bytes == lay.slot_bytes
+        assert dev.board().store_start == 0x08000000 + b.flash_bytes - store
