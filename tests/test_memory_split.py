@@ -160,3 +160,17 @@ def test_conv3_stage_fits_the_l432kc_with_its_replay_in_sram2(keyword_dir, firmw
     lrn = ref["learner"]
     assert st.replay_fill == lrn.replay.fill == 20 and st.replay_capacity == 20
     assert st.class_counts == lrn.class_count.tolist()
+    # and what a save of this stage keeps on the L432KC's store (QEMU has no flash: native
+    # imitating the board): the stage's record model (memory.store_layout) against its SAVE
+    lay = memory.store_layout(m, L432.flash_bytes, L432.page_bytes)
+    assert 0 < lay.replay_saved < 20 and "then the stage alone" in lay.line()
+    nat = firmware("native", model=str(d))
+    k = lay.replay_saved
+    with emulator.start("nucleo_l432kc", nat, emulator="native", timeout=120) as t, \
+            Device.open(t.url) as dev:
+        stream(dev, X[:k], y[:k], man, mode="train", window=4)
+        r = dev.save()
+        assert r.parts & 1 and r.bytes == 40 + memory.state_bytes(m, replay_fill=k)
+        stream(dev, X[k:k + 1], y[k:k + 1], man, mode="train")
+        r = dev.save()
+        assert not r.parts & 1 and r.bytes == lay.head_record and dev.stats().record.replay_left_out

@@ -512,16 +512,19 @@ class StoreLayout:
         need = 2 * slot
         return -(-need // (2 * self.page_bytes)) * (2 * self.page_bytes)
 
+    stage: bool = False          # an adaptive stage (what stays when the buffer does not)
+
     def line(self) -> str:
+        rest = "the stage" if self.stage else "the head"
         if self.whole:
             return (f"store: {self.slots} slots of {self.slot_bytes} bytes in {self.store_bytes}; a save "
                     f"keeps everything ({self.full_record} bytes with a full replay buffer)")
         if self.head_record > self.slot_bytes:
-            return (f"store: a slot of {self.slot_bytes} bytes cannot hold even the head "
+            return (f"store: a slot of {self.slot_bytes} bytes cannot hold even {rest} "
                     f"({self.head_record} bytes): SAVE will fail")
         return (f"store: {self.slots} slots of {self.slot_bytes} bytes in {self.store_bytes}; a save keeps "
                 f"the replay buffer only while it holds at most {self.replay_saved} of its "
-                f"{self.replay_capacity} latents ({self.full_record} bytes when full), then the head "
+                f"{self.replay_capacity} latents ({self.full_record} bytes when full), then {rest} "
                 f"alone ({self.head_record} bytes)")
 
     def advice(self, model: Model) -> str:
@@ -549,4 +552,5 @@ def store_layout(model: Model, flash_bytes: int, page_bytes: int, store_bytes: i
         per = replay_row_bytes(model.latent_dim, model.replay_bits) + 2
         base = state_bytes(model, replay_fill=0)
         saved = max(0, min(model.replay_capacity, (cap - base) // per)) if cap >= base else 0
-    return StoreLayout(region, page_bytes, slot, slots, rmax, full, head, model.replay_capacity, saved)
+    return StoreLayout(region, page_bytes, slot, slots, rmax, full, head, model.replay_capacity, saved,
+                       bool(model.stage))

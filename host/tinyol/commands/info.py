@@ -34,11 +34,17 @@ def memory_plan(model_dir: str, board: str) -> dict:
                           hint="re-export the model (`tinyol export`); manifest.json is written by it, "
                                "not by hand") from None
     plan = memory.plan(model, b.name, memory.board_regions(b), flash_bytes=b.flash_bytes)
+    lay = memory.store_layout(model, b.flash_bytes, b.page_bytes)
     stage = m.get("stage") or {}
     return {"model": name, "board": board, "fits": plan.fits,
             "stage_train": stage.get("train_spec", "all" if stage else None),
             "stage_train_auto": "selection" in stage,
             "learner_region": memory.REGION_TITLES[plan.learner_region],
+            "replay_region": memory.REGION_TITLES[plan.replay_region],
+            "store": {"slots": lay.slots, "slot_bytes": lay.slot_bytes, "store_bytes": lay.store_bytes,
+                      "full_record": lay.full_record, "head_record": lay.head_record,
+                      "replay_saved": lay.replay_saved, "saves_whole": lay.whole,
+                      "line": lay.line(), "advice": None if lay.whole else lay.advice(model)},
             "learner_bytes": plan.model.learner(), "learner_parts": plan.model.parts(),
             "regions": {r.title: {"used": r.used, "size": r.size, "items": r.items}
                         for r in plan.regions},
@@ -83,8 +89,11 @@ def cmd(port, model_dir, board, as_json, timeout, watch):
                        + (" (chosen by --stage-train auto at export)" if plan["stage_train_auto"] else ""))
         for line in plan["lines"]:
             click.echo(f"  {line}")
+        click.echo(f"  {plan['store']['line']}")
         if plan["advice"]:
             click.echo(f"hint: {plan['advice']}")
+        elif plan["store"]["advice"]:
+            click.echo(f"hint: {plan['store']['advice']}")
         return
     if port is None:
         raise TinyolError("give --port URL (a device) or --model DIR (its memory, no device)")
