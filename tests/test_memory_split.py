@@ -125,8 +125,9 @@ def _nm(elf):
 @pytest.mark.slow
 @pytest.mark.tf
 @pytest.mark.qemu
-def test_conv3_stage_fits_the_l432kc_with_its_replay_in_sram2(keyword_dir, firmware):
+def test_conv3_stage_fits_the_l432kc_with_its_replay_in_sram2(keyword_dir, firmware, capsys):
     from _stream_util import reference_run
+    from tinyol.cli import main
     from tinyol.link.device import Device
     from tinyol.link.stream import stream
     from tinyol.targets import emulator
@@ -166,11 +167,16 @@ def test_conv3_stage_fits_the_l432kc_with_its_replay_in_sram2(keyword_dir, firmw
     assert 0 < lay.replay_saved < 20 and "then the stage alone" in lay.line()
     nat = firmware("native", model=str(d))
     k = lay.replay_saved
-    with emulator.start("nucleo_l432kc", nat, emulator="native", timeout=120) as t, \
-            Device.open(t.url) as dev:
-        stream(dev, X[:k], y[:k], man, mode="train", window=4)
-        r = dev.save()
-        assert r.parts & 1 and r.bytes == 40 + memory.state_bytes(m, replay_fill=k)
-        stream(dev, X[k:k + 1], y[k:k + 1], man, mode="train")
-        r = dev.save()
-        assert not r.parts & 1 and r.bytes == lay.head_record and dev.stats().record.replay_left_out
+    with emulator.start("nucleo_l432kc", nat, emulator="native", timeout=120) as t:
+        with Device.open(t.url) as dev:
+            stream(dev, X[:k], y[:k], man, mode="train", window=4)
+            r = dev.save()
+            assert r.parts & 1 and r.bytes == 40 + memory.state_bytes(m, replay_fill=k)
+            stream(dev, X[k:k + 1], y[k:k + 1], man, mode="train")
+        capsys.readouterr()
+        assert main(["save", "--port", t.url, "--json"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        assert (s["includes_replay"], s["replay_left_out"], s["bytes"]) == (False, True, lay.head_record)
+        assert main(["save", "--port", t.url]) == 0
+        out = capsys.readouterr()
+        assert f"{lay.head_record} bytes (stage)" in out.out and "board has the stage only" in out.err

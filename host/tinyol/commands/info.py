@@ -235,7 +235,8 @@ def view_lines(v: dict) -> list[str]:
         rows.append(("replay", "none"))
     st = v["stored"]
     if st.get("record") in ("saved", "loaded"):
-        what = "head + replay buffer" if st["includes_replay"] else "head only, no replay buffer"
+        learner = "stage" if v["stage_layers"] else "head"
+        what = f"{learner} + replay buffer" if st["includes_replay"] else f"{learner} only, no replay buffer"
         age = ("matches the learner" if not st["updates_since"]
                else f"{st['updates_since']} updates behind the learner")
         now = (f"record {st['seq']} in slot {st['slot']}, {st['bytes']} bytes ({what}); "

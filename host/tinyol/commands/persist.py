@@ -96,6 +96,7 @@ def cmd_save(port, no_replay, timeout, retries, as_json):
         st = dev.stats()
         wear = _wear_rows(dev)
         hz = dev.info.cpu_hz
+        learner = "stage" if dev.info.stage_layers else "head"
     rec = st.record
     has_buffer = st.replay_capacity > 0
     out = dataclasses.asdict(r) | wear | {
@@ -108,7 +109,7 @@ def cmd_save(port, no_replay, timeout, retries, as_json):
     if as_json:
         emit_json(out)
         return
-    parts = ["head"] + (["replay buffer"] if r.parts & 1 else []) + (["momentum"] if r.parts & 2 else [])
+    parts = [learner] + (["replay buffer"] if r.parts & 1 else []) + (["momentum"] if r.parts & 2 else [])
     took = f", {r.cycles / hz * 1e3:.1f} ms" if r.cycles is not None else ""
     click.echo(f"saved record {r.seq} in slot {r.slot}: {r.bytes} bytes ({' + '.join(parts)}), "
                f"{r.pages} page(s) erased per save{took}")
@@ -121,7 +122,7 @@ def cmd_save(port, no_replay, timeout, retries, as_json):
         keep = max(0, (rec.slot_bytes - (rec.save_bytes - st.replay_fill * per)) // per)
         click.echo(f"warning: replay buffer NOT saved: with its {st.replay_fill} latents the state is "
                    f"{rec.save_bytes} bytes and a store slot holds {rec.slot_bytes}; after a reset the "
-                   f"board has the head only ({st.replay_fill} latents that protect old classes are lost)",
+                   f"board has the {learner} only ({st.replay_fill} latents that protect old classes are lost)",
                    err=True)
         click.echo(f"hint: build with a larger store (`tinyol build --store-bytes N`, N >= "
                    f"{_store_for(rec.save_bytes, dev.info)}) or export with --replay-capacity {keep} "
