@@ -24,7 +24,7 @@ from tinyol import memory  # noqa: E402
 from tinyol.boards import BOARDS  # noqa: E402
 from tinyol.targets.firmware import BuildConfig, build  # noqa: E402
 
-MODEL_OBJECTS = ("tol_app", "tol_input", "tol_latent", "tol_arena", "tol_learner_mem")
+MODEL_OBJECTS = ("tol_app", "tol_input", "tol_latent", "tol_arena", "tol_learner_mem", "tol_replay_mem")
 
 
 def elf_ram1(elf: Path) -> tuple[int, dict[str, tuple[int, int]]]:

@@ -123,7 +123,8 @@ class CConfig(C.Structure):
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
                 ("target_scale", C.c_float), ("target_zero_point", C.c_int32),
                 ("seed", C.c_uint32), ("settings", CSettings),
-                ("replay_codec", C.c_void_p)]
+                ("replay_codec", C.c_void_p),
+                ("replay_mem", C.c_void_p), ("replay_mem_bytes", C.c_size_t)]
 
 
 class CCodec(C.Structure):
@@ -149,7 +150,9 @@ class CStats(C.Structure):
                 ("rejected", C.c_uint32), ("anomalies", C.c_uint32),
                 ("n_active", C.c_uint16), ("n_outputs", C.c_uint16),
                 ("replay_fill", C.c_uint16), ("replay_capacity", C.c_uint16),
-                ("class_count", C.POINTER(C.c_uint32)), ("threshold", C.c_float)]
+                ("class_count", C.POINTER(C.c_uint32)), ("threshold", C.c_float),
+                ("score_mean", C.c_float), ("score_std", C.c_float),
+                ("replay_count", C.POINTER(C.c_uint16))]
 
 
 def _declare(lib: C.CDLL) -> None:
@@ -227,7 +230,9 @@ def settings_from_c(c: CSettings) -> Settings:
 class CLearner:
     """The C learner behind the numpy Learner's method names."""
 
-    def __init__(self, lib: C.CDLL, cfg: Config):
+    def __init__(self, lib: C.CDLL, cfg: Config, replay_apart: bool = False):
+        """replay_apart: the replay buffer in a block of its own (config replay_mem), as the
+        firmware does when the memory plan splits it off (host/tinyol/memory.py)."""
         self.lib, self.cfg = lib, cfg
         d, c = cfg.latent_dim, cfg.n_outputs
         self._w = (np.zeros((c, d), np.float32) if cfg.init_weight is None
@@ -243,6 +248,13 @@ class CLearner:
         self.nbytes = lib.shim_learner_bytes(d, c, cfg.replay_capacity, cfg.replay_bits,
                                              cfg.max_new, cfg.max_old, int(cfg.no_momentum))
         self.state = C.create_string_buffer(lib.shim_sizeof_learner())
+        if replay_apart and cfg.replay_capacity:
+            from tinyol import memory
+
+            rb = memory.replay_bytes(cfg.replay_capacity, d, cfg.replay_bits, c)
+            self.replay_mem = np.zeros(rb // 4, np.uint32)  # exactly its size: overruns would show
+            self.ccfg.replay_mem, self.ccfg.replay_mem_bytes = self.replay_mem.ctypes.data, rb
+            self.nbytes -= rb
         self.mem = np.zeros(self.nbytes // 4 + 1, np.uint32)  # 4-byte aligned
         self._check(lib.tol_learner_init(self.state, self.mem.ctypes.data, self.nbytes,
                                          C.byref(self.ccfg)))
@@ -426,11 +438,11 @@ def run_rehearsing_pair(py, cl, dim: int, n_classes: int, idle_steps, n: int, pr
     return pp, pc, counts
 
 
-def run_pair(lib, cfg: Config, q, y, prefill=None, learn_float=False):
+def run_pair(lib, cfg: Config, q, y, prefill=None, learn_float=False, replay_apart=False):
     """Run the same prequential stream through C and numpy; return both
     learners and their prediction lists."""
     from tinyol.learn.learner import Learner
-    py, cl = Learner(cfg), CLearner(lib, cfg)
+    py, cl = Learner(cfg), CLearner(lib, cfg, replay_apart=replay_apart)
     if prefill is not None:
         for qi, yi in zip(*prefill):
             py.replay_add(qi, int(yi))

@@ -43,7 +43,8 @@ class CStageConfig(C.Structure):
                 ("init_classes", C.c_uint16), ("replay_capacity", C.c_uint16),
                 ("max_new", C.c_uint16), ("max_old", C.c_uint16),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
-                ("seed", C.c_uint32), ("settings", CSettings), ("replay_codec", C.c_void_p)]
+                ("seed", C.c_uint32), ("settings", CSettings), ("replay_codec", C.c_void_p),
+                ("replay_mem", C.c_void_p), ("replay_mem_bytes", C.c_size_t)]
 
 
 def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.CDLL:
@@ -107,7 +108,9 @@ def c_layers(layers: list[Layer]):
 class CStage:
     """The C stage behind the numpy Stage's method names."""
 
-    def __init__(self, lib: C.CDLL, cfg: StageConfig):
+    def __init__(self, lib: C.CDLL, cfg: StageConfig, replay_apart: bool = False):
+        """replay_apart: the replay buffer in a block of its own (config replay_mem), as the
+        firmware does when the memory plan splits it off (host/tinyol/memory.py)."""
         self.lib, self.cfg = lib, cfg
         self._layers = c_layers(cfg.layers)
         n = sum(l.n_params for l in cfg.layers)
@@ -119,6 +122,14 @@ class CStage:
                                  cfg.init_classes, cfg.replay_capacity, cfg.max_new, cfg.max_old,
                                  cfg.latent_scale, cfg.latent_zero_point, cfg.seed,
                                  settings_to_c(cfg.settings), c_codec(self, cfg.replay_codec))
+        self.whole_bytes = lib.tol_stage_bytes(C.byref(self.ccfg))
+        if replay_apart and cfg.replay_capacity:
+            from tinyol import memory
+
+            rb = memory.replay_bytes(cfg.replay_capacity, cfg.layers[0].in_size, cfg.replay_bits,
+                                     cfg.layers[-1].out_c)
+            self.replay_mem = np.zeros(rb // 4, np.uint32)  # exactly its size
+            self.ccfg.replay_mem, self.ccfg.replay_mem_bytes = self.replay_mem.ctypes.data, rb
         self.nbytes = lib.tol_stage_bytes(C.byref(self.ccfg))
         self.state = C.create_string_buffer(lib.shim_sizeof_stage())
         self.mem = np.zeros(self.nbytes // 4 + 1, np.uint32)

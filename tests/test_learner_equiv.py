@@ -3,6 +3,7 @@ tinyol.learn.learner; see docs/learner.md). Identical predictions, weights equal
 to 1e-5 relative (max |dW| / max |W|)."""
 from __future__ import annotations
 
+import ctypes as C
 import dataclasses
 import subprocess
 import zlib
@@ -89,6 +90,35 @@ CASES.update({
                                       replay_policy=POLICY_AR1, max_new=4, max_old=6,
                                       no_momentum=True, settings=Settings(lr=0.05, n_new=4, n_old=6)),
 })
+
+
+@pytest.mark.parametrize("name", ["replay_i8_reservoir", "replay_7bit_balanced", "replay_i8_ar1_batch"])
+def test_replay_buffer_in_its_own_block_matches_numpy(lib, name):
+    """The replay buffer in a block of its own (replay_mem: SRAM2 while the head is in SRAM1,
+    docs/boards.md) learns bit for bit as the twin; the head's block is smaller by the buffer and
+    the buffer's block holds exactly TOL_REPLAY_BYTES (a tighter one is refused)."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    cfg = base_cfg(rng, **dict(CASES[name]))
+    pre = make_stream(rng, 60, D, CMAX, classes=range(5))[:2]
+    q, y, _ = make_stream(np.random.default_rng(1), 300, D, CMAX, classes=range(3, 10))
+    py, cl, pp, pc = run_pair(lib, cfg, q, y, prefill=pre, replay_apart=True)
+    assert [p[0] for p in pp] == [p[0] for p in pc]
+    np.testing.assert_array_equal(np.float32([p[1] for p in pc]), np.float32([p[1] for p in pp]))
+    np.testing.assert_array_equal(cl.w, py.head.w)
+    assert cl.replay_labels() == py.replay.labels[: py.replay.fill].tolist()
+    assert all(cl.replay_row(i) == py.replay.packed_row(i) for i in range(py.replay.fill))
+    assert cl.replay_mem.any()  # the rows went into the separate block
+    whole = CLearner(lib, cfg)
+    assert cl.nbytes == whole.nbytes - cl.ccfg.replay_mem_bytes
+    # one byte short of either block: TOL_ERR_OVERFLOW, not a silent overrun
+    from tinyol._defs import Status
+
+    c = cl.ccfg
+    c.replay_mem_bytes -= 1
+    assert lib.tol_learner_init(cl.state, cl.mem.ctypes.data, cl.nbytes, C.byref(c)) == Status.ERR_OVERFLOW
+    c.replay_mem_bytes += 1
+    assert lib.tol_learner_init(cl.state, cl.mem.ctypes.data, cl.nbytes - 1, C.byref(c)) == Status.ERR_OVERFLOW
+    assert lib.tol_learner_init(cl.state, cl.mem.ctypes.data, cl.nbytes, C.byref(c)) == 0
 
 
 @pytest.mark.parametrize("name", list(CASES))

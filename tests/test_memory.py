@@ -138,15 +138,20 @@ def model_dirs(tmp_path_factory):
     return dirs
 
 
-def _link(model_dir: Path, board: str, region: int | None) -> tuple[bool, str, Path | None]:
-    """Build the release firmware; True when it linked. region: force the learner there."""
+def _link(model_dir: Path, board: str, region: int | None,
+          replay_region: int | None = None) -> tuple[bool, str, Path | None]:
+    """Build the release firmware; True when it linked. region: force the learner there (and its
+    replay buffer to replay_region, default the same)."""
     from tinyol.paths import pio_command
     from tinyol.targets.firmware import BuildConfig, build_env
 
     cfg = BuildConfig(board, str(model_dir))
     env = build_env(cfg)
+    env.pop("TINYOL_REPLAY_REGION", None)
     if region is not None:
         env["TINYOL_LEARNER_REGION"] = str(region)
+        if replay_region is not None:
+            env["TINYOL_REPLAY_REGION"] = str(replay_region)
     else:
         env.pop("TINYOL_LEARNER_REGION", None)
     r = subprocess.run([*pio_command(), "run", "-d", str(ROOT), "-e", board], env=env,
@@ -227,14 +232,23 @@ def _sweep(model_dirs, configs) -> list:
         mm = memory.Model.from_manifest(man)
         plan = board_plan(mm, board)
         linked, out, elf = _link(d, board, None)
-        report.append((board, name, changes, plan.fits, linked, plan.learner_region))
+        report.append((board, name, changes, plan.fits, linked,
+                       plan.learner_region + ("+" + plan.replay_region if plan.split else "")))
         if plan.fits:
             assert linked, f"{board} {name} {changes}: export says it fits, the link failed\n{out[-2000:]}"
             sizes = _sizes(elf)
-            addr = _addresses(elf)["tol_learner_mem"]
-            assert addr >> 28 == (1 if plan.learner_region == "RAM2" else 2), hex(addr)  # SRAM2 at 0x1...
-            assert (0x20040000 <= addr < 0x20040000 + 0x60000) == (plan.learner_region == "RAM3"), hex(addr)
-            assert sizes["tol_learner_mem"] == mm.learner()
+            blocks = {"tol_learner_mem": (plan.learner_region, mm.learner())}
+            if plan.split:  # the replay buffer in a region of its own
+                replay = mm.parts()["replay buffer"]
+                blocks = {"tol_learner_mem": (plan.learner_region, mm.learner() - replay),
+                          "tol_replay_mem": (plan.replay_region, replay)}
+            else:
+                assert "tol_replay_mem" not in sizes
+            for sym, (where, size) in blocks.items():
+                addr = _addresses(elf)[sym]
+                assert addr >> 28 == (1 if where == "RAM2" else 2), hex(addr)  # SRAM2 at 0x1...
+                assert (0x20040000 <= addr < 0x20040000 + 0x60000) == (where == "RAM3"), hex(addr)
+                assert sizes[sym] == size, sym
             assert sizes["tol_app"] == memory.app_bytes(mm.input_size, mm.latent_dim,
                                                         0 if mm.autoencoder else mm.outputs)
             assert "tinyol: memory plan" in out
@@ -246,12 +260,14 @@ def _sweep(model_dirs, configs) -> list:
             assert "tinyol: hint:" in out and "overflowed" not in out
             # the linker must refuse it too: with the learner where the plan comes closest, and
             # for the edge cases in every region the board has
-            regions = (range(1, len(memory.board_regions(BOARDS[board])) + 1) if every_region
-                       else [plan.learner_region_id])
-            for region in regions:
-                ok, out2, _ = _link(d, board, region)
-                assert not ok or (region == 1 and plan.regions[0].over <= memory.SLACK_BYTES), \
-                    f"{board} {name} {changes}: refused, but links with the learner in region {region}"
+            ids = range(1, len(memory.board_regions(BOARDS[board])) + 1)
+            placements = ([(a, b) for a in ids for b in ids if b == a or mm.parts()["replay buffer"]]
+                          if every_region else [(plan.learner_region_id, plan.replay_region_id)])
+            for region, rregion in placements:
+                ok, out2, _ = _link(d, board, region, rregion)
+                assert not ok or (1 in (region, rregion) and plan.regions[0].over <= memory.SLACK_BYTES), \
+                    f"{board} {name} {changes}: refused, but links with the learner in region {region}, " \
+                    f"its replay buffer in {rregion}"
         print(f"memory sweep: {board} {name} {changes}: fits {plan.fits}, linked {linked}, "
               f"learner in {plan.learner_region}", flush=True)
     return report
@@ -312,8 +328,9 @@ def stage_dirs(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.tf
 def test_stage_fits_equals_links(stage_dirs):
-    """Stages in SRAM1, SRAM2 (L432, 40 slots) and SRAM3 (L4R5); the exporter's automatically sized replay
-    capacity links and one slot more does not (the linker's verdict). Five links: the stage
+    """Stages split (L432: the stage in SRAM2, its auto-sized replay buffer in SRAM1), in SRAM2 (L432,
+    40 slots) and SRAM3 (L4R5); the exporter's automatically sized replay capacity links and one
+    slot more does not, in any placement (the linker's verdict). Five links: the stage
     formula is held against the C by tests/test_stage_equiv.py, placement and the fixed part here."""
     man = json.loads((stage_dirs["small_stage"] / "manifest.json").read_text())
     auto = man["learner"]["replay_capacity"]
@@ -323,13 +340,15 @@ def test_stage_fits_equals_links(stage_dirs):
     assert auto == memory.largest_capacity(m, b.name, memory.board_regions(b)) > 0
     report = _sweep(stage_dirs, [
         ("nucleo_l432kc", "small_stage", {}, False),                      # as exported: auto-sized
-        ("nucleo_l432kc", "small_stage", {"replay_capacity": auto + 1}, False),
+        ("nucleo_l432kc", "small_stage", {"replay_capacity": auto + 1}, True),  # every placement
         ("nucleo_l432kc", "small_stage", {"replay_capacity": 40}, False),
         ("nucleo_l4r5zi", "digits_adaptive", {}, False),
     ])
-    # (auto + 1 may link only within SRAM1's 16-byte padding slack, which _sweep checks)
-    got = [(f, l if f else None, r) for _, _, _, f, l, r in report]
-    assert got == [(True, True, "RAM"), (False, None, "RAM"), (True, True, "RAM2"),
+    # (auto + 1 may link only within SRAM1's 16-byte padding slack, which _sweep checks); the
+    # auto-sized buffer is too big for the learner to fit anywhere whole: the stage in SRAM2, its
+    # replay buffer in SRAM1
+    got = [(f, l if f else None, r if f else None) for _, _, _, f, l, r in report]
+    assert got == [(True, True, "RAM2+RAM"), (False, None, None), (True, True, "RAM2"),
                    (True, True, "RAM3")], report
 
 

@@ -124,10 +124,10 @@ def make_cfg(layers, seed=3, **kw) -> StageConfig:
                        seed=7, **kw)
 
 
-def run_pair(lib, cfg, n=160, prefill=30):
+def run_pair(lib, cfg, n=160, prefill=30, replay_apart=False):
     d = cfg.layers[0].in_size
     rng = np.random.default_rng(5)
-    py, cl = Stage(cfg), CStage(lib, cfg)
+    py, cl = Stage(cfg), CStage(lib, cfg, replay_apart=replay_apart)
     if cfg.replay_capacity and prefill:
         pq, py_, _ = make_stream(rng, prefill, d, CMAX, classes=range(4))
         for qi, yi in zip(pq, py_):
@@ -158,6 +158,21 @@ def assert_same(py, cl, pp, pc):
         assert cl.replay_labels() == py.replay.labels[: py.replay.fill].tolist()
         for i in range(py.replay.fill):
             assert cl.replay_row(i) == py.replay.packed_row(i)
+
+
+def test_stage_replay_buffer_in_its_own_block_matches_numpy(lib):
+    """The stage with its replay buffer in a block of its own (replay_mem, docs/boards.md: the
+    stage in SRAM1, the buffer in SRAM2) learns bit for bit as the twin; tol_stage_bytes() then
+    leaves the buffer out, by exactly memory.replay_bytes."""
+    from tinyol import memory
+
+    stage = next(iter(STAGES))
+    cfg = make_cfg(STAGES[stage], **SETTINGS["replay_i8"])
+    py, cl, pp, pc = run_pair(lib, cfg, replay_apart=True)
+    assert_same(py, cl, pp, pc)
+    rb = memory.replay_bytes(cfg.replay_capacity, cfg.layers[0].in_size, cfg.replay_bits,
+                             cfg.layers[-1].out_c)
+    assert cl.nbytes == cl.whole_bytes - rb and cl.replay_mem.any()
 
 
 @pytest.mark.parametrize("stage", list(STAGES))

@@ -55,6 +55,17 @@ def test_in_process_stream_matches_reference(lib, digits):
     assert [r.prediction for r in recs] == ref["predictions"].tolist()
     assert s.samples == len(y) and s.retries == 0 and s.duplicates == 0
     assert s.device_samples_seen == len(y)
+    # STATS' record block (C -> Python): the replay buffer per class is the twin's, nothing
+    # stored yet, and the state a save would write is the twin's size (tinyol.memory.state_bytes)
+    from tinyol import memory
+
+    r = dev.stats().record
+    lrn = ref["learner"]
+    assert r.replay_per_class == np.bincount(lrn.replay.labels[:lrn.replay.fill], minlength=10).tolist()
+    assert (r.origin, r.bytes, r.updates_since, r.replay_left_out) == ("none", 0, len(y), False)
+    m = memory.Model.from_manifest(MANIFEST)
+    assert r.save_bytes == memory.STORE_HEADER_BYTES + memory.state_bytes(m, replay_fill=lrn.replay.fill)
+    assert (r.score_mean, r.score_std) == (0.0, 0.0)  # a classifier
 
 
 @pytest.mark.parametrize("drops", [dict(drop_writes={5, 6, 30}), dict(drop_reads={4, 17, 18, 19}),

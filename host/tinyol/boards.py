@@ -51,6 +51,20 @@ BOARDS: dict[str, Board] = {
 NATIVE = "native"
 
 
+def store_geometry(board: Board, store_bytes: int | None = None) -> tuple[int, int, int]:
+    """(flash bytes, store region bytes, page bytes) of `board`'s persistence store: the last
+    1/8 of flash unless `store_bytes` (TOL_STORE_BYTES at build, stm32l4_common.ld), which must
+    be a multiple of two pages and leave room for the firmware. The native target imitating the
+    board gets the same (`--flash`), so a save keeps there what it keeps on the board."""
+    store = board.flash_bytes // 8 if store_bytes is None else int(store_bytes)
+    if store <= 0 or store % (2 * board.page_bytes) or store > board.flash_bytes // 2:
+        raise TinyolError(
+            f"store region of {store} bytes on {board.name}",
+            hint=f"give a multiple of two {board.page_bytes}-byte pages, at most half the "
+                 f"{board.flash_bytes // 1024} KB flash (default {board.flash_bytes // 8})")
+    return board.flash_bytes, store, board.page_bytes
+
+
 def get_board(name: str) -> Board:
     try:
         return BOARDS[name]

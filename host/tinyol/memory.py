@@ -7,8 +7,8 @@ SRAM1 (``RAM``)   .data/.bss of the firmware (drivers, protocol state, ...: ``FI
                   measured), the protocol buffers (``tol_app_t``, sized by the model's input),
                   the backbone's input and latent buffers, the backbone's activation arena,
                   the 8 KB stack reservation, and the learner's memory when it is placed here.
-SRAM2 (``RAM2``)  the learner's memory when it fits there (all boards).
-SRAM3 (``RAM3``)  the learner's memory when it fits there (NUCLEO-L4R5ZI only: 384 KB).
+SRAM2 (``RAM2``)  the learner's memory when it fits there (all boards), or its replay buffer.
+SRAM3 (``RAM3``)  the same (NUCLEO-L4R5ZI only: 384 KB).
 
 The learner's memory is one block (``tol_learner_mem`` in mcu/app/model.c). For the one-layer
 head (mcu/app/learner_head.c):
@@ -20,8 +20,15 @@ For an adaptive stage (an earlier ``--split``, mcu/app/learner_stage.c): ``tol_s
 every parameter of the stage, its gradients, momentum (only when momentum > 0), every layer's
 output kept for backprop plus two delta buffers and the probabilities, the queue of n_new fresh
 latents, per-class counters and flags, the replay buffer (:func:`stage_parts`).
-The block goes to the largest extra region where everything fits, else SRAM1; the build
-passes the choice to model.c as ``TOL_LEARNER_REGION`` (1, 2 or 3).
+The block goes to the largest extra region where everything fits, else SRAM1; when it fits
+nowhere whole, the replay buffer is split off and placed in a region of its own (the head or
+stage in SRAM1 and the buffer in SRAM2, say: ``tol_replay_mem`` in model.c, the learners'
+``replay_mem`` config). The build passes the choice to model.c as ``TOL_LEARNER_REGION`` (1, 2
+or 3) and, for a split, ``TOL_REPLAY_REGION``.
+
+The flash store (docs/persistence.md) is modelled too: :func:`store_layout` gives the slot size
+tol_store_init() chooses for the model's largest record and how much of the replay buffer a save
+can keep (the firmware leaves the buffer out of a record that does not fit a slot).
 
 This module uses the standard library only: the PlatformIO build script loads it by path.
 Sizes are exact (the learner block alone in SRAM2/SRAM3 to the byte); in SRAM1 the linker may
@@ -46,14 +53,14 @@ DEFAULT_MAX_OLD = 16            # TOL_LEARNER_DEFAULT_MAX_OLD
 # the firmware changed without this table); tests/test_memory.py links configurations at the edge.
 # --- measured (scripts/measure_memory.py) ---
 FIXED_RAM1 = {
-    ('nucleo_l476rg', False): 3716,
-    ('nucleo_l476rg', True): 3716,
-    ('nucleo_l432kc', False): 3716,
-    ('nucleo_l432kc', True): 3716,
-    ('disco_l475vg_iot01a', False): 3716,
-    ('disco_l475vg_iot01a', True): 3716,
-    ('nucleo_l4r5zi', False): 3716,
-    ('nucleo_l4r5zi', True): 3716,
+    ('nucleo_l476rg', False): 3720,
+    ('nucleo_l476rg', True): 3720,
+    ('nucleo_l432kc', False): 3720,
+    ('nucleo_l432kc', True): 3720,
+    ('disco_l475vg_iot01a', False): 3720,
+    ('disco_l475vg_iot01a', True): 3720,
+    ('nucleo_l4r5zi', False): 3720,
+    ('nucleo_l4r5zi', True): 3720,
 }
 # --- end measured ---
 # A firmware with an adaptive stage (mcu/app/learner_stage.c) reserves this many bytes more in
@@ -182,7 +189,7 @@ def app_bytes(input_size: int, latent_dim: int, stats_classes: int) -> int:
     """sizeof(tol_app_t) (mcu/include/tol_app.h): receive/reply buffers sized by the model."""
     float_input = 4 * input_size + 3 <= 8192
     max_request = max(256, 3 + (4 if float_input else 1) * input_size)
-    max_reply = max(512, 64 + 4 * stats_classes, latent_dim + 16)
+    max_reply = max(512, 128 + 6 * stats_classes, latent_dim + 16)
     off = _wire_max(max_request)                  # rx
     off = _a4(off) + 4 + 1                        # rx_len, rx_overflow
     off += (max_reply + 10) + _wire_max(max_reply)  # scratch, tx
@@ -281,9 +288,22 @@ class Plan:
     board: str
     model: Model
     regions: list[Region]
-    learner_region: str
+    learner_region: str          # the learner block (head or stage, scratch, counters)
     flash_needed: int            # estimate
     flash_room: int              # flash minus the persistence store
+    replay_region: str = ""      # the replay buffer's region: learner_region unless split
+
+    def __post_init__(self):
+        self.replay_region = self.replay_region or self.learner_region
+
+    @property
+    def split(self) -> bool:
+        """The replay buffer lives in another region than the rest of the learner."""
+        return self.replay_region != self.learner_region
+
+    @property
+    def replay_region_id(self) -> int:
+        return REGION_IDS[self.replay_region]
 
     @property
     def fits(self) -> bool:
@@ -306,7 +326,10 @@ class Plan:
             out.append(f"{r.title:<6} {r.used:>7} / {r.size:>7} bytes ({state}): {parts or 'empty'}")
         learner = ", ".join(f"{k} {v}" for k, v in self.model.parts().items() if v)
         what = "learner (adaptive stage)" if self.model.stage else "learner"
-        out.append(f"{what} {self.model.learner()} bytes in {REGION_TITLES[self.learner_region]}: {learner}")
+        where = REGION_TITLES[self.learner_region]
+        if self.split:
+            where += f", its replay buffer in {REGION_TITLES[self.replay_region]}"
+        out.append(f"{what} {self.model.learner()} bytes in {where}: {learner}")
         out.append(f"flash  ~{self.flash_needed} / {self.flash_room} bytes (estimate; the last 1/8 of "
                    f"flash holds the saved state)")
         return out
@@ -359,25 +382,38 @@ def board_regions(board) -> dict[str, int]:
 
 
 def plan(model: Model, board: str, regions: dict[str, int], *, flash_bytes: int = 0,
-         test_build: bool = False, learner_region: str | None = None) -> Plan:
-    """Where everything goes on `board` (regions: name -> bytes). The learner goes to the largest
-    extra region (SRAM3, SRAM2) where it fits, else to SRAM1; the plan of the first placement that
-    fits is returned, or the one that misses by the fewest bytes."""
+         test_build: bool = False, learner_region: str | None = None,
+         replay_region: str | None = None) -> Plan:
+    """Where everything goes on `board` (regions: name -> bytes). The learner goes whole to the
+    largest extra region (SRAM3, SRAM2) where it fits, else to SRAM1; when it fits nowhere whole,
+    its replay buffer goes to a region of its own (the rest of the learner in the largest region
+    where it fits, the buffer in the largest other one). The plan of the first placement that fits
+    is returned, or the one that misses by the fewest bytes. learner_region / replay_region force
+    a placement (the linker tests)."""
     fixed = (FIXED_RAM1.get((board, test_build), max(FIXED_RAM1.values()))
              + (FIXED_RAM1_STAGE_DELTA if model.stage else 0))
     stats_classes = 0 if model.autoencoder else model.outputs
     base = {"firmware": fixed, "stack": STACK_BYTES,
             "protocol buffers": app_bytes(model.input_size, model.latent_dim, stats_classes),
             "input + latent": model.input_size + model.latent_dim, "arena": model.arena_bytes}
-    order = [learner_region] if learner_region else (
-        sorted((n for n in regions if n != "RAM"), key=lambda n: -regions[n]) + ["RAM"])
+    names = sorted((n for n in regions if n != "RAM"), key=lambda n: -regions[n]) + ["RAM"]
+    replay = model.parts()["replay buffer"]
+    if learner_region:
+        order = [(learner_region, replay_region or learner_region)]
+    else:  # whole first, as before; then split (only with a buffer to split off)
+        order = [(n, n) for n in names] + ([(a, b) for a in names for b in names if a != b]
+                                           if replay and len(names) > 1 else [])
     flash_room = flash_bytes - flash_bytes // 8
     flash_needed = model.flash_model_bytes + FLASH_BASE_BYTES
     best = None
-    for where in order:
+    for where, rwhere in order:
         regs = [Region(n, regions[n], dict(base) if n == "RAM" else {}) for n in regions]
-        next(r for r in regs if r.name == where).items["learner"] = model.learner()
-        p = Plan(board, model, regs, where, flash_needed, flash_room)
+        if where == rwhere:
+            next(r for r in regs if r.name == where).items["learner"] = model.learner()
+        else:
+            next(r for r in regs if r.name == where).items["learner"] = model.learner() - replay
+            next(r for r in regs if r.name == rwhere).items["replay buffer"] = replay
+        p = Plan(board, model, regs, where, flash_needed, flash_room, rwhere)
         if p.fits:
             return p
         if best is None or p.over[1] < best.over[1]:
@@ -405,3 +441,117 @@ def largest_capacity(model: Model, board: str, regions: dict[str, int], *,
         return lo
     finally:
         model.replay_capacity = saved
+
+
+# ---------------------------------------------------------------------------------------------
+# the flash store (mcu/src/tol_store.c, mcu/include/tol_persist.h, mcu/app/learner_stage.c)
+
+STORE_HEADER_BYTES = 40          # TOL_STORE_HEADER_BYTES
+STORE_MAX_SLOTS = 64             # TOL_STORE_MAX_SLOTS
+LEARNER_STATE_HEADER = 104       # TOL_LEARNER_STATE_HEADER
+STAGE_STATE_HEADER = 72          # TOL_STAGE_STATE_HEADER
+
+
+def state_bytes(model: Model, *, replay_fill: int | None = None, momentum: bool | None = None,
+                queued: int = 0) -> int:
+    """A learner state's bytes as SAVE writes it (tol_learner_state_* / tol_stage_state_*): with
+    the replay buffer holding `replay_fill` latents (None: no buffer in the record), momentum
+    buffers when momentum (default: the model's), `queued` fresh latents waiting for a batch."""
+    mom = model.momentum if momentum is None else momentum
+    d = model.latent_dim
+    if model.stage:
+        rows = model.stage[-1][13]
+        trained = sum(stage_layer_trained(t) for t in model.stage)
+        n = STAGE_STATE_HEADER + 4 * trained * (2 if mom else 1) + 5 * rows
+    else:
+        rows = model.outputs
+        n = LEARNER_STATE_HEADER + 4 * (rows * d + rows) * (2 if mom else 1) + 5 * rows
+    n += queued * (4 * d + 2)
+    if replay_fill is not None and model.replay_capacity:
+        n += replay_fill * (replay_row_bytes(d, model.replay_bits) + 2) + 6 * rows
+    return n
+
+
+def record_max(model: Model) -> int:
+    """The largest record (header + the largest state: momentum, a full queue, a full buffer):
+    TOL_PERSIST_RECORD_MAX / tol_model_learner_record_max(), the slot size the store asks for."""
+    return STORE_HEADER_BYTES + state_bytes(model, replay_fill=model.replay_capacity,
+                                            momentum=True, queued=model.n_new)
+
+
+def default_store_bytes(flash_bytes: int) -> int:
+    """TOL_STORE_BYTES's default: the last 1/8 of flash (stm32l4_common.ld)."""
+    return flash_bytes // 8
+
+
+@dataclass
+class StoreLayout:
+    store_bytes: int             # the region
+    page_bytes: int
+    slot_bytes: int
+    slots: int
+    record_max: int              # what the store sizes its slots for
+    full_record: int             # header + state with a full buffer (momentum as exported, no queue)
+    head_record: int             # header + state without the buffer
+    replay_capacity: int
+    replay_saved: int            # latents a save keeps at most (capacity when it fits whole)
+
+    @property
+    def whole(self) -> bool:
+        """A save keeps everything, the full replay buffer included."""
+        return self.replay_saved >= self.replay_capacity
+
+    @property
+    def capacity(self) -> int:
+        """Payload bytes a slot holds (tol_store_capacity)."""
+        return self.slot_bytes - STORE_HEADER_BYTES
+
+    def store_bytes_for_whole(self) -> int:
+        """The smallest TOL_STORE_BYTES (a multiple of two pages) whose slots hold the state with
+        a full replay buffer: two slots of it (tol_store_init makes at least two)."""
+        slot = -(-self.full_record // self.page_bytes) * self.page_bytes
+        need = 2 * slot
+        return -(-need // (2 * self.page_bytes)) * (2 * self.page_bytes)
+
+    stage: bool = False          # an adaptive stage (what stays when the buffer does not)
+
+    def line(self) -> str:
+        rest = "the stage" if self.stage else "the head"
+        if self.whole:
+            return (f"store: {self.slots} slots of {self.slot_bytes} bytes in {self.store_bytes}; a save "
+                    f"keeps everything ({self.full_record} bytes with a full replay buffer)")
+        if self.head_record > self.slot_bytes:
+            return (f"store: a slot of {self.slot_bytes} bytes cannot hold even {rest} "
+                    f"({self.head_record} bytes): SAVE will fail")
+        return (f"store: {self.slots} slots of {self.slot_bytes} bytes in {self.store_bytes}; a save keeps "
+                f"the replay buffer only while it holds at most {self.replay_saved} of its "
+                f"{self.replay_capacity} latents ({self.full_record} bytes when full), then {rest} "
+                f"alone ({self.head_record} bytes)")
+
+    def advice(self, model: Model) -> str:
+        return (f"build with a larger store (TOL_STORE_BYTES={self.store_bytes_for_whole()}: "
+                f"`tinyol build --store-bytes {self.store_bytes_for_whole()}`) or export with "
+                f"--replay-capacity {self.replay_saved} (a buffer a slot holds whole)")
+
+
+def store_layout(model: Model, flash_bytes: int, page_bytes: int, store_bytes: int | None = None) -> StoreLayout:
+    """The slots tol_store_init() makes for `model` in a store of store_bytes (default: the last
+    1/8 of flash) and what a save keeps: tol_persist_save / learner_stage.c leave the replay
+    buffer out of a state that does not fit a slot."""
+    region = default_store_bytes(flash_bytes) if store_bytes is None else store_bytes
+    rmax = record_max(model)
+    slot = -(-rmax // page_bytes) * page_bytes
+    if slot == 0 or slot > region // 2:
+        slot = region // 2 // page_bytes * page_bytes
+    slots = min(region // slot, STORE_MAX_SLOTS) if slot else 0
+    cap = slot - STORE_HEADER_BYTES
+    full = STORE_HEADER_BYTES + state_bytes(model, replay_fill=model.replay_capacity)
+    head = STORE_HEADER_BYTES + state_bytes(model)
+    if not model.replay_capacity:
+        saved = 0
+    else:
+        per = replay_row_bytes(model.latent_dim, model.replay_bits) + 2
+        base = state_bytes(model, replay_fill=0)
+        saved = max(0, min(model.replay_capacity, (cap - base) // per)) if cap >= base else 0
+    return StoreLayout(region, page_bytes, slot, slots, rmax, full, head, model.replay_capacity, saved,
+                       bool(model.stage))

@@ -23,10 +23,12 @@ tol_learner_t *tol_model_head(void)
     return &tol_learner;
 }
 
-tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
+tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes, uint8_t *replay_mem, size_t replay_bytes)
 {
     tol_learner_config_t cfg;
     tinyol_learner_config(&cfg); /* the same learner a firmware embedding tinyol.h gets */
+    cfg.replay_mem = replay_mem;
+    cfg.replay_mem_bytes = replay_bytes;
     return tol_learner_init(&tol_learner, mem, bytes, &cfg);
 }
 

@@ -28,10 +28,12 @@ tol_stage_t *tol_model_stage(void)
     return &tol_stage;
 }
 
-tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes)
+tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes, uint8_t *replay_mem, size_t replay_bytes)
 {
     tol_stage_config_t cfg;
     tinyol_stage_config(&cfg); /* the same stage a firmware embedding tinyol.h gets */
+    cfg.replay_mem = replay_mem; /* the replay buffer's own block, when the plan split it */
+    cfg.replay_mem_bytes = replay_bytes;
     return tol_stage_init(&tol_stage, mem, bytes, &cfg);
 }
 

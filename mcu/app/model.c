@@ -42,7 +42,30 @@
 #else
 #define TOL_LEARNER_SECTION
 #endif
-static _Alignas(8) uint8_t tol_learner_mem[TOL_MODEL_LEARNER_BYTES] TOL_LEARNER_SECTION;
+/* The replay buffer's region: the learner's (inside tol_learner_mem), or its own block elsewhere
+ * when the plan splits them (host/tinyol/memory.py: e.g. the stage in SRAM1, the buffer in SRAM2). */
+#ifndef TOL_REPLAY_REGION
+#define TOL_REPLAY_REGION TOL_LEARNER_REGION
+#endif
+#if TOL_REPLAY_REGION != TOL_LEARNER_REGION
+_Static_assert(TOL_MODEL_REPLAY_BYTES > 0, "a replay region without a replay buffer");
+#if TOL_REPLAY_REGION == 3
+#define TOL_REPLAY_SECTION __attribute__((section(".ram3")))
+#elif TOL_REPLAY_REGION == 2
+#define TOL_REPLAY_SECTION __attribute__((section(".ram2")))
+#else
+#define TOL_REPLAY_SECTION
+#endif
+static _Alignas(8) uint8_t tol_replay_mem[TOL_MODEL_REPLAY_BYTES] TOL_REPLAY_SECTION;
+#define TOL_REPLAY_MEM tol_replay_mem
+#define TOL_REPLAY_MEM_BYTES sizeof(tol_replay_mem)
+#define TOL_LEARNER_MEM_BYTES (TOL_MODEL_LEARNER_BYTES - TOL_MODEL_REPLAY_BYTES)
+#else
+#define TOL_REPLAY_MEM NULL
+#define TOL_REPLAY_MEM_BYTES 0u
+#define TOL_LEARNER_MEM_BYTES TOL_MODEL_LEARNER_BYTES
+#endif
+static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
 static struct {
@@ -60,6 +83,12 @@ static struct {
     uint32_t saved_updates;   /* learner's update counter at the last save/load */
     uint32_t autosave_every;  /* auto-save period in updates (SET key AUTOSAVE), 0 = off */
     bool head_staged;         /* a staged SET_HEAD/SET_STAGE push is not committed: no learning, no save */
+    /* the record the learner's state matches (STATS' record block, `tinyol info`) */
+    uint8_t rec_from;         /* 0 none, 1 saved since boot, 2 loaded (at boot or by LOAD) */
+    uint8_t rec_parts;        /* TOL_STATE_* parts it holds */
+    uint8_t rec_slot;
+    uint8_t replay_left_out;  /* 1: the last save wanted the replay buffer, a slot could not hold it */
+    uint32_t rec_bytes;       /* its size in flash, header included */
 } tol_persist = {.autosave_every = TOL_AUTOSAVE_UPDATES};
 
 /* Time stamps that know whether a UART receive disturbed the counter. */
@@ -84,9 +113,13 @@ static void tol_model_boot_load(void);
 
 tol_status_t tol_model_init(void)
 {
+<<<<<<< HEAD
     /* first: it chooses the kernels' paths for this core (tol_cpu.h) */
     tol_cpu_selftest();
     TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem)));
+=======
+    TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem), TOL_REPLAY_MEM, TOL_REPLAY_MEM_BYTES));
+>>>>>>> board-knows
     tol_model_boot_load();
     return TOL_OK;
 }
@@ -270,8 +303,19 @@ static tol_status_t tol_model_load(tol_store_record_t *rec)
     TOL_TRY(tol_model_learner_load(&tol_store, rec));
     tol_learner_stats_t ls;
     tol_model_learner_get_stats(&ls);
+    tol_learner_settings_t set;
+    tol_model_learner_get_settings(&set);
     tol_persist.seq = rec->seq;
     tol_persist.saved_updates = ls.updates;
+    tol_persist.rec_from = 2u;
+    tol_persist.rec_slot = rec->slot;
+    tol_persist.rec_bytes = TOL_STORE_HEADER_BYTES + rec->payload_len;
+    /* the record held the buffer when it is as long as the state with it (the restored fill) */
+    tol_persist.rec_parts = (uint8_t)((ls.replay_capacity > 0u && rec->payload_len == tol_model_learner_state_bytes()
+                                           ? TOL_STATE_REPLAY
+                                           : 0u) |
+                                      (set.momentum != 0.0f ? TOL_STATE_MOMENTUM : 0u));
+    tol_persist.replay_left_out = 0u;
     return TOL_OK;
 }
 
@@ -315,6 +359,12 @@ static tol_status_t tol_model_save(uint8_t options, uint8_t *parts_out)
     tol_persist.record_bytes = TOL_STORE_HEADER_BYTES + total;
     tol_persist.pages = (uint16_t)((tol_persist.record_bytes + page - 1u) / page);
     tol_persist.saved_updates = ls.updates;
+    tol_persist.rec_from = 1u;
+    tol_persist.rec_parts = parts;
+    tol_persist.rec_slot = tol_store.target;
+    tol_persist.rec_bytes = tol_persist.record_bytes;
+    tol_persist.replay_left_out =
+        (uint8_t)((options & TOL_SAVE_NO_REPLAY) == 0u && ls.replay_capacity > 0u && (parts & TOL_STATE_REPLAY) == 0u);
     *parts_out = parts;
     return TOL_OK;
 }
@@ -510,7 +560,28 @@ uint16_t tol_model_stats(uint8_t *out, uint16_t cap)
     tol_put_u32(p + 20, tol_persist.record_bytes);
     tol_put_u32(p + 24, tol_store.flash == TOL_OK ? left : 0u);
     tol_put_u32(p + 28, tol_persist.autosave_every);
-    return (uint16_t)(at + 32u);
+    at = (uint16_t)(at + 32u);
+    /* the record block (docs/protocol.md): the record the state matches, what a save writes, the
+     * anomaly statistics, the replay buffer per class */
+    if (at + 28u + 2u * (uint32_t)classes > cap) return at;
+    p = out + at;
+    tol_learner_stats_t now;
+    tol_model_learner_get_stats(&now);
+    p[0] = tol_persist.rec_from;
+    p[1] = tol_persist.rec_parts;
+    p[2] = tol_persist.rec_slot;
+    p[3] = tol_persist.replay_left_out;
+    tol_put_u32(p + 4, tol_persist.rec_from != 0u ? tol_persist.rec_bytes : 0u);
+    tol_put_u32(p + 8, now.updates - tol_persist.saved_updates);
+    tol_put_u32(p + 12, tol_store.flash == TOL_OK ? tol_store.slot_bytes : 0u);
+    tol_put_u32(p + 16, TOL_STORE_HEADER_BYTES + tol_model_learner_state_bytes());
+    tol_put_f32(p + 20, now.score_mean);
+    tol_put_f32(p + 24, now.score_std);
+    at = (uint16_t)(at + 28u);
+    for (uint16_t c = 0; c < classes; c++, at = (uint16_t)(at + 2u)) {
+        tol_put_u16(out + at, now.replay_count != NULL ? now.replay_count[c] : 0u);
+    }
+    return at;
 }
 
 tol_status_t tol_model_bench(uint8_t region, uint32_t *cycles)

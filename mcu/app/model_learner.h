@@ -13,7 +13,8 @@
  * A sample is one call of the learner's core per call here (tol_*_predict_result,
  * tol_*_learn_result, tol_learner_anomaly_result): the core fills the tinyol_result_t.
  * Each owns its learner instance; model.c owns the memory block it runs in
- * (tol_learner_mem, TOL_MODEL_LEARNER_BYTES bytes, placed by TOL_LEARNER_REGION) and
+ * (tol_learner_mem, TOL_MODEL_LEARNER_BYTES bytes, placed by TOL_LEARNER_REGION; the replay
+ * buffer apart in tol_replay_mem when the plan puts it in another region, TOL_REPLAY_REGION) and
  * everything protocol-side: input decoding, timing, persistence records, the
  * push fence, auto-save, STATS; the pull/push payloads (GET/SET_HEAD, GET/SET_STAGE)
  * are the protocol layer's too (model_wire.h).
@@ -41,13 +42,20 @@
 #else
 #define TOL_MODEL_LEARNER_BYTES TINYOL_MEM_BYTES
 #endif
+/* The replay buffer's bytes inside TOL_MODEL_LEARNER_BYTES (0 without a buffer): the part the
+ * memory plan may place in another region than the rest (TOL_REPLAY_REGION, model.c). The head's
+ * and the stage's buffer have the same size: latent_dim inputs, max_classes labels. */
+#define TOL_MODEL_REPLAY_BYTES \
+    TOL_LEARNER_REPLAY_BYTES(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS)
 /* An adaptive stage's trained parameters; exports before the lean stage train every one. */
 #if defined(TOL_STAGE_PARAMS) && !defined(TOL_STAGE_TRAINED)
 #define TOL_STAGE_TRAINED TOL_STAGE_PARAMS
 #endif
 
-/* Set up the learner in mem (caller-owned, 8-byte aligned, bytes long) from the export. */
-tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes);
+/* Set up the learner in mem (caller-owned, 8-byte aligned, bytes long) from the export; its
+ * replay buffer in replay_mem (replay_bytes = TOL_MODEL_REPLAY_BYTES, 8-byte aligned) when that
+ * is not NULL, else inside mem (bytes = TOL_MODEL_LEARNER_BYTES then). */
+tol_status_t tol_model_learner_init(uint8_t *mem, size_t bytes, uint8_t *replay_mem, size_t replay_bytes);
 
 /* Every call that takes a sample says what happened in r (tinyol.h's tinyol_result_t:
  * the SAMPLE / PREDICT reply); latent: int8_t[TOL_LATENT_DIM]. */

@@ -31,11 +31,11 @@
 /* largest request payload: SAMPLE = label u16 + encoding u8 + input */
 #define TOL_APP_MAX_REQUEST                                                          \
     TOL_APP_MAX_(256u, 3u + (TOL_APP_FLOAT_INPUT ? 4u : 1u) * (unsigned)(TOL_INPUT_SIZE))
-/* largest reply payload: INFO/GET_HEAD (<= 512), STATS (64 + 4 per class of a
- * classifier), EMBED (the latent) */
+/* largest reply payload: INFO/GET_HEAD (<= 512), STATS (120 + 6 per class of a classifier:
+ * class counts, the persistence and record blocks, replay slots per class), EMBED (the latent) */
 #define TOL_APP_STATS_CLASSES ((TOL_HEAD_MODE) == 0 ? (unsigned)(TOL_HEAD_MAX_CLASSES) : 0u)
 #define TOL_APP_MAX_REPLY \
-    TOL_APP_MAX_(TOL_APP_MAX_(512u, 64u + 4u * TOL_APP_STATS_CLASSES), (unsigned)(TOL_LATENT_DIM) + 16u)
+    TOL_APP_MAX_(TOL_APP_MAX_(512u, 128u + 6u * TOL_APP_STATS_CLASSES), (unsigned)(TOL_LATENT_DIM) + 16u)
 #define TOL_APP_MAX_PAYLOAD TOL_APP_MAX_(TOL_APP_MAX_REQUEST, TOL_APP_MAX_REPLY)
 
 #define TOL_APP_RX_BYTES TOL_PROTO_WIRE_MAX(TOL_APP_MAX_REQUEST)  /* encoded request */

@@ -99,6 +99,12 @@ typedef struct {
     uint32_t seed;              /* PRNG seed */
     tol_learner_settings_t settings; /* initial settings */
     const tol_replay_codec_t *replay_codec; /* replay_bits 4: the codec (const, not owned); else unused */
+    uint8_t *replay_mem;        /* NULL: the replay buffer is part of init's mem; else its own
+                                   block (caller-owned, 4-byte aligned, replay_mem_bytes >=
+                                   TOL_REPLAY_BYTES(replay_capacity, latent_dim, replay_bits,
+                                   n_outputs)), e.g. in another RAM region, and init's mem needs
+                                   that many bytes less (TOL_LEARNER_REPLAY_BYTES) */
+    size_t replay_mem_bytes;
 } tol_learner_config_t;
 
 /* Largest max_old, and the value max_old = 0 stands for when there is a buffer. */
@@ -122,6 +128,11 @@ typedef struct {
      (size_t)4u * ((size_t)(dim) + 2u * (size_t)(n_outputs)) +                               \
      TOL_ALIGN4((size_t)2u * (size_t)(max_new)))
 
+/* The replay buffer's part of TOL_LEARNER_BYTES_EX (0 without a buffer): what init's mem may
+ * be smaller by when the config gives the buffer its own block (replay_mem). */
+#define TOL_LEARNER_REPLAY_BYTES(dim, n_outputs, replay_capacity, replay_bits) \
+    ((replay_capacity) > 0 ? TOL_REPLAY_BYTES(replay_capacity, dim, replay_bits, n_outputs) : (size_t)0u)
+
 /* The same for max_old = 0 (automatic) and momentum buffers allocated. */
 #define TOL_LEARNER_BYTES(dim, n_outputs, replay_capacity, replay_bits, max_new) \
     TOL_LEARNER_BYTES_EX(dim, n_outputs, replay_capacity, replay_bits, max_new, 0u, 0u)
@@ -137,6 +148,9 @@ typedef struct {
     uint16_t replay_capacity;
     const uint32_t *class_count; /* [n_outputs] learned samples per class (classifier) */
     float threshold;         /* autoencoder: current threshold (+inf in warm-up) */
+    float score_mean;        /* autoencoder: the threshold's score statistics (0 for a classifier) */
+    float score_std;
+    const uint16_t *replay_count; /* [n_outputs] replay slots holding each class; NULL: no buffer */
 } tol_learner_stats_t;
 
 typedef struct {

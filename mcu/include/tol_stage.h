@@ -137,6 +137,11 @@ typedef struct {
     uint32_t seed;
     tol_learner_settings_t settings; /* classifier fields only (lr .. mode) */
     const tol_replay_codec_t *replay_codec; /* replay_bits 4: the codec (const, not owned); else unused */
+    uint8_t *replay_mem;             /* NULL: the replay buffer is part of init's mem; else its
+                                        own block (4-byte aligned, replay_mem_bytes >=
+                                        TOL_REPLAY_BYTES(capacity, latent, bits, rows)), e.g. in
+                                        another RAM region: tol_stage_bytes() then leaves it out */
+    size_t replay_mem_bytes;
 } tol_stage_config_t;
 
 typedef struct {
@@ -172,7 +177,8 @@ uint32_t tol_stage_layer_trained(const tol_stage_layer_t *l);
 uint32_t tol_stage_trained(const tol_stage_layer_t *layers, uint8_t n_layers);
 
 /* Bytes of caller memory tol_stage_init needs for this configuration (the
- * memory layout at the top). 0 if the layers are inconsistent. */
+ * memory layout at the top; without the replay buffer when cfg->replay_mem gives it its own
+ * block). 0 if the layers are inconsistent. */
 size_t tol_stage_bytes(const tol_stage_config_t *cfg);
 
 /* The online-learner calls (tol_online.h describes them): tol_stage_init, _reset, _predict,

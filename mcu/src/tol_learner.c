@@ -69,8 +69,12 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
     const uint16_t max_batch =
         (uint16_t)(cfg->max_new + TOL_LEARNER_MAX_OLD_EFF(cfg->replay_capacity, cfg->max_old));
     const uint8_t momentum = (uint8_t)(cfg->no_momentum ? 0u : 1u);
-    TOL_CHECK(mem_bytes >= TOL_LEARNER_BYTES_EX(d, c, cfg->replay_capacity, cfg->replay_bits,
-                                                cfg->max_new, cfg->max_old, cfg->no_momentum),
+    const size_t rb = TOL_LEARNER_REPLAY_BYTES(d, c, cfg->replay_capacity, cfg->replay_bits);
+    const size_t own_rb = cfg->replay_mem != NULL ? 0u : rb; /* the buffer's bytes in mem */
+    TOL_CHECK(cfg->replay_mem == NULL || ((uintptr_t)cfg->replay_mem & 3u) == 0u, TOL_ERR_ARG);
+    TOL_CHECK(cfg->replay_mem == NULL || cfg->replay_mem_bytes >= rb, TOL_ERR_OVERFLOW);
+    TOL_CHECK(mem_bytes + (rb - own_rb) >= TOL_LEARNER_BYTES_EX(d, c, cfg->replay_capacity, cfg->replay_bits,
+                                                                cfg->max_new, cfg->max_old, cfg->no_momentum),
               TOL_ERR_OVERFLOW);
     L->cfg = *cfg;
     const uint16_t init_active =
@@ -81,12 +85,12 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
                           cfg->init_weight, cfg->init_bias, init_active));
     p += hb;
     if (cfg->replay_capacity > 0u) {
-        const size_t rb = TOL_REPLAY_BYTES(cfg->replay_capacity, d, cfg->replay_bits, c);
-        TOL_TRY(tol_replay_init(&L->replay, p, rb, cfg->replay_capacity, d, cfg->replay_bits, c,
+        uint8_t *rmem = cfg->replay_mem != NULL ? cfg->replay_mem : p;
+        TOL_TRY(tol_replay_init(&L->replay, rmem, rb, cfg->replay_capacity, d, cfg->replay_bits, c,
                                 cfg->replay_policy, cfg->latent_scale, cfg->latent_zero_point,
                                 &L->prng));
         if (cfg->replay_bits == 4u) TOL_TRY(tol_replay_set_codec(&L->replay, cfg->replay_codec));
-        p += rb;
+        p += own_rb;
     }
     L->x = (float *)(void *)p;
     p += (size_t)4u * d;
@@ -498,6 +502,10 @@ void tol_learner_get_stats(const tol_learner_t *L, tol_learner_stats_t *st)
     st->replay_capacity = L->cfg.replay_capacity;
     st->class_count = L->class_count;
     st->threshold = tol_anomaly_threshold(&L->anomaly);
+    const int ae = L->cfg.head_kind == (uint8_t)TOL_HEAD_AUTOENCODER;
+    st->score_mean = ae ? L->anomaly.mean : 0.0f;
+    st->score_std = ae ? sqrtf(L->anomaly.var > 0.0f ? L->anomaly.var : 0.0f) : 0.0f;
+    st->replay_count = L->cfg.replay_capacity > 0u ? L->replay.count : NULL;
 }
 
 const tol_head_t *tol_learner_head(const tol_learner_t *L)

@@ -123,7 +123,7 @@ size_t tol_stage_bytes(const tol_stage_config_t *cfg)
     const size_t floats = (cfg->no_momentum ? 2u : 3u) * p + acts + 2u * maxsz + rows +
                           (size_t)cfg->max_new * d + d;
     return 4u * floats + 4u * rows + TOL_ALIGN4(2u * (size_t)cfg->max_new) + TOL_ALIGN4(rows) +
-           (cfg->replay_capacity > 0u
+           (cfg->replay_capacity > 0u && cfg->replay_mem == NULL
                 ? TOL_REPLAY_BYTES(cfg->replay_capacity, d, cfg->replay_bits, rows)
                 : (size_t)0u);
 }
@@ -215,7 +215,10 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
     p += TOL_ALIGN4(S->rows);
     if (cfg->replay_capacity > 0u) {
         const size_t rb = TOL_REPLAY_BYTES(cfg->replay_capacity, S->latent, cfg->replay_bits, S->rows);
-        TOL_TRY(tol_replay_init(&S->replay, p, rb, cfg->replay_capacity, (uint16_t)S->latent,
+        TOL_CHECK(cfg->replay_mem == NULL || (((uintptr_t)cfg->replay_mem & 3u) == 0u), TOL_ERR_ARG);
+        TOL_CHECK(cfg->replay_mem == NULL || cfg->replay_mem_bytes >= rb, TOL_ERR_OVERFLOW);
+        TOL_TRY(tol_replay_init(&S->replay, cfg->replay_mem != NULL ? cfg->replay_mem : p, rb,
+                                cfg->replay_capacity, (uint16_t)S->latent,
                                 cfg->replay_bits, S->rows, cfg->replay_policy, cfg->latent_scale,
                                 cfg->latent_zero_point, &S->prng));
         if (cfg->replay_bits == 4u) TOL_TRY(tol_replay_set_codec(&S->replay, cfg->replay_codec));
@@ -1080,6 +1083,7 @@ void tol_stage_get_stats(const tol_stage_t *S, tol_learner_stats_t *st)
     st->replay_capacity = S->cfg.replay_capacity;
     st->class_count = S->class_count;
     st->threshold = INFINITY;
+    st->replay_count = S->cfg.replay_capacity > 0u ? S->replay.count : NULL;
 }
 
 /* ---- persistence ------------------------------------------------------------------------- */

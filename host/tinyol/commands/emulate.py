@@ -40,8 +40,12 @@ from ..targets.firmware import BuildConfig, build
               help="With --app imu: play a `tinyol record-to-resd` folder as the board's IMU "
                    "(Renode: the LSM6DSO model on I2C2; native: its raw.bin) and send its "
                    "label schedule.")
+@click.option("--store-bytes", type=click.IntRange(1), default=None, metavar="BYTES",
+              help="Flash reserved for saved states (TOL_STORE_BYTES; default the board's last "
+                   "1/8 of flash; native imitates the board's store either way).")
 @click.pass_context
-def cmd(ctx, board, model, emu, port, state, icount, kernels, test_build, app, stride, sensor_dir):
+def cmd(ctx, board, model, emu, port, state, icount, kernels, test_build, app, stride, sensor_dir,
+        store_bytes):
     """Start the firmware without hardware and print its pyserial URL.
 
     \b
@@ -63,12 +67,12 @@ def cmd(ctx, board, model, emu, port, state, icount, kernels, test_build, app, s
                           hint="use --emulator renode or --emulator native for a board that keeps its flash")
     if state:
         output_dir(state, "--state")  # before the build: a bad path is named at once
-        emulator.check_state(Path(state), emu, board)
+        emulator.check_state(Path(state), emu, board, store_bytes)
     if sensor_dir is not None:
         _check_sensor(sensor_dir, app, emu, board, native)
     # a release build: any local client could end a test build with EXIT
     cfg = BuildConfig("native" if native else board, model, kernels=kernels, test_build=test_build, app=app,
-                      stride=stride)
+                      stride=stride, store_bytes=store_bytes)
     res = build(cfg, verbose=verbose, echo=click.echo if verbose else None)
     with contextlib.ExitStack() as stack:
         state_dir = state or (stack.enter_context(tempfile.TemporaryDirectory(prefix="tinyol-native-"))

@@ -65,6 +65,16 @@ def _wear_rows(dev: Device) -> dict:
             "pages_per_save": p.pages_per_save}
 
 
+def _store_for(record_bytes: int, info) -> int:
+    """The smallest store region (two slots, whole pages of the board) whose slots hold a record
+    of record_bytes; tinyol.memory.StoreLayout.store_bytes_for_whole for a state on the device."""
+    from ..boards import BOARDS
+
+    page = BOARDS[info.board].page_bytes if info.board in BOARDS else 2048
+    slot = -(-record_bytes // page) * page
+    return -(-2 * slot // (2 * page)) * (2 * page)
+
+
 @click.command("save")
 @port_option()
 @click.option("--no-replay", is_flag=True, help="Leave the replay buffer out (smaller record).")
@@ -83,16 +93,40 @@ def cmd_save(port, no_replay, timeout, retries, as_json):
             r = dev.save(replay=not no_replay, timeout=timeout)
         except DeviceError as e:
             raise _explain(e) from None
+        st = dev.stats()
         wear = _wear_rows(dev)
         hz = dev.info.cpu_hz
-    out = dataclasses.asdict(r) | wear
+        learner = "stage" if dev.info.stage_layers else "head"
+    rec = st.record
+    has_buffer = st.replay_capacity > 0
+    out = dataclasses.asdict(r) | wear | {
+        "includes_replay": bool(r.parts & 1),
+        # the replay buffer was wanted but does not fit a store slot (None: firmware too old to say)
+        "replay_left_out": (rec.replay_left_out if rec is not None else None) if not no_replay else False,
+        "replay_fill": st.replay_fill, "replay_capacity": st.replay_capacity,
+        "slot_bytes": rec.slot_bytes if rec is not None else None,
+        "state_bytes_with_replay": rec.save_bytes if rec is not None else None}
     if as_json:
         emit_json(out)
         return
-    parts = ["head"] + (["replay buffer"] if r.parts & 1 else []) + (["momentum"] if r.parts & 2 else [])
+    parts = [learner] + (["replay buffer"] if r.parts & 1 else []) + (["momentum"] if r.parts & 2 else [])
     took = f", {r.cycles / hz * 1e3:.1f} ms" if r.cycles is not None else ""
     click.echo(f"saved record {r.seq} in slot {r.slot}: {r.bytes} bytes ({' + '.join(parts)}), "
                f"{r.pages} page(s) erased per save{took}")
+    if no_replay and has_buffer:
+        click.echo(f"replay buffer not saved (--no-replay): {st.replay_fill} latents are lost at a reset")
+    elif out["replay_left_out"]:
+        from ..memory import replay_row_bytes
+
+        per = replay_row_bytes(dev.info.latent_dim, dev.info.replay_bits) + 2  # a latent and its label
+        keep = max(0, (rec.slot_bytes - (rec.save_bytes - st.replay_fill * per)) // per)
+        click.echo(f"warning: replay buffer NOT saved: with its {st.replay_fill} latents the state is "
+                   f"{rec.save_bytes} bytes and a store slot holds {rec.slot_bytes}; after a reset the "
+                   f"board has the {learner} only ({st.replay_fill} latents that protect old classes are lost)",
+                   err=True)
+        click.echo(f"hint: build with a larger store (`tinyol build --store-bytes N`, N >= "
+                   f"{_store_for(rec.save_bytes, dev.info)}) or export with --replay-capacity {keep} "
+                   f"or fewer (what a slot holds); docs/persistence.md", err=True)
     if wear:
         click.echo(f"flash wear: {wear['cycles_per_page']} erase cycles per page of {RATED_ERASE_CYCLES} rated "
                    f"({wear['slots']} slots in rotation); "

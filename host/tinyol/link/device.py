@@ -65,6 +65,7 @@ class Stats:
     cycles_learn: int | None = None
     class_counts: list[int] | None = None
     persist: "PersistStats | None" = None
+    record: "RecordStats | None" = None   # firmware before the record block: None
 
     @classmethod
     def parse(cls, p: bytes, classes: int | None = None) -> "Stats":
@@ -77,10 +78,13 @@ class Stats:
         cyc = [None if c == CYCLES_INVALID else c for c in v[9:12]]
         n = (len(p) - 60) // 4 if classes is None else classes
         counts = list(struct.unpack_from(f"<{n}I", p, 60)) if n else []
-        persist = None
+        persist = record = None
         if classes is not None and len(p) >= 60 + 4 * n + PersistStats.SIZE:
             persist = PersistStats.parse(p[60 + 4 * n:])
-        return cls(*link, *v[:9], *cyc, counts, persist)
+            at = 60 + 4 * n + PersistStats.SIZE
+            if len(p) >= at + RecordStats.SIZE + 2 * n:
+                record = RecordStats.parse(p[at:], n)
+        return cls(*link, *v[:9], *cyc, counts, persist, record)
 
 
 from .protocol import STORE_STATES  # noqa: E402  (re-exported for callers)
@@ -118,6 +122,43 @@ class PersistStats:
     def lifetime_days(self, saves_per_minute: float = 1.0) -> float:
         """Days until the rated erase cycles are used up at `saves_per_minute`."""
         return self.saves_left / saves_per_minute / (60 * 24)
+
+
+@dataclass
+class RecordStats:
+    """The record block after STATS' persistence block (docs/protocol.md): the stored record the
+    learner's state matches, what a save would write now, the anomaly score statistics and the
+    replay buffer per class."""
+    SIZE = 28
+    origin: str            # "none", "saved" (since boot) or "loaded" (at boot or by LOAD)
+    parts: int             # the record's parts: 1 replay buffer, 2 momentum
+    slot: int
+    replay_left_out: bool  # the last save wanted the replay buffer; a slot could not hold it
+    bytes: int             # the record's size in flash, header included (0: none)
+    updates_since: int     # committed updates since that record (its age)
+    slot_bytes: int        # a store slot (0: no store)
+    save_bytes: int        # header + the state with the replay buffer as it is now
+    score_mean: float      # autoencoder: the threshold's score statistics (0 for a classifier)
+    score_std: float
+    replay_per_class: list[int]  # replay slots holding each class
+
+    ORIGINS = ("none", "saved", "loaded")
+
+    @classmethod
+    def parse(cls, p: bytes, classes: int) -> "RecordStats":
+        frm, parts, slot, left, nbytes, since, slot_b, save_b, mean, std = struct.unpack_from("<4B4I2f", p)
+        per = list(struct.unpack_from(f"<{classes}H", p, cls.SIZE)) if classes else []
+        return cls(cls.ORIGINS[frm] if frm < len(cls.ORIGINS) else str(frm), parts, slot, bool(left),
+                   nbytes, since, slot_b, save_b, mean, std, per)
+
+    @property
+    def has_replay(self) -> bool:
+        return bool(self.parts & 1)
+
+    @property
+    def replay_fits(self) -> bool:
+        """A save now would keep the replay buffer (its state fits a slot)."""
+        return self.slot_bytes > 0 and self.save_bytes <= self.slot_bytes
 
 
 @dataclass

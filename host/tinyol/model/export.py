@@ -427,6 +427,8 @@ def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes
     out["firmware_ram_base_bytes"] = p.regions[0].items["firmware"] + memory.STACK_BYTES
     out["regions"] = {r.title: {"used": r.used, "size": r.size} for r in p.regions}
     out["learner_region"] = memory.REGION_TITLES[p.learner_region]
+    if p.split:  # the replay buffer in a region of its own (only then: older manifests stay as they were)
+        out["replay_region"] = memory.REGION_TITLES[p.replay_region]
     return out
 
 
@@ -458,6 +460,19 @@ def check_fit(model, board_name: str, *, name: str = "the model", arena_known: b
             hint="use a smaller backbone or a board with more flash (nucleo_l4r5zi: 2 MB)")
 
 
+def warn_store(model, board_name: str, echo: Echo) -> "memory.StoreLayout":
+    """Say up front what a SAVE on `board_name` keeps (tinyol.memory.store_layout): everything, or
+    the head alone once the replay buffer outgrows a store slot, with the knobs."""
+    board = get_board(board_name)
+    lay = memory.store_layout(model, board.flash_bytes, board.page_bytes)
+    if lay.whole:
+        echo(f"persistence: {lay.line()}")
+    else:
+        echo(f"warning: persistence: {lay.line()}")
+        echo(f"hint: {lay.advice(model)}")
+    return lay
+
+
 def choose_replay_capacity(model, board_name: str | None, given: int | None, echo: Echo) -> int:
     """The replay capacity to export: the user's, else none for an autoencoder, else the largest
     that fits the board (DEFAULT_LEARNER's without a board), for the one-layer head and for an
@@ -480,8 +495,10 @@ def choose_replay_capacity(model, board_name: str | None, given: int | None, ech
         model.replay_capacity = 0
         check_fit(model, board_name)  # raises, saying by how much even without a buffer
     model.replay_capacity = cap
-    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in "
-         f"{memory.REGION_TITLES[board_plan(model, board_name).learner_region]}; give "
+    bp = board_plan(model, board_name)
+    where = memory.REGION_TITLES[bp.learner_region] + (
+        f", its replay buffer in {memory.REGION_TITLES[bp.replay_region]}" if bp.split else "")
+    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in {where}; give "
          f"--replay-capacity N to choose)")
     return cap
 
@@ -611,7 +628,9 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
         bud += [
             "",
             f"/* fit checked for board {board.name} at export time (host/tinyol/memory.py): {regions};",
-            f" * learner in {mem.get('learner_region')}. The build re-checks for the board it targets. */",
+            f" * learner in {mem.get('learner_region')}"
+            + (f", its replay buffer in {mem['replay_region']}" if mem.get("replay_region") else "")
+            + ". The build re-checks for the board it targets. */",
             "#ifndef TOL_BOARD_FLASH_BYTES",
             f"#define TOL_BOARD_FLASH_BYTES         {board.flash_bytes}",
             "#endif",
@@ -1058,6 +1077,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
         check_fit(mm, s.board, name=s.name)
         for line in board_plan(mm, s.board).lines():
             echo(f"memory: {line}")
+        warn_store(mm, s.board, echo)
     bud = budget(mm, s.board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
     if s.board is None:
         echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "

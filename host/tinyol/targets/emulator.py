@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..boards import BOARDS, NATIVE
+from ..boards import BOARDS, NATIVE, store_geometry
 from ..errors import TinyolError
 from . import renode as rn
 
@@ -159,7 +159,8 @@ def start_qemu(board: str, elf: Path, *, port: int | None = None, icount_shift: 
 
 
 def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
-                 board: str | None = None, timeout: float = 600.0) -> Target:
+                 board: str | None = None, timeout: float = 600.0,
+                 store_bytes: int | None = None) -> Target:
     """Start the native firmware process; its URL comes from its first stdout line.
 
     The process itself keeps the time limit (``--max-seconds``) and ends with its parent
@@ -172,7 +173,11 @@ def start_native(program: Path, *, port: int = 0, state_dir: Path | None = None,
     if state_dir:
         argv += ["--state", str(state_dir)]
     if board:
+        # the board's store region and pages (or the build's --store-bytes): the same slots, so
+        # a save keeps on native exactly what it keeps on that board
         argv += ["--board", board]
+        if board in BOARDS:
+            argv += ["--flash", "%d:%d:%d" % store_geometry(BOARDS[board], store_bytes)]
     t = Target(argv, timeout=timeout)
     t.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = t.proc.stdout.readline().strip()
@@ -253,19 +258,23 @@ def unlock_state(fd: int) -> None:
     os.close(fd)
 
 
-NATIVE_IMAGE_BYTES = 128 * 1024 // 8 * 9   # flash_native.c: its 128 KB store and a state byte per double-word
+NATIVE_IMAGE_BYTES = 128 * 1024 // 8 * 9   # flash_native.c's default (the L476RG's 128 KB store) + state bytes
 
 
-def image_bytes(emulator: str, board: str) -> int:
-    """Size of the flash.bin a target of `emulator` keeps in its --state folder."""
-    return NATIVE_IMAGE_BYTES if emulator == "native" or board == NATIVE else rn.image_bytes(board)
+def image_bytes(emulator: str, board: str, store_bytes: int | None = None) -> int:
+    """Size of the flash.bin a target of `emulator` keeps in its --state folder: the store of the
+    board it runs or imitates (native: `--flash`, the board's geometry) and a state byte per
+    double-word."""
+    if board in BOARDS:
+        return store_geometry(BOARDS[board], store_bytes)[1] // 8 * 9
+    return NATIVE_IMAGE_BYTES
 
 
-def check_state(folder: Path, emulator: str, board: str) -> None:
+def check_state(folder: Path, emulator: str, board: str, store_bytes: int | None = None) -> None:
     """Before a build: the --state folder is free and its flash.bin (if any) fits the target,
     so a wrong folder is named at once (the target checks both again when it starts)."""
     what = "the native target" if emulator == "native" or board == NATIVE else f"the {board} store in Renode"
-    _check_image(Path(folder) / FLASH_IMAGE, image_bytes(emulator, board), what)
+    _check_image(Path(folder) / FLASH_IMAGE, image_bytes(emulator, board, store_bytes), what)
     if Path(folder).is_dir():
         unlock_state(lock_state(Path(folder)))
 
@@ -387,7 +396,8 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
         # the native process answers INFO with the board it imitates (its name only: no
         # memory limits), so `--board nucleo_l432kc --emulator native` reports nucleo_l432kc
         return start_native(build.program, port=port or 0, state_dir=state_dir,
-                            board=None if board == NATIVE else board, timeout=timeout)
+                            board=None if board == NATIVE else board, timeout=timeout,
+                            store_bytes=getattr(getattr(build, "config", None), "store_bytes", None))
     if emulator == "qemu":
         if state_dir is not None:
             raise TinyolError("QEMU cannot keep a board's flash: its STM32L4 flash is read-only "
@@ -395,5 +405,9 @@ def start(board: str, build, *, emulator: str = "qemu", port: int | None = None,
                               hint="--state works with --emulator renode or native")
         return start_qemu(board, build.elf, port=port, icount_shift=icount_shift, timeout=timeout)
     if emulator == "renode":
+        if getattr(getattr(build, "config", None), "store_bytes", None) is not None:
+            raise TinyolError("Renode maps the default store region (the last 1/8 of flash; "
+                              "mcu/renode/flash.py): a firmware built with --store-bytes needs "
+                              "its .resc changed", hint="use native or QEMU, or build without --store-bytes")
         return start_renode(board, build.elf, port=port, timeout=timeout, imu=imu, state_dir=state_dir)
     raise TinyolError(f"unknown emulator {emulator!r}", hint="choose qemu, renode or native")

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..boards import BOARDS, NATIVE
+from ..boards import BOARDS, NATIVE, store_geometry
 from ..data import sensor as S
 from ..errors import TinyolError
 from ..model.folder import MANIFEST, check_format, read_manifest
@@ -34,6 +34,7 @@ class BuildConfig:
     test_build: bool = False
     app: str = "tinyol"          # tinyol: the protocol firmware; imu: the board's IMU (docs/sensor.md)
     stride: int | None = None    # app imu: rows between window starts (None: half a window)
+    store_bytes: int | None = None  # persistence store region (TOL_STORE_BYTES); None: 1/8 of flash
 
     def model_key(self) -> str:
         """The model as the variant name knows it: relative to the project or to the
@@ -51,6 +52,8 @@ class BuildConfig:
         key = f"{self.model_key()}|{self.kernels}|{self.test_build}"
         if self.app != "tinyol":
             key += f"|{self.app}|{self.stride}"
+        if self.store_bytes is not None:
+            key += f"|store={self.store_bytes}"
         tag = ("test" if self.test_build else "rel") + ("" if self.app == "tinyol" else f"-{self.app}")
         name = Path(self.model).name or "model"
         return f"{name}-{self.kernels or 'default'}-{tag}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
@@ -149,6 +152,10 @@ def build_env(cfg: BuildConfig) -> dict[str, str]:
         env["TINYOL_APP_INCLUDE"] = env["PLATFORMIO_BUILD_DIR"] + "-app"
     else:
         env.pop("TINYOL_APP_INCLUDE", None)
+    if cfg.store_bytes is not None:
+        env["TINYOL_STORE_BYTES"] = str(cfg.store_bytes)
+    else:
+        env.pop("TINYOL_STORE_BYTES", None)
     if cfg.kernels:
         env["TINYOL_KERNELS"] = cfg.kernels
     else:
@@ -160,6 +167,8 @@ def build_env(cfg: BuildConfig) -> dict[str, str]:
 def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
     """Build one configuration; raise TinyolError with the compiler's complaint on failure."""
     check_board(cfg.board)
+    if cfg.store_bytes is not None and cfg.board != NATIVE:
+        store_geometry(BOARDS[cfg.board], cfg.store_bytes)  # a bad size: one line, before building
     model_dir = resolve_model(cfg.model)
     if not (model_dir / "config.h").is_file():
         raise TinyolError(f"model directory {cfg.model} has no config.h",

@@ -8,10 +8,14 @@
  * back with an ECC error (tol_flash_read says TOL_ERR_FLASH, where silicon
  * raises NMI with FLASH_ECCR.ECCD).
  *
- * Geometry follows the Nucleo-L476RG: 2 KB pages, the region is the last
- * 128 KB of a 1 MB flash (0x080E0000..0x08100000). The image lives in
+ * Geometry: the board's the native process imitates (--flash FLASH:STORE:PAGE, which
+ * `tinyol emulate --emulator native --board B` passes from tinyol.boards: the last 1/8 of its
+ * flash and its page size, so a save keeps on native what it keeps on that board), by
+ * default the Nucleo-L476RG's: 2 KB pages, the last 128 KB of a 1 MB flash
+ * (0x080E0000..0x08100000). The image lives in
  * <state dir>/flash.bin (the bytes, then one state byte per double-word; a
- * file of another size is refused, never wiped); every step is written through to it, so a process killed at any point
+ * file of another size is refused, never wiped);
+ * every step is written through to it, so a process killed at any point
  * leaves the file exactly as far as the flash got. With
  * TINYOL_FLASH_CUT_TORN=1 the cut step is left half done: a program tears its
  * double-word (some of its zero bits landed, ECC bad), an erase leaves each
@@ -28,23 +32,26 @@
 #include "tol_flash.h"
 #include "tol_flash_native.h"
 
-#define TOL_NATIVE_STORE_START 0x080E0000u
-#define TOL_NATIVE_STORE_BYTES (128u * 1024u)
-#define TOL_NATIVE_PAGE_BYTES 2048u
+#define TOL_NATIVE_FLASH_BASE 0x08000000u
+#define TOL_NATIVE_STORE_MAX (1024u * 1024u) /* largest store region the simulation holds */
 #define TOL_NATIVE_CUT_EXIT 75
+#define TOL_NATIVE_STORE_START tol_fn.start
+#define TOL_NATIVE_STORE_BYTES tol_fn.bytes
+#define TOL_NATIVE_PAGE_BYTES tol_fn.page
 #define TOL_NATIVE_DWORDS (TOL_NATIVE_STORE_BYTES / TOL_FLASH_DWORD)
 
 enum { TOL_FN_ERASED = 0, TOL_FN_PROGRAMMED = 1, TOL_FN_TORN = 2 };
 
 static struct {
-    uint8_t mem[TOL_NATIVE_STORE_BYTES];
-    uint8_t st[TOL_NATIVE_DWORDS]; /* state of each double-word; follows mem in flash.bin */
+    uint8_t mem[TOL_NATIVE_STORE_MAX];
+    uint8_t st[TOL_NATIVE_STORE_MAX / TOL_FLASH_DWORD]; /* state of each double-word; follows mem in flash.bin */
+    uint32_t start, bytes, page; /* the region: first byte, size, erase unit */
     int fd;             /* flash.bin, or -1 (memory only) */
     long steps;         /* erase/program steps so far */
     long cut_after;     /* TINYOL_FLASH_CUT_AFTER, -1 = never */
     int torn;           /* TINYOL_FLASH_CUT_TORN: the cut step is left half done */
     uint32_t rng;
-} tol_fn = {.fd = -1, .cut_after = -1, .rng = 0x2545F491u};
+} tol_fn = {.start = 0x080E0000u, .bytes = 128u * 1024u, .page = 2048u, .fd = -1, .cut_after = -1, .rng = 0x2545F491u};
 
 static uint32_t tol_fn_rand(void)
 {
@@ -63,10 +70,24 @@ static void tol_fn_refuse(const char *path, const char *why)
     exit(2);
 }
 
+int tol_flash_native_geometry(uint32_t flash_bytes, uint32_t store_bytes, uint32_t page_bytes)
+{
+    if (page_bytes == 0u || page_bytes % TOL_FLASH_DWORD != 0u || store_bytes == 0u ||
+        store_bytes > TOL_NATIVE_STORE_MAX || store_bytes % (2u * page_bytes) != 0u ||
+        store_bytes > flash_bytes || flash_bytes > 0x08000000u) {
+        return -1;
+    }
+    tol_fn.start = TOL_NATIVE_FLASH_BASE + flash_bytes - store_bytes;
+    tol_fn.bytes = store_bytes;
+    tol_fn.page = page_bytes;
+    return 0;
+}
+
 void tol_flash_native_attach(const char *state_dir)
 {
-    memset(tol_fn.mem, 0xFF, sizeof(tol_fn.mem));
-    memset(tol_fn.st, TOL_FN_ERASED, sizeof(tol_fn.st));
+    const size_t mem_n = TOL_NATIVE_STORE_BYTES, st_n = TOL_NATIVE_DWORDS;
+    memset(tol_fn.mem, 0xFF, mem_n);
+    memset(tol_fn.st, TOL_FN_ERASED, st_n);
     const char *cut = getenv("TINYOL_FLASH_CUT_AFTER");
     tol_fn.cut_after = (cut != NULL && *cut != '\0') ? strtol(cut, NULL, 10) : -1;
     const char *torn = getenv("TINYOL_FLASH_CUT_TORN");
@@ -102,11 +123,22 @@ void tol_flash_native_attach(const char *state_dir)
      * meanwhile never leaves a short flash.bin */
     memset(tol_fn.mem, 0xFF, sizeof(tol_fn.mem));
     memset(tol_fn.st, TOL_FN_ERASED, sizeof(tol_fn.st));
+}
+
+    if (fstat(tol_fn.fd, &st) == 0 && st.st_size == (off_t)(mem_n + st_n) &&
+        pread(tol_fn.fd, tol_fn.mem, mem_n, 0) == (ssize_t)mem_n &&
+        pread(tol_fn.fd, tol_fn.st, st_n, (off_t)mem_n) == (ssize_t)st_n) {
+        return;
+    }
+    /* new (or wrong-sized: another board's region) image: an erased region, written aside and
+     * renamed into place so a kill meanwhile never leaves a short flash.bin */
+    memset(tol_fn.mem, 0xFF, mem_n);
+    memset(tol_fn.st, TOL_FN_ERASED, st_n);
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || pwrite(fd, tol_fn.mem, sizeof(tol_fn.mem), 0) != (ssize_t)sizeof(tol_fn.mem) ||
-        pwrite(fd, tol_fn.st, sizeof(tol_fn.st), (off_t)sizeof(tol_fn.mem)) != (ssize_t)sizeof(tol_fn.st) ||
+    if (fd < 0 || pwrite(fd, tol_fn.mem, mem_n, 0) != (ssize_t)mem_n ||
+        pwrite(fd, tol_fn.st, st_n, (off_t)mem_n) != (ssize_t)st_n ||
         fsync(fd) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "tinyol native: %s: %s\n", path, strerror(errno));
         if (fd >= 0) close(fd);
@@ -121,7 +153,7 @@ static tol_status_t tol_fn_sync(uint32_t off, uint32_t n)
     if (tol_fn.fd < 0) return TOL_OK;
     uint32_t d0 = off / TOL_FLASH_DWORD, nd = (n + TOL_FLASH_DWORD - 1u) / TOL_FLASH_DWORD;
     if (pwrite(tol_fn.fd, tol_fn.mem + off, n, (off_t)off) != (ssize_t)n) return TOL_ERR_FLASH;
-    return pwrite(tol_fn.fd, tol_fn.st + d0, nd, (off_t)(sizeof(tol_fn.mem) + d0)) == (ssize_t)nd ? TOL_OK
+    return pwrite(tol_fn.fd, tol_fn.st + d0, nd, (off_t)(TOL_NATIVE_STORE_BYTES + d0)) == (ssize_t)nd ? TOL_OK
                                                                                              : TOL_ERR_FLASH;
 }
 

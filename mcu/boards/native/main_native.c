@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tol_flash_native.h"
 #include "tol_native.h"
 
 int tol_app_main(void);
@@ -15,11 +16,13 @@ static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [--port N] [--host ADDR] [--pty] [--state DIR] [--board NAME]\n"
-            "          [--max-seconds S] [--outlive-parent]\n"
+            "          [--max-seconds S] [--outlive-parent] [--flash FLASH:STORE:PAGE]\n"
             "  serves the tinyol protocol on a TCP socket (default: a free port on 127.0.0.1)\n"
             "  or a pty; prints the pyserial URL as 'tinyol native serial: URL'\n"
             "  --state DIR: boot counter and flash image (created; one process per DIR)\n"
-            "  ends with its parent process unless --outlive-parent; after S seconds if given\n",
+            "  ends with its parent process unless --outlive-parent; after S seconds if given\n"
+            "  --flash: the imitated board's flash, store region and page bytes (default the\n"
+            "  NUCLEO-L476RG's, 1048576:131072:2048)\n",
             prog);
 }
 
@@ -55,6 +58,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             opts.max_seconds = (unsigned)s;
+            i++;
+        } else if (strcmp(a, "--flash") == 0 && v != NULL) {
+            unsigned long f = 0, st = 0, pg = 0;
+            if (sscanf(v, "%lu:%lu:%lu", &f, &st, &pg) != 3 ||
+                tol_flash_native_geometry((uint32_t)f, (uint32_t)st, (uint32_t)pg) != 0) {
+                fprintf(stderr, "tinyol native: --flash FLASH:STORE:PAGE: bytes, the store a multiple of "
+                                "two pages and at most 1 MB, not %s\n", v);
+                return 2;
+            }
             i++;
         } else if (strcmp(a, "--board") == 0 && v != NULL) {
             opts.board = v;

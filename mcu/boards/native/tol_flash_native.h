@@ -2,6 +2,8 @@
 #ifndef TOL_FLASH_NATIVE_H
 #define TOL_FLASH_NATIVE_H
 
+#include <stdint.h>
+
 /*
  * Open the simulated store region: <state_dir>/flash.bin (created erased, 0xFF;
  * a file of another size is refused: one line on stderr, exit 2)
@@ -12,5 +14,12 @@
  * with TINYOL_FLASH_CUT_TORN=1 that step is left half done (torn).
  */
 void tol_flash_native_attach(const char *state_dir);
+
+/*
+ * The store region's geometry (before attach): the last store_bytes of a flash of flash_bytes
+ * from 0x08000000, erased in pages of page_bytes (store_bytes a multiple of two pages, at most
+ * 1 MB). 0, or -1 for a geometry the simulation cannot hold. Default: the Nucleo-L476RG's.
+ */
+int tol_flash_native_geometry(uint32_t flash_bytes, uint32_t store_bytes, uint32_t page_bytes);
 
 #endif /* TOL_FLASH_NATIVE_H */

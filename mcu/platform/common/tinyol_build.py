@@ -17,8 +17,10 @@ Project options read from platformio.ini (all optional):
                                       (startup, linker script, clock, UART, flash
                                       HAL; entry point tol_app_main), see
                                       examples/sensor_learner
+  custom_store_bytes = N               the persistence store region (TOL_STORE_BYTES, default
+                                      the last 1/8 of flash; a multiple of two pages)
 Environment overrides (used by `tinyol build`): TINYOL_MODEL, TINYOL_KERNELS,
-TINYOL_TEST_BUILD, TINYOL_APP.
+TINYOL_TEST_BUILD, TINYOL_APP, TINYOL_STORE_BYTES.
 """
 import importlib.util
 import json
@@ -80,11 +82,13 @@ def load_memory_model(mcu):
 
 
 def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
-    """Place the learner (TOL_LEARNER_REGION) and check the fit before compiling anything.
+    """Place the learner (TOL_LEARNER_REGION) and its replay buffer (TOL_REPLAY_REGION) and check
+    the fit before compiling anything.
 
     Prints the memory summary; exits with the summary and a hint, instead of the linker's
-    "region RAM overflowed", when the model does not fit. Returns the region id (1, 2, 3), or
-    None for a model directory without a manifest (nomodel, hand-made models)."""
+    "region RAM overflowed", when the model does not fit. Returns the region ids (1, 2, 3) of the
+    learner and of the replay buffer, or None for a model directory without a manifest (nomodel,
+    hand-made models)."""
     manifest_path = os.path.join(model_dir, "manifest.json")
     if not regions or not os.path.isfile(manifest_path):
         return None
@@ -97,8 +101,10 @@ def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
                     test_build=test_build)
     forced = os.environ.get("TINYOL_LEARNER_REGION")  # tests: place it here, let the linker judge
     if forced:
+        names = {"1": "RAM", "2": "RAM2", "3": "RAM3"}
+        forced_replay = os.environ.get("TINYOL_REPLAY_REGION") or forced
         plan = mem.plan(plan.model, board_id, regions, flash_bytes=flash_bytes, test_build=test_build,
-                        learner_region={"1": "RAM", "2": "RAM2", "3": "RAM3"}[forced])
+                        learner_region=names[forced], replay_region=names[forced_replay])
     print("tinyol: memory plan for %s (tinyol/memory.py):" % board_id)
     for line in plan.lines():
         print("tinyol:   " + line)
@@ -108,7 +114,7 @@ def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
             manifest.get("name", "the model"), board_id, where, over))
         print("tinyol: hint: %s, then export again (or choose a board with more RAM)" % plan.advice())
         raise SystemExit(1)
-    return plan.learner_region_id
+    return plan.learner_region_id, plan.replay_region_id
 
 
 def configure(env, family, board_id, regions=None, flash_bytes=0):
@@ -130,7 +136,16 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
                          "src_dir); `tinyol init` writes it" % mcu)
     region = memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build)
     if region is not None:
-        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region)])
+        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region[0])])
+        if region[1] != region[0]:  # the replay buffer in a region of its own (model.c)
+            env.Append(CPPDEFINES=[("TOL_REPLAY_REGION", region[1])])
+    store = option(env, "custom_store_bytes", "", "TINYOL_STORE_BYTES")
+    if store:
+        if not str(store).isdigit() or int(store) <= 0:
+            raise SystemExit("tinyol: custom_store_bytes / TINYOL_STORE_BYTES must be a byte count, not %r" % store)
+        if family == "stm32l4":  # the linker script checks it is a multiple of two pages
+            env.Append(LINKFLAGS=["-Wl,--defsym=TOL_STORE_BYTES=%d" % int(store)])
+        print("tinyol: persistence store: %d bytes (TOL_STORE_BYTES)" % int(store))
     board_dir = os.path.join(mcu, "boards", family)
     env.Append(
         CPPPATH=[os.path.join(mcu, "include"), board_dir, model_dir],
