@@ -113,13 +113,9 @@ static void tol_model_boot_load(void);
 
 tol_status_t tol_model_init(void)
 {
-<<<<<<< HEAD
     /* first: it chooses the kernels' paths for this core (tol_cpu.h) */
     tol_cpu_selftest();
-    TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem)));
-=======
     TOL_TRY(tol_model_learner_init(tol_learner_mem, sizeof(tol_learner_mem), TOL_REPLAY_MEM, TOL_REPLAY_MEM_BYTES));
->>>>>>> board-knows
     tol_model_boot_load();
     return TOL_OK;
 }
