@@ -101,11 +101,11 @@ void tol_flash_native_attach(const char *state_dir)
         return;
     }
     struct stat st;
-    const off_t want = (off_t)(sizeof(tol_fn.mem) + sizeof(tol_fn.st));
+    const off_t want = (off_t)(mem_n + st_n);
     if (fstat(tol_fn.fd, &st) != 0) tol_fn_refuse(path, strerror(errno));
     if (st.st_size == want) {
-        if (pread(tol_fn.fd, tol_fn.mem, sizeof(tol_fn.mem), 0) != (ssize_t)sizeof(tol_fn.mem) ||
-            pread(tol_fn.fd, tol_fn.st, sizeof(tol_fn.st), (off_t)sizeof(tol_fn.mem)) != (ssize_t)sizeof(tol_fn.st)) {
+        if (pread(tol_fn.fd, tol_fn.mem, mem_n, 0) != (ssize_t)mem_n ||
+            pread(tol_fn.fd, tol_fn.st, st_n, (off_t)mem_n) != (ssize_t)st_n) {
             tol_fn_refuse(path, strerror(errno));
         }
         return;
@@ -114,24 +114,13 @@ void tol_flash_native_attach(const char *state_dir)
         /* another board's flash, an older format or not a flash image: never wiped */
         char why[200];
         snprintf(why, sizeof(why),
-                 "%lld bytes, but this target's flash takes %lld (128 KB and a state byte per double-word); "
+                 "%lld bytes, but this target's flash takes %lld (%lu KB and a state byte per double-word); "
                  "move it away to start with an erased flash",
-                 (long long)st.st_size, (long long)want);
+                 (long long)st.st_size, (long long)want, (unsigned long)(mem_n / 1024u));
         tol_fn_refuse(path, why);
     }
     /* a new image: an erased region, written aside and renamed into place so a kill
      * meanwhile never leaves a short flash.bin */
-    memset(tol_fn.mem, 0xFF, sizeof(tol_fn.mem));
-    memset(tol_fn.st, TOL_FN_ERASED, sizeof(tol_fn.st));
-}
-
-    if (fstat(tol_fn.fd, &st) == 0 && st.st_size == (off_t)(mem_n + st_n) &&
-        pread(tol_fn.fd, tol_fn.mem, mem_n, 0) == (ssize_t)mem_n &&
-        pread(tol_fn.fd, tol_fn.st, st_n, (off_t)mem_n) == (ssize_t)st_n) {
-        return;
-    }
-    /* new (or wrong-sized: another board's region) image: an erased region, written aside and
-     * renamed into place so a kill meanwhile never leaves a short flash.bin */
     memset(tol_fn.mem, 0xFF, mem_n);
     memset(tol_fn.st, TOL_FN_ERASED, st_n);
     char tmp[4200];
