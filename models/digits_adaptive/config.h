@@ -15,7 +15,7 @@
 #define TOL_HEAD_INIT_CLASSES        5  /* rows trained on the host */
 #define TOL_HEAD_MAX_CLASSES         10  /* rows allocated on the device */
 #define TOL_REPLAY_CAPACITY          32  /* latents kept for replay */
-#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed */
+#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed, 4 codes */
 #define TOL_LR                       0.0299999993f
 #define TOL_MOMENTUM                 0.0f
 #define TOL_WEIGHT_DECAY             0.0f
@@ -29,7 +29,7 @@
 #define TOL_BUDGET_LEARNER_BYTES      81108  /* stage weights 34216, gradients 34216, activations 2256, queue 2052, counters 52, replay buffer 8316 */
 #define TOL_FLASH_NEEDED_BYTES        76688  /* weights + head init + 40960 firmware estimate */
 
-/* fit checked for board nucleo_l476rg at export time (host/tinyol/memory.py): SRAM1 96184/98304, SRAM2 0/32768;
+/* fit checked for board nucleo_l476rg at export time (host/tinyol/memory.py): SRAM1 96196/98304, SRAM2 0/32768;
  * learner in SRAM1. The build re-checks for the board it targets. */
 #ifndef TOL_BOARD_FLASH_BYTES
 #define TOL_BOARD_FLASH_BYTES         1048576

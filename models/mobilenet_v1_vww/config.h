@@ -15,7 +15,7 @@
 #define TOL_HEAD_INIT_CLASSES        2  /* rows trained on the host */
 #define TOL_HEAD_MAX_CLASSES         2  /* rows allocated on the device */
 #define TOL_REPLAY_CAPACITY          200  /* latents kept for replay */
-#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed */
+#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed, 4 codes */
 #define TOL_LR                       0.0299999993f
 #define TOL_MOMENTUM                 0.0f
 #define TOL_WEIGHT_DECAY             0.0f
@@ -29,7 +29,7 @@
 #define TOL_BUDGET_LEARNER_BYTES      74324  /* head weights 2056, gradient rows 17544, gradient scratch 2056, replay buffer 51612, learner scratch 1056 */
 #define TOL_FLASH_NEEDED_BYTES        283448  /* weights + head init + 40960 firmware estimate */
 
-/* fit checked for board nucleo_l4r5zi at export time (host/tinyol/memory.py): SRAM1 124488/196608, SRAM2 0/65536, SRAM3 74324/393216;
+/* fit checked for board nucleo_l4r5zi at export time (host/tinyol/memory.py): SRAM1 124504/196608, SRAM2 0/65536, SRAM3 74324/393216;
  * learner in SRAM3. The build re-checks for the board it targets. */
 #ifndef TOL_BOARD_FLASH_BYTES
 #define TOL_BOARD_FLASH_BYTES         2097152

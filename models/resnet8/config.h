@@ -15,7 +15,7 @@
 #define TOL_HEAD_INIT_CLASSES        10  /* rows trained on the host */
 #define TOL_HEAD_MAX_CLASSES         10  /* rows allocated on the device */
 #define TOL_REPLAY_CAPACITY          200  /* latents kept for replay */
-#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed */
+#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed, 4 codes */
 #define TOL_LR                       0.0299999993f
 #define TOL_MOMENTUM                 0.0f
 #define TOL_WEIGHT_DECAY             0.0f
@@ -29,7 +29,7 @@
 #define TOL_BUDGET_LEARNER_BYTES      23884  /* head weights 2600, gradient rows 5032, gradient scratch 2600, replay buffer 13260, learner scratch 392 */
 #define TOL_FLASH_NEEDED_BYTES        124312  /* weights + head init + 40960 firmware estimate */
 
-/* fit checked for board nucleo_l476rg at export time (host/tinyol/memory.py): SRAM1 69448/98304, SRAM2 23884/32768;
+/* fit checked for board nucleo_l476rg at export time (host/tinyol/memory.py): SRAM1 69464/98304, SRAM2 23884/32768;
  * learner in SRAM2. The build re-checks for the board it targets. */
 #ifndef TOL_BOARD_FLASH_BYTES
 #define TOL_BOARD_FLASH_BYTES         1048576
