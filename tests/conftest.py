@@ -17,6 +17,10 @@ sys.path.insert(0, str(ROOT / "host"))
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wconversion", "-Wdouble-promotion"]
 ARM_FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
 BUILD_CACHE = ROOT / "build" / "test-c"
+# shared/ beside the checkout (CI: a copy next to the clone; a worktree in a subfolder: one more up);
+# $TINYOL_SHARED names another. Vendor headers, TFLM sources and the Renode tarball live there.
+SHARED = next((p for p in (Path(os.environ.get("TINYOL_SHARED", "/nonexistent")), ROOT.parent / "shared",
+                           ROOT.parent.parent / "shared") if p.is_dir()), ROOT.parent / "shared")
 
 
 def compile_shared(sources: list[Path], includes: list[Path], defines: dict | None = None,
@@ -82,3 +86,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "qemu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- where the time goes: TINYOL_TEST_TIMES=FILE appends one JSON line per test --------------
+# (wall seconds of setup + call + teardown, and the CPU seconds of the worker and of the children
+# it reaped meanwhile: builds, emulators). Read with scripts/test_times.py; docs/project.md.
+_TIMES = os.environ.get("TINYOL_TEST_TIMES")
+
+if _TIMES:
+    import json
+    import resource
+    import time
+
+    def _cpu() -> tuple[float, float]:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        t0, (s0, c0) = time.monotonic(), _cpu()
+        yield
+        t1, (s1, c1) = time.monotonic(), _cpu()
+        rec = {"id": item.nodeid, "wall": round(t1 - t0, 3), "cpu": round(s1 - s0, 3),
+               "children": round(c1 - c0, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "-")}
+        with open(_TIMES, "a") as f:
+            f.write(json.dumps(rec) + "\n")

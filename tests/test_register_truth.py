@@ -27,10 +27,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 from tinyol.boards import BOARDS
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 BOARD_DIR = ROOT / "mcu" / "boards" / "stm32l4"
 LD_DIR = BOARD_DIR / "ld"
 WORK = ROOT / "build" / "register-truth"
