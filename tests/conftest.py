@@ -80,6 +80,10 @@ def firmware():
 
 
 def pytest_collection_modifyitems(config, items):
+    # Files holding a `slow` test first (each file keeps its own order: some share one fleet in
+    # sequence): on parallel workers the long files start at once instead of trailing at the end.
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow_files)
     if shutil.which("qemu-system-arm"):
         return
     skip = pytest.mark.skip(reason="qemu-system-arm not installed (run make setup)")
