@@ -13,6 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "host"))
+# tests/host (Python + host-compiled C) and tests/device (PlatformIO, emulators, TensorFlow) import
+# each other's tables (`from test_stage_equiv import ...`); helpers (_x_util.py) live in tests/.
+sys.path[1:1] = [str(ROOT / "tests" / "host"), str(ROOT / "tests" / "device")]
 
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wconversion", "-Wdouble-promotion"]
 ARM_FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
