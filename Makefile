@@ -6,6 +6,11 @@ PY        := $(VENV)/bin/python
 PYTEST    := $(PY) -m pytest
 export PLATFORMIO_CORE_DIR := $(CURDIR)/.pio-core
 export PYTHONDONTWRITEBYTECODE := 1
+# Parallel test workers (pytest-xdist). Most of the suite waits on emulators and builds, so more
+# workers than cores pays on 2 cores (docs/project.md has the measurements); JOBS=1 runs serially.
+# --dist loadfile: a file's tests share one worker, so its module fixtures (exports, builds) run once.
+JOBS      ?= 4
+XDIST     := $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
 .PHONY: setup demo test test-fast firmware bench study clean help
 
@@ -25,10 +30,10 @@ demo: setup
 	$(VENV)/bin/tinyol demo
 
 test: setup
-	$(PYTEST) -q -ra
+	$(PYTEST) -q -ra $(XDIST)
 
 test-fast: setup
-	$(PYTEST) -q -ra -m "not slow"
+	$(PYTEST) -q -ra $(XDIST) -m "not slow"
 
 firmware: setup
 	@for e in nucleo_l476rg nucleo_l432kc disco_l475vg_iot01a nucleo_l4r5zi native; do \

@@ -8,7 +8,7 @@ FULLY_CONNECTED; RELU/RELU6 fused, LEAKY_RELU, LOGISTIC, TANH as layers.
 
 Exported once per change of this file or of the exporter (`tinyol export`, TensorFlow) into
 build/test-models/allops-<key>/, reused by every test session after that: the native, QEMU and
-Renode suites run `tinyol verify` on it (tests/test_verify_allops.py).
+Renode suites run `tinyol verify` on it (tests/device/test_verify_allops.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared steps of the fleet host-restart tests (tests/test_fleet.py, tests/test_fleet_stage.py)."""
+"""Shared steps of the fleet host-restart tests (tests/device/test_fleet.py, tests/device/test_fleet_stage.py)."""
 from __future__ import annotations
 
 import pytest

@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tinyol.boards import BOARDS
+from conftest import SHARED
 from tinyol.link.protocol import Frame, Msg
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".tools"
-SHARED_RENODE = ROOT.parent / "shared" / "renode"
+SHARED_RENODE = SHARED / "renode"
 
 
 def renode_launcher() -> str | None:

@@ -13,10 +13,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "host"))
+# tests/host (Python + host-compiled C) and tests/device (PlatformIO, emulators, TensorFlow) import
+# each other's tables (`from test_stage_equiv import ...`); helpers (_x_util.py) live in tests/.
+sys.path[1:1] = [str(ROOT / "tests" / "host"), str(ROOT / "tests" / "device")]
 
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wconversion", "-Wdouble-promotion"]
 ARM_FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
 BUILD_CACHE = ROOT / "build" / "test-c"
+# shared/ beside the checkout (CI: a copy next to the clone; a worktree in a subfolder: one more up);
+# $TINYOL_SHARED names another. Vendor headers, TFLM sources and the Renode tarball live there.
+SHARED = next((p for p in (Path(os.environ.get("TINYOL_SHARED", "/nonexistent")), ROOT.parent / "shared",
+                           ROOT.parent.parent / "shared") if p.is_dir()), ROOT.parent / "shared")
 
 
 def compile_shared(sources: list[Path], includes: list[Path], defines: dict | None = None,
@@ -76,9 +83,38 @@ def firmware():
 
 
 def pytest_collection_modifyitems(config, items):
+    # Files holding a `slow` test first (each file keeps its own order: some share one fleet in
+    # sequence): on parallel workers the long files start at once instead of trailing at the end.
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow_files)
     if shutil.which("qemu-system-arm"):
         return
     skip = pytest.mark.skip(reason="qemu-system-arm not installed (run make setup)")
     for item in items:
         if "qemu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- where the time goes: TINYOL_TEST_TIMES=FILE appends one JSON line per test --------------
+# (wall seconds of setup + call + teardown, and the CPU seconds of the worker and of the children
+# it reaped meanwhile: builds, emulators). Read with scripts/test_times.py; docs/project.md.
+_TIMES = os.environ.get("TINYOL_TEST_TIMES")
+
+if _TIMES:
+    import json
+    import resource
+    import time
+
+    def _cpu() -> tuple[float, float]:
+        s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        t0, (s0, c0) = time.monotonic(), _cpu()
+        yield
+        t1, (s1, c1) = time.monotonic(), _cpu()
+        rec = {"id": item.nodeid, "wall": round(t1 - t0, 3), "cpu": round(s1 - s0, 3),
+               "children": round(c1 - c0, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "-")}
+        with open(_TIMES, "a") as f:
+            f.write(json.dumps(rec) + "\n")

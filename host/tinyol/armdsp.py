@@ -2,7 +2,7 @@
 ARMv7-M Architecture Reference Manual (DDI 0403E, chapter A7 "Instruction Details" and the
 A2 pseudo-code library: SignedSatQ, UnsignedSatQ, Shift, ROR, FPAdd, FPMul, ...) defines them.
 
-The oracle of every instruction test (tests/test_cpu_instructions.py runs each on QEMU, unicorn
+The oracle of every instruction test (tests/device/test_cpu_instructions.py runs each on QEMU, unicorn
 and Renode against it) and the source of the device's boot self-test answers
 (`python -m tinyol.gen_defs` writes mcu/src/kernels/tol_cpu_kat.h from CPU_CHECKS).
 

@@ -32,7 +32,7 @@ can keep (the firmware leaves the buffer out of a record that does not fit a slo
 
 This module uses the standard library only: the PlatformIO build script loads it by path.
 Sizes are exact (the learner block alone in SRAM2/SRAM3 to the byte); in SRAM1 the linker may
-pad between objects by a few bytes, so the fit check keeps ``SLACK_BYTES`` free there (tests/test_memory.py links the
+pad between objects by a few bytes, so the fit check keeps ``SLACK_BYTES`` free there (tests/device/test_memory.py links the
 firmware with the real arm-none-eabi linker to hold "fits" equal to "links").
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ DEFAULT_MAX_OLD = 16            # TOL_LEARNER_DEFAULT_MAX_OLD
 # SRAM1 bytes of everything that does not depend on the model (.data, .bss of the HAL, protocol
 # cache, learner/store structs, ...), per board and build kind (release, test build), without
 # the stack. Measured from the linked firmware by scripts/measure_memory.py (`--check`: exit 1 when
-# the firmware changed without this table); tests/test_memory.py links configurations at the edge.
+# the firmware changed without this table); tests/device/test_memory.py links configurations at the edge.
 # --- measured (scripts/measure_memory.py) ---
 FIXED_RAM1 = {
     ('nucleo_l476rg', False): 3736,

@@ -1,6 +1,6 @@
 /*
  * learner_stream.c - the C learner on the Cortex-M4F (QEMU), fed a whole stream
- * (tests/test_learner_m4.py): the case header defines the configuration, the
+ * (tests/device/test_learner_m4.py): the case header defines the configuration, the
  * initial head and the int8 stream; the final weights and biases are printed in
  * hex for a bit-exact comparison with host/tinyol/learn/learner.py. Exercises the
  * VMLA/VLDM paths of tol_fmac.h that a host build never compiles. Test only.

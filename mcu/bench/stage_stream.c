@@ -1,6 +1,6 @@
 /*
  * stage_stream.c - the C adaptive stage on the Cortex-M4F (QEMU), fed a whole stream
- * (tests/test_stage_m4.py): the case header (stage_case.h) defines the layers, the exported
+ * (tests/device/test_stage_m4.py): the case header (stage_case.h) defines the layers, the exported
  * parameters, the configuration, a replay prefill and the int8 stream; each sample is
  * predicted, then learned. Printed in hex for a bit-exact comparison with
  * host/tinyol/learn/stage.py: the final parameters ("p"), the momentum buffers ("m", zeros without

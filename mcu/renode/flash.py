@@ -3,10 +3,10 @@
 #   * Renode runs this file as a Python.PythonPeripheral at 0x40022000 (0x400 bytes): the
 #     interface registers;
 #   * the same functions serve the flash array when a host routes array accesses to them:
-#     tests/test_persist_unicorn.py maps the store region of the Cortex-M4 emulator onto
+#     tests/host/test_persist_unicorn.py maps the store region of the Cortex-M4 emulator onto
 #     array_read/array_write, so the firmware's own stores and loads (and any other bus
 #     master's) meet the rules below;
-#   * tests/test_flash_model.py checks each rule against what the reference manuals say.
+#   * tests/host/test_flash_model.py checks each rule against what the reference manuals say.
 #
 # Registers:
 #   ACR      reads back (LATENCY, PRFTEN, ICEN, DCEN, ...). DCRST/ICRST act only while the

@@ -22,7 +22,7 @@
 #
 # Runs in Renode's IronPython 2; imports only Renode's own .NET names (clr, Antmicro.*)
 # and only inside the take-over (the register logic and the wire maths are plain functions
-# the CPython tests in tests/test_renode_link.py drive). ASCII only.
+# the CPython tests in tests/host/test_renode_link.py drive). ASCII only.
 
 GPIO_BASE = 0x48000000
 PORT_SIZE = 0x400

@@ -25,7 +25,7 @@
 # Runs in Renode's IronPython 2 and must import nothing: Renode puts no standard library
 # on the script's path. The whole file is executed again on every bus access, in a scope
 # that keeps its globals, so the state lives in the global `tol_rcc`. The register logic
-# is plain functions over a dict so tests/test_renode_static.py can run it under CPython
+# is plain functions over a dict so tests/host/test_renode_static.py can run it under CPython
 # with a mock `request`. Keep this file ASCII-only (IronPython rejects other bytes).
 
 RCC_CR = 0x00

@@ -1,6 +1,6 @@
 /*
  * tol_window.c - sensor rows -> scaled int8 windows (tol_window.h).
- * Twin: host/tinyol/data/sensor.py (scale_raw, windows), checked byte for byte by tests/test_sensor.py.
+ * Twin: host/tinyol/data/sensor.py (scale_raw, windows), checked byte for byte by tests/host/test_sensor.py.
  */
 #include "tol_window.h"
 

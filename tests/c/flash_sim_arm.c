@@ -3,7 +3,7 @@
  * (flash_stm32l4.c), tol_store.c and the board's startup.c (its vector table:
  * the NMI vector) as Cortex-M4 code in the Unicorn CPU emulator, with the
  * strict flash model (mcu/renode/flash.py) serving the flash interface and the
- * store region of the array (tests/test_persist_unicorn.py). No reset code
+ * store region of the array (tests/host/test_persist_unicorn.py). No reset code
  * runs: the test loads the image into RAM and calls these functions directly.
  */
 #include <string.h>

@@ -4,7 +4,7 @@
  * (mcu/app/model.c + learner + backbone + persistence on tests/c/flash_sim.c,
  * or mcu/app/nomodel).
  *
- * Built two ways (tests/test_fuzz.py, docs/streaming.md):
+ * Built two ways (tests/host/test_fuzz.py, docs/streaming.md):
  *   clang -fsanitize=fuzzer,address,undefined ...        libFuzzer entry point
  *   gcc -fsanitize=address,undefined -DTOL_FUZZ_MAIN ...  a main() that replays
  *       inputs from files: each file holds records [len u32 LE][input bytes]

@@ -1,7 +1,7 @@
 /*
  * hal_flash_arm.c - entry points that drive ST's own HAL flash driver (stm32l4xx_hal_flash*.c
  * from ../shared/stm32) as Cortex-M4 code under Unicorn against the strict flash model
- * (tests/test_flash_hal.py): the vendor's unlock, erase, program and cache sequences must run
+ * (tests/host/test_flash_hal.py): the vendor's unlock, erase, program and cache sequences must run
  * cleanly on it, and the errors the model raises must come out as the HAL's error codes.
  */
 #include "stm32l4xx_hal.h"

@@ -1,4 +1,4 @@
-/* window_shim.c - drives tol_window over a whole recording for tests/test_sensor.py. */
+/* window_shim.c - drives tol_window over a whole recording for tests/host/test_sensor.py. */
 #include <stddef.h>
 #include <stdint.h>
 

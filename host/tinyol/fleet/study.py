@@ -8,7 +8,7 @@ dealt out to N boards, each seeing only C of the five new classes (``classes:C``
 tinyol.fleet.split_non_iid); each board streams its share once. Afterwards every
 board's head, and the fleet's aggregate, is scored on the whole test split (all ten
 classes: old ones must not be forgotten). The boards are numpy twins of the firmware's
-learner (tinyol.learn.learner; tests/test_fleet.py checks native boards give the same
+learner (tinyol.learn.learner; tests/device/test_fleet.py checks native boards give the same
 aggregates), driven by tinyol.fleet's host loop with Flower's strategies; the wire bytes
 come from a small fleet of native targets; the large fleet runs in Flower's
 simulation engine (Ray).

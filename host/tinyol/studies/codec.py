@@ -6,7 +6,7 @@ NUCLEO-L476RG's RAM, and what they are worth, on digits and on the issue's Seque
 Each (data set, cut, storage) is exported for the NUCLEO-L476RG exactly as a user would
 (`tinyol export --board nucleo_l476rg --replay-bits B`, no --replay-capacity: the largest
 buffer that fits, by tinyol.memory's board plan, the one the linker is held to); the twin
-(bit-identical with the device at every storage, tests/test_replay4_device.py) learns the new
+(bit-identical with the device at every storage, tests/device/test_replay4_device.py) learns the new
 classes with the depth study's protocol (tinyol.studies.depth: replay pre-filled with the
 pre-training classes, the new ones streamed once, n_new 1, n_old 16, lr 0.03, reservoir, the
 test split), mean and std over 3 stream orders. Rows already in the json are kept.

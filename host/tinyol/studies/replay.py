@@ -175,7 +175,7 @@ def markdown(d: Data, rows: list[dict], tuned, seeds: int, cmdline: str) -> str:
         f"all ten classes); mean ± std over {seeds} stream orders (seed s shuffles the stream and "
         "the prefill and seeds the learner's PRNG).",
         "- Learner: tinyol.learn.learner (numpy, float32), identical to the firmware's tol_learner.c "
-        "(tests/test_learner_equiv.py).",
+        "(tests/host/test_learner_equiv.py).",
         f"- Hyper-parameters chosen on a validation split of the training data (30 %, "
         f"{len(TUNE_SEEDS)} orders), never on the test split: naive SGD lr = {naive['lr']}; "
         f"replay lr = {rep['lr']}, n_old = {rep['n_old']}, n_new = {rep['n_new']} (tuned at "

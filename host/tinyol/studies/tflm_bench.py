@@ -819,5 +819,5 @@ def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], wor
         cmp.outputs_equal = all(o == outs[0] for o in outs)
         if not cmp.outputs_equal:
             raise TinyolError(f"{cmp.model}: tinyol's output differs from TFLM's on the same input",
-                              hint="the kernels are no longer bit-exact with TFLM: run tests/test_kernels.py")
+                              hint="the kernels are no longer bit-exact with TFLM: run tests/device/test_kernels.py")
     return cmp

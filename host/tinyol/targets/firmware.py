@@ -9,6 +9,8 @@ switching between them never rebuilds everything and never mixes objects.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -181,12 +183,13 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
         check_format(manifest, str(cfg.model))
     proj, ini = ensure_project(echo)
     env = build_env(cfg)
-    if cfg.app == "imu":
-        write_imu_config(cfg, model_dir, Path(env["TINYOL_APP_INCLUDE"]))
-    elif cfg.app != "tinyol":
+    if cfg.app not in ("tinyol", "imu"):
         raise TinyolError(f"unknown app {cfg.app!r}", hint="choose tinyol or imu")
     argv = [*pio_command(), "run", "-d", str(proj), "-c", str(ini), "-e", cfg.board]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    with build_lock(Path(env["PLATFORMIO_BUILD_DIR"])):
+        if cfg.app == "imu":
+            write_imu_config(cfg, model_dir, Path(env["TINYOL_APP_INCLUDE"]))
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     out = proc.stdout + proc.stderr
     if echo:
         for line in out.splitlines():
@@ -200,6 +203,20 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
                           hint="rerun with -v for the full PlatformIO output")
     result = BuildResult(cfg, Path(env["PLATFORMIO_BUILD_DIR"]) / cfg.board)
     return result
+
+
+@contextlib.contextmanager
+def build_lock(build_dir: Path):
+    """Hold `<build_dir>.lock` for one build: two processes building the same configuration
+    (two terminals, parallel test workers) take turns instead of writing the same objects;
+    the second then finds the first's build up to date."""
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{build_dir}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_imu_config(cfg: BuildConfig, model_dir: Path, folder: Path) -> Path:

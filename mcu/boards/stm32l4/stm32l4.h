@@ -4,7 +4,7 @@
  * Our own minimal definitions: no vendor headers. Every register is accessed
  * as a full 32-bit word through TOL_REG(); the L4 USARTs (and QEMU's model of
  * them) reject byte and half-word accesses. Base addresses and IRQ numbers are
- * cross-checked against the .repl files in mcu/renode/ by tests/test_renode_static.py, so
+ * cross-checked against the .repl files in mcu/renode/ by tests/host/test_renode_static.py, so
  * keep the `#define TOL_<PERIPH>_BASE 0x...u` form.
  */
 #ifndef TOL_STM32L4_H

@@ -1,5 +1,5 @@
 /* hal_shim/stm32l4xx_hal_def.h - the few definitions ST's HAL flash driver needs from the rest
- * of the HAL, written for tests/test_flash_hal.py (ST's own driver, not ours, runs against the
+ * of the HAL, written for tests/host/test_flash_hal.py (ST's own driver, not ours, runs against the
  * strict flash model). Not part of the firmware. */
 #ifndef TOL_HAL_SHIM_DEF_H
 #define TOL_HAL_SHIM_DEF_H

@@ -18,7 +18,7 @@ import pytest
 from tinyol.cli import main as cli_main
 from tinyol.model.cwriter import c_float
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "models" / "digits"
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wconversion", "-Wdouble-promotion",
           "-Wshadow"]

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import SHARED
 from tinyol.errors import TinyolError
 
-AD = Path(__file__).resolve().parents[1].parent.parent / "shared" / "mlperf-tiny" / "ad01_int8.tflite"
+AD = SHARED / "mlperf-tiny" / "ad01_int8.tflite"
 if not AD.is_file():
     AD = Path("/work/shared/mlperf-tiny/ad01_int8.tflite")
 

@@ -21,12 +21,12 @@ from tinyol.boards import BOARDS
 from tinyol.errors import TinyolError
 from tinyol.learn import learner as ref
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_learner_bytes_matches_reference_port():
     """memory.learner_bytes (stdlib, used by the build) == tinyol.learn.learner.learner_bytes (the port of
-    TOL_LEARNER_BYTES_EX that tests/test_learner_* hold against the C macro)."""
+    TOL_LEARNER_BYTES_EX that tests/host/test_learner_* hold against the C macro)."""
     rng = random.Random(3)
     for _ in range(300):
         d, c, cap = rng.randint(1, 700), rng.randint(1, 800), rng.choice([0, 0, 1, 7, 200, 3000])
@@ -74,7 +74,7 @@ def test_export_refuses_with_bytes_and_knob():
 
 def test_stage_is_in_the_memory_model():
     """An adaptive stage's learner is tol_stage_bytes (tinyol.learn.stage, held equal to the C by
-    tests/test_stage_equiv.py), placed and sized like the head's; a misfit names bytes and knob."""
+    tests/host/test_stage_equiv.py), placed and sized like the head's; a misfit names bytes and knob."""
     from tinyol.learn.stage import Layer, stage_memory
     from tinyol.model.export import check_fit
 
@@ -298,7 +298,7 @@ def stage_dirs(tmp_path_factory):
     dirs["lean_stage"] = tmp / "lean_stage"
     export_model(str(src), str(dirs["lean_stage"]), split="d1", name="lean_stage", max_classes=8,
                  board="nucleo_l432kc", stage_train="bias")
-    # what trains chosen from data (--stage-train auto): tests/test_stage_select.py's network,
+    # what trains chosen from data (--stage-train auto): tests/device/test_stage_select.py's network,
     # where only layer a's weights can separate classes 2 and 3 (so the cut beats the last
     # layer alone and auto recommends it)
     L = keras.layers
@@ -331,7 +331,7 @@ def test_stage_fits_equals_links(stage_dirs):
     """Stages split (L432: the stage in SRAM2, its auto-sized replay buffer in SRAM1), in SRAM2 (L432,
     40 slots) and SRAM3 (L4R5); the exporter's automatically sized replay capacity links and one
     slot more does not, in any placement (the linker's verdict). Five links: the stage
-    formula is held against the C by tests/test_stage_equiv.py, placement and the fixed part here."""
+    formula is held against the C by tests/host/test_stage_equiv.py, placement and the fixed part here."""
     man = json.loads((stage_dirs["small_stage"] / "manifest.json").read_text())
     auto = man["learner"]["replay_capacity"]
     m = memory.Model.from_manifest(man)

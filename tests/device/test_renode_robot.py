@@ -1,6 +1,6 @@
 """The Robot suite tests/renode/tinyol.robot in a real Renode, run with renode-test as a
 user runs it (docs/renode.md), without the cases tagged `full` (persistence on three of
-the boards, verify, learning vs `tinyol simulate`): tests/test_renode_real.py checks those
+the boards, verify, learning vs `tinyol simulate`): tests/device/test_renode_real.py checks those
 facts more tightly, and `make test` has a time budget.
 Skipped, with the reason, when no Renode or no renode-test Python is found."""
 from __future__ import annotations

@@ -7,7 +7,7 @@ written as two aligned words in order (PGAERR), a double-word programmed since i
 with 0xFF (PROGERR; all-zero is the exception the RM names), a write-protected page (WRPERR),
 BSY while an operation runs, a torn double-word reading with ECCD + NMI, the data-cache hazard
 with DCEN on, and the L4R5's DBANK page sizes. The same functions serve every bus master: the
-CPU's stores under Unicorn (tests/test_persist_unicorn.py) and any other access routed to them.
+CPU's stores under Unicorn (tests/host/test_persist_unicorn.py) and any other access routed to them.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tinyol.studies import depth as SD
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _results() -> list[dict]:

@@ -2,7 +2,7 @@
 gives the ARMv7-M pseudo-code's answers (tol_cpu_kat.h, generated from
 tinyol.armdsp), so the self-test passes where the instructions are right and its
 known answers are not copied from the code under test. On the Cortex-M4 the same test runs
-at every boot (tests/test_verify_allops.py reads its verdict from QEMU and Renode)."""
+at every boot (tests/device/test_verify_allops.py reads its verdict from QEMU and Renode)."""
 from __future__ import annotations
 
 import ctypes

@@ -15,7 +15,7 @@ from tinyol.data.datasets import load_source, sample_order
 from tinyol.errors import TinyolError
 from tinyol.model.export import model_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "models" / "digits"
 KDD = ROOT / "models" / "kdd135"
 

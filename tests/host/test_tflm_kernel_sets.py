@@ -5,15 +5,12 @@ is defined (`const int kX = N;`) in a selected file."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-SHARED = Path("/work/shared/tflm")
-for _p in Path(__file__).resolve().parents:
-    if (_p / "shared" / "tflm").is_dir():
-        SHARED = _p / "shared" / "tflm"
-        break
+from conftest import SHARED as _SHARED_DIR
+
+SHARED = _SHARED_DIR / "tflm"  # ../shared/tflm beside the checkout (conftest finds it)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/tflm is not here")

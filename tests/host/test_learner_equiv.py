@@ -286,7 +286,7 @@ def test_compiles_for_cortex_m4(tmp_path):
 def test_real_digits_stream_c_matches_numpy(lib):
     """The shipped digits model: TFLM latents of digits 5-9, buffer pre-filled with 0-4."""
     import pathlib
-    root = pathlib.Path(__file__).resolve().parents[1] / "models" / "digits"
+    root = pathlib.Path(__file__).resolve().parents[2] / "models" / "digits"
     if not (root / "manifest.json").exists():
         pytest.skip("models/digits not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
@@ -335,7 +335,7 @@ def test_doc_firmware_example_with_generated_config(tmp_path):
     import json
     import pathlib
     import re
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     model = root / "models" / "digits"
     if not (model / "config.h").exists():
         pytest.skip("models/digits not exported")
@@ -375,7 +375,7 @@ def test_doc_firmware_example_with_generated_config(tmp_path):
 def test_real_anomaly_model_c_matches_numpy(lib):
     """The shipped 640x16 autoencoder head on TFLM latents of the sensor stream (int8 path)."""
     import pathlib
-    root = pathlib.Path(__file__).resolve().parents[1] / "models" / "anomaly"
+    root = pathlib.Path(__file__).resolve().parents[2] / "models" / "anomaly"
     if not (root / "manifest.json").exists():
         pytest.skip("models/anomaly not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")

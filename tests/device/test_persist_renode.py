@@ -2,9 +2,9 @@
 
 (1) the register offsets, keys and bits that flash_stm32l4.c uses are cross-checked with the
 model's; (2) the linker script's store geometry agrees with boards.py; (3) the C driver itself,
-compiled for Cortex-M4 and run under Unicorn (tests/test_persist_unicorn.py, which also holds
+compiled for Cortex-M4 and run under Unicorn (tests/host/test_persist_unicorn.py, which also holds
 the power-cut sweeps), erases every store page of every geometry on the model. The real runs
-(SAVE/reset/restore on every board, power cuts on the firmware) are tests/test_renode_real.py.
+(SAVE/reset/restore on every board, power cuts on the firmware) are tests/device/test_renode_real.py.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_linker_geometry_agrees_with_boards_py(board):
 @pytest.mark.parametrize("board", ["disco_l475vg_iot01a", "nucleo_l432kc", "nucleo_l476rg", "nucleo_l4r5zi",
                                    "nucleo_l4r5zi_dbank0"])
 def test_c_driver_erases_every_store_page_on_the_model(board, tmp_path_factory):
-    """flash_stm32l4.c itself (Cortex-M4 code under Unicorn, tests/test_persist_unicorn.py) against
+    """flash_stm32l4.c itself (Cortex-M4 code under Unicorn, tests/host/test_persist_unicorn.py) against
     flash.py: every page of the store is erased where the part's geometry puts it, nothing else."""
     pytest.importorskip("unicorn")
     if not shutil.which("arm-none-eabi-gcc"):

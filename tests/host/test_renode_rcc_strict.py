@@ -1,6 +1,6 @@
 """The Renode RCC stand-in (mcu/renode/rcc.py) refuses the clock settings silicon cannot run.
 
-Runs the script under CPython in the scope Renode gives it (tests/test_renode_static.py's
+Runs the script under CPython in the scope Renode gives it (tests/host/test_renode_static.py's
 Peripheral), with a system bus that answers what the script reads: FLASHSIZE (the part),
 PWR_CR1.VOS / PWR_CR5.R1MODE (the voltage range) and FLASH_ACR.LATENCY. The expected
 limits are typed here from the reference manuals, independently of the script:
@@ -11,7 +11,7 @@ limits are typed here from the reference manuals, independently of the script:
 - PLL: VCO input 4..16 MHz (L4R5: 2.66..16), VCO output 64..344 MHz, PLLN 8..86 (L4R5 8..127),
   PLLM 1..8 (L4R5 1..16), PLLR 2/4/6/8.
 The firmware's own setting (hal_stm32l4.c: TOL_PLL_N, TOL_FLASH_LATENCY) passes on every part;
-the same refusals on a real Renode are tests/test_doctor.py's broken builds.
+the same refusals on a real Renode are tests/device/test_doctor.py's broken builds.
 """
 from __future__ import annotations
 

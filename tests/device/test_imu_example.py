@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tinyol.data.datasets import load_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMU = ROOT / "models" / "imu"
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("aeon") is None,

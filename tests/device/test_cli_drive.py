@@ -18,7 +18,7 @@ from tinyol.errors import TinyolError
 from tinyol.link.device import Device
 from tinyol.targets import emulator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIGITS = str(ROOT / "models" / "digits")
 
 

@@ -2,7 +2,7 @@
 
 The script's register file and the wire's maths are plain functions; Renode's own test of
 the wire (a wrong BRR or PLL garbles the link, a pin out of its alternate function cuts it)
-is in tests/test_doctor.py. Expected values are typed here from the sources named:
+is in tests/device/test_doctor.py. Expected values are typed here from the sources named:
 - reset values: RM0351 / RM0432 section 8.4 (GPIOA_MODER 0xABFFFFFF, GPIOB_MODER 0xFFFFFEBF,
   others 0xFFFFFFFF; GPIOA_PUPDR 0x64000000, GPIOB_PUPDR 0x00000100, GPIOA_OSPEEDR 0x0C000000);
 - UART sampling: a receiver samples mid-bit (16x oversampling); with 10-bit frames it decodes

@@ -1,6 +1,6 @@
 """Checks of the Renode support files (mcu/renode/, tests/renode/) that need no Renode.
 
-The real runs are tests/test_renode_real.py and tests/test_renode_robot.py (skipped
+The real runs are tests/device/test_renode_real.py and tests/device/test_renode_robot.py (skipped
 without a Renode). These complement them wherever Renode is absent, and reach corners a
 firmware run does not exercise:
 - the Python peripheral scripts (RCC, flash interface, PWR) run under CPython in a scope
@@ -29,7 +29,7 @@ from tinyol.errors import TinyolError
 from tinyol.targets import renode as tol_renode
 from tinyol.targets.firmware import BuildConfig, BuildResult
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RENODE_DIR = ROOT / "mcu" / "renode"
 BOARD_H = ROOT / "mcu" / "boards" / "stm32l4" / "stm32l4.h"
 LD_DIR = ROOT / "mcu" / "boards" / "stm32l4" / "ld"
@@ -675,7 +675,7 @@ def test_resc_structure(board):
         if name != "gpio":
             assert dev["size"] == 0x400
             continue
-        # gpio.py: ports A..I, 0x400 each (tests/test_renode_link.py), ending below the first real
+        # gpio.py: ports A..I, 0x400 each (tests/host/test_renode_link.py), ending below the first real
         # port, and covering the console's pins
         assert dev["size"] == min([0x2400] + [b - 0x48000000 for b in real_ports])
         console_port = {"USART1": "B", "USART2": "A", "LPUART1": "G"}[BOARDS[board].console]

@@ -16,12 +16,11 @@ import subprocess
 
 import pytest
 from _persist_util import load_flash_model
-from conftest import ROOT
+from conftest import ROOT, SHARED
 
 unicorn = pytest.importorskip("unicorn")
 from unicorn import arm_const as A  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
 STM32_TAR = SHARED / "stm32" / "stm32l4-vendor-ref.tar.xz"
 TFLM_TAR = SHARED / "tflm" / "tflm-cmsisnn-src.tar.xz"
 pytestmark = pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and STM32_TAR.is_file() and TFLM_TAR.is_file()),

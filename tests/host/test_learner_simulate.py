@@ -11,7 +11,7 @@ from tinyol.commands import simulate as simulate_cli
 from tinyol.learn import learner as L
 from tinyol.targets import simulation as S
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "models" / "digits"
 ANOMALY = ROOT / "models" / "anomaly"
 

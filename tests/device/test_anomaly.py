@@ -16,7 +16,7 @@ from tinyol.data.datasets import load_source
 from tinyol.learn import anomaly as A
 from tinyol.targets import emulator
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KDD = ROOT / "models" / "kdd135"
 
 

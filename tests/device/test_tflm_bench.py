@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tinyol.studies import bench, tflm_bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_TFLM = next((p for p in (Path(os.environ.get("TINYOL_TFLM", "/nonexistent")), ROOT.parent / "shared" / "tflm",
                     ROOT.parent.parent / "shared" / "tflm") if p.is_dir()), ROOT.parent / "shared" / "tflm")
 
