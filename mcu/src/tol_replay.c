@@ -183,7 +183,7 @@ void tol_replay_get(const tol_replay_t *rb, uint16_t idx, float *x, uint16_t *la
         const tol_replay_codec_t *cd = rb->codec;
         for (uint16_t j = 0; j < rb->dim; j++) {
             const uint16_t c = (uint16_t)(j % cd->channels);
-            const uint8_t code = (uint8_t)((row[j / 2u] >> (4u * (j & 1u))) & 0x0Fu);
+            const uint8_t code = (uint8_t)(((unsigned)row[j / 2u] >> (4u * (j & 1u))) & 0x0Fu);
             const int8_t q = tol_replay_decode4(code, cd->lo[c], cd->step[c]);
             x[j] = rb->scale * (float)((int32_t)q - rb->zero_point);
         }

@@ -217,7 +217,7 @@ def test_oracle_against_hand_worked_values(name, v, want):
 
 
 # ---- the reproduction for the Renode project (tests/renode/ge_repro/, docs/renode.md) ----------
-REPRO = Path(__file__).resolve().parent / "renode" / "ge_repro"
+REPRO = Path(__file__).resolve().parents[1] / "renode" / "ge_repro"
 REPRO_WANT = [0x05050505, 0x05050505, 0xAA22CC44, 0x00050000, 0x00003F00, 0xD0E0D0E0]   # the architecture
 REPRO_RENODE_1_15_3 = [0x01010101, 0x01010101, 0xAABBCCDD, 0x00000000, 0x00003F80, 0xD0E0D0E0]
 

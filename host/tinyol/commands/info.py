@@ -8,7 +8,7 @@ import click
 
 from .. import memory
 from ..boards import get_board
-from ..checks import TIMEOUT
+from ..checks import TIMEOUT, Number
 from ..errors import TinyolError
 from ..link.device import Device
 from ..link.protocol import DeviceError
@@ -60,7 +60,7 @@ def memory_plan(model_dir: str, board: str) -> dict:
               help="With --model: the board (default: the one it was exported for).")
 @json_option
 @click.option("--timeout", type=TIMEOUT, default=2.0, show_default=True, help="Seconds per attempt.")
-@click.option("--watch", type=click.FloatRange(0.2), default=None, metavar="SECONDS",
+@click.option("--watch", type=Number(0.2, 86400.0), default=None, metavar="SECONDS",
               help="With --port: show it again every SECONDS until Ctrl-C (one client at a time: "
                    "not while `tinyol stream` uses the port).")
 def cmd(port, model_dir, board, as_json, timeout, watch):
