@@ -317,7 +317,7 @@ def test_budget_error_names_board_and_bytes(tmp_path, capsys):
     # the replay buffer alone (8-bit latents of 32 values + 2-byte label) is 2 MB: it fits no
     # region; the least-over placement is SRAM1 (48 KB)
     need_min = 60000 * (32 + 2)
-    m = re.search(r"digits does not fit nucleo_l432kc: SRAM1 over by at least (\d+) bytes", line[0])
+    m = re.search(r"\S+ does not fit nucleo_l432kc: SRAM1 over by at least (\d+) bytes", line[0])
     assert m, line
     assert int(m.group(1)) >= need_min - 48 * 1024
     assert "--replay-capacity" in err and "hint:" in err

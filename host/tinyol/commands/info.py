@@ -210,9 +210,6 @@ def view_lines(v: dict) -> list[str]:
                 f"{_kb(v['ram2_total'])})" if v["ram_total"] else "n/a (host process)"),
         ("flash", f"{_kb(v['flash_used'])} of {_kb(v['flash_total'])}" if v["flash_total"] else "n/a (host process)"),
         ("boot count", str(v["boot_count"])),
-        *([("store damaged", "a newer record is damaged (a save cut at its commit, or changed flash): "
-                             "the state restored at boot is older than the last save")]
-          if "store_damaged" in flags else []),
         ("max payload", f"{v['max_payload']} bytes"),
     ]
     L = v["learner"]
@@ -259,5 +256,7 @@ def view_lines(v: dict) -> list[str]:
                 f"slot {st['slot_bytes']})")
         rows.append(("store", f"{st['slots']} slots of {st['slot_bytes']} bytes; {fits}; "
                               f"{st['saves_left']} saves left"))
-    rows.append(("at boot", st["at_boot"]))
+    rows.append(("at boot", st["at_boot"] + (f" (record {v['store_seq']})" if v.get("store_seq") else "")
+                 + ("; a newer record is damaged (a save cut at its commit, or changed flash): this is an "
+                    "older state than the last save" if "store_damaged" in flags else "")))
     return [f"{k:>15}: {val}" for k, val in rows]
