@@ -318,6 +318,13 @@ static tol_status_t tol_model_load(tol_store_record_t *rec)
 static void tol_model_boot_load(void)
 {
     tol_store_record_t rec;
+    /* a (re)started model matches no record until the load below says so */
+    tol_persist.seq = 0u;
+    tol_persist.rec_from = 0u;
+    tol_persist.rec_parts = 0u;
+    tol_persist.rec_slot = 0u;
+    tol_persist.replay_left_out = 0u;
+    tol_persist.rec_bytes = 0u;
     tol_status_t st = tol_store_init(&tol_store, (uint32_t)TOL_MODEL_HASH, tol_model_learner_record_max());
     if (st == TOL_OK) st = tol_model_load(&rec);
     tol_persist.boot.seq = st == TOL_OK ? rec.seq : 0u;
