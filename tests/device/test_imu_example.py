@@ -50,8 +50,8 @@ def test_committed_imu_export():
     b = BOARDS[m["board"]]
     mm = memory.Model.from_manifest(m)
     assert memory.plan(mm, b.name, memory.board_regions(b)).fits
-    mm.replay_capacity += 1      # the export chose the largest capacity that fits
-    assert not memory.plan(mm, b.name, memory.board_regions(b)).fits
+    # (not the largest any more: the split plan fits ~2,349 with the buffer apart, but the sensor
+    # example embeds tinyol.h, whose learner is whole in SRAM1 and overflows at that size)
 
 
 @pytest.mark.slow
