@@ -94,7 +94,7 @@ def test_resume_counts_only_the_checks_after_the_oldest_in_flight():
     check of the session was counted as executed after the oldest). Checks close to it
     still count."""
     from tinyol.link.device import Stats
-    from tinyol.link.stream import Journal, reconcile
+    from tinyol.link.resume import Journal, reconcile
     sent = [(i, 1000 + i) for i in range(44)]
     done = [(i, i + 1) for i in range(40)]
     stats = Stats(100 + 42 + 1 + 10, 0, 0, 0, 0, samples_seen=42)

@@ -190,7 +190,7 @@ def test_two_resumes_in_a_row_stay_exact(url, fresh, monkeypatch, capsys, tmp_pa
 # ---- reconcile's decision table, without a device -------------------------------------------
 def journal(n_logged, n_sent, *, checkpoint=(100, 0), end=None, checks=0, base=0):
     """A run whose first n_logged samples are in the log (learned as base+1..), n_sent sent."""
-    from tinyol.link.stream import Journal
+    from tinyol.link.resume import Journal
     sent = [(i, 1000 + i) for i in range(n_sent)]
     done = [(i, base + i + 1) for i in range(n_logged)]
     return Journal({"base_seen": base}, sent, done, checkpoint, end, 0, 0, checks)
@@ -204,7 +204,7 @@ def stats_now(samples_seen, frames_ok):
 def test_reconcile_decision_table():
     from tinyol.errors import TinyolError
     from tinyol.link.protocol import DeviceReset
-    from tinyol.link.stream import reconcile
+    from tinyol.link.resume import reconcile
 
     # killed with 4 in flight, 2 of them learned; the device ran nothing else (+1: this STATS)
     assert reconcile(journal(40, 44), stats_now(42, 100 + 42 + 1)) == 2

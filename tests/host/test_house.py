@@ -1,6 +1,6 @@
 """The house rules of host/tinyol that a reader relies on (issue 21), checked on the source:
 one error root, no import circle, subpackages layered (none imports one above it), one reader of
-manifest.json, subpackages cheap to import."""
+manifest.json, one owner of resuming a stream, subpackages cheap to import."""
 from __future__ import annotations
 
 import ast
@@ -83,6 +83,44 @@ def test_only_model_folder_reads_the_manifest():
     readers = [p.relative_to(PKG).as_posix() for p in MODULES
                if p.relative_to(PKG).as_posix() != "model/folder.py" and reads.search(p.read_text())]
     assert not readers, f"read manifest.json through tinyol.model.folder, not directly: {readers}"
+
+
+#: What resuming an interrupted stream is made of (issue 35: it had two owners, the command and
+#: link/stream.py, and a per-sample closure between them). One module owns every piece of it.
+RESUME_OWNER = "link/resume.py"
+RESUME_NAMES = {"WAL_SUFFIX", "Journal", "RunLog", "Resume", "Resumed", "reconcile", "resend_pending",
+                "check_same_device", "check_resumed", "WriteAhead", "resume_session"}
+
+
+def test_resume_has_one_owner():
+    """Only tinyol.link.resume defines the journal, the write-ahead log, the reconciliation,
+    the same-device checks and the resends, or names the WAL file; the stream and its pipeline
+    are handed one journal object (no write-ahead callbacks); the command writes no file."""
+    owners: dict[str, list[str]] = {}
+    for p in MODULES:
+        tree = ast.parse(p.read_text())
+        rel = p.relative_to(PKG).as_posix()
+        for node in tree.body:
+            names = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else
+                     [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign)
+                     else [])
+            for n in names:
+                if n in RESUME_NAMES or n.lstrip("_") in RESUME_NAMES:
+                    owners.setdefault(n, []).append(rel)
+        wal = [c.value for c in ast.walk(tree) if isinstance(c, ast.Constant) and c.value == ".wal"]
+        if wal:
+            owners.setdefault(".wal", []).append(rel)
+        callbacks = [a.attr for a in ast.walk(tree) if isinstance(a, ast.Attribute)
+                     and a.attr in ("on_send", "on_check")]
+        if callbacks:
+            owners.setdefault("on_send/on_check", []).append(rel)
+    strays = {n: where for n, where in owners.items() if where != [RESUME_OWNER]}
+    assert not strays, f"resume has one owner, {RESUME_OWNER}: {strays}"
+    assert set(owners) >= {"WAL_SUFFIX", "RunLog", "Resume", "reconcile", ".wal"}, owners  # it bites
+    cmd = ast.parse((PKG / "commands/stream.py").read_text())
+    opens = [c.lineno for c in ast.walk(cmd) if isinstance(c, ast.Call)
+             and isinstance(c.func, ast.Name) and c.func.id == "open"]
+    assert not opens, f"commands/stream.py opens files (lines {opens}): the journal is link.resume's"
 
 
 #: host/tinyol's floors, bottom up (README, "host/tinyol, package by package"): a module may import

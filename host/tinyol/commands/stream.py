@@ -3,12 +3,13 @@
 Modes: --train (SAMPLE: the device predicts, then learns; prequential accuracy),
 --eval (PREDICT over a set: accuracy per class), --predict (PREDICT: print the
 predictions). The engine is tinyol.link.stream (pipelined, exactly-once, resets
-detected); docs/streaming.md describes it.
+detected); --log and --resume are tinyol.link.resume's (the run's journal and how an
+interrupted run is completed). docs/streaming.md describes both.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-import struct
 import sys
 
 import click
@@ -20,22 +21,10 @@ from ..checks import Number, output_file
 from ..data.datasets import check_labels, fit_layout, iter_source, load_source, sample_order
 from ..errors import TinyolError
 from ..learn.anomaly import score_lines
-from ..link.device import Device, Result, Stats
-from ..link.protocol import DeviceError, DeviceReset, Link
-from ..link.stream import (
-    DEFAULT_WINDOW,
-    DEVICE_CACHE,
-    WAL_SUFFIX,
-    Journal,
-    Record,
-    Stream,
-    Summary,
-    WriteAhead,
-    check_samples,
-    encode_input,
-    reconcile,
-    resend_pending,
-)
+from ..link.device import Device
+from ..link.protocol import DeviceError, Link
+from ..link.resume import Resume, RunLog
+from ..link.stream import DEFAULT_WINDOW, DEVICE_CACHE, Record, Stream, Summary, check_samples
 from ..model.folder import input_q, load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
 from ..studies.plotting import plot_anomaly_scores, plot_learning_curve
@@ -129,18 +118,6 @@ def _check_out_path(path, what: str) -> None:
         output_file(path, what)
 
 
-def _resume_session(resume: str) -> Journal:
-    j = WriteAhead.read(resume)
-    if j.session.get("data") == "-":
-        raise TinyolError("a stream from stdin cannot be resumed (its samples are gone)")
-    missing = [k for k in ("data", "limit", "shuffle", "seed", "label_column", "model", "encoding",
-                           "boot_count", "model_hash", "base_seen") if k not in j.session]
-    if missing:
-        raise TinyolError(f"{resume}{WAL_SUFFIX}: the session header lacks {', '.join(missing)}",
-                          hint="--resume takes the files of `tinyol stream --log` unchanged")
-    return j
-
-
 def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "models/digits",
                limit=None, shuffle=False, seed=0, log=None, plot=None, encoding="int8",
                window=DEFAULT_WINDOW, timeout=1.0, progress=True, print_predictions=False,
@@ -152,11 +129,11 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
 
     `resume`: the --log of an interrupted train run; its session (source, order, model,
     settings) is taken from LOG.wal, the samples it left in flight are settled first, and
-    the rest is streamed, appending to LOG."""
-    session = journal = None
+    the rest is streamed, appending to LOG (tinyol.link.resume does all of it)."""
+    res = None
     if resume:
-        journal = _resume_session(resume)
-        session = journal.session
+        res = Resume(resume)
+        session = res.session
         data, limit, shuffle, seed = session["data"], session["limit"], session["shuffle"], session["seed"]
         label_column, model_dir, encoding, mode = (session["label_column"], session["model"],
                                                    session["encoding"], "train")
@@ -187,46 +164,30 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             check_labels(y, int(manifest["head"]["max_classes"]), where=data)
     names = names or [str(i) for i in range(int(manifest["head"].get("max_classes", 0)))]
     url = resolve_port(port)
-    resumed = None
     link = Link.open(url, timeout=max(timeout, 1.0), retries=retries, patience=patience)
-    n_logged = 0
-    if resume:
-        # before anything reaches the device but one STATS: reconcile the log, its WAL and the
-        # device's counters (reconcile), then settle what the last session left in flight
-        ordered = list(rows)  # positions: rows in the order first sent, every epoch
-        if len(journal.sent) > len(ordered) or any(ordered[p][0] != row for p, (row, _) in
-                                                   enumerate(journal.sent)):
-            link.close()
-            raise TinyolError(f"{resume}{WAL_SUFFIX} sent rows that {data} (as the run read it) does "
-                              "not hold in that order: the source changed since the run",
-                              hint="resume with the same source files, or start the stream again")
-        q = input_q(manifest)
-        payloads = {p: ((ordered[p][0], ordered[p][2]), struct.pack("<H", ordered[p][2])
-                        + encode_input(ordered[p][1], encoding, q)) for p in journal.pending}
+    if res:
         try:
-            learned_in_flight = reconcile(journal, Stats.parse(link.request(Msg.STATS)), resume)
-            if learned_in_flight == 0:  # the reply cache is not needed: check the boot first
-                _check_same_device(link.info(), session)
-            resumed = resend_pending(link, journal, payloads, window=window, timeout=timeout,
-                                     retries=retries)
+            rows = res.settle(link, list(rows), input_q(manifest), window=window, timeout=timeout,
+                              retries=retries)
         except BaseException:
             link.close()
             raise
-        rows = iter(ordered[len(journal.sent):])
-        total = len(ordered) - len(journal.sent)
-        if journal.log_keep < journal.log_size:  # the kill cut the last line: drop it, then append
-            with open(log, "r+b") as f:
-                f.truncate(journal.log_keep)
+        total = len(rows)
+        rows = iter(rows)
+        if res.repaired:
             echo(f"repaired     {log}: its last line was cut by the interruption (removed; the "
                  "sample is settled again)")
-        n_logged = len(journal.done)
-    logf = open(log, "a" if resume else "w", buffering=1) if log else None  # line-buffered: `tail -f` works
-    wal = WriteAhead(log + WAL_SUFFIX, header=session) if log and mode == "train" else None
-    if wal is not None and not resume:
-        open(wal.path, "w").close()
-    with Device(link) as dev:
-        if resume:
-            _check_resumed(dev, session, resumed)
+    journal = None
+    if res:
+        journal = res.run_log()
+    elif log:
+        journal = RunLog.create(log, {"data": data, "limit": limit, "shuffle": shuffle, "seed": seed,
+                                      "label_column": label_column, "model": str(model_dir),
+                                      "encoding": encoding, "window": window, "layout": layout,
+                                      "epochs": epochs}, train=mode == "train")
+    with Device(link) as dev, journal or contextlib.nullcontext():
+        if res:
+            res.check(dev)
         st = Stream(dev, manifest, mode=mode, encoding=encoding, window=window, timeout=timeout,
                     model_dir=model_dir, retries=retries, patience=patience)
         if pre is not None:
@@ -240,20 +201,7 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
             bar = tqdm(total=total, unit="sample", desc=mode, leave=False, dynamic_ncols=True,
                        file=sys.stderr)
 
-        def on_send(tag, seq: int) -> None:
-            wal.start({"data": data, "limit": limit, "shuffle": shuffle, "seed": seed,
-                       "label_column": label_column, "model": str(model_dir), "encoding": encoding,
-                       "boot_count": dev.info.boot_count, "model_hash": dev.info.model_hash,
-                       "base_seen": st._base_seen, "window": window, "layout": layout,
-                       "epochs": epochs})
-            wal.checkpoint(st.base_frames, n_logged)
-            wal.sent(tag, seq)
-
         def on_record(r: Record) -> None:
-            nonlocal n_logged
-            if logf:
-                logf.write(r.json() + "\n")
-                n_logged += 1
             if print_predictions:
                 lab = "" if r.label is None else f" label={r.label}"
                 if r.error:  # the device refused it: no prediction to show
@@ -269,18 +217,10 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                     bar.set_postfix(acc=f"{st.summary.accuracy:.3f}")
 
         try:
-            st.run(rows, on_record=on_record, live=X is None, on_send=on_send if wal else None,
-                   on_check=wal.check if wal else None, resumed=resumed)
-            if wal and st.end_frames is not None:
-                wal.checkpoint(st.base_frames, n_logged)  # when this session sent no new sample
-                wal.end(st.end_frames, n_logged)
+            st.run(rows, on_record=on_record, live=X is None, journal=journal)
         finally:
             if bar is not None:
                 bar.close()
-            if logf:
-                logf.close()
-            if wal:
-                wal.close()
             if plot and st.records and st.summary.per_class:
                 plot_learning_curve(st.records, plot, title=title or f"{mode}: {data} on {dev.info.board}",
                                     class_names=names)
@@ -416,45 +356,6 @@ def refused_error(s: Summary) -> TinyolError:
         + ("learned" if s.mode == "train" else "predicted"),
         hint="a push was cut part way and fences the device: push again, or `tinyol load` / "
              "`tinyol reset` to roll back" if busy else "see docs/protocol.md for the status codes")
-
-
-def _check_same_device(info, session: dict) -> None:
-    """The device must run the log's model and must not have restarted since."""
-    if info.model_hash != int(session["model_hash"]):
-        raise TinyolError(f"the device now runs another model (hash 0x{info.model_hash:08x}, the log's "
-                          f"is 0x{int(session['model_hash']):08x}): cannot resume")
-    if info.boot_count != int(session["boot_count"]):
-        raise DeviceReset(
-            f"the device reset since the interrupted run (boot counter {session['boot_count']} -> "
-            f"{info.boot_count}): what it learned since its last save is gone, so the run cannot "
-            "be resumed exactly once", hint="start the stream again (without --resume)")
-
-
-def _check_resumed(dev, session: dict, resumed) -> None:
-    """The device must be where the log says: same boot, same model, and its sample
-    counter at the last sample the log (and the settled in-flight ones) accounts for."""
-    _check_same_device(dev.info, session)
-    counters = list(resumed.counters)
-    for c in resumed.completions:
-        if not c.status:
-            r = Result.parse(c.payload)
-            if r.learned:
-                counters.append(r.samples_seen)
-    expect = max(counters, default=resumed.base_seen)
-    seen = dev.stats().samples_seen
-    if seen != expect:
-        raise TinyolError(
-            f"the device has learned {seen - resumed.base_seen} samples since the run began, the log "
-            f"accounts for {expect - resumed.base_seen}: something else trained it in between",
-            hint="resume only a device no other client used; start the stream again")
-    missing = sorted(set(range(resumed.base_seen + 1, seen + 1)) - set(counters))
-    if missing:  # e.g. another client's requests pushed an in-flight reply out of the cache
-        raise TinyolError(
-            f"the device learned {len(missing)} sample(s) the log cannot account for (its counters "
-            f"{missing[:5]}{'...' if len(missing) > 5 else ''} belong to no logged sample): a sample "
-            "in flight at the interruption may have been learned twice",
-            hint="another client used the device between the interruption and --resume; "
-                 "start the stream again")
 
 
 def _clean(v):

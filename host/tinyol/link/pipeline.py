@@ -36,7 +36,7 @@ from __future__ import annotations
 import collections
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 from .._defs import Msg, Status
 from ..errors import TinyolError
@@ -49,6 +49,17 @@ UART_BAUD = 115200
 
 
 # --------------------------------------------------------------------------- pipeline
+class WriteAheadLog(Protocol):
+    """What a write-ahead log hears from the pipeline, each call *before* the frame it
+    names can reach the device (tinyol.link.resume.RunLog is the one tinyol has)."""
+
+    def before_send(self, tag: object, seq: int) -> None:
+        """A sample (not a control request) is about to be transmitted for the first time."""
+
+    def before_check(self) -> None:
+        """An INFO check (after a timeout) is about to be transmitted."""
+
+
 @dataclass
 class _Pending:
     tag: object
@@ -111,7 +122,8 @@ class Pipeline:
 
     def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
                  timeout: float = 1.0, retries: int = 8, patience: float = 120.0,
-                 adaptive: bool = True, baud: int | None = None):
+                 adaptive: bool = True, baud: int | None = None,
+                 journal: WriteAheadLog | None = None):
         if not 1 <= window <= DEVICE_CACHE:
             raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
         self.link = link
@@ -124,8 +136,7 @@ class Pipeline:
         # a real UART adds the frame's transmission time at `baud` (8N1); emulators' sockets do not
         url = getattr(link, "url", "") or ""
         self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
-        self.on_send: Callable[[object, int], None] | None = None  # (tag, seq) before transmission
-        self.on_check: Callable[[], None] | None = None  # before an INFO check is transmitted
+        self.journal = journal    # told of each sample and INFO check before it is transmitted
         self.info_check = True    # an INFO check after a timeout (off while resuming)
         self.rto = timeout
         self.rto_floor = min(timeout, self.RTO_MIN)
@@ -172,8 +183,8 @@ class Pipeline:
         self.link.stats.requests += 1
         if not control:
             self.stats.requests += 1
-            if self.on_send is not None:
-                self.on_send(tag, seq)  # write-ahead: logged before it can reach the device
+            if self.journal is not None:
+                self.journal.before_send(tag, seq)  # write-ahead: logged before it can reach the device
         self._transmit(p, fresh=True)
         if resend:
             p.first_tx, p.t_first = p.last_tx, p.t_last
@@ -398,8 +409,8 @@ class Pipeline:
                 and self._may_send(DEVICE_CACHE):
             self._info_armed = False
             self.stats.info_checks += 1
-            if self.on_check is not None:
-                self.on_check()  # write-ahead: --resume counts the requests the run made
+            if self.journal is not None:
+                self.journal.before_check()  # write-ahead: --resume counts the requests the run made
             self._new("info-check", Msg.INFO, b"", control=True)
         for p in late:
             if not p.done:

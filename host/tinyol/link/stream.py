@@ -3,7 +3,9 @@
 
 :func:`stream` drives a whole data set through a Device in one of three modes
 (train = SAMPLE, prequential; eval / predict = PREDICT) and returns a
-:class:`Summary`; :func:`bench_stream` measures end-to-end throughput.
+:class:`Summary`; :func:`bench_stream` measures end-to-end throughput. A run that
+keeps a log hands :meth:`Stream.run` one journal (:class:`StreamJournal`, written by
+tinyol.link.resume, which also owns resuming an interrupted run).
 """
 from __future__ import annotations
 
@@ -14,8 +16,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -27,8 +28,16 @@ from ..model.folder import check_device_model, input_q, load_manifest, quantize
 from ..targets import emulator
 from ..targets.firmware import BuildConfig, build
 from .device import INPUT_FLOAT32, INPUT_INT8, NO_LABEL, Device, Result, Stats
-from .pipeline import DEFAULT_WINDOW, DEVICE_CACHE, NOT_YET, UART_BAUD, Completion, Pipeline
-from .protocol import DeviceError, DeviceGone, DeviceReset, Info, Link, LinkTimeout
+from .pipeline import (
+    DEFAULT_WINDOW,
+    DEVICE_CACHE,
+    NOT_YET,
+    UART_BAUD,
+    Completion,
+    Pipeline,
+    WriteAheadLog,
+)
+from .protocol import DeviceError, DeviceGone, DeviceReset, Info, LinkTimeout
 
 MODES = ("train", "eval", "predict")
 FLAGGED_ROWS = 20  # flagged samples whose rows the summary keeps
@@ -108,6 +117,11 @@ def encode_input(x: np.ndarray, encoding: str, input_q: tuple[float, int]) -> by
     if encoding == "float32":
         return bytes([INPUT_FLOAT32]) + np.asarray(x, "<f4").ravel().tobytes()
     raise TinyolError(f"unknown encoding {encoding!r}", hint="use int8 or float32")
+
+
+def sample_payload(x: np.ndarray, label: int, encoding: str, input_q: tuple[float, int]) -> bytes:
+    """A SAMPLE or PREDICT payload: the label (NO_LABEL for PREDICT), then the input."""
+    return struct.pack("<H", label) + encode_input(x, encoding, input_q)
 
 
 # --------------------------------------------------------------------------- records/summary
@@ -244,6 +258,25 @@ class Summary:
         }
 
 
+class StreamJournal(WriteAheadLog, Protocol):
+    """What a stream tells the run's journal (tinyol.link.resume.RunLog writes LOG and
+    LOG.wal from it); the Pipeline is handed the same object (``before_send``,
+    ``before_check``: the write-ahead part)."""
+
+    #: a session continued after an interruption: tinyol.link.resume.Resumed (the base
+    #: counter, the counters logged so far, the replies to the samples it left in flight)
+    resumed: object | None
+
+    def began(self, info: Info, base_seen: int, base_frames: int) -> None:
+        """After the opening STATS: the device's sample counter and executed requests."""
+
+    def acked(self, record: Record) -> None:
+        """A sample's reply came (in send order); `record` is what it says."""
+
+    def ended(self, frames_ok: int) -> None:
+        """The session ended cleanly (finished or Ctrl-C); its closing STATS saw `frames_ok`."""
+
+
 class Stream:
     """One streaming session on a Device (open it with :meth:`Device.open`)."""
 
@@ -282,7 +315,7 @@ class Stream:
             lab = NO_LABEL if msg == Msg.PREDICT or label is None else int(label)
             if msg == Msg.SAMPLE and label is None:
                 raise TinyolError(f"row {index}: training needs a label")
-            yield (index, label), msg, struct.pack("<H", lab) + encode_input(x, self.encoding, self.input_q)
+            yield (index, label), msg, sample_payload(x, lab, self.encoding, self.input_q)
 
     def _record(self, c: Completion) -> Record:
         index, label = c.tag
@@ -333,16 +366,14 @@ class Stream:
 
     def run(self, rows: Iterable[tuple[int, np.ndarray, int | None]], *,
             on_record: Callable[[Record], None] | None = None, live: bool = False,
-            on_send: Callable[[object, int], None] | None = None,
-            on_check: Callable[[], None] | None = None,
-            resumed: "Resumed | None" = None) -> Summary:
+            journal: StreamJournal | None = None) -> Summary:
         """Stream (index, x, label) rows; Ctrl-C stops cleanly (summary.interrupted).
 
         `live`: the rows come from a source that may block (stdin, a sensor); they are
         read in a background thread so every reply is handled as soon as it arrives.
-        `on_send(tag, seq)` is called before each sample is first transmitted (a
-        write-ahead log for --resume). `resumed`: a session continued by :func:`resume`.
-        Whatever ends the stream, ``summary.device_samples_seen`` is the device's own count
+        `journal`: the run's log (:class:`StreamJournal`): told of each sample before it is
+        first transmitted and of each reply before `on_record` sees it; its ``resumed``
+        continues an interrupted session (tinyol.link.resume). Whatever ends the stream, ``summary.device_samples_seen`` is the device's own count
         (STATS, or the counter in its last reply when STATS cannot be had), and the
         exception carries the partial summary as ``e.summary``."""
         link = self.device.link
@@ -352,15 +383,16 @@ class Stream:
         self.base_frames = st0.frames_ok  # requests the device executed before this session's first
         self.end_frames: int | None = None  # ... and when its closing STATS ran
         self._counters: set[int] = set()
+        resumed = journal.resumed if journal is not None else None
         if resumed is not None:
             self._base_seen = resumed.base_seen
             self._counters = set(resumed.counters)
             self._last_seen = max(self._counters, default=self._base_seen)
+        if journal is not None:
+            journal.began(self.info, self._base_seen, self.base_frames)
         link.boot_lines.clear()
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
-                        retries=self.retries, patience=self.patience)
-        pipe.on_send = on_send
-        pipe.on_check = on_check
+                        retries=self.retries, patience=self.patience, journal=journal)
         self.pipeline = pipe
         t0 = time.monotonic()
 
@@ -368,6 +400,8 @@ class Stream:
             rec = self._record(c)
             self.records.append(rec)
             self._count(rec)
+            if journal is not None:
+                journal.acked(rec)
             if on_record:
                 on_record(rec)
 
@@ -405,6 +439,8 @@ class Stream:
             self._account(s, st0, alive=True)
         except KeyboardInterrupt:
             s.interrupted = True
+        if journal is not None and self.end_frames is not None:
+            journal.ended(self.end_frames)
         return s
 
     def _finish(self, s: Summary, t0: float, b_out: int, b_in: int, r0: int, pipe: "Pipeline") -> None:
@@ -447,244 +483,6 @@ class Stream:
                 s.warmup = int(self.device.get(Setting.WARMUP))
             except TinyolError:  # older firmware, or the link failed: the counts still stand
                 pass
-
-
-# --------------------------------------------------------------------------- resume
-WAL_SUFFIX = ".wal"
-
-
-@dataclass
-class Resumed:
-    """What :func:`resend_pending` recovered of an interrupted session."""
-    base_seen: int                 # the device's sample counter when the first session began
-    counters: list[int]            # sample counters of every sample learned so far
-    completions: list[Completion]  # replies to the samples in flight when it stopped
-
-
-@dataclass
-class Journal:
-    """An interrupted run as its files tell it (:meth:`WriteAhead.read`). Positions count
-    the samples in the order they were first sent (rows repeat across epochs, positions do
-    not); the log's records come in that order, so record n is position n."""
-    session: dict
-    sent: list[tuple[int, int]]          # (source row, seq) per position sent
-    done: list[tuple[int, int | None]]   # (source row, samples_seen if learned) per log record
-    checkpoint: tuple[int, int] | None   # (device frames_ok, log records) as the last session began
-    end: tuple[int, int] | None          # (frames_ok, records) at its clean end (after its last STATS)
-    log_keep: int                        # bytes of LOG that are whole lines
-    log_size: int                        # bytes of LOG (more than log_keep: its last line was cut)
-    checks: int = 0                      # INFO checks the last session made (after timeouts)
-    check_sent: list[int] | None = None  # for each of them: positions sent before it was
-
-    @property
-    def pending(self) -> list[int]:
-        """Positions sent whose reply is not in the log."""
-        return list(range(len(self.done), len(self.sent)))
-
-
-class WriteAhead:
-    """`LOG.wal`, the record that makes a stream resumable (`tinyol stream --resume LOG`).
-
-    Line 1: the session (source, model, device boot and counter at the start). Each
-    session then writes ``{"checkpoint": {"frames_ok": F, "records": n}}`` (the device's
-    count of executed requests and the log's length as it starts sending) and, for each
-    sample, ``{"sent": index, "seq": seq}`` *before* its frame is first transmitted.
-    A sample is done when its record is in LOG (one line, written by one system call, after
-    its reply). A sample sent but not done may or may not have been learned; resending its
-    identical frame (same seq) settles it on the device: answered from the reply cache if
-    it ran, run now if it did not. :func:`reconcile` decides, before anything is resent,
-    whether that is safe."""
-
-    def __init__(self, path, header: dict | None = None):
-        self.path = str(path)
-        self.header = header
-        self._f = open(self.path, "a", buffering=1)  # line-buffered: on disk before the frame leaves
-        self._wrote_header = header is not None  # resumed: the header is there
-        self._wrote_checkpoint = False
-
-    def start(self, header: dict) -> None:
-        if not self._wrote_header:
-            self._f.write(json.dumps({"session": header}) + "\n")
-            self._wrote_header = True
-
-    def checkpoint(self, frames_ok: int, records: int) -> None:
-        """Once per session, before its first new sample is sent."""
-        if self._wrote_header and not self._wrote_checkpoint:
-            self._f.write(json.dumps({"checkpoint": {"frames_ok": frames_ok, "records": records}}) + "\n")
-            self._wrote_checkpoint = True
-
-    def sent(self, tag, seq: int) -> None:
-        self._f.write(json.dumps({"sent": tag[0], "seq": seq}) + "\n")
-
-    def check(self) -> None:
-        """An INFO check (after a timeout) is about to be sent: one request that is no sample."""
-        if self._wrote_checkpoint:
-            self._f.write('{"check": 1}\n')
-
-    def end(self, frames_ok: int, records: int) -> None:
-        """The session ended cleanly (finished or Ctrl-C); its closing STATS saw `frames_ok`."""
-        if self._wrote_header:
-            self._f.write(json.dumps({"end": {"frames_ok": frames_ok, "records": records}}) + "\n")
-
-    def close(self) -> None:
-        self._f.close()
-
-    @staticmethod
-    def read(log) -> Journal:
-        """The interrupted run from LOG.wal and LOG. A cut last line (a killed writer) is
-        recognised (``log_keep < log_size``) and left out; any other line that tinyol did not
-        write is refused."""
-        wal, logp = Path(str(log) + WAL_SUFFIX), Path(log)
-        for p in (logp, wal):
-            if not p.is_file():
-                raise TinyolError(f"{p}: no such file", hint="--resume takes the --log file of an "
-                                  f"interrupted --train run (and its write-ahead log LOG{WAL_SUFFIX})")
-        session, sent, done, checkpoint, end, checks, check_sent = None, [], [], None, None, 0, []
-        raw = logp.read_bytes()
-        keep = raw.rfind(b"\n") + 1  # whole lines end with a newline; a cut one does not
-        for p, data in ((wal, wal.read_bytes()), (logp, raw[:keep])):
-            lines = data.split(b"\n")
-            if lines and lines[-1] == b"":
-                lines.pop()
-            for n, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    d = json.loads(line)
-                    if not isinstance(d, dict):
-                        raise ValueError("not an object")
-                    if p is wal and "session" in d:
-                        if not isinstance(d["session"], dict):
-                            raise ValueError("session is not an object")
-                        session = session or d["session"]
-                    elif p is wal and "checkpoint" in d:
-                        checkpoint = (int(d["checkpoint"]["frames_ok"]), int(d["checkpoint"]["records"]))
-                        end, checks, check_sent = None, 0, []
-                    elif p is wal and "check" in d:
-                        checks += 1
-                        check_sent.append(len(sent))
-                    elif p is wal and "end" in d:
-                        end = (int(d["end"]["frames_ok"]), int(d["end"]["records"]))
-                    elif p is wal and "sent" in d:
-                        sent.append((int(d["sent"]), int(d["seq"])))
-                    elif p is logp and "index" in d:
-                        seen = d.get("samples_seen") if d.get("learned") else None
-                        done.append((int(d["index"]), None if seen is None else int(seen)))
-                    else:
-                        raise ValueError("unknown record")
-                except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-                    if p is wal and n == len(lines) and not data.endswith(b"\n"):
-                        break  # the WAL's last line of a killed writer may be cut (not yet sent)
-                    raise TinyolError(f"{p}:{n}: not a line tinyol stream wrote",
-                                      hint="--resume takes the files of `tinyol stream --log` "
-                                           "unchanged") from None
-        if session is None:
-            raise TinyolError(f"{wal}: no session header (not written by `tinyol stream --log`)")
-        return Journal(session, sent, done, checkpoint, end, keep, len(raw), checks, check_sent)
-
-
-def reconcile(j: Journal, stats: Stats, log: str = "LOG") -> int:
-    """Decide, before anything is resent, whether the interrupted run can be completed with
-    every sample learned exactly once. `stats`: the device's STATS, asked for as the first
-    request of the resumed session (it takes one slot of the device's 8-reply cache).
-    Returns how many of the samples in flight the device learned; raises when the log,
-    its WAL and the device disagree, or when resending could teach a sample twice.
-
-    The proof: the device's `samples_seen` minus the counters in the log are the samples in
-    flight it learned (k). Resending them is safe only while their replies are still in the
-    device's cache, i.e. no request the run did not send executed since (`frames_ok`, which
-    counts executed requests, equals the checkpoint plus the log's new records plus k) and
-    fewer than 8 executed after the oldest of them."""
-    from .protocol import DeviceReset
-
-    wal = f"{log}{WAL_SUFFIX}"
-    d, s = len(j.done), len(j.sent)
-    if d > s:
-        raise TinyolError(f"{log} has {d} records but {wal} sent only {s} samples: they are not "
-                          "one run's files", hint="start the stream again (without --resume)")
-    for n, ((row, _), (sent_row, _)) in enumerate(zip(j.done, j.sent), 1):
-        if row != sent_row:
-            raise TinyolError(f"{log}, record {n} is row {row} but {wal} sent row {sent_row} there: "
-                              "they are not one run's files", hint="start the stream again (without --resume)")
-    base = int(j.session["base_seen"])
-    learned = [v for _, v in j.done if v is not None]
-    top = max(learned, default=base)
-    seen = stats.samples_seen
-    if seen < top:
-        raise DeviceReset(
-            f"the device was reset since the interrupted run: it has learned {seen - base} samples "
-            f"since the run began, the log already holds {top - base} (a `tinyol reset`, a LOAD or "
-            "a power cycle put the learner back)",
-            hint="start the stream again (without --resume); what was learned since is gone")
-    extra = sorted(set(range(base + 1, seen + 1)) - set(learned))
-    k, pending = len(extra), s - d
-    if k > pending:
-        raise TinyolError(
-            f"the device has learned {seen - base} samples since the run began, the log accounts for "
-            f"{len(learned)} and {pending} more were in flight: something else trained it in between",
-            hint="resume only a device no other client used; start the stream again")
-    if k == 0:
-        return 0  # none of those in flight was learned: resending cannot teach one twice
-    why = None
-    if j.checkpoint is None:
-        why = f"{wal} has no checkpoint (written by an older tinyol)"
-    elif d < j.checkpoint[1]:
-        why = f"{log} lost records written before its last session began"
-    else:
-        frames, records = j.checkpoint
-        others = "request(s) the run did not send (another client, e.g. `tinyol pull`)"
-        if j.end is not None:  # a clean end: its closing STATS was its only request besides samples
-            ran, ours = j.end[0] - frames, j.end[1] - records + 1 + j.checks
-            since = stats.frames_ok - j.end[0] - 1        # this STATS not counted
-            if ran != ours:
-                why = f"the device executed {ran - ours} request(s) during the run that it did not log"
-            elif since:
-                why = f"the device executed {since} {others} since the run ended"
-        else:
-            ran = stats.frames_ok - frames - 1            # executed since the checkpoint, this STATS not counted
-            ours = d - records + k + j.checks             # the run's: new records, learned in flight, checks
-            if ran > ours:
-                why = f"the device executed {ran - ours} {others}"
-            elif ran < ours:
-                why = f"the device's request counter went back ({ran} < {ours}): it restarted"
-        if why is None:
-            after = (seen - extra[0] + sum(v is None for _, v in j.done[records:])
-                     + _checks_after(j, d) + (j.end is not None) + 1)
-            if after > DEVICE_CACHE - 1:
-                why = f"{after} requests executed after the oldest of them (the cache keeps {DEVICE_CACHE})"
-    if why:
-        raise TinyolError(
-            f"{k} of the {pending} samples in flight were learned, but their replies may have left "
-            f"the device's reply cache ({why}): resending them could teach them twice; nothing was sent",
-            hint="the run cannot be completed exactly once: start the stream again without --resume "
-                 "(the device keeps what it learned), or `tinyol load` a saved state first")
-    return k
-
-
-def _checks_after(j: Journal, oldest: int) -> int:
-    """INFO checks that may have executed after the sample at position `oldest` (the oldest
-    in flight): those sent after it, and those sent fewer than DEVICE_CACHE positions before
-    it (an unanswered check is resent while at most that many requests follow it). Checks
-    of the session long before it ran before it and hold no cache slot it needs. A journal
-    without positions for its checks (built by hand): every check counts."""
-    if j.check_sent is None or len(j.check_sent) != j.checks:
-        return j.checks
-    return sum(1 for c in j.check_sent if c > oldest - DEVICE_CACHE)
-
-
-def resend_pending(link: Link, j: Journal, payloads: dict[int, tuple[tuple, bytes]], *,
-                   window: int = DEFAULT_WINDOW, timeout: float = 1.0, retries: int = 8) -> Resumed:
-    """Settle the samples an interrupted session left in flight (after :func:`reconcile`):
-    resend each identical frame (its seq, its payload) before any new sample, so the reply
-    cache answers those that ran. `payloads`: position -> (tag, SAMPLE payload) rebuilt from
-    the same source."""
-    pipe = Pipeline(link, int(j.session["boot_count"]), window=window, timeout=timeout,
-                    retries=retries)
-    pipe.info_check = False  # an INFO would take a cache slot
-    reqs = ((payloads[p][0], Msg.SAMPLE, payloads[p][1], False, j.sent[p][1]) for p in j.pending)
-    completions = list(pipe.run(reqs))
-    counters = [v for _, v in j.done if v is not None]
-    return Resumed(int(j.session["base_seen"]), counters, completions)
 
 
 def stream(device: Device, X: np.ndarray, y: np.ndarray | None, manifest: dict | None, *,
