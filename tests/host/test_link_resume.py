@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from _stream_util import CPort, compile_device
-from conftest import ROOT
 from tinyol._defs import Msg
 from tinyol.data.datasets import load_source
 from tinyol.errors import TinyolError
@@ -27,6 +27,7 @@ from tinyol.link.resume import WAL_SUFFIX, Journal, Resume, RunLog
 from tinyol.link.stream import Stream
 from tinyol.model.folder import input_q, load_manifest
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models/digits"
 N = 130
 

@@ -373,9 +373,10 @@ class Stream:
         read in a background thread so every reply is handled as soon as it arrives.
         `journal`: the run's log (:class:`StreamJournal`): told of each sample before it is
         first transmitted and of each reply before `on_record` sees it; its ``resumed``
-        continues an interrupted session (tinyol.link.resume). Whatever ends the stream, ``summary.device_samples_seen`` is the device's own count
-        (STATS, or the counter in its last reply when STATS cannot be had), and the
-        exception carries the partial summary as ``e.summary``."""
+        continues an interrupted session (tinyol.link.resume). Whatever ends the stream,
+        ``summary.device_samples_seen`` is the device's own count (STATS, or the counter in
+        its last reply when STATS cannot be had), and the exception carries the partial
+        summary as ``e.summary``."""
         link = self.device.link
         st0 = self.device.stats()
         b_out, b_in, r0 = link.stats.bytes_out, link.stats.bytes_in, link.stats.retries
