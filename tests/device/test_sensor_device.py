@@ -152,6 +152,22 @@ def test_example_builds_for_the_board():
         assert present in linked, present
     for absent in ("tol_proto_parse", "tol_app_feed", "imu_file"):
         assert absent not in linked, absent
+    # tinyol.h's split placement: where the memory plan (the manifest's) puts the learner and its
+    # replay buffer, the linker put the example's blocks (arm-none-eabi-nm), at the plan's sizes
+    m = json.loads((MODEL / "manifest.json").read_text())["memory"]
+    assert (m["learner_region"], m["replay_region"]) == ("SRAM2", "SRAM1")
+    syms = {}
+    for line in subprocess.run(["arm-none-eabi-nm", "-S", str(elf)], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            syms[parts[3]] = (int(parts[0], 16), int(parts[1], 16))
+    base = {"SRAM1": 0x20000000, "SRAM2": 0x10000000}
+    for sym, region, size in (("learner_mem", m["learner_region"], m["learner_bytes"] - m["replay_bytes"]),
+                              ("replay_mem", m["replay_region"], m["replay_bytes"])):
+        addr, got = syms[sym]
+        assert got == size, (sym, got, size)
+        assert base[region] <= addr and addr + got <= base[region] + m["regions"][region]["size"], sym
 
 
 def test_native_imu_from_a_file(recording, monkeypatch):

@@ -341,7 +341,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe("kdd135", kdd135_model, _train_kdd135, "kdd135@train",
                dict(board="nucleo_l476rg", replay_capacity=0)),  # an autoencoder: no replay
         Recipe("imu", imu_model, _train_imu, "watch:0-3@train",
-               dict(max_classes=8, board="nucleo_l476rg", replay_capacity=2201)),
+               dict(max_classes=8, board="nucleo_l476rg")),  # replay: the largest that fits
         # models/basicmotions was models/imu until the sensor example got a watch-set model: its
         # files (imu.keras, the name "imu" inside) are kept as they were
         Recipe("basicmotions", basicmotions_model, _train_basicmotions, "basicmotions:0-2@train",
