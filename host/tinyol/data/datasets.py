@@ -19,7 +19,9 @@ A *source spec* is a short string:
                           in g, wx wy wz in rad/s); 140 recordings cut into 2 s windows (100 steps,
                           stride 50), X [N,100,6] channels last. ``@train``/``@test`` split by
                           SUBJECT (train 1-7, test 8-10: new users). The file ships inside the
-                          `seglearn` wheel (``pip install --no-deps seglearn``: the data is enough)
+                          `seglearn` wheel (``pip install --no-deps seglearn``: the data is enough).
+                          :func:`watch_sensor_windows` gives the same windows as the board's sensor
+                          reports them (models/imu is trained on those)
 ``kdd135``                KDD-TSAD 135 (UCR anomaly archive, SIGKDD 2021 competition: "InternalBleeding16",
                           the heart rate of a patient with internal bleeding, 7,501 points, one labelled
                           anomaly at points 4187-4198): windows of 64 points, stride 4, scaled with the
