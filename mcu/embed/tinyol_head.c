@@ -38,14 +38,23 @@ void tinyol_learner_config(tol_learner_config_t *cfg)
 
 /* ---- the library API over backbone + head (tinyol.h) ------------------------------ */
 
-tol_status_t tinyol_init(tinyol_t *t, uint8_t *mem, size_t mem_bytes)
+tol_status_t tinyol_init_split(tinyol_t *t, uint8_t *mem, size_t mem_bytes, uint8_t *replay_mem,
+                               size_t replay_bytes)
 {
     TOL_CHECK(t != NULL && mem != NULL, TOL_ERR_ARG);
+    TOL_CHECK(replay_mem != NULL || replay_bytes == 0u, TOL_ERR_ARG);
     memset(t, 0, sizeof(*t));
     tol_cpu_selftest(); /* the core's instructions against the architecture: kernel paths (tol_cpu.h) */
     tol_learner_config_t cfg;
     tinyol_learner_config(&cfg);
+    cfg.replay_mem = replay_mem; /* NULL: the buffer inside mem */
+    cfg.replay_mem_bytes = replay_bytes;
     return tol_learner_init(&t->learner, mem, mem_bytes, &cfg);
+}
+
+tol_status_t tinyol_init(tinyol_t *t, uint8_t *mem, size_t mem_bytes)
+{
+    return tinyol_init_split(t, mem, mem_bytes, NULL, 0u);
 }
 
 tol_status_t tinyol_predict(tinyol_t *t, const int8_t *input, int32_t *label, float *confidence)

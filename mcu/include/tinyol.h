@@ -76,6 +76,42 @@ extern const tol_replay_codec_t tol_replay_codec;
 #define TINYOL_MEM_BYTES                                                                          \
     TOL_LEARNER_BYTES_EX(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS,     \
                          TOL_REPLAY_N_NEW, TINYOL_MAX_OLD, !TOL_HAS_MOMENTUM)
+/* Where the memory goes (the build's memory plan, host/tinyol/memory.py via
+ * mcu/platform/common/tinyol_build.py, defines TOL_LEARNER_REGION and, when it puts the replay
+ * buffer in a region of its own, TOL_REPLAY_REGION: 1 SRAM1, 2 SRAM2, 3 SRAM3; mcu/app/model.c
+ * places tinyol's own firmware the same way). A firmware over tinyol.h that follows the plan:
+ *   static _Alignas(8) uint8_t mem[TINYOL_LEARNER_MEM_BYTES] TINYOL_LEARNER_SECTION;
+ *   #if TINYOL_REPLAY_APART
+ *   static _Alignas(8) uint8_t replay[TINYOL_REPLAY_MEM_BYTES] TINYOL_REPLAY_SECTION;
+ *   #endif
+ *   tinyol_init_split(&tl, mem, sizeof(mem), replay, sizeof(replay));   // or NULL, 0 */
+#ifndef TOL_LEARNER_REGION
+#define TOL_LEARNER_REGION 1
+#endif
+#ifndef TOL_REPLAY_REGION
+#define TOL_REPLAY_REGION TOL_LEARNER_REGION
+#endif
+#if TOL_LEARNER_REGION == 3
+#define TINYOL_LEARNER_SECTION __attribute__((section(".ram3")))
+#elif TOL_LEARNER_REGION == 2
+#define TINYOL_LEARNER_SECTION __attribute__((section(".ram2")))
+#else
+#define TINYOL_LEARNER_SECTION
+#endif
+#if TOL_REPLAY_REGION == 3
+#define TINYOL_REPLAY_SECTION __attribute__((section(".ram3")))
+#elif TOL_REPLAY_REGION == 2
+#define TINYOL_REPLAY_SECTION __attribute__((section(".ram2")))
+#else
+#define TINYOL_REPLAY_SECTION
+#endif
+/* 1: the replay buffer has a block of its own (TINYOL_REPLAY_MEM_BYTES, TINYOL_REPLAY_SECTION) */
+#define TINYOL_REPLAY_APART (TOL_REPLAY_REGION != TOL_LEARNER_REGION && TOL_REPLAY_CAPACITY > 0)
+#define TINYOL_REPLAY_MEM_BYTES \
+    TOL_LEARNER_REPLAY_BYTES(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS)
+/* the rest of the learner memory (all of it when the buffer is not apart) */
+#define TINYOL_LEARNER_MEM_BYTES \
+    (TINYOL_REPLAY_APART ? TINYOL_MEM_BYTES - TINYOL_REPLAY_MEM_BYTES : TINYOL_MEM_BYTES)
 /* largest record tinyol_save() writes (the store's slot size) */
 #define TINYOL_RECORD_MAX \
     TOL_PERSIST_RECORD_MAX(TOL_LATENT_DIM, TINYOL_OUTPUTS, TOL_REPLAY_CAPACITY, TOL_REPLAY_BITS, TOL_REPLAY_N_NEW)
@@ -118,6 +154,15 @@ void tinyol_settings(tol_learner_settings_t *s);
  * SIMD kernel the core mis-executes takes its portable path; tol_cpu_report() says what).
  */
 tol_status_t tinyol_init(tinyol_t *t, uint8_t *mem, size_t mem_bytes);
+
+/*
+ * As tinyol_init, with the replay buffer in a block of its own when replay_mem is not NULL:
+ * replay_mem (in/out, caller-owned, 8-byte aligned) >= TINYOL_REPLAY_MEM_BYTES bytes, e.g. in
+ * SRAM2 (TINYOL_REPLAY_SECTION), and mem >= TINYOL_MEM_BYTES - TINYOL_REPLAY_MEM_BYTES. With
+ * replay_mem NULL (replay_bytes 0) it is tinyol_init. TOL_ERR_OVERFLOW when either is too small.
+ */
+tol_status_t tinyol_init_split(tinyol_t *t, uint8_t *mem, size_t mem_bytes, uint8_t *replay_mem,
+                               size_t replay_bytes);
 
 /*
  * Quantize one sample of TINYOL_INPUT_SIZE floats (in, the model's input

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#define TOL_MODEL_DATA_LEN 9928u
+#define TOL_MODEL_DATA_LEN 9872u
 
 /* The backbone .tflite flatbuffer (for TFLM-based builds and verification). */
 extern const uint8_t tol_model_data[TOL_MODEL_DATA_LEN];

@@ -12,6 +12,16 @@ static tol_store_t shim_store;
 int shim_init(void) { return (int)tinyol_init(&shim_t, shim_mem, sizeof(shim_mem)); }
 int shim_init_small(void) { return (int)tinyol_init(&shim_t, shim_mem, sizeof(shim_mem) - 8u); }
 uint32_t shim_mem_bytes(void) { return (uint32_t)TINYOL_MEM_BYTES; }
+/* tinyol_init_split: the replay buffer in a block of its own (shim_replay; in a firmware, the
+ * memory plan's TINYOL_REPLAY_SECTION), the rest in shim_rest; either `short_by` bytes short */
+static _Alignas(8) uint8_t shim_rest[TINYOL_MEM_BYTES - TINYOL_REPLAY_MEM_BYTES];
+static _Alignas(8) uint8_t shim_replay[TINYOL_REPLAY_MEM_BYTES];
+int shim_init_split(uint32_t rest_short_by, uint32_t replay_short_by)
+{
+    return (int)tinyol_init_split(&shim_t, shim_rest, sizeof(shim_rest) - rest_short_by, shim_replay,
+                                  sizeof(shim_replay) - replay_short_by);
+}
+uint32_t shim_replay_mem_bytes(void) { return (uint32_t)TINYOL_REPLAY_MEM_BYTES; }
 uint32_t shim_input_size(void) { return (uint32_t)TINYOL_INPUT_SIZE; }
 int shim_predict(const int8_t *x, int32_t *label, float *conf)
 {

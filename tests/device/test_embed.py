@@ -41,6 +41,7 @@ def _lib():
                                              ctypes.c_void_p]
     lib.shim_quantize.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.shim_anomaly.argtypes = [ctypes.c_void_p]
+    lib.shim_init_split.argtypes = [ctypes.c_uint32, ctypes.c_uint32]
     lib.sim_setup.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint8, ctypes.c_uint32]
     return lib
 
@@ -100,6 +101,31 @@ def test_library_api_learns_like_the_reference_learner():
     assert lib.shim_seen() == N_STREAM
     assert _accuracy_new(preds, y) > 0.5  # it learned the five classes pretraining never saw
     assert lib.shim_anomaly(Xq[0].ctypes.data) == 12  # TOL_ERR_UNSUPPORTED on a classifier
+
+
+def test_split_placement_learns_like_the_reference_learner():
+    """tinyol_init_split (the replay buffer in a block of its own, as a firmware places it in
+    SRAM2 or SRAM1 by the memory plan): the same predictions and confidences as the reference
+    learner; either block a few bytes short is TOL_ERR_OVERFLOW."""
+    pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
+    lib = _lib()
+    from tinyol.model.folder import load_manifest
+
+    assert lib.shim_replay_mem_bytes() == load_manifest(DIGITS)["memory"]["replay_bytes"] > 0
+    assert lib.shim_init_split(8, 0) == 16 and lib.shim_init_split(0, 8) == 16
+    assert lib.shim_init_split(0, 0) == 0
+    model, Xq, y = _stream()
+    preds, confs = [], []
+    label, conf = ctypes.c_int32(), ctypes.c_float()
+    for x, t in zip(Xq, y):
+        x = np.ascontiguousarray(x, np.int8)
+        assert lib.shim_predict(x.ctypes.data, ctypes.byref(label), ctypes.byref(conf)) == 0
+        preds.append(label.value)
+        confs.append(np.float32(conf.value))
+        assert lib.shim_learn(int(t)) == 0
+    ref_preds, ref_confs = _reference(model, Xq, y)
+    assert preds == ref_preds
+    assert [c.tobytes() for c in confs] == [c.tobytes() for c in ref_confs]
 
 
 def test_learn_returns_what_happened_like_the_reference_learner():

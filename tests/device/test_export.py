@@ -366,6 +366,7 @@ def test_tflite_backbone_used_whole(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["digits", "anomaly", "ds_cnn", "mobilenet_v1_vww", "resnet8", "imu",
+                                  "basicmotions",
                                   "kdd135"])
 def test_committed_model_dirs_are_consistent(name, tmp_path):
     d = ROOT / "models" / name

@@ -1,4 +1,4 @@
-"""The sensor example (models/imu, docs/tutorial.md): BasicMotions from the aeon wheel, a Conv1D
+"""The tutorial's example (models/basicmotions, docs/tutorial.md): BasicMotions from the aeon wheel, a Conv1D
 model, the device learning a new activity on QEMU exactly as the reference learner does."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tinyol.data.datasets import load_source
 
 ROOT = Path(__file__).resolve().parents[2]
-IMU = ROOT / "models" / "imu"
+IMU = ROOT / "models" / "basicmotions"  # was models/imu: the tutorial's model
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("aeon") is None,
                                 reason="aeon (BasicMotions data) not installed: make setup")
@@ -68,7 +68,7 @@ def test_imu_learns_badminton_on_qemu(firmware, tmp_path, capsys):
         assert rc == 0, out.err
         return out.out
 
-    res = firmware("nucleo_l476rg", "models/imu")
+    res = firmware("nucleo_l476rg", "models/basicmotions")
     with emulator.start_qemu("nucleo_l476rg", res.elf, timeout=600) as t:
         p = t.url
         before = run("stream", "-p", p, "-m", IMU, "--data", "basicmotions@test", "--eval",

@@ -147,6 +147,31 @@ def test_device_and_host_windows_of_a_recording_are_bit_identical(lib):
         assert np.mean(q == dev) > 0.99
 
 
+def test_models_imu_was_trained_on_the_windows_the_device_cuts(lib):
+    """models/imu's training windows (datasets.watch_sensor_windows: the rows Renode's LSM6DSO
+    reports for a recording, times the sensitivity tol_window assumes) quantized as the host does
+    are the device's int8 windows of those rows (tol_window compiled here), within one input step
+    (the float path and the Q20 one round apart only near a tie), window for window."""
+    import json
+
+    from tinyol.data.datasets import WATCH_STRIDE, WATCH_WINDOW, watch_recordings, watch_sensor_windows
+    from tinyol.targets.simulation import quantize_input
+
+    m = json.loads((ROOT / "models/imu/manifest.json").read_text())
+    assert m["calibration"].startswith("watch:0-3@train") and m["head"]["classes"] == ["PEN", "ABD", "FEL", "IR"]
+    s = S.sensor("lsm6dsl")
+    mul, add = S.coefficients(s.unit_per_lsb, m["input"]["scale"], m["input"]["zero_point"],
+                              *S.preprocess(m, 6))
+    d = watch_recordings()
+    assert (int(d["y"][0]), int(d["subject"][0])) == (0, 7)  # the file's first recording: PEN, training subject
+    Xtr, ytr, _ = watch_sensor_windows((0,), "train")
+    raw = S.lsm6dso_lsb(np.asarray(d["X"][0]))
+    dev = c_windows(lib, raw, WATCH_WINDOW, WATCH_STRIDE, mul, add)
+    q = quantize_input(Xtr[:len(dev)], m["input"]["scale"], m["input"]["zero_point"])
+    assert np.max(np.abs(q.astype(int) - dev.astype(int))) <= 1
+    assert np.mean(q == dev) > 0.99
+
+
 def test_window_module_compiles_for_cortex_m4():
     compile_arm_objects([MCU / "src/tol_window.c"], [MCU / "include"])
 

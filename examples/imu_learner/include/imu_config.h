@@ -8,7 +8,7 @@
 #define IMU_WINDOW_STRIDE 50
 #define IMU_RATE_HZ 52
 /* raw LSB -> int8 input, Q20: unit per LSB, (x - offset) / divisor, input scale/zero point */
-#define IMU_SCALE_MUL {1281, 1281, 1281, 6413, 6413, 6413}
-#define IMU_SCALE_ADD {-11534336, -11534336, -11534336, -11534336, -11534336, -11534336}
+#define IMU_SCALE_MUL {1565, 1565, 1565, 7834, 7834, 7834}
+#define IMU_SCALE_ADD {51380224, 51380224, 51380224, 51380224, 51380224, 51380224}
 
 #endif /* IMU_CONFIG_H */

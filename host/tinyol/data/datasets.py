@@ -19,7 +19,9 @@ A *source spec* is a short string:
                           in g, wx wy wz in rad/s); 140 recordings cut into 2 s windows (100 steps,
                           stride 50), X [N,100,6] channels last. ``@train``/``@test`` split by
                           SUBJECT (train 1-7, test 8-10: new users). The file ships inside the
-                          `seglearn` wheel (``pip install --no-deps seglearn``: the data is enough)
+                          `seglearn` wheel (``pip install --no-deps seglearn``: the data is enough).
+                          :func:`watch_sensor_windows` gives the same windows as the board's sensor
+                          reports them (models/imu is trained on those)
 ``kdd135``                KDD-TSAD 135 (UCR anomaly archive, SIGKDD 2021 competition: "InternalBleeding16",
                           the heart rate of a patient with internal bleeding, 7,501 points, one labelled
                           anomaly at points 4187-4198): windows of 64 points, stride 4, scaled with the
@@ -325,6 +327,32 @@ def watch_windows() -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         subj.extend([int(s)] * len(starts))
     return (np.stack(xs), np.array(ys, np.int64), np.array(subj, np.int64),
             [str(n) for n in d["y_labels"]])
+
+
+def watch_sensor_windows(classes=None, split: str | None = None, sensor_name: str = "lsm6dsl"
+                         ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The watch set as the board's sensor reports it: each recording turned into the int16 rows
+    Renode's LSM6DSO model gives for it (tinyol.data.sensor.lsm6dso_lsb, what `record-to-resd`
+    writes to raw.bin), back to g and rad/s with the sensitivity the device's scaling assumes
+    (``SENSORS[sensor_name].unit_per_lsb``), cut with the device's :func:`window_starts`.
+    X [N, 100, 6] float32 = raw * unit per LSB: what tol_window sees before the model's input
+    quantization (models/imu is trained on these). ``classes``: the exercises to keep (labels
+    kept); ``split``: "train" (subjects 1-7), "test" (8-10) or None."""
+    from .sensor import lsm6dso_lsb, sensor
+
+    d = watch_recordings()
+    unit = np.asarray(sensor(sensor_name).unit_per_lsb, np.float64)
+    xs, ys = [], []
+    for rec, lab, s in zip(d["X"], d["y"], d["subject"]):
+        if classes is not None and int(lab) not in classes:
+            continue
+        if split is not None and (int(s) in WATCH_TEST_SUBJECTS) != (split == "test"):
+            continue
+        rows = (lsm6dso_lsb(np.asarray(rec)).astype(np.float64) * unit).astype(np.float32)
+        starts = window_starts(len(rows), WATCH_WINDOW, WATCH_STRIDE)
+        xs.extend(rows[i:i + WATCH_WINDOW] for i in starts)
+        ys.extend([int(lab)] * len(starts))
+    return np.stack(xs), np.array(ys, np.int64), [str(n) for n in d["y_labels"]]
 
 
 def kdd135_series() -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,15 @@ _Static_assert(IMU_CHANNELS == IMU_AXES, "imu_config.h is for another sensor");
 #define LONG_PRESS_ROWS IMU_RATE_HZ  /* a press held for a second */
 
 static tinyol_t learner;
-static _Alignas(8) uint8_t learner_mem[TINYOL_MEM_BYTES];
+/* where the build's memory plan puts them (tinyol.h: TINYOL_LEARNER_SECTION, the replay buffer
+ * apart when the plan splits it, e.g. the learner in SRAM2 and the buffer in SRAM1) */
+static _Alignas(8) uint8_t learner_mem[TINYOL_LEARNER_MEM_BYTES] TINYOL_LEARNER_SECTION;
+#if TINYOL_REPLAY_APART
+static _Alignas(8) uint8_t replay_mem[TINYOL_REPLAY_MEM_BYTES] TINYOL_REPLAY_SECTION;
+#define REPLAY_MEM replay_mem, sizeof(replay_mem)
+#else
+#define REPLAY_MEM NULL, 0u
+#endif
 static tol_window_t win;
 static int8_t ring[TOL_WINDOW_RING_BYTES(IMU_WINDOW_LENGTH, IMU_CHANNELS)];
 static int8_t window[TINYOL_INPUT_SIZE];
@@ -161,7 +169,7 @@ int tol_app_main(void)
     uint8_t who = 0;
     const int32_t mul[IMU_CHANNELS] = IMU_SCALE_MUL;
     const int32_t add[IMU_CHANNELS] = IMU_SCALE_ADD;
-    tol_status_t st = tinyol_init(&learner, learner_mem, sizeof(learner_mem));
+    tol_status_t st = tinyol_init_split(&learner, learner_mem, sizeof(learner_mem), REPLAY_MEM);
     if (st == TOL_OK) {
         st = tol_window_init(&win, ring, sizeof(ring), IMU_WINDOW_LENGTH, IMU_WINDOW_STRIDE, IMU_CHANNELS,
                              mul, add);

@@ -81,7 +81,7 @@ def load_memory_model(mcu):
     return None
 
 
-def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
+def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build, refuse=True):
     """Place the learner (TOL_LEARNER_REGION) and its replay buffer (TOL_REPLAY_REGION) and check
     the fit before compiling anything.
 
@@ -108,7 +108,7 @@ def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
     print("tinyol: memory plan for %s (tinyol/memory.py):" % board_id)
     for line in plan.lines():
         print("tinyol:   " + line)
-    if not plan.fits and not forced:
+    if not plan.fits and not forced and refuse:
         where, over = plan.over
         print("tinyol: error: %s does not fit %s: %s over by %d bytes" % (
             manifest.get("name", "the model"), board_id, where, over))
@@ -117,10 +117,26 @@ def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build):
     return plan.learner_region_id, plan.replay_region_id
 
 
+def place(env, region):
+    """The plan's regions as the C sees them: TOL_LEARNER_REGION, and TOL_REPLAY_REGION when the
+    replay buffer goes to a region of its own (mcu/app/model.c; tinyol.h's *_SECTION macros)."""
+    if region is not None:
+        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region[0])])
+        if region[1] != region[0]:
+            env.Append(CPPDEFINES=[("TOL_REPLAY_REGION", region[1])])
+
+
 def configure(env, family, board_id, regions=None, flash_bytes=0):
     project = env.subst("$PROJECT_DIR")
     test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
     if option(env, "custom_tinyol_firmware", "yes", "TINYOL_FIRMWARE").lower() in ("0", "no", "false"):
+        # your firmware over tinyol.h: the plan's placement for its TINYOL_LEARNER_SECTION /
+        # TINYOL_REPLAY_SECTION (the plan counts tinyol's own firmware; yours is the linker's to judge)
+        model = option(env, "custom_model", "", "TINYOL_MODEL")
+        if model:
+            model_dir = model if os.path.isabs(model) else os.path.join(project, model)
+            place(env, memory_plan(mcu_dir(env), model_dir, board_id, regions, flash_bytes, test_build,
+                                   refuse=False))
         return board_support(env, family, board_id, test_build)
     model = option(env, "custom_model", "mcu/app/nomodel", "TINYOL_MODEL")
     model_dir = model if os.path.isabs(model) else os.path.join(project, model)
@@ -134,11 +150,7 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
         raise SystemExit("tinyol: src_dir must be the firmware sources %s (platformio.ini [platformio] "
                          "src_dir); `tinyol init` writes it" % mcu)
-    region = memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build)
-    if region is not None:
-        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region[0])])
-        if region[1] != region[0]:  # the replay buffer in a region of its own (model.c)
-            env.Append(CPPDEFINES=[("TOL_REPLAY_REGION", region[1])])
+    place(env, memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build))
     store = option(env, "custom_store_bytes", "", "TINYOL_STORE_BYTES")
     if store:
         if not str(store).isdigit() or int(store) <= 0:
