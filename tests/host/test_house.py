@@ -85,6 +85,22 @@ def test_only_model_folder_reads_the_manifest():
     assert not readers, f"read manifest.json through tinyol.model.folder, not directly: {readers}"
 
 
+def _defining(pattern: str) -> list[str]:
+    return sorted(p.relative_to(PKG).as_posix() for p in MODULES if re.search(pattern, p.read_text(), re.M))
+
+
+def test_one_flatbuffer_reader_one_tflm_arena_one_memory_plan():
+    """Issue 35: one concept, one home. .tflite files are read by model/tflite.py alone (without
+    TensorFlow), TFLM's arena is measured by codegen alone, and an export's memory plan (fit
+    check, replay capacity, budget) lives in model/plan.py, asked of tinyol.memory."""
+    schema = r"schema_py_generated|InitFromPackedBuf|GetRootAsModel"
+    assert re.search(schema, "s.ModelT.InitFromPackedBuf(bytearray(data), 0)")  # the pattern bites
+    assert _defining(schema) == ["model/tflite.py"]
+    assert _defining(r"^def tflm_arena_bytes\(") == ["model/codegen.py"]
+    for fn in ("memory_model", "budget", "board_plan", "check_fit", "choose_replay_capacity", "warn_store"):
+        assert _defining(rf"^def {fn}\(") == ["model/plan.py"], fn
+
+
 #: host/tinyol's floors, bottom up (README, "host/tinyol, package by package"): a module may import
 #: its own floor and the floors below it, never one above.
 LAYERS = ["base", "data", "learn", "model", "targets", "link", "fleet", "bench", "cli"]
