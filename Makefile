@@ -42,9 +42,10 @@ firmware: setup
 bench: setup
 	$(VENV)/bin/tinyol bench $(if $(wildcard ../shared/tflm),--tflm ../shared/tflm --cycles)
 
+# the studies live beside the product (studies/tinyol_studies/, not in the wheel)
 study: setup
-	$(PY) -m tinyol.studies.replay
-	$(PY) -m tinyol.studies.depth --json docs/study_depth.json
+	PYTHONPATH=host:studies $(PY) -m tinyol_studies.replay
+	PYTHONPATH=host:studies $(PY) -m tinyol_studies.depth --json docs/study_depth.json
 
 clean:
 	rm -rf .pio build

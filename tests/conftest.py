@@ -13,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "host"))
+# the studies beside the product (studies/tinyol_studies/: tinyol never imports them, tests do)
+sys.path.insert(1, str(ROOT / "studies"))
 # tests/host (Python + host-compiled C) and tests/device (PlatformIO, emulators, TensorFlow) import
 # each other's tables (`from test_stage_equiv import ...`); helpers (_x_util.py) live in tests/.
 sys.path[1:1] = [str(ROOT / "tests" / "host"), str(ROOT / "tests" / "device")]

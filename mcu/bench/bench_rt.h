@@ -5,7 +5,7 @@
  * machine under -icount. Bench-only: never part of the firmware.
  *
  * Counting: SysTick runs on the processor clock with a wrap interrupt, exactly
- * as the firmware's hal_stm32l4.c does, so host/tinyol/studies/icount.py converts the
+ * as the firmware's hal_stm32l4.c does, so host/tinyol/bench/icount.py converts the
  * ticks reported here the same way it converts the firmware's BENCH replies.
  */
 #ifndef TOL_BENCH_RT_H

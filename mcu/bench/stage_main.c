@@ -1,7 +1,7 @@
 /*
  * stage_main.c - the adaptive stage's cost per layer type (`tinyol bench`, docs/benchmarks.md):
  * for each stage of the case header (stage_bench_case.h, written by
- * tinyol.studies.tflm_bench.run_stage_profile: one layer type under test followed by the Dense
+ * tinyol.bench.tflm_bench.run_stage_profile: one layer type under test followed by the Dense
  * classifier), once training every parameter ("all", the float stage) and once as the lean stage
  * (every layer below the classifier trains its biases only, `--stage-train bias`), the
  * instructions of one prediction and of one training step (1 fresh + 16 replayed latents, 8-bit

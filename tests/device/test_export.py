@@ -291,7 +291,7 @@ def test_digits_end_to_end_accuracy(tmp_path, keras_mod, capsys):
 
 @pytest.mark.slow
 def test_reexport_committed_digits_is_byte_identical(tmp_path, capsys):
-    from tinyol.studies.zoo import RECIPES
+    from tinyol_studies.zoo import RECIPES
 
     committed = json.loads((DIGITS / "manifest.json").read_text())
     r = RECIPES["digits"]

@@ -152,7 +152,7 @@ def test_native_info_and_boot_counter(firmware, tmp_path):
 
 @pytest.mark.qemu
 def test_icount_measurement_is_deterministic(firmware):
-    from tinyol.studies.icount import Session
+    from tinyol.bench.icount import Session
 
     elf = firmware("nucleo_l476rg").elf
     runs = []

@@ -248,7 +248,7 @@ def test_relay_counts_bytes_and_cuts_the_link():
     import socket
     import threading
 
-    from tinyol.fleet.deploy_bench import Relays
+    from tinyol_studies.deploy_bench import Relays
     srv = socket.create_server(("127.0.0.1", 0))
 
     def echo():
@@ -492,7 +492,7 @@ def test_gateway_sigkilled_and_link_cut_mid_round(fleet):
     twice or skipped one."""
     import signal
 
-    from tinyol.fleet.deploy_bench import Relays
+    from tinyol_studies.deploy_bench import Relays
     if not (fleet.state / D_STATE).is_file():
         fleet.run(rounds=1)  # run alone: one ordinary round first
     r0 = json.loads((fleet.state / D_STATE).read_text())["round"]

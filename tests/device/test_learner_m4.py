@@ -98,7 +98,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_m4_learner_stream_equals_numpy_bit_for_bit(tmp_path, name):
-    from tinyol.studies.tflm_bench import run_learner_stream
+    from tinyol.bench.tflm_bench import run_learner_stream
 
     seed = zlib.crc32(name.encode())  # fixed across runs (hash() changes with PYTHONHASHSEED)
     print(f"seed {seed}")  # shown with the failure

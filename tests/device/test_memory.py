@@ -60,23 +60,23 @@ def test_largest_capacity_is_the_edge():
 
 
 def test_export_refuses_with_bytes_and_knob():
-    from tinyol.model.export import check_fit, memory_model
+    from tinyol.model.plan import check_fit, memory_model
 
     # the MLPerf Tiny AD autoencoder's head (128 -> 640) is 328 KB of float weights
     mm = memory_model(input_size=640, dim=128, rows=640, autoencoder=True, arena_bytes=600,
                       replay_capacity=0, replay_bits=8, replay_n_new=1, replay_n_old=16, momentum=0.0)
     with pytest.raises(TinyolError) as e:
-        check_fit(mm, "nucleo_l476rg", name="ad")
+        check_fit(mm, BOARDS["nucleo_l476rg"], name="ad")
     assert re.search(r"ad does not fit nucleo_l476rg: SRAM1 over by \d+ bytes", str(e.value))
     assert "--board nucleo_l4r5zi" in e.value.hint       # where it does fit
-    check_fit(mm, "nucleo_l4r5zi")                          # learner in SRAM3
+    check_fit(mm, BOARDS["nucleo_l4r5zi"])                  # learner in SRAM3
 
 
 def test_stage_is_in_the_memory_model():
     """An adaptive stage's learner is tol_stage_bytes (tinyol.learn.stage, held equal to the C by
     tests/host/test_stage_equiv.py), placed and sized like the head's; a misfit names bytes and knob."""
     from tinyol.learn.stage import Layer, stage_memory
-    from tinyol.model.export import check_fit
+    from tinyol.model.plan import check_fit
 
     man = json.loads((ROOT / "models/digits_adaptive/manifest.json").read_text())
     m = memory.Model.from_manifest(man)
@@ -86,7 +86,7 @@ def test_stage_is_in_the_memory_model():
     assert m.learner() == man["memory"]["learner_bytes"]
     b = BOARDS["nucleo_l432kc"]
     with pytest.raises(TinyolError) as e:
-        check_fit(m, b.name, name="digits_adaptive")
+        check_fit(m, b, name="digits_adaptive")
     assert re.search(r"digits_adaptive does not fit nucleo_l432kc: SRAM1 over by \d+ bytes", str(e.value))
     assert e.value.hint.startswith("cut later (--split nearer the head)")
     l4r5 = BOARDS["nucleo_l4r5zi"]
@@ -217,7 +217,8 @@ def test_4bit_replay_fits_equals_links(model_dirs):
 
 def _sweep(model_dirs, configs) -> list:
     """Link every configuration; the plan's verdict must be the linker's (see the module doc)."""
-    from tinyol.model.export import board_plan, refresh_config
+    from tinyol.model.export import refresh_config
+    from tinyol.model.plan import board_plan
 
     report = []
     for board, name, changes, every_region in configs:
@@ -230,7 +231,7 @@ def _sweep(model_dirs, configs) -> list:
             changes["replay_capacity"] = cap + (1 if changes["replay_capacity"].endswith("+1") else 0)
         man = refresh_config(str(d), check=False, board=board, **changes)
         mm = memory.Model.from_manifest(man)
-        plan = board_plan(mm, board)
+        plan = board_plan(mm, BOARDS[board])
         linked, out, elf = _link(d, board, None)
         report.append((board, name, changes, plan.fits, linked,
                        plan.learner_region + ("+" + plan.replay_region if plan.split else "")))

@@ -97,6 +97,13 @@ def test_wheel_carries_the_firmware(wheel):
                  "models/digits/digits.keras", "examples/sensor_learner/src/main.c"]:
         assert fw + need in names, need
     assert not any("/.pio/" in n or "__pycache__" in n for n in names)
+    # the product, and none of the studies beside it (studies/tinyol_studies/)
+    assert {"tinyol/bench/cycles.py", "tinyol/plotting.py", "tinyol/model/export.py"} <= names
+    studies = sorted(p.name for p in (ROOT / "studies" / "tinyol_studies").glob("*.py"))
+    assert len(studies) >= 10
+    assert not [n for n in names if "studies" in n.split("/")[0]], "a study package in the wheel"
+    py = [n for n in names if n.endswith(".py") and not n.startswith(fw)]
+    assert not [n for n in py if n.startswith(("tinyol_studies/", "tinyol/studies/"))], py
 
 
 def _wheel_venv(wheel: Path, where: Path) -> Path:

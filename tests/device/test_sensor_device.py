@@ -1,6 +1,6 @@
 """The board's own sensor end to end (examples/imu_learner, docs/sensor.md): the device learns.
 
-Recorded wrist motion (the watch set, tinyol.studies.sensor_demo's plan: held-out windows of
+Recorded wrist motion (the watch set, tinyol_studies.sensor_demo's plan: held-out windows of
 subjects 8-10, unlabelled; labelled TRAP and ROW of subjects 1 and 2, exercises models/imu was
 not trained on, as new classes 5 and 6; the same held-out windows again) becomes RESD files
 (`tinyol record-to-resd`); Renode's LSM6DSO model plays them on the B-L475E-IOT01A's I2C2; the
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from tinyol.data import sensor as S
-from tinyol.studies import sensor_demo as demo
+from tinyol_studies import sensor_demo as demo
 from tinyol.targets import emulator
 
 EXAMPLE = ROOT / "examples" / "imu_learner"

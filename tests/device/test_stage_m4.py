@@ -72,7 +72,7 @@ def _header(cfg, pq, py, q, y) -> str:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_m4_stage_stream_equals_twin_bit_for_bit(tmp_path, name):
-    from tinyol.studies.tflm_bench import STAGE_SOURCES, run_learner_stream
+    from tinyol.bench.tflm_bench import STAGE_SOURCES, run_learner_stream
 
     layers, setting = CASES[name]
     cfg = make_cfg(layers, **SETTINGS[setting])

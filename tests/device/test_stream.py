@@ -199,7 +199,7 @@ def test_float32_encoding_equals_int8(lib, digits):
 
 
 def test_plot_and_curves(tmp_path):
-    from tinyol.studies.plotting import accuracy_curves, plot_learning_curve
+    from tinyol.plotting import accuracy_curves, plot_learning_curve
     c = accuracy_curves([1, 1, 2, 2], [1, 0, 2, 2], window=2)
     assert c["running"].tolist() == [1.0, 0.5, 2 / 3, 0.75]
     assert c["windowed"].tolist() == [1.0, 0.5, 0.5, 1.0]
@@ -273,7 +273,7 @@ def test_verify_reports_mismatches():
 
 
 def test_bench_stream_native(native_url):
-    from tinyol.link.stream import bench_stream
+    from tinyol.bench.stream import bench_stream
     r = bench_stream(native_url, str(ROOT / MODEL), n=200, mode="predict")
     # the rate is measured here, judged in benchmarks (docs/streaming.md), never by a floor
     assert r["samples"] == 200 and r["samples_per_s"] == pytest.approx(r["samples"] / r["seconds"])

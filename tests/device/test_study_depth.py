@@ -1,4 +1,4 @@
-"""docs/study.md's depth section is what tinyol.studies.depth renders from the committed raw
+"""docs/study.md's depth section is what tinyol_studies.depth renders from the committed raw
 results (docs/study_depth.json), and those results were measured on the data sets it names."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tinyol.studies import depth as SD
+from tinyol_studies import depth as SD
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,9 +124,9 @@ def test_new_users_results_were_measured_on_that_split():
 
 
 def test_lean_section_is_rendered_from_the_committed_results():
-    """docs/study.md's lean-stage section is tinyol.studies.lean's rendering of
+    """docs/study.md's lean-stage section is tinyol_studies.lean's rendering of
     docs/study_lean.json, before the depth section; every row was measured (3 orders)."""
-    from tinyol.studies import lean as SL
+    from tinyol_studies import lean as SL
 
     res = json.loads((ROOT / "docs" / "study_lean.json").read_text())
     doc = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
@@ -150,7 +150,7 @@ def test_lean_section_is_rendered_from_the_committed_results():
 
 # --------------------------------------------------------------------------- the lean tables
 def _lean_doc() -> str:
-    from tinyol.studies import lean as SL
+    from tinyol_studies import lean as SL
 
     doc = (ROOT / "docs" / "study.md").read_text(encoding="utf-8")
     return doc[doc.index(SL.MARK_BEGIN):doc.index(SL.MARK_END)]

@@ -1,7 +1,7 @@
 """Bring an int8 classifier .tflite: `tinyol export model.tflite` splits it at its last
 FULLY_CONNECTED (the head starts from the dequantized FC weights and bias).
 
-Models: the MLPerf Tiny KWS DS-CNN and IC ResNet-8 architectures (tinyol.studies.zoo) with a
+Models: the MLPerf Tiny KWS DS-CNN and IC ResNet-8 architectures (tinyol_studies.zoo) with a
 softmax, random weights and non-trivial BatchNorm statistics, converted in the test by
 TensorFlow's converter to full int8 (int8 input/output, representative data).
 Oracles: TFLM's runtime on the original full model and on the cut backbone; the numpy
@@ -24,7 +24,7 @@ layers = keras.layers
 
 
 def _classifier(name: str):
-    from tinyol.studies import zoo as Z
+    from tinyol_studies import zoo as Z
 
     keras.utils.set_random_seed(7)
     base = {"ds_cnn": Z.ds_cnn_model, "resnet8": Z.resnet8_model}[name]()

@@ -1,5 +1,5 @@
 """`tinyol bench --tflm`: TFLM + CMSIS-NN built from ../shared/tflm and run side
-by side with tinyol in our bare-metal harness (host/tinyol/studies/tflm_bench.py,
+by side with tinyol in our bare-metal harness (host/tinyol/bench/tflm_bench.py,
 mcu/bench/). Outside oracles: the TFLM figure measured independently for this
 very model file (design.md, "Performance anchors"), and TFLM's output bytes
 (tinyol's kernels must give the same). Without a TFLM tree the report falls
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tinyol.studies import bench, tflm_bench
+from tinyol.bench import bench, tflm_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_TFLM = next((p for p in (Path(os.environ.get("TINYOL_TFLM", "/nonexistent")), ROOT.parent / "shared" / "tflm",
@@ -74,7 +74,7 @@ def test_digits_side_by_side_with_tflm_cmsis_nn(tmp_path):
     # region is QEMU -icount's, per operator too; the flash wait states only ever add cycles
     pytest.importorskip("unicorn")
     pytest.importorskip("capstone")
-    from tinyol.studies import cycles
+    from tinyol.bench import cycles
 
     r = cycles.measure(tmp_path)
     assert r.ours.instr == c.ours.instructions and r.tflm.instr == t.instructions

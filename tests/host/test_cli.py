@@ -61,3 +61,19 @@ def test_settings_layering_file_env_flag(tmp_path):
     cfg.write_text('[nosuchverb]\nx = 1\n')
     r = tinyol("info", env=env)
     assert r.returncode == 1 and "unknown section(s) nosuchverb" in r.stderr
+
+
+def test_bench_rerender_of_an_unreadable_last_run_is_one_line(tmp_path):
+    """A last run saved by an older tinyol pickled classes that have moved since (the bench
+    machinery was tinyol.studies.bench): --rerender says so in one line, no traceback."""
+    import os
+
+    saved = tmp_path / "build" / "bench" / "last_run.pkl"
+    saved.parent.mkdir(parents=True)
+    saved.write_bytes(b"ctinyol.studies.bench\nModelBench\n.")  # pickle protocol 0: a global
+    r = subprocess.run([sys.executable, "-m", "tinyol.cli", "bench", "--rerender", "--out",
+                        str(tmp_path / "b.md")], capture_output=True, text=True, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "host")), timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "last_run.pkl: the last run's results cannot be read" in r.stderr, r.stderr
+    assert "tinyol.studies" in r.stderr and not (tmp_path / "b.md").exists()

@@ -1,4 +1,4 @@
-"""The Cortex-M4 cycle model (tinyol.studies.cycles) on short instruction sequences whose cycles are
+"""The Cortex-M4 cycle model (tinyol.bench.cycles) on short instruction sequences whose cycles are
 counted by hand from the Cortex-M4 TRM (ARM 100166, table 3-1 and the FPU table) and from the
 STM32L4 reference manuals' flash/ART description -- not from the model.
 
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("unicorn")
 pytest.importorskip("capstone")
 
-from tinyol.studies import cycles as cy  # noqa: E402
+from tinyol.bench import cycles as cy  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("arm-none-eabi-as") is None, reason="no arm-none-eabi-as")
 

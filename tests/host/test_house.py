@@ -123,9 +123,25 @@ def test_resume_has_one_owner():
     assert not opens, f"commands/stream.py opens files (lines {opens}): the journal is link.resume's"
 
 
+def _defining(pattern: str) -> list[str]:
+    return sorted(p.relative_to(PKG).as_posix() for p in MODULES if re.search(pattern, p.read_text(), re.M))
+
+
+def test_one_flatbuffer_reader_one_tflm_arena_one_memory_plan():
+    """Issue 35: one concept, one home. .tflite files are read by model/tflite.py alone (without
+    TensorFlow), TFLM's arena is measured by codegen alone, and an export's memory plan (fit
+    check, replay capacity, budget) lives in model/plan.py, asked of tinyol.memory."""
+    schema = r"schema_py_generated|InitFromPackedBuf|GetRootAsModel"
+    assert re.search(schema, "s.ModelT.InitFromPackedBuf(bytearray(data), 0)")  # the pattern bites
+    assert _defining(schema) == ["model/tflite.py"]
+    assert _defining(r"^def tflm_arena_bytes\(") == ["model/codegen.py"]
+    for fn in ("memory_model", "budget", "board_plan", "check_fit", "choose_replay_capacity", "warn_store"):
+        assert _defining(rf"^def {fn}\(") == ["model/plan.py"], fn
+
+
 #: host/tinyol's floors, bottom up (README, "host/tinyol, package by package"): a module may import
 #: its own floor and the floors below it, never one above.
-LAYERS = ["base", "data", "learn", "model", "targets", "link", "fleet", "studies", "cli"]
+LAYERS = ["base", "data", "learn", "model", "targets", "link", "fleet", "bench", "cli"]
 
 
 def _floor(module: str) -> str:
@@ -148,6 +164,56 @@ def test_subpackages_are_layered():
     assert not up, "imports running up the floors: " + "; ".join(up)
     pkgs = {p.parent.name for p in MODULES if p.name == "__init__.py" and p.parent != PKG}
     assert pkgs == set(LAYERS[1:-1]) | {"commands"}, pkgs
+
+
+STUDIES = PKG.parents[1] / "studies"
+
+
+def _study_imports(source: str) -> list[str]:
+    """The tinyol_studies modules a module's source imports (at module top or inside functions)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out += [node.module] if node.module.split(".")[0] == "tinyol_studies" else []
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.split(".")[0] == "tinyol_studies"]
+    return out
+
+
+def test_the_product_never_imports_the_studies():
+    """The studies (studies/tinyol_studies/) use tinyol as a user does; tinyol imports none of
+    them (they are not in the wheel: a verb that needed one would fail for every user)."""
+    probe = "def f():\n    from tinyol_studies import zoo\nimport tinyol_studies.depth as D\n"
+    assert sorted(_study_imports(probe)) == ["tinyol_studies", "tinyol_studies.depth"]  # it bites
+    found = {_name(p): _study_imports(p.read_text()) for p in MODULES}
+    assert not {k: v for k, v in found.items() if v}, found
+    studies = sorted((STUDIES / "tinyol_studies").glob("*.py"))
+    assert len(studies) >= 10 and not (PKG / "studies").exists()
+
+
+def _packaged(where: list[str]) -> set[str]:
+    from setuptools import find_packages
+    root = PKG.parents[1]
+    return {p for w in where for p in find_packages(str(root / w))}
+
+
+def test_the_wheel_ships_no_study():
+    """The wheel's Python packages are what pyproject.toml's package discovery finds (setup.py
+    adds only mcu/, models/, examples/ as firmware data): tinyol and its subpackages, no study.
+    Checked on the configuration itself; the finder sees a study package when pointed at it."""
+    import tomllib
+    root = PKG.parents[1]
+    conf = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    where = conf["packages"]["find"]["where"]
+    assert "tinyol_studies" in _packaged(where + ["studies"])  # the check bites
+    shipped = _packaged(where)
+    assert "tinyol.bench" in shipped and "tinyol.model" in shipped, shipped
+    assert all(p == "tinyol" or p.startswith("tinyol.") for p in shipped), shipped
+    assert not [p for p in shipped if "studies" in p.split(".")], shipped
+    assert set(conf["package-dir"].values()) == {"host"}, conf["package-dir"]
+    setup_py = (root / "setup.py").read_text()
+    firmware = ast.literal_eval(re.search(r"^FIRMWARE = (\[.*\])", setup_py, re.M).group(1))
+    assert firmware and "studies" not in firmware, firmware
 
 
 def test_subpackages_state_their_names_and_import_nothing_heavy():
@@ -210,7 +276,7 @@ def test_head_learner_and_stage_write_what_they_share_once():
 
 # A repository path as docs and comments name it: a top-level folder, then path characters; a
 # pattern (`board_<name>.c`, `tol_*.c`, an f-string's `{name}`) is no path.
-_PATH_REF = re.compile(r"(?<![\w./<>-])((?:host/tinyol|mcu|tests|docs|models|scripts|examples|\.ci)"
+_PATH_REF = re.compile(r"(?<![\w./<>-])((?:host/tinyol|studies|mcu|tests|docs|models|scripts|examples|\.ci)"
                        r"/[\w./-]*[\w])(?![\w./-]*[<*{$])")
 # Names that stand for the reader's own files in examples, never for ours.
 _PLACEHOLDERS = ("models/mine", "models/my_model", "models/nope", "models/old", "models/x")

@@ -116,7 +116,7 @@ def test_simulate_missing_model_is_one_line_error(tmp_path):
 @needs_digits
 @pytest.mark.slow
 def test_study_quick_run(tmp_path):
-    from tinyol.studies import replay as study
+    from tinyol_studies import replay as study
     out = tmp_path / "study.md"
     js = tmp_path / "study.json"
     assert study.main(["--seeds", "2", "--no-tune", "--out", str(out), "--json", str(js),
@@ -140,7 +140,7 @@ def test_committed_study_rows_are_recomputed():
     each cell must equal the committed one at the precision it is printed with."""
     import re
 
-    from tinyol.studies import replay as study
+    from tinyol_studies import replay as study
     text = (ROOT / "docs" / "study.md").read_text()
     seeds = int(re.search(r"mean ± std over (\d+) stream orders", text).group(1))
     naive_lr = float(re.search(r"naive SGD lr = ([0-9.]+)", text).group(1))

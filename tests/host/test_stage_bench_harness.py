@@ -14,7 +14,7 @@ from _learner_util import MCU
 from test_learner_bench_harness import STUB
 from tinyol.learn.stage import (AVGPOOL, CONV, DENSE, DWCONV, TRAIN_BIAS, TRAIN_FROZEN, Layer, _connections,
                           chain_ok)
-from tinyol.studies.tflm_bench import (STAGE_SOURCES, layer_macs, stage_bench_cases, stage_bench_header,
+from tinyol.bench.tflm_bench import (STAGE_SOURCES, layer_macs, stage_bench_cases, stage_bench_header,
                                stage_step_macs)
 
 

@@ -16,7 +16,7 @@ SHARED = _SHARED_DIR / "tflm"  # ../shared/tflm beside the checkout (conftest fi
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/tflm is not here")
 @pytest.mark.parametrize("ops", [["DEPTHWISE_CONV_2D"], ["CONV_2D"], ["DEPTHWISE_CONV_2D", "FULLY_CONNECTED"]])
 def test_a_kernel_set_defines_every_tensor_index_it_uses(ops):
-    from tinyol.studies import tflm_bench as T
+    from tinyol.bench import tflm_bench as T
     tree = T.open_tree(SHARED)
     stems = tuple(sorted({T.HARNESS_OPS[o][1] for o in ops}))
     for variant in ("cmsis_nn", "reference"):

@@ -12,10 +12,10 @@ import click
 
 from ..checks import output_file
 from ..errors import TinyolError
-from ..link.stream import bench_emulators
+from ..bench.stream import bench_emulators
 from ..options import emit_json
 from ..paths import models_dir, project_dir
-from ..studies import bench, tflm_bench
+from ..bench import bench, tflm_bench
 
 DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "mobilenet_v1_vww")
 
@@ -47,7 +47,7 @@ DEFAULT_MODELS = ("digits", "digits_adaptive", "anomaly", "ds_cnn", "resnet8", "
               help="With --tflm: also estimate Cortex-M4 cycles of both harness runs (tinyol, TFLM + "
                    "CMSIS-NN) on the NUCLEO-L4R5ZI (120 MHz, 5 WS) and the NUCLEO-L476RG (80 MHz, 4 WS): "
                    "the TRM's instruction timings plus flash wait states and the ART accelerator "
-                   "(tinyol.studies.cycles; needs the [cycles] extra). Results are cached per ELF.")
+                   "(tinyol.bench.cycles; needs the [cycles] extra). Results are cached per ELF.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw results as JSON.")
 @click.option("--rerender", is_flag=True,
               help="Write the report again from the last run's saved results (build/bench/last_run.pkl).")
@@ -107,6 +107,16 @@ def _emit_json_stdout(obj) -> None:
         emit_json(obj)
 
 
+def _last_run(saved: Path) -> dict:
+    """The last run's saved results; one clear line when they are unreadable (a run of an
+    older tinyol pickled classes that have moved since, e.g. tinyol.studies.bench's)."""
+    try:
+        return pickle.loads(saved.read_bytes())
+    except (ImportError, AttributeError, EOFError, pickle.UnpicklingError) as e:
+        raise TinyolError(f"{saved}: the last run's results cannot be read ({e})",
+                          hint="run `tinyol bench` once more to measure again (it rewrites the file)") from None
+
+
 def _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_latent256, stream, out, cycles,
          as_json, rerender, *, echo):
     saved = project_dir() / "build" / "bench" / "last_run.pkl"
@@ -121,7 +131,7 @@ def _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_l
     if rerender:
         if not saved.is_file():
             raise TinyolError("no saved results to render", hint="run `tinyol bench` first")
-        state = pickle.loads(saved.read_bytes())
+        state = _last_run(saved)
         Path(out).write_text(bench.render(state["results"], state["stream"], compare=state["compare"],
                                           tflm_source=state["src"], learner=state["learner"]))
         echo(f"wrote {out}")
@@ -152,7 +162,7 @@ def _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_l
         echo("measuring the learner by part (harness) ...")
         learner = tflm_bench.run_learner_profile(work / "learner")
         if cycles:
-            from ..studies import cycles as cycle_model
+            from ..bench import cycles as cycle_model
 
             learner["cycles"] = {b: cycle_model.printed_cycles(work / "learner" / "learner.elf", b,
                                                                cache=work / "cycles-cache")
@@ -174,7 +184,7 @@ def _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_l
             echo(f"side by side with TFLM: {d.name} ...")
             c = tflm_bench.compare_model(d, tree, libs, work / "tflm" / d.name, echo=echo)
             if cycles:
-                from ..studies import cycles as cycle_model
+                from ..bench import cycles as cycle_model
 
                 echo(f"  estimating Cortex-M4 cycles: {d.name} ...")
                 c.cycles = cycle_model.measure(work / "tflm" / d.name, echo=echo)
@@ -191,7 +201,7 @@ def _cmd(models, model_dirs, kernels, tflm_dir, tflm_variants, no_firmware, no_l
         # as the user wrote it (../shared/tflm is a symlink: resolving it would show its target)
         src = os.path.normpath(tflm_dir) if not os.path.isabs(tflm_dir) else os.path.relpath(tflm_dir, project_dir())
     if no_firmware and not model_dirs and saved.is_file():
-        last = pickle.loads(saved.read_bytes())
+        last = _last_run(saved)
         results, stream_rows, learner = last["results"], last["stream"], last["learner"]
         echo("firmware rows, learner and streaming: from the last run (build/bench/last_run.pkl)")
     if not model_dirs:          # a user's model folder never replaces the example models' last run

@@ -29,7 +29,7 @@ from ..link.device import Device
 from ..link.stream import Stream
 from ..model.folder import load_manifest
 from ..options import resolve_model_option
-from ..studies.plotting import plot_learning_curve
+from ..plotting import plot_learning_curve
 from ..targets import emulator as emu
 from ..targets.firmware import BuildConfig, build
 

@@ -238,7 +238,7 @@ def cmd(model_dir, data, eval_spec, prefill_spec, tune_spec, lr, momentum, weigh
         if tuning:
             res["tuning"] = tuning
         if plot:
-            from ..studies.plotting import plot_anomaly_scores
+            from ..plotting import plot_anomaly_scores
             plot_anomaly_scores(trace["score"], trace["threshold"], trace["flag"], trace["label"],
                                 plot, title=f"simulate: {', '.join(data)} on {model.path.name} "
                                             f"(k = {settings.threshold_k:g})")
@@ -257,7 +257,7 @@ def cmd(model_dir, data, eval_spec, prefill_spec, tune_spec, lr, momentum, weigh
         res = run_classifier(lrn, Q, y, prefill=pre, eval_set=ev, on_sample=cb)
         res["eval"] = eval_spec or "the stream"
         if plot:
-            from ..studies.plotting import plot_learning_curve
+            from ..plotting import plot_learning_curve
             recs = [{"label": int(t), "prediction": p} for t, p in zip(y, predictions)]
             plot_learning_curve(recs, plot, title=f"simulate: {', '.join(data)}", class_names=names)
     res["settings"] = dataclasses.asdict(settings)

@@ -27,7 +27,7 @@ from ..link.resume import Resume, RunLog
 from ..link.stream import DEFAULT_WINDOW, DEVICE_CACHE, Record, Stream, Summary, check_samples
 from ..model.folder import input_q, load_manifest, quantize
 from ..options import emit_json, json_option, model_option, port_option, resolve_port
-from ..studies.plotting import plot_anomaly_scores, plot_learning_curve
+from ..plotting import plot_anomaly_scores, plot_learning_curve
 
 
 def load_rows(data: str, *, limit: int | None, shuffle: bool, seed: int, label_column=None,

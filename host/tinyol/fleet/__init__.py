@@ -1,8 +1,9 @@
 """Fleets: many boards learn together, Flower aggregates (docs/fleet.md). Layer 6: imports
-everything below it but the studies. Modules: `params` (what travels), `data` (shards),
+everything below it. Modules: `params` (what travels), `data` (shards),
 `boards`, `flower` (strategies, one round's close), `loop` (the one-host fleet), `simulation`
 (Flower's simulation engine), `app` + `deploy` (Flower's deployment engine: SuperLink,
-SuperNodes), `deploy_bench`, `study`.
+SuperNodes). The fleet study and the deployment bench are in studies/tinyol_studies/
+(`fleet`, `deploy_bench`).
 
 One host process drives N boards concurrently. A round is:
 

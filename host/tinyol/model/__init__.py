@@ -8,7 +8,7 @@ from .._lazy import exports
 _WHERE = {
     "ExportSettings": "export",
     "check_device_model": "folder",
-    "check_fit": "export",
+    "check_fit": "plan",
     "check_manifest": "folder",
     "export_model": "export",
     "input_q": "folder",

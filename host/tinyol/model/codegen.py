@@ -16,9 +16,10 @@ oracle) for tests and `tinyol verify`.
 """
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -1080,43 +1081,32 @@ def run_tflm(tflite_path: str | Path, inputs_int8) -> np.ndarray:
     return np.stack(outs) if outs else np.zeros((0,), np.int8)
 
 
-_PROBE = r"""
-import sys
-import numpy as np
-from tflite_micro.python.tflite_micro import runtime
-data = open(sys.argv[1], "rb").read()
-interp = runtime.Interpreter.from_bytes(data, arena_size=int(sys.argv[2]))
-det = interp.get_input_details(0)
-interp.set_input(np.zeros(tuple(int(d) for d in det["shape"]), np.int8), 0)
-interp.invoke()
-print("ok")
-"""
+def tflm_arena_bytes(model: bytes | str | Path) -> int | None:
+    """The tensor arena TFLM's Python runtime (a host build, 64-bit pointers) allocates for the
+    model (a .tflite path or its bytes): its RecordingMicroAllocator's report, "Arena allocation
+    total N bytes" (export records it as the manifest's memory.tflm_arena_bytes). None when the
+    runtime is not installed or does not report."""
+    data = model if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    arena = max(1 << 20, 16 * len(data))
+    with tempfile.TemporaryFile() as log:  # the runtime prints on fds 1 and 2: read it from there
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            from tflite_micro.python.tflite_micro import runtime
 
-
-def tflm_arena_bytes(tflite_path: str | Path) -> int:
-    """Smallest arena (16-byte granularity) with which TFLM can allocate and run the model.
-
-    Each probe runs in a child process: with some too-small arenas the runtime
-    does not fail cleanly but crashes."""
-    _tflm()
-    path = str(Path(tflite_path).resolve())
-
-    def fits(n: int) -> bool:
-        r = subprocess.run([sys.executable, "-c", _PROBE, path, str(n)], capture_output=True, text=True)
-        return r.returncode == 0 and r.stdout.strip().endswith("ok")
-
-    hi = 1 << 14
-    while not fits(hi):
-        hi *= 4
-        if hi > 1 << 28:
-            raise TinyolError(f"TFLM cannot run {tflite_path}")
-    lo = 0
-    while hi - lo > 16:
-        mid = (lo + hi) // 2 // 16 * 16
-        if mid <= lo:
-            break
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+            it = runtime.Interpreter.from_bytes(bytes(data), arena_size=arena)
+            it.print_allocations()
+        except Exception:  # ImportError: no runtime; anything else: it cannot allocate the model
+            return None
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        log.seek(0)
+        m = re.search(rb"Arena allocation total (\d+) bytes", log.read())
+    return int(m.group(1)) if m else None

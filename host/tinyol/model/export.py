@@ -11,6 +11,12 @@
 ``manifest.json``             all of the above for the host tools, with sha256 of every artifact
 
 Every generated file starts with the tinyol banner and is byte-for-byte reproducible.
+
+The export runs as named steps (:func:`_export`): load + split (:func:`_load_split`), quantize
+(:func:`_quantize`), lower to C (:func:`_lower`), fit to the data (:func:`_fit_codec`,
+:func:`_choose_stage`), plan (:func:`_plan`: tinyol.model.plan on the board resolved once), the
+manifest (:func:`_manifest`), the learner's artifacts (:func:`_write_learner`) and manifest.json
+(:func:`_write_manifest`). The .tflite files are read by tinyol.model.tflite, without TensorFlow.
 """
 from __future__ import annotations
 
@@ -20,7 +26,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import struct
 import sys
 import tempfile
@@ -32,15 +37,17 @@ from typing import Callable
 import numpy as np
 
 from .. import __version__, memory
-from ..boards import BOARDS, get_board
+from ..boards import Board, get_board
 from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..learn.stage import Layer, stage_memory
 from ..memory import Model
 from . import stage_select
-from .codegen import FC_WEIGHTS, generate_backbone, op_layer
+from .codegen import FC_WEIGHTS, generate_backbone, op_layer, tflm_arena_bytes
 from .cwriter import banner, c_float, float_array
 from .folder import read_manifest
+from .plan import (board_plan, budget, check_fit, choose_replay_capacity, max_replay_slots, memory_model,
+                   warn_store)
 from .stage_export import (
     apply_train,
     config_lines,
@@ -50,13 +57,14 @@ from .stage_export import (
     stage_summary,
     write_stage_init,
 )
-from .tflite import classifier_head, parse_model, split_classifier
+from .tflite import TensorIO, classifier_head, io_tensors, parse_model, split_classifier
 
 # Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
 # that use them; they take seconds to load, and rewriting a config or reading a .tflite does not.
 
 # Learner defaults (tuned later by the learner study; the firmware reads them from config.h).
-DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=200, replay_bits=8,
+DEFAULT_LEARNER = dict(lr=0.03, momentum=0.0, weight_decay=0.0, replay_capacity=memory.DEFAULT_CAPACITY,
+                       replay_bits=8,
                        replay_n_new=1, replay_n_old=16, seed=1,  # docs/study.md
                        rehearse=0,  # classifier: idle rehearsal steps (docs/adaptive.md, "Recipe")
                        replay_policy="reservoir")  # which latents stay (tol_replay_policy_t)
@@ -111,18 +119,7 @@ def quiet_fds():
 
 
 # ---------------------------------------------------------------------------------------------
-# TFLite flatbuffer inspection (schema bundled with TensorFlow)
-
-@dataclass
-class TensorIO:
-    shape: list[int]
-    dtype: str
-    scale: float
-    zero_point: int
-
-
-_TFL_TYPES = {0: "float32", 2: "int32", 3: "uint8", 4: "int64", 7: "int16", 9: "int8"}
-
+# Keras side
 
 def import_tf():
     """Import TensorFlow with its start-up chatter on fds 1/2 silenced."""
@@ -134,111 +131,6 @@ def import_tf():
         raise TinyolError("TensorFlow is needed for export", hint="pip install 'tinyol[ml]'") from e
     return tf
 
-
-def _schema():
-    import_tf()
-    try:
-        from tensorflow.lite.python import schema_py_generated as s
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise TinyolError("TensorFlow is needed for export",
-                          hint="pip install 'tinyol[ml]'") from e
-    return s
-
-
-def read_tflite(data: bytes):
-    s = _schema()
-    try:
-        return s.ModelT.InitFromPackedBuf(bytearray(data), 0)
-    except Exception as e:
-        raise TinyolError(f"not a TFLite flatbuffer ({e.__class__.__name__})") from None
-
-
-def _tensor_io(m, idx: int) -> TensorIO:
-    t = m.subgraphs[0].tensors[idx]
-    q = t.quantization
-    scale = float(q.scale[0]) if q is not None and q.scale is not None and len(q.scale) else 0.0
-    zp = int(q.zeroPoint[0]) if q is not None and q.zeroPoint is not None and len(q.zeroPoint) else 0
-    return TensorIO([int(d) for d in t.shape], _TFL_TYPES.get(t.type, f"type{t.type}"), scale, zp)
-
-
-def tflite_io(data: bytes) -> tuple[TensorIO, TensorIO]:
-    m = read_tflite(data)
-    if len(m.subgraphs) != 1:
-        raise TinyolError(f"backbone must have one subgraph, has {len(m.subgraphs)}")
-    sg = m.subgraphs[0]
-    if len(sg.inputs) != 1 or len(sg.outputs) != 1:
-        raise TinyolError(f"backbone must have one input and one output, has "
-                          f"{len(sg.inputs)} and {len(sg.outputs)}")
-    return _tensor_io(m, int(sg.inputs[0])), _tensor_io(m, int(sg.outputs[0]))
-
-
-def tflite_ops(data: bytes) -> list[str]:
-    """Operator names in execution order (e.g. ['CONV_2D', 'RESHAPE', 'FULLY_CONNECTED'])."""
-    s = _schema()
-    names = {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
-    m = read_tflite(data)
-    out = []
-    for op in m.subgraphs[0].operators:
-        oc = m.operatorCodes[op.opcodeIndex]
-        code = max(int(oc.builtinCode), int(oc.deprecatedBuiltinCode))
-        out.append(names.get(code, f"OP{code}"))
-    return out
-
-
-def tflite_macs(data: bytes) -> int:
-    """Multiply-accumulates of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED ops."""
-    m = read_tflite(data)
-    sg = m.subgraphs[0]
-    total = 0
-    for op, name in zip(sg.operators, tflite_ops(data)):
-        out = sg.tensors[int(op.outputs[0])].shape
-        w = sg.tensors[int(op.inputs[1])].shape if len(op.inputs) > 1 else None
-        n_out = int(np.prod(out))
-        if name == "CONV_2D":            # w [Cout, kh, kw, Cin]
-            total += n_out * int(w[1] * w[2] * w[3])
-        elif name == "DEPTHWISE_CONV_2D":  # w [1, kh, kw, Cout]
-            total += n_out * int(w[1] * w[2])
-        elif name == "FULLY_CONNECTED":  # w [Cout, Cin]
-            total += n_out * int(w[1])
-    return total
-
-
-def tflm_arena_bytes(data: bytes) -> int | None:
-    """Tensor arena TFLM's Python runtime (host build, 64-bit pointers) allocates for this model.
-
-    Read from the runtime's RecordingMicroAllocator report ("Arena allocation total N bytes").
-    None when the runtime is not installed or does not report.
-    """
-    try:
-        import_tf()
-        with quiet_fds():
-            from tflite_micro.python.tflite_micro import runtime
-    except ImportError:
-        return None
-    arena = max(1 << 20, 16 * len(data))
-    with tempfile.TemporaryFile() as log:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        saved = [os.dup(1), os.dup(2)]
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            it = runtime.Interpreter.from_bytes(data, arena_size=arena)
-            it.print_allocations()
-        except Exception:
-            return None
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-        log.seek(0)
-        m = re.search(rb"Arena allocation total (\d+) bytes", log.read())
-    return int(m.group(1)) if m else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Keras side
 
 def _keras():
     import_tf()
@@ -387,120 +279,6 @@ def quantize_backbone(backbone, X: np.ndarray) -> bytes:
         msg = lines[0].strip() if lines else e.__class__.__name__
         raise TinyolError(f"TFLite int8 conversion failed: {msg[:300]}",
                           hint="run with -v for the converter's full message") from e
-
-
-# ---------------------------------------------------------------------------------------------
-# memory budget (the numbers come from tinyol.memory, the model the build and `tinyol info` share)
-
-def memory_model(*, input_size: int, dim: int, rows: int, autoencoder: bool, arena_bytes: int,
-                 replay_capacity: int, replay_bits: int, replay_n_new: int, replay_n_old: int,
-                 momentum: float, flash_model_bytes: int = 0, stage=None):
-    """A tinyol.memory.Model; stage: the adaptive stage's layers (tinyol.learn.stage.Layer or C-order
-    tuples, the last one grown to `rows`), None for the one-layer head."""
-    if stage is not None:
-        stage = tuple(tuple(l.as_tuple()) if hasattr(l, "as_tuple") else tuple(l) for l in stage)
-    return Model(input_size=input_size, latent_dim=dim, outputs=rows, autoencoder=autoencoder,
-                 arena_bytes=arena_bytes, replay_capacity=replay_capacity, replay_bits=replay_bits,
-                 n_new=replay_n_new, n_old=replay_n_old, momentum=float(momentum) != 0.0,
-                 flash_model_bytes=flash_model_bytes, stage=stage)
-
-
-def budget(model, board_name: str | None, *, weights_bytes: int, head_init_bytes: int) -> dict:
-    """The manifest's "memory" numbers for a tinyol.memory.Model (and the board's plan)."""
-    parts = model.parts()
-    out = dict(learner_bytes=model.learner(), learner_parts=parts,
-               head_bytes=parts.get("head weights", parts.get("stage weights", 0)) + parts["momentum"],
-               replay_bytes=parts["replay buffer"],
-               weights_bytes=weights_bytes, head_init_bytes=head_init_bytes,
-               firmware_flash_base_bytes=memory.FLASH_BASE_BYTES,
-               flash_bytes=weights_bytes + head_init_bytes + memory.FLASH_BASE_BYTES)
-    if board_name is None:
-        fixed = max(memory.FIXED_RAM1.values()) + (memory.FIXED_RAM1_STAGE_DELTA if model.stage else 0)
-        out["ram_bytes"] = (fixed + memory.STACK_BYTES + model.arena_bytes + model.input_size
-                            + model.latent_dim + model.learner()
-                            + memory.app_bytes(model.input_size, model.latent_dim,
-                                               0 if model.autoencoder else model.outputs))
-        out["firmware_ram_base_bytes"] = fixed + memory.STACK_BYTES
-        return out
-    p = board_plan(model, board_name)
-    out["ram_bytes"] = sum(r.used for r in p.regions)
-    out["firmware_ram_base_bytes"] = p.regions[0].items["firmware"] + memory.STACK_BYTES
-    out["regions"] = {r.title: {"used": r.used, "size": r.size} for r in p.regions}
-    out["learner_region"] = memory.REGION_TITLES[p.learner_region]
-    if p.split:  # the replay buffer in a region of its own (only then: older manifests stay as they were)
-        out["replay_region"] = memory.REGION_TITLES[p.replay_region]
-    return out
-
-
-def board_plan(model, board_name: str):
-    """tinyol.memory's plan for `board_name` (the larger of the release and test builds)."""
-    board = get_board(board_name)
-    plans = [memory.plan(model, board.name, memory.board_regions(board), flash_bytes=board.flash_bytes,
-                         test_build=t) for t in (False, True)]
-    return max(plans, key=lambda p: p.over[1])
-
-
-def check_fit(model, board_name: str, *, name: str = "the model", arena_known: bool = True) -> None:
-    """Raise a TinyolError saying by how many bytes and which knob to turn when `model` does not
-    fit `board_name` (RAM exactly as the firmware reserves it; flash as an estimate)."""
-    p = board_plan(model, board_name)
-    if not p.fits:
-        where, over = p.over
-        detail = "; ".join(p.lines()[:-1])
-        others = [b for b in BOARDS if b != board_name and board_plan(model, b).fits]
-        raise TinyolError(
-            f"{name} does not fit {board_name}: {where} over by {'at least ' if not arena_known else ''}"
-            f"{over} bytes ({detail})",
-            hint=p.advice() + (f"; or use --board {others[0]} (it fits there)" if others else ""))
-    if p.flash_needed > p.flash_room:
-        raise TinyolError(
-            f"{name} does not fit {board_name}: flash needs ~{p.flash_needed} bytes, {p.flash_room} "
-            f"are free for the image (the last 1/8 holds the saved state), over by "
-            f"{p.flash_needed - p.flash_room} bytes",
-            hint="use a smaller backbone or a board with more flash (nucleo_l4r5zi: 2 MB)")
-
-
-def warn_store(model, board_name: str, echo: Echo) -> "memory.StoreLayout":
-    """Say up front what a SAVE on `board_name` keeps (tinyol.memory.store_layout): everything, or
-    the head alone once the replay buffer outgrows a store slot, with the knobs."""
-    board = get_board(board_name)
-    lay = memory.store_layout(model, board.flash_bytes, board.page_bytes)
-    if lay.whole:
-        echo(f"persistence: {lay.line()}")
-    else:
-        echo(f"warning: persistence: {lay.line()}")
-        echo(f"hint: {lay.advice(model)}")
-    return lay
-
-
-def choose_replay_capacity(model, board_name: str | None, given: int | None, echo: Echo) -> int:
-    """The replay capacity to export: the user's, else none for an autoencoder, else the largest
-    that fits the board (DEFAULT_LEARNER's without a board), for the one-layer head and for an
-    adaptive stage alike. Says what it chose."""
-    if given is not None:
-        return given
-    if model.autoencoder:
-        echo("replay: none (autoencoder; give --replay-capacity N to keep N latents for replay)")
-        return 0
-    if board_name is None:
-        cap = DEFAULT_LEARNER["replay_capacity"]
-        echo(f"replay: capacity {cap} (the default; give --board to size it to a board, or "
-             f"--replay-capacity)")
-        return cap
-    board = get_board(board_name)
-    caps = [memory.largest_capacity(model, board.name, memory.board_regions(board), test_build=t)
-            for t in (False, True)]
-    cap = min(caps)
-    if cap < 0:
-        model.replay_capacity = 0
-        check_fit(model, board_name)  # raises, saying by how much even without a buffer
-    model.replay_capacity = cap
-    bp = board_plan(model, board_name)
-    where = memory.REGION_TITLES[bp.learner_region] + (
-        f", its replay buffer in {memory.REGION_TITLES[bp.replay_region]}" if bp.split else "")
-    echo(f"replay: capacity {cap}, the largest that fits {board_name} (learner in {where}; give "
-         f"--replay-capacity N to choose)")
-    return cap
 
 
 # ---------------------------------------------------------------------------------------------
@@ -788,7 +566,7 @@ def export_model(model_path: str, out_dir: str, settings: ExportSettings | None 
         raise TypeError("give an ExportSettings or keywords, not both")
     s = settings if settings is not None else ExportSettings(**kw)
     s.check()
-    board_obj = get_board(s.board) if s.board is not None else None
+    board = get_board(s.board) if s.board is not None else None  # resolved once, here
     src_path = Path(model_path)
     if not src_path.exists():
         raise TinyolError(f"model file {model_path!r} not found")
@@ -801,7 +579,7 @@ def export_model(model_path: str, out_dir: str, settings: ExportSettings | None 
         # Everything is written to a staging directory next to out_dir and moved in at the end:
         # a failed export (unsupported op, budget) leaves out_dir as it was.
         with tempfile.TemporaryDirectory(prefix=".tinyol-export-", dir=final.parent) as stage:
-            manifest = _export(src_path, Path(stage), s, source=source, board_obj=board_obj, echo=echo)
+            manifest = _export(src_path, Path(stage), s, source=source, board=board, echo=echo)
             for a in ARTIFACTS + ("manifest.json",):
                 if (Path(stage) / a).exists():
                     os.replace(Path(stage) / a, final / a)
@@ -826,7 +604,7 @@ INT8_HINT = ("quantize it fully to int8: TFLiteConverter with optimizations=[tf.
 
 def check_int8_io(raw: bytes, origin: str) -> None:
     """A .tflite model tinyol can take has int8 input and output: said first, with how to get there."""
-    inp, out = tflite_io(raw)
+    inp, out = io_tensors(parse_model(raw, origin))
     if inp.dtype != "int8" or out.dtype != "int8":
         raise TinyolError(f"{origin} has {inp.dtype} input and {out.dtype} output; tinyol needs a fully "
                           "int8 model (int8 input and output)", hint=INT8_HINT)
@@ -893,105 +671,209 @@ def _tflite_source(src_path: Path, split, classes, echo: Echo, autoencoder: bool
     return cut.backbone, W, b, name
 
 
-def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_obj, echo: Echo) -> dict:
-    """The export itself, into `out`, with settings export_model has checked."""
-    model_path = str(src_path)
+# ---------------------------------------------------------------------------------------------
+# the export, step by step: load + split -> quantize -> lower -> fit to the data -> plan ->
+# manifest -> write the learner's artifacts (each step a function; _export runs them in order)
 
-    calib_desc = None
-    stage = None  # (layers, params) when --split cuts before the head
+@dataclass
+class _Split:
+    """What loading and splitting the source gives: the head's initial rows and mode, where the
+    cut is, and the backbone still to quantize (Keras) or already int8 (a .tflite)."""
+    W: np.ndarray                  # [rows, D] float32: the head's initial rows (--classes applied)
+    b: np.ndarray                  # [rows] float32
+    head_mode: str                 # "classifier" or "autoencoder"
+    split_name: str | None         # the layer the backbone ends before (None: a .tflite used whole)
+    tfl: bytes | None = None       # a .tflite source: its int8 backbone, as it is
+    keras_model: object = None     # a Keras source: the model, its head layer and, for an adaptive
+    head: object = None            # stage, the stage's first layer
+    first: object = None
+    in_shape: tuple = ()
+    stage: tuple | None = None     # (layers, params) when --split cuts before the head (with auto:
+    auto: tuple | None = None      # the least that trains; auto = (every layer, names, params))
+
+
+@dataclass
+class _Backbone:
+    """The int8 backbone: its flatbuffer, input and output, operators, calibration."""
+    tfl: bytes
+    inp: TensorIO
+    lat: TensorIO
+    ops: list[str]
+    calib_desc: str
+    X: np.ndarray | None = None    # the calibration inputs (a Keras source only)
+
+    @property
+    def dim(self) -> int:
+        return int(np.prod(self.lat.shape[1:]))
+
+
+@dataclass
+class _Head:
+    """The head as the device allocates it: max_rows rows, the first init_rows trained."""
+    W: np.ndarray                  # [max_rows, D] float32, zeros beyond init_rows
+    b: np.ndarray                  # [max_rows]
+    init_rows: int
+    max_rows: int
+    out_dim: int                   # autoencoder: the reconstruction's size; 0 for a classifier
+    names: list[str]               # the initial classes' names ([] for an autoencoder)
+
+
+@dataclass
+class _Plan:
+    """Where the learner goes and what it costs: the manifest's "learner" and "memory"."""
+    model: Model                   # tinyol.memory's model, with the replay capacity chosen
+    learner: dict
+    memory: dict
+    stage: tuple | None            # (layers, params) grown to max_rows, or None (the head)
+    head_init_bytes: int
+
+
+def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board: Board | None,
+            echo: Echo) -> dict:
+    """The export itself, into `out` (a staging folder), with settings export_model has checked
+    and the board it resolved. Returns the manifest."""
+    sp = _load_split(src_path, s, board, echo)
+    bb = _quantize(sp, s, echo)
+    head = _head_rows(sp, bb, s)
+    info = _lower(bb, out, source, s.fc_weights, echo)
+    codec = _fit_codec(sp, bb, s, echo)
+    stage, selection = _choose_stage(sp, bb, head, info, codec, s, board, source, echo)
+    plan = _plan(sp, bb, head, info, stage, codec, s, board, echo)
+    manifest = _manifest(sp, bb, head, plan, selection, s, source)
+    _write_learner(out, source, manifest, head, plan.stage, codec, board)
+    return _write_manifest(out, manifest, source)
+
+
+def _load_split(src_path: Path, s: ExportSettings, board: Board | None, echo: Echo) -> _Split:
+    """Step 1, load + split: read the source and cut it where the learner starts. A .tflite is
+    split at its last FULLY_CONNECTED (or used whole); a Keras model at the head (the last
+    Dense, or --split: before it, an adaptive stage). With a board, a learner that cannot fit
+    even beside an empty arena is refused here, before seconds of quantizing."""
     if src_path.suffix.lower() == ".tflite":
-        full = parse_model(src_path.read_bytes(), src_path.name) if s.split is None else None
-        is_ae = full is not None and tflite_is_autoencoder(full)
-        if s.mode == "autoencoder" and not is_ae:
-            raise TinyolError(f"{src_path.name} is no autoencoder: it does not end in a linear "
-                              "FULLY_CONNECTED with its input's shape",
-                              hint="leave out --mode (a classifier is found by its softmax or logits)")
-        head_mode = "autoencoder" if is_ae and s.mode != "classifier" and s.classes is None else "classifier"
-        tfl, W, b, split_name = _tflite_source(src_path, s.split, s.classes if head_mode == "classifier" else None,
-                                               echo, autoencoder=head_mode == "autoencoder")
-        inp, lat = tflite_io(tfl)
-        dim = int(np.prod(lat.shape[1:]))
-        if W is None:  # used whole: the head starts from zeros
-            W = np.zeros((s.classes, dim), np.float32)
-            b = np.zeros((s.classes,), np.float32)
-        calib_desc = "taken from the .tflite file"
-    else:
-        echo(f"loading {model_path}")
-        model = load_keras(model_path)
-        keras = _keras()
-        first = stage_first(model, s.split)  # an earlier cut: the adaptive stage (tinyol.learn.stage)
-        head = find_split(model, None if first is not None else s.split)
-        split_name = (first if first is not None else head).name
-        kernel, *rest = head.get_weights()
-        W = np.ascontiguousarray(kernel.T.astype(np.float32))
-        b = (rest[0] if rest else np.zeros(kernel.shape[1])).astype(np.float32)
-        in_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
-        n_in = int(np.prod(in_shape))
-        if s.mode == "auto":
-            head_mode = "autoencoder" if (W.shape[0] == n_in and s.classes is None) else "classifier"
-        else:
-            head_mode = s.mode
-        if head_mode == "autoencoder" and W.shape[0] != n_in:
-            raise TinyolError(f"autoencoder head {head.name!r} outputs {W.shape[0]} values but the "
-                              f"model input has {n_in}")
-        if head_mode == "classifier" and s.classes is not None:
-            if s.classes <= 0:
-                raise TinyolError(f"--classes must be >= 1, not {s.classes}")
-            if s.classes < W.shape[0]:
-                W, b = W[:s.classes], b[:s.classes]
-            elif s.classes > W.shape[0]:
-                W = np.vstack([W, np.zeros((s.classes - W.shape[0], W.shape[1]), np.float32)])
-                b = np.concatenate([b, np.zeros(s.classes - b.shape[0], np.float32)])
-        if first is None and s.stage_train not in (None, "all"):
-            raise TinyolError("--stage-train applies to an adaptive stage (a --split layer before "
-                              "the head)", hint="give --split LAYER before the head, or drop --stage-train")
-        if first is None:
-            echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
-                 f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
-        if first is not None:
-            if head_mode != "classifier":
-                raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
+        return _split_tflite(src_path, s, echo)
+    echo(f"loading {src_path}")
+    return _split_keras(load_keras(str(src_path)), s, board, echo)
 
-            if s.auto_train:  # chosen after quantizing; until then the least that can train
-                full, stage_names, flat = stage_layers(model, first, head)
-                stage = (stage_select.least(full), flat)
-            else:
-                stage = stage_from_keras(model, first, head, train=s.stage_train)
-            echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
-                 f"{list(first.input.shape[1:])}, adaptive stage: "
-                 + ", ".join(l.describe() for l in (full if s.auto_train else stage[0]))
-                 + (" (what trains: chosen from the data below)" if s.auto_train else ""))
-        if s.board is not None:  # fail fast (before quantizing) when the learner alone does not fit
-            rows = W.shape[0] if head_mode == "autoencoder" else max(s.max_classes or 0, W.shape[0])
-            layers0 = None
-            if stage is not None:
-                layers0 = grow_rows(*stage, rows)[0]
-            if s.auto_train:
-                replay0 = s.replay_capacity or 0
-                mm0 = memory_model(input_size=n_in, dim=layers0[0].in_size, rows=rows,
-                                   autoencoder=False, arena_bytes=0, replay_capacity=replay0,
-                                   replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
-                                   replay_n_old=s.replay_n_old, momentum=s.momentum, stage=layers0)
-                stage_select.check_least(mm0, board_plan(mm0, s.board), replay0, s.stage_budget)
-            check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else W.shape[1],
-                                   rows=rows, autoencoder=head_mode == "autoencoder", arena_bytes=0,
-                                   replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
-                                   replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old,
-                                   momentum=s.momentum, stage=layers0), s.board, name=s.name, arena_known=False)
-        backbone = keras.Model(model.inputs, (first or head).input, name=f"{s.name}_backbone")
-        X, calib_desc = calibration_data(s.calib, in_shape, label_column=s.label_column, echo=echo)
+
+def _split_tflite(src_path: Path, s: ExportSettings, echo: Echo) -> _Split:
+    """A .tflite source: an int8 classifier or autoencoder cut at its last FULLY_CONNECTED, or
+    the whole file as the backbone with a head of --classes zero rows."""
+    full = parse_model(src_path.read_bytes(), src_path.name) if s.split is None else None
+    is_ae = full is not None and tflite_is_autoencoder(full)
+    if s.mode == "autoencoder" and not is_ae:
+        raise TinyolError(f"{src_path.name} is no autoencoder: it does not end in a linear "
+                          "FULLY_CONNECTED with its input's shape",
+                          hint="leave out --mode (a classifier is found by its softmax or logits)")
+    head_mode = "autoencoder" if is_ae and s.mode != "classifier" and s.classes is None else "classifier"
+    tfl, W, b, split_name = _tflite_source(src_path, s.split, s.classes if head_mode == "classifier" else None,
+                                           echo, autoencoder=head_mode == "autoencoder")
+    if W is None:  # used whole: the head starts from zeros
+        _, lat = io_tensors(parse_model(tfl, src_path.name))
+        dim = int(np.prod(lat.shape[1:]))
+        W = np.zeros((s.classes, dim), np.float32)
+        b = np.zeros((s.classes,), np.float32)
+    return _Split(W, b, head_mode, split_name, tfl=tfl)
+
+
+def _split_keras(model, s: ExportSettings, board: Board | None, echo: Echo) -> _Split:
+    """A Keras source: the head layer's weights (--classes keeps or adds rows), the head's mode,
+    the adaptive stage's layers when --split cuts before the head."""
+    first = stage_first(model, s.split)  # an earlier cut: the adaptive stage (tinyol.learn.stage)
+    head = find_split(model, None if first is not None else s.split)
+    split_name = (first if first is not None else head).name
+    kernel, *rest = head.get_weights()
+    W = np.ascontiguousarray(kernel.T.astype(np.float32))
+    b = (rest[0] if rest else np.zeros(kernel.shape[1])).astype(np.float32)
+    in_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
+    n_in = int(np.prod(in_shape))
+    if s.mode == "auto":
+        head_mode = "autoencoder" if (W.shape[0] == n_in and s.classes is None) else "classifier"
+    else:
+        head_mode = s.mode
+    if head_mode == "autoencoder" and W.shape[0] != n_in:
+        raise TinyolError(f"autoencoder head {head.name!r} outputs {W.shape[0]} values but the "
+                          f"model input has {n_in}")
+    if head_mode == "classifier" and s.classes is not None:
+        if s.classes <= 0:
+            raise TinyolError(f"--classes must be >= 1, not {s.classes}")
+        if s.classes < W.shape[0]:
+            W, b = W[:s.classes], b[:s.classes]
+        elif s.classes > W.shape[0]:
+            W = np.vstack([W, np.zeros((s.classes - W.shape[0], W.shape[1]), np.float32)])
+            b = np.concatenate([b, np.zeros(s.classes - b.shape[0], np.float32)])
+    if first is None and s.stage_train not in (None, "all"):
+        raise TinyolError("--stage-train applies to an adaptive stage (a --split layer before "
+                          "the head)", hint="give --split LAYER before the head, or drop --stage-train")
+    sp = _Split(W, b, head_mode, split_name, keras_model=model, head=head, first=first,
+                in_shape=in_shape)
+    if first is None:
+        echo(f"split at {head.name!r}: backbone {list(in_shape)} -> {W.shape[1]}, "
+             f"head {head_mode} {W.shape[1]} -> {W.shape[0]}")
+    else:
+        if head_mode != "classifier":
+            raise TinyolError("an adaptive stage (--split before the head) needs a classifier head")
+        if s.auto_train:  # chosen after quantizing; until then the least that can train
+            sp.auto = stage_layers(model, first, head)
+            sp.stage = (stage_select.least(sp.auto[0]), sp.auto[2])
+        else:
+            sp.stage = stage_from_keras(model, first, head, train=s.stage_train)
+        echo(f"split at {first.name!r}: backbone {list(in_shape)} -> "
+             f"{list(first.input.shape[1:])}, adaptive stage: "
+             + ", ".join(l.describe() for l in (sp.auto[0] if s.auto_train else sp.stage[0]))
+             + (" (what trains: chosen from the data below)" if s.auto_train else ""))
+    if board is not None:
+        _check_learner_alone(sp, n_in, s, board)
+    return sp
+
+
+def _check_learner_alone(sp: _Split, n_in: int, s: ExportSettings, board: Board) -> None:
+    """Fail fast (before quantizing) when the learner alone does not fit `board`."""
+    rows = sp.W.shape[0] if sp.head_mode == "autoencoder" else max(s.max_classes or 0, sp.W.shape[0])
+    layers0 = grow_rows(*sp.stage, rows)[0] if sp.stage is not None else None
+    if s.auto_train:
+        replay0 = s.replay_capacity or 0
+        mm0 = memory_model(input_size=n_in, dim=layers0[0].in_size, rows=rows,
+                           autoencoder=False, arena_bytes=0, replay_capacity=replay0,
+                           replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
+                           replay_n_old=s.replay_n_old, momentum=s.momentum, stage=layers0)
+        stage_select.check_least(mm0, board_plan(mm0, board), replay0, s.stage_budget)
+    check_fit(memory_model(input_size=n_in, dim=layers0[0].in_size if layers0 else sp.W.shape[1],
+                           rows=rows, autoencoder=sp.head_mode == "autoencoder", arena_bytes=0,
+                           replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
+                           replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old,
+                           momentum=s.momentum, stage=layers0), board, name=s.name, arena_known=False)
+
+
+def _quantize(sp: _Split, s: ExportSettings, echo: Echo) -> _Backbone:
+    """Step 2, quantize: the Keras backbone (the model up to the cut) to int8 with TensorFlow's
+    converter, calibrated on --calib (random inputs without it); a .tflite's backbone is int8
+    already. Checks that the backbone's input and output are int8 and that its output is what
+    the head (or stage) takes."""
+    if sp.tfl is not None:
+        tfl, X, calib_desc = sp.tfl, None, "taken from the .tflite file"
+    else:
+        keras = _keras()
+        backbone = keras.Model(sp.keras_model.inputs, (sp.first or sp.head).input,
+                               name=f"{s.name}_backbone")
+        X, calib_desc = calibration_data(s.calib, sp.in_shape, label_column=s.label_column, echo=echo)
         echo(f"quantizing the backbone to int8 (calibration: {calib_desc})")
         tfl = quantize_backbone(backbone, X)
-        inp, lat = tflite_io(tfl)
-
+    m = parse_model(tfl, "backbone.tflite")
+    inp, lat = io_tensors(m)
+    bb = _Backbone(tfl, inp, lat, [op.opname for op in m.operators], calib_desc, X)
     if inp.dtype != "int8" or lat.dtype != "int8":
         raise TinyolError(f"backbone must have int8 input and output, has {inp.dtype} and {lat.dtype}")
-    dim = int(np.prod(lat.shape[1:]))
-    if dim != (stage[0][0].in_size if stage else W.shape[1]):
-        raise TinyolError(f"backbone output has {dim} values but the head takes {W.shape[1]}")
+    if bb.dim != (sp.stage[0][0].in_size if sp.stage else sp.W.shape[1]):
+        raise TinyolError(f"backbone output has {bb.dim} values but the head takes {sp.W.shape[1]}")
+    return bb
 
+
+def _head_rows(sp: _Split, bb: _Backbone, s: ExportSettings) -> _Head:
+    """The head's rows on the device: --max-classes rows (an autoencoder: its output size), the
+    initial ones from the split, zeros beyond; the initial classes' names."""
+    W, b = sp.W, sp.b
     init_rows = W.shape[0]
-    if head_mode == "autoencoder":
+    if sp.head_mode == "autoencoder":
         if s.max_classes not in (None, init_rows):
             raise TinyolError("--max-classes does not apply to an autoencoder head")
         max_rows, out_dim = init_rows, init_rows
@@ -1004,9 +886,9 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     bp = np.zeros((max_rows,), np.float32)
     Wp[:init_rows] = W
     bp[:init_rows] = b
-
-    class_names = s.class_names
-    if head_mode == "classifier":
+    names = []
+    if sp.head_mode == "classifier":
+        class_names = s.class_names
         if class_names is None and s.calib is not None:
             try:
                 class_names = load_source(s.calib, label_column=s.label_column)[2]
@@ -1014,49 +896,51 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                 class_names = None
         names = [(class_names[i] if class_names and i < len(class_names) else str(i))
                  for i in range(init_rows)]
-    else:
-        names = []
+    return _Head(Wp, bp, init_rows, max_rows, out_dim, names)
 
+
+def _lower(bb: _Backbone, out: Path, source: str, fc_weights: str, echo: Echo):
+    """Step 3, lower: write backbone.tflite and the C that runs it (tinyol.model.codegen:
+    backbone.c/.h, model_data.c/.h). Returns codegen's BackboneInfo (arena, weights, MACs)."""
     tflite_path = out / "backbone.tflite"
-    tflite_path.write_bytes(tfl)
-    echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
-    info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
-    codec = None
-    if s.replay_bits == 4 and head_mode == "classifier":  # the 4-bit codec, from calibration latents
-        if src_path.suffix.lower() == ".tflite":
-            raise TinyolError("--replay-bits 4 fits its codec to the backbone's latents of the "
-                              "calibration data: it needs a Keras model and --calib",
-                              hint="export the Keras model, or use --replay-bits 8 or 7")
-        codec = fit_replay_codec(tfl, X, inp, lat)
-        echo(f"replay: 4-bit codes, one 16-level grid per channel ({codec[0].size} channels, "
-             f"steps {int(codec[1].min())}-{int(codec[1].max())} LSB) fitted to the calibration latents")
-    selection = None
-    if stage is not None and s.auto_train:  # --stage-train auto: contribution analysis
-        selection = _choose_train(s, full, stage_names, flat, tfl, inp, lat, max_rows, echo,
-                                  arena=int(info.arena_bytes) if info is not None else 0,
-                                  flash=int(info.weights_bytes) if info is not None else 0,
-                                  last_layer=lambda: _last_layer(model, head, W, b, X, s, source),
-                                  codec=codec)
-        stage = (apply_train(full, stage_names, selection["spec"]), flat)
+    tflite_path.write_bytes(bb.tfl)
+    echo(f"backbone.tflite: {len(bb.tfl)} bytes, ops: {' '.join(bb.ops)}")
+    return run_codegen(tflite_path, out, source, echo, fc_weights)
 
-    # codegen's numbers when it ran (an arena of 0 is real: all in the caller's buffers)
-    macs = int(info.macs) if info is not None else tflite_macs(tfl)
-    tflm_arena = tflm_arena_bytes(tfl)
-    arena = int(info.arena_bytes) if info is not None else int(tflm_arena or 0)
-    weights_bytes = int(info.weights_bytes) if info is not None else len(tfl)
-    if stage is not None:  # the last layer's rows grow to --max-classes, as the head's
 
-        stage = grow_rows(stage[0], stage[1], max_rows, init_rows)
-    # flash: the backbone's constants + the learner's initial parameters
-    head_init_bytes = 4 * int(stage[1].size) if stage is not None else 4 * max_rows * dim + 4 * max_rows
-    mm = memory_model(input_size=int(np.prod(inp.shape[1:])), dim=dim, rows=max_rows,
-                      autoencoder=head_mode == "autoencoder", arena_bytes=arena,
-                      replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
-                      replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old, momentum=s.momentum,
-                      flash_model_bytes=weights_bytes + head_init_bytes,
-                      stage=stage[0] if stage is not None else None)
-    capacity = choose_replay_capacity(mm, s.board, s.replay_capacity, echo)
-    mm.replay_capacity = capacity
+def _fit_codec(sp: _Split, bb: _Backbone, s: ExportSettings, echo: Echo):
+    """Step 4a, fit to the data: the 4-bit replay codec (``--replay-bits 4``, a classifier),
+    fitted to the backbone's latents of the calibration inputs; None otherwise."""
+    if s.replay_bits != 4 or sp.head_mode != "classifier":
+        return None
+    if bb.X is None:
+        raise TinyolError("--replay-bits 4 fits its codec to the backbone's latents of the "
+                          "calibration data: it needs a Keras model and --calib",
+                          hint="export the Keras model, or use --replay-bits 8 or 7")
+    codec = fit_replay_codec(bb.tfl, bb.X, bb.inp, bb.lat)
+    echo(f"replay: 4-bit codes, one 16-level grid per channel ({codec[0].size} channels, "
+         f"steps {int(codec[1].min())}-{int(codec[1].max())} LSB) fitted to the calibration latents")
+    return codec
+
+
+def _choose_stage(sp: _Split, bb: _Backbone, head: _Head, info, codec, s: ExportSettings,
+                  board: Board | None, source: str, echo: Echo):
+    """Step 4b, fit to the data: with --stage-train auto, what of the adaptive stage trains,
+    measured on the data (:func:`_choose_train`). Returns (stage, the manifest's selection or
+    None); the stage as split otherwise."""
+    if sp.stage is None or not s.auto_train:
+        return sp.stage, None
+    full, stage_names, flat = sp.auto
+    selection = _choose_train(s, full, stage_names, flat, bb.tfl, bb.inp, bb.lat, head.max_rows, echo,
+                              board=board, arena=int(info.arena_bytes), flash=int(info.weights_bytes),
+                              last_layer=lambda: _last_layer(sp.keras_model, sp.head, sp.W, sp.b, bb.X,
+                                                             s, source),
+                              codec=codec)
+    return (apply_train(full, stage_names, selection["spec"]), flat), selection
+
+
+def _learner_settings(s: ExportSettings, capacity: int, head_mode: str, codec) -> dict:
+    """The manifest's "learner": the settings config.h gives the device."""
     learner = dict(lr=float(s.lr), momentum=float(s.momentum), weight_decay=float(s.weight_decay),
                    replay_capacity=int(capacity), replay_bits=int(s.replay_bits),
                    replay_n_new=int(s.replay_n_new), replay_n_old=int(s.replay_n_old), seed=int(s.seed))
@@ -1068,64 +952,104 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     if codec is not None:
         learner["replay_codec"] = {"channels": int(codec[0].size), "lo": codec[0].tolist(),
                                    "step": codec[1].tolist()}
+    return learner
+
+
+def _plan(sp: _Split, bb: _Backbone, head: _Head, info, stage, codec, s: ExportSettings,
+          board: Board | None, echo: Echo) -> _Plan:
+    """Step 5, plan: the memory model of what is exported (tinyol.model.plan), the replay
+    capacity (the largest that fits the board unless given), the fit check and the budget."""
+    # an arena of 0 is real: everything in the caller's buffers
+    tflm_arena = tflm_arena_bytes(bb.tfl)
+    arena, weights_bytes = int(info.arena_bytes), int(info.weights_bytes)
+    if stage is not None:  # the last layer's rows grow to --max-classes, as the head's
+        stage = grow_rows(stage[0], stage[1], head.max_rows, head.init_rows)
+    # flash: the backbone's constants + the learner's initial parameters
+    head_init_bytes = (4 * int(stage[1].size) if stage is not None
+                       else 4 * head.max_rows * bb.dim + 4 * head.max_rows)
+    mm = memory_model(input_size=int(np.prod(bb.inp.shape[1:])), dim=bb.dim, rows=head.max_rows,
+                      autoencoder=sp.head_mode == "autoencoder", arena_bytes=arena,
+                      replay_capacity=s.replay_capacity or 0, replay_bits=s.replay_bits,
+                      replay_n_new=s.replay_n_new, replay_n_old=s.replay_n_old, momentum=s.momentum,
+                      flash_model_bytes=weights_bytes + head_init_bytes,
+                      stage=stage[0] if stage is not None else None)
+    capacity = choose_replay_capacity(mm, board, s.replay_capacity, echo)
+    mm.replay_capacity = capacity
+    learner = _learner_settings(s, capacity, sp.head_mode, codec)
     if stage is not None:
         trained = sum(l.n_train for l in stage[0])
         echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
              + (f" ({trained} train, the rest stays in flash)" if trained < mm.stage_params else "")
              + f", {mm.learner()} bytes on the device (replay {mm.parts()['replay buffer']})")
-    if s.board is not None:
-        check_fit(mm, s.board, name=s.name)
-        for line in board_plan(mm, s.board).lines():
+    if board is not None:
+        check_fit(mm, board, name=s.name)
+        for line in board_plan(mm, board).lines():
             echo(f"memory: {line}")
-        warn_store(mm, s.board, echo)
-    bud = budget(mm, s.board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
-    if s.board is None:
+        warn_store(mm, board, echo)
+    bud = budget(mm, board, weights_bytes=weights_bytes, head_init_bytes=head_init_bytes)
+    if board is None:
         echo(f"memory: RAM ~{bud['ram_bytes']} bytes (arena {arena}, learner "
              f"{bud['learner_bytes']}), flash ~{bud['flash_bytes']} (give --board to check the fit)")
+    mem = {"arena_bytes": arena, "tflm_arena_bytes": tflm_arena, "macs": int(info.macs), **bud}
+    return _Plan(mm, learner, mem, stage, head_init_bytes)
 
+
+def _manifest(sp: _Split, bb: _Backbone, head: _Head, plan: _Plan, selection, s: ExportSettings,
+              source: str) -> dict:
+    """Step 6, the manifest (manifest.json, and what config.h is written from): the model, its
+    input and latent quantization, the head, the learner, the memory, the adaptive stage."""
+    inp, lat = bb.inp, bb.lat
     manifest = {
         "tinyol_version": __version__,
         "name": s.name,
         "source": source,
-        "split_layer": split_name,
+        "split_layer": sp.split_name,
         "input": {"shape": inp.shape[1:], "size": int(np.prod(inp.shape[1:])), "dtype": "int8",
                   "scale": float(np.float32(inp.scale)), "zero_point": inp.zero_point},
-        "latent": {"dim": dim, "scale": float(np.float32(lat.scale)), "zero_point": lat.zero_point},
-        "head": {"mode": head_mode, "classes": names, "init_classes": init_rows,
-                 "max_classes": max_rows, "out_dim": out_dim},
-        "model_hash": model_hash(tfl),
-        "learner": learner,
-        "memory": {"arena_bytes": arena, "tflm_arena_bytes": tflm_arena, "macs": macs, **bud},
+        "latent": {"dim": bb.dim, "scale": float(np.float32(lat.scale)), "zero_point": lat.zero_point},
+        "head": {"mode": sp.head_mode, "classes": head.names, "init_classes": head.init_rows,
+                 "max_classes": head.max_rows, "out_dim": head.out_dim},
+        "model_hash": model_hash(bb.tfl),
+        "learner": plan.learner,
+        "memory": plan.memory,
         "board": s.board,
-        "calibration": calib_desc,
-        "ops": tflite_ops(tfl),
+        "calibration": bb.calib_desc,
+        "ops": bb.ops,
     }
     if s.fc_weights != "int8":  # absent: the default (int8), so earlier manifests stay as they are
         manifest["fc_weights"] = s.fc_weights
-
-    if stage is not None:
-        stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
+    if plan.stage is not None:
+        mm = plan.model
+        stage_mem = stage_memory(plan.stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
                                  not mm.momentum)
-        manifest["stage"] = stage_summary(stage[0], stage_mem)
+        manifest["stage"] = stage_summary(plan.stage[0], stage_mem)
         if s.stage_train not in (None, "all"):
             manifest["stage"]["train_spec"] = selection["spec"] if selection else s.stage_train.strip()
         if selection is not None:
             manifest["stage"]["selection"] = selection
+    return manifest
+
+
+def _write_learner(out: Path, source: str, manifest: dict, head: _Head, stage, codec,
+                   board: Board | None) -> None:
+    """Step 7, write the learner's artifacts: its initial parameters (head_init.c/.npz, or
+    stage_init.c/.npz for an adaptive stage), config.h, the 4-bit codec (replay_codec.c)."""
+    if stage is not None:
         _deterministic_npz(out / "stage_init.npz",
-                           {"params": stage[1], "n_classes": np.array(init_rows, dtype=np.int64),
+                           {"params": stage[1], "n_classes": np.array(head.init_rows, dtype=np.int64),
                             "layers": np.array([l.as_tuple() for l in stage[0]], np.int64)})
         write_stage_init(out, source, stage[0], stage[1])
-        write_config_h(out, source, manifest, board_obj)
-        if codec is not None:
-            write_replay_codec(out, source, *codec)
     else:
         _deterministic_npz(out / "head_init.npz",
-                           {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
-        write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
-        write_config_h(out, source, manifest, board_obj)
-        if codec is not None:
-            write_replay_codec(out, source, *codec)
+                           {"W": head.W, "b": head.b, "n_classes": np.array(head.init_rows, dtype=np.int64)})
+        write_head_init(out, source, head.W, head.b, with_backbone_h=True)
+    write_config_h(out, source, manifest, board)
+    if codec is not None:
+        write_replay_codec(out, source, *codec)
 
+
+def _write_manifest(out: Path, manifest: dict, source: str) -> dict:
+    """Step 8: every artifact's sha256 into the manifest, and manifest.json."""
     manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
@@ -1145,17 +1069,17 @@ def _last_layer(model, head, W, b, X, s: ExportSettings, source: str) -> dict:
     keras = _keras()
     bb = keras.Model(model.inputs, head.input, name=f"{s.name}_last_layer")
     tfl = quantize_backbone(bb, X)
-    inp, lat = tflite_io(tfl)
+    inp, lat = io_tensors(parse_model(tfl, "backbone.tflite"))
     with tempfile.TemporaryDirectory(prefix=".tinyol-last-") as d:
         (Path(d) / "backbone.tflite").write_bytes(tfl)
         info = run_codegen(Path(d) / "backbone.tflite", Path(d), source, lambda m: None, s.fc_weights)
     return {"tfl": tfl, "inp": inp, "lat": lat, "W": W, "b": b,
-            "arena": int(info.arena_bytes) if info is not None else 0,
-            "flash": int(info.weights_bytes) if info is not None else len(tfl)}
+            "arena": int(info.arena_bytes), "flash": int(info.weights_bytes)}
 
 
 def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, rows: int,
-                  echo: Echo, *, arena: int, flash: int, last_layer=None, codec=None) -> dict:
+                  echo: Echo, *, board: Board, arena: int, flash: int, last_layer=None,
+                  codec=None) -> dict:
     """`--stage-train auto`: measure each layer's contribution on the calibration data with
     the twin and choose what trains (tinyol.model.stage_select), on the validation part of
     the task; then measure the recipe against the last layer alone (``last_layer()``: the head
@@ -1185,10 +1109,7 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
 
     replay = s.replay_capacity
     if replay is None:  # room for 200 slots, or 3/4 of what the classifier alone leaves if fewer
-        board = get_board(s.board)
-        most = min(memory.largest_capacity(model_for(stage_select.least(layers), 0), board.name,
-                                           memory.board_regions(board), test_build=t)
-                   for t in (False, True))
+        most = max_replay_slots(model_for(stage_select.least(layers), 0), board)
         replay = max(0, min(AUTO_REPLAY_SLOTS, 3 * int(most) // 4))
     cap = replay if replay > 0 else 0
     from ..learn import learner as L
@@ -1216,7 +1137,7 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
 
     def fits(ls):
         mm = model_for(ls, replay)
-        return board_plan(mm, s.board).fits and (s.stage_budget is None or ram(ls) <= s.stage_budget)
+        return board_plan(mm, board).fits and (s.stage_budget is None or ram(ls) <= s.stage_budget)
 
     if not task.truly_new:
         echo(f"stage-train auto: note: {src} has no samples of new classes (labels {n_known}.."
@@ -1242,26 +1163,21 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
                    data=src, new_classes=bool(task.truly_new))
     if last_layer is None:
         return summary
-    summary.update(_recipe(s, layers, names, flat, spec, table, task, idx, X, in_shape, rows, lq,
-                           settings, model_for, ram, last_layer(), src, echo, codec))
+    summary.update(_recipe(s, board, layers, names, flat, spec, table, task, idx, X, in_shape, rows,
+                           lq, settings, model_for, ram, last_layer(), src, echo, codec))
     summary["spec"] = summary["recipe"]["spec"]
     return summary
 
 
-def _recipe(s: ExportSettings, layers, names, flat, spec, table, task, idx, X, in_shape, rows, lq,
-            settings, model_for, ram, last: dict, src: str, echo: Echo, codec=None) -> dict:
+def _recipe(s: ExportSettings, board: Board, layers, names, flat, spec, table, task, idx, X, in_shape,
+            rows, lq, settings, model_for, ram, last: dict, src: str, echo: Echo, codec=None) -> dict:
     """The recipe `--stage-train auto` recommends: the chosen stage, the classifier alone at
     this cut and the last layer alone (the head cut's export), each with the replay slots it
     leaves on the board (or --replay-capacity at this cut), measured on the validation part
     (to choose) and the test part (the accuracy it expects, never used to choose). A cut is
     recommended only when it beats the last layer alone on the validation part by MIN_GAIN."""
-    board = get_board(s.board)
-    regions = memory.board_regions(board)
-
     def slots(mm):
-        most = min(memory.largest_capacity(mm, board.name, regions, test_build=t)
-                   for t in (False, True))
-        return max(0, int(most))
+        return max(0, int(max_replay_slots(mm, board)))
 
     def capped(c):
         return min(c, 0xFFFF)
@@ -1286,9 +1202,9 @@ def _recipe(s: ExportSettings, layers, names, flat, spec, table, task, idx, X, i
         seen.add(sp)
         ls = least if sp == frozen_spec else apply_train(layers, names, sp)
         if s.replay_capacity is not None:
-            n = s.replay_capacity if board_plan(model_for(ls, s.replay_capacity), s.board).fits else -1
+            n = s.replay_capacity if board_plan(model_for(ls, s.replay_capacity), board).fits else -1
         else:
-            n = slots(model_for(ls, 0)) if board_plan(model_for(ls, 0), s.board).fits else -1
+            n = slots(model_for(ls, 0)) if board_plan(model_for(ls, 0), board).fits else -1
         if n < 0 or (s.stage_budget is not None and ram(ls) > s.stage_budget):
             continue
         cut_cands.append((sp, ls, n))
@@ -1405,7 +1321,7 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
                       replay_bits=int(L["replay_bits"]), replay_n_new=int(L["replay_n_new"]),
                       replay_n_old=int(L["replay_n_old"]), momentum=float(L["momentum"]),
                       flash_model_bytes=int(mem["weights_bytes"]) + init_bytes, stage=layers)
-    board = m.get("board")
+    board = get_board(m["board"]) if m.get("board") is not None else None  # resolved once
     if board is not None and check:
         check_fit(mm, board, name=m["name"])
     bud = budget(mm, board, weights_bytes=int(mem["weights_bytes"]), head_init_bytes=init_bytes)
@@ -1415,7 +1331,7 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
         kept = {k: m["stage"][k] for k in ("train_spec", "selection") if k in m["stage"]}
         m["stage"] = {**stage_summary(layers, stage_memory(layers, mm.replay_capacity, mm.replay_bits,
                                                            mm.n_new, 0, not mm.momentum)), **kept}
-    write_config_h(out, m["source"], m, get_board(board) if board else None)
+    write_config_h(out, m["source"], m, board)
     m["artifacts"]["config.h"] = sha256(out / "config.h")
     (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     echo(f"rewrote {out}/config.h and manifest.json")

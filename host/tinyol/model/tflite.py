@@ -177,6 +177,30 @@ def parse_model(raw: bytes, origin: str = "<bytes>") -> TfliteModel:
     return TfliteModel(tensors, ops, [int(x) for x in g.inputs], [int(x) for x in g.outputs], raw)
 
 
+@dataclass
+class TensorIO:
+    """A model's input or output as an export records it: shape, dtype, the (first) scale and
+    zero point (real = scale * (q - zero_point))."""
+
+    shape: list[int]
+    dtype: str
+    scale: float
+    zero_point: int
+
+
+def _io(t: Tensor) -> TensorIO:
+    return TensorIO([int(d) for d in t.shape], t.dtype, float(t.scale[0]) if t.scale.size else 0.0,
+                    int(t.zero_point[0]) if t.zero_point.size else 0)
+
+
+def io_tensors(m: TfliteModel) -> tuple[TensorIO, TensorIO]:
+    """The one input and the one output of a backbone (a TinyolError for any other count)."""
+    if len(m.inputs) != 1 or len(m.outputs) != 1:
+        raise TinyolError(f"backbone must have one input and one output, has "
+                          f"{len(m.inputs)} and {len(m.outputs)}")
+    return _io(m.tensors[m.inputs[0]]), _io(m.tensors[m.outputs[0]])
+
+
 # --------------------------------------------------------------------------- classifier split
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TinyolError
+from .errors import TinyolError
 
 # Lazy on purpose: matplotlib is imported where a plot is drawn; it takes about a second to
 # load and only --plot needs it.

@@ -2,10 +2,10 @@
 NUCLEO-L476RG, and how the chosen stage learns against the hand-picked lean rows of
 docs/study.md ("Last layer, float stage or lean stage?"), on one stream order (issue 19).
 
-    PYTHONPATH=host python -m tinyol.studies.auto --json docs/study_auto.json \\
+    PYTHONPATH=host:studies python -m tinyol_studies.auto --json docs/study_auto.json \\
         [--data digits,watch] [--work DIR]
 
-Same protocol as tinyol.studies.lean (its networks, calibration data = the pre-training
+Same protocol as tinyol_studies.lean (its networks, calibration data = the pre-training
 classes, 200 int8 replay slots, lr 0.03, the new classes streamed once, the test split), one
 stream order (order 0): the float stage and the lean stages by hand are re-run here on the same
 order so that every row of a data set compares like with like. The auto export is given
@@ -22,9 +22,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..data.datasets import save_npz
-from ..model.export import export_model
-from ..targets import simulation as S
+from tinyol.data.datasets import save_npz
+from tinyol.model.export import export_model
+from tinyol.targets import simulation as S
 from . import depth as D
 from . import lean
 

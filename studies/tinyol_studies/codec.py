@@ -1,13 +1,13 @@
 """Compressed latent replay (issue 30): how many replay slots each storage gives within the
 NUCLEO-L476RG's RAM, and what they are worth, on digits and on the issue's Sequential IMU model.
 
-    PYTHONPATH=host python -m tinyol.studies.codec --json docs/study_codec.json [--work DIR]
+    PYTHONPATH=host:studies python -m tinyol_studies.codec --json docs/study_codec.json [--work DIR]
 
 Each (data set, cut, storage) is exported for the NUCLEO-L476RG exactly as a user would
 (`tinyol export --board nucleo_l476rg --replay-bits B`, no --replay-capacity: the largest
 buffer that fits, by tinyol.memory's board plan, the one the linker is held to); the twin
 (bit-identical with the device at every storage, tests/device/test_replay4_device.py) learns the new
-classes with the depth study's protocol (tinyol.studies.depth: replay pre-filled with the
+classes with the depth study's protocol (tinyol_studies.depth: replay pre-filled with the
 pre-training classes, the new ones streamed once, n_new 1, n_old 16, lr 0.03, reservoir, the
 test split), mean and std over 3 stream orders. Rows already in the json are kept.
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn import learner as L
-from ..memory import replay_row_bytes
-from ..model.export import export_model
-from ..targets import simulation as S
+from tinyol.learn import learner as L
+from tinyol.memory import replay_row_bytes
+from tinyol.model.export import export_model
+from tinyol.targets import simulation as S
 from . import depth as D
 from . import usermodel as U
 from .usermodel import run_stream as run

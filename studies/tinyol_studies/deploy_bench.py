@@ -1,6 +1,6 @@
 """Scale run of a fleet over Flower's deployment engine (docs/fleet.md, "Measured").
 
-    .venv/bin/python -m tinyol.fleet.deploy_bench --nodes 50 --rounds 2 --every 5 [--ray] [--database]
+    PYTHONPATH=studies .venv/bin/python -m tinyol_studies.deploy_bench --nodes 50 --rounds 2 --every 5 [--ray] [--database]
 
 N SuperNodes, each a numpy twin of the board (the firmware's learner, bit-exact), on this
 machine, against one SuperLink with TLS and SuperNode authentication; every SuperNode
@@ -132,11 +132,11 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
              batch: int = 10, database: bool = False, in_flight: int = 0) -> dict:
     """`database`: the SuperLink keeps its state in SQLite (as `tinyol superlink` does,
     to survive a restart) instead of Flower's in-memory state."""
-    from ..data.datasets import load_source
-    from ..errors import TinyolError
-    from ..targets.emulator import free_port
-    from . import deploy as D
-    from .app import _cached_latents
+    from tinyol.data.datasets import load_source
+    from tinyol.errors import TinyolError
+    from tinyol.targets.emulator import free_port
+    from tinyol.fleet import deploy as D
+    from tinyol.fleet.app import _cached_latents
     names = [f"board{i}" for i in range(n)]
     # the gateway's latent cache, computed once before the nodes start (every node of a real
     # gateway would compute it once, on its first message; 50 at once measure TFLM, not a round)
@@ -210,12 +210,12 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
 
 
 def host_loop(n, rounds, k, data, split, model) -> dict:
-    from ..targets.simulation import load_model
-    from .boards import make_twin
-    from .data import latents_fn, load_shards
-    from .loop import Fleet, FleetConfig, Member
-    from .params import initial_params
-    from .simulation import params_accuracy
+    from tinyol.targets.simulation import load_model
+    from tinyol.fleet.boards import make_twin
+    from tinyol.fleet.data import latents_fn, load_shards
+    from tinyol.fleet.loop import Fleet, FleetConfig, Member
+    from tinyol.fleet.params import initial_params
+    from tinyol.fleet.simulation import params_accuracy
     m = load_model(model)
     shards = load_shards(data, n, split, 0, latents_of=latents_fn(model))
     ev = load_shards("digits@test", 1, "iid", 0, latents_of=latents_fn(model))[0]
@@ -236,9 +236,9 @@ def host_loop(n, rounds, k, data, split, model) -> dict:
 
 
 def ray(n, rounds, k, data, split, model) -> dict:
-    from .data import latents_fn, load_shards
-    from .loop import FleetConfig
-    from .simulation import run_flower_simulation
+    from tinyol.fleet.data import latents_fn, load_shards
+    from tinyol.fleet.loop import FleetConfig
+    from tinyol.fleet.simulation import run_flower_simulation
     shards = load_shards(data, n, split, 0, latents_of=latents_fn(model))
     ev = load_shards("digits@test", 1, "iid", 0, latents_of=latents_fn(model))[0]
     t0 = time.monotonic()
@@ -265,9 +265,9 @@ def main(argv=None) -> None:
     ap.add_argument("--ray", action="store_true", help="also run Flower's simulation engine (slow)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
-    from .deploy import exit_on_sigterm
+    from tinyol.fleet.deploy import exit_on_sigterm
     exit_on_sigterm()  # a stopped benchmark stops its SuperLink and SuperNodes
-    from ..paths import example_model
+    from tinyol.paths import example_model
     model = str(Path(a.model).resolve()) if a.model else str(example_model("digits"))
     res = {"config": vars(a)}
     t0 = time.monotonic()

@@ -3,9 +3,9 @@ IMU classifier (conv1 BN ReLU max-pool, conv2 pool, conv3 pool, Flatten, Dense 3
 Dropout, head) pre-trained 30 epochs on 4 exercises of the watch set (subjects 1-7) — exported
 for the NUCLEO-L476RG the way docs/adaptive.md says, and how each recipe learns the 3 new
 exercises (one pass, replay pre-filled with the 4 known ones, test on all 7 exercises of
-subjects 8-10, the depth study's split and protocol: tinyol.studies.depth / lean).
+subjects 8-10, the depth study's split and protocol: tinyol_studies.depth / lean).
 
-    PYTHONPATH=host python -m tinyol.studies.usermodel --json docs/study_usermodel.json \\
+    PYTHONPATH=host:studies python -m tinyol_studies.usermodel --json docs/study_usermodel.json \\
         [--work DIR] [--only auto]
 
 The network is trained once per work folder (seed 0) and kept there; every export and run is
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.datasets import save_npz
-from ..learn import learner as L
-from ..model.export import export_model
-from ..targets import simulation as S
+from tinyol.data.datasets import save_npz
+from tinyol.learn import learner as L
+from tinyol.model.export import export_model
+from tinyol.targets import simulation as S
 from . import depth as D
 
 BOARD = "nucleo_l476rg"
@@ -79,8 +79,8 @@ def export(ds: D.Dataset, out: Path, echo, **kw) -> tuple[S.Model, list[str]]:
 
 def run_stream(ds, model: S.Model, Qtr, Qte, *, seed: int, bits: int, policy: int = L.POLICY_RESERVOIR,
         rehearse: int = 0) -> float:
-    """tinyol.studies.depth.run (replay) at the export's capacity and ``bits`` (with a replay
-    policy and idle rehearsal steps: tinyol.studies.lean.run's)."""
+    """tinyol_studies.depth.run (replay) at the export's capacity and ``bits`` (with a replay
+    policy and idle rehearsal steps: tinyol_studies.lean.run's)."""
     rng = np.random.default_rng(seed)
     old = np.flatnonzero(np.isin(ds.ytr, ds.old))
     new = np.flatnonzero(np.isin(ds.ytr, ds.new))

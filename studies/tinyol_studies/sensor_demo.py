@@ -1,7 +1,7 @@
 """The sensor example's demo (docs/sensor.md): models/imu learns two new exercises from the
 board's own sensor and is measured before and after on people it never saw.
 
-    PYTHONPATH=host python -m tinyol.studies.sensor_demo [--out DIR]
+    PYTHONPATH=host:studies python -m tinyol_studies.sensor_demo [--out DIR]
 
 One recording is played through the sensor (record-to-resd; Renode's LSM6DSO model, or the
 native target's file): held-out windows (subjects 8-10, unlabelled) are predicted, labelled
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import sensor as S
-from ..data.datasets import WATCH_TEST_SUBJECTS, watch_recordings
-from ..paths import models_dir
+from tinyol.data import sensor as S
+from tinyol.data.datasets import WATCH_TEST_SUBJECTS, watch_recordings
+from tinyol.paths import models_dir
 
 STRIDE = 50
 UNLABELLED = -1
@@ -80,7 +80,7 @@ class Twin:
     backbone (TFLM's runtime) -> the reference learner, in the firmware's order."""
 
     def __init__(self, model_dir=None):
-        from ..targets.simulation import learner_settings, load_model, make_learner
+        from tinyol.targets.simulation import learner_settings, load_model, make_learner
 
         self.model = load_model(Path(model_dir or models_dir() / "imu"))
         m = self.model.manifest
@@ -93,7 +93,7 @@ class Twin:
         return S.windows(S.scale_raw(raw, self.mul, self.add), self.length, STRIDE)
 
     def latents(self, windows: np.ndarray) -> np.ndarray:
-        from ..targets.simulation import latents
+        from tinyol.targets.simulation import latents
 
         return latents(self.model, windows.reshape(len(windows), -1))
 

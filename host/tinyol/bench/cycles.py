@@ -1,6 +1,6 @@
 """Cortex-M4 cycle estimate of a bench harness ELF: `tinyol bench --cycles`.
 
-QEMU -icount counts instructions (tinyol.studies.icount): deterministic, but an instruction is not a
+QEMU -icount counts instructions (tinyol.bench.icount): deterministic, but an instruction is not a
 cycle. This module runs the *same* bare-metal harness ELF (mcu/bench/) in unicorn, traces the executed
 instruction stream and every data read from flash, and prices each instruction with
 

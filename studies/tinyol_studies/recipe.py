@@ -1,10 +1,10 @@
 """The adaptive stage's recipe (issue 19, item 3), measured on the numpy twin: which of idle-time
 rehearsal, class-balanced replay and a learning-rate schedule pays, at digits' cuts.
 
-    PYTHONPATH=host python -m tinyol.studies.recipe --json docs/recipe.json
+    PYTHONPATH=host:studies python -m tinyol_studies.recipe --json docs/recipe.json
         # prints one line per configuration; docs/adaptive.md ("Recipe") quotes the numbers
 
-Same protocol as tinyol.studies.depth (digits, backbone trained on 0-4, the stream of 5-9 in
+Same protocol as tinyol_studies.depth (digits, backbone trained on 0-4, the stream of 5-9 in
 an order per seed, the buffer pre-filled with 0-4, 8-bit replay, n_old = 16, lr = 0.03, test
 on all ten classes, 3 stream orders). Each configuration is a set of plain keyword arguments
 of the twin (tinyol.learn.stage: Settings.rehearse, the replay policy, StageConfig.lr_decay);
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn import learner as L
-from ..model.export import export_model
-from ..targets import simulation as S
+from tinyol.learn import learner as L
+from tinyol.model.export import export_model
+from tinyol.targets import simulation as S
 from . import depth as D
 
 

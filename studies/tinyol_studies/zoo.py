@@ -1,6 +1,6 @@
 """Example models: Keras definitions, reproducible training recipes, export settings.
 
-``python -m tinyol.studies.zoo build [names...]`` trains (or, for the MLPerf Tiny reference
+``python -m tinyol_studies.zoo build [names...]`` trains (or, for the MLPerf Tiny reference
 architectures, seeds randomly) each model, saves ``models/<name>/<name>.keras`` and exports it to
 ``models/<name>/`` with the settings below. Same code, same library versions -> same bytes.
 
@@ -44,10 +44,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.datasets import load_source
-from ..errors import TinyolError
-from ..model.export import export_model, import_tf
-from ..paths import models_dir as shipped
+from tinyol.data.datasets import load_source
+from tinyol.errors import TinyolError
+from tinyol.model.export import export_model, import_tf
+from tinyol.paths import models_dir as shipped
 
 # Lazy on purpose: TensorFlow/Keras and scikit-learn are imported where a model is trained or
 # scored; they take seconds to load.
@@ -264,7 +264,7 @@ def _train_imu(model) -> dict:
     """60 epochs on every window of IMU_CLASSES of subjects 1-7 as the sensor reports them
     (watch_sensor_windows); accuracy on subjects 8-10 (new users), the same classes."""
     keras = _keras()
-    from ..data.datasets import watch_sensor_windows
+    from tinyol.data.datasets import watch_sensor_windows
 
     Xtr, ytr, _ = watch_sensor_windows(IMU_CLASSES, "train")
     Xte, yte, _ = watch_sensor_windows(IMU_CLASSES, "test")
@@ -311,7 +311,7 @@ def _train_kdd135(model) -> dict:
     keras = _keras()
     from sklearn.metrics import roc_auc_score
 
-    from ..data.datasets import kdd135_windows
+    from tinyol.data.datasets import kdd135_windows
 
     Xtr, _, _ = kdd135_windows("train", stride=1)
     model.compile(optimizer=keras.optimizers.Adam(0.002), loss="mse")
@@ -400,7 +400,7 @@ def reexport(name: str, out_root: Path | None = None, echo=print) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("build", "export"):
-        print("usage: python -m tinyol.studies.zoo build|export [names...]\n"
+        print("usage: python -m tinyol_studies.zoo build|export [names...]\n"
               "  build   train (or seed) + save .keras + export\n"
               "  export  export the committed .keras again\n"
               "  names:  " + ", ".join(RECIPES), file=sys.stderr)

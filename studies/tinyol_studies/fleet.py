@@ -1,7 +1,7 @@
 """The fleet study: non-IID boards, naive local vs local replay vs fleet averaging.
 
-    PYTHONPATH=host python -m tinyol.fleet.study [--quick]     # prints the tables of docs/fleet.md
-    PYTHONPATH=host python -m tinyol.fleet.study --stage        # adaptive stage vs head fleets
+    PYTHONPATH=host:studies python -m tinyol_studies.fleet [--quick]     # prints the tables of docs/fleet.md
+    PYTHONPATH=host:studies python -m tinyol_studies.fleet --stage        # adaptive stage vs head fleets
 
 models/digits (backbone trained on digits 0-4). Digits 5-9 of the training split are
 dealt out to N boards, each seeing only C of the five new classes (``classes:C``,
@@ -22,13 +22,13 @@ import time
 
 import numpy as np
 
-from ..data.datasets import load_source
-from ..targets.simulation import load_model
-from .boards import TwinBoard, make_twin
-from .data import Shard, latents_fn, split_non_iid
-from .loop import Fleet, FleetConfig, Member
-from .params import Head, initial_params
-from .simulation import params_accuracy, run_flower_simulation
+from tinyol.data.datasets import load_source
+from tinyol.targets.simulation import load_model
+from tinyol.fleet.boards import TwinBoard, make_twin
+from tinyol.fleet.data import Shard, latents_fn, split_non_iid
+from tinyol.fleet.loop import Fleet, FleetConfig, Member
+from tinyol.fleet.params import Head, initial_params
+from tinyol.fleet.simulation import params_accuracy, run_flower_simulation
 
 OLD, NEW = list(range(5)), list(range(5, 10))
 METHODS = [  # name, learning mode, strategy, k (None: local only)
