@@ -66,9 +66,9 @@
  * then per trained parameter k in params[] order its gradient of this sample in float32
  * (g = 0.0f; += d * x over the output positions in (oy, ox) order; bias: += d), then
  *     g += weight_decay * w               (weights only)
- *     t = (float)q - (lr_l * g) * 2^-e    (lr_l = lr, or lr * stage_lr_scale below the classifier)
- *     v = t + u_k,  u_k = (hash(base + k) >> 8) * 2^-24   (stochastic rounding, in [0, 1))
- *     q = v is NaN ? q : clamp(floorf(v), -32767, 32767)
+ *     delta = -((lr_l * g) * 2^-e)         (lr_l = lr, or lr * stage_lr_scale below the classifier)
+ *     delta == 0 or NaN: q stays; else v = delta + u_k, u_k = (hash(base + k) >> 8) * 2^-24
+ *     (stochastic rounding of the step alone, u_k in [0, 1)), q = clamp(q + floor(v), -32767, 32767)
  * with hash the lowbias32 integer hash and base = hash(seed + 0x9E3779B9 * (updates * 1024
  * + j)), j the sample's place in the batch (0..), updates the counter before this batch: the
  * twin draws the same u_k. An int16 weight is never non-finite: such a stage never rejects.

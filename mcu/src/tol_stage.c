@@ -894,7 +894,13 @@ static void tol_stage_forward16_(const tol_stage_layer_t *l, const tol_stage_wv_
         const uint32_t n = tol_stage_in_size_(l);
         for (uint32_t o = 0; o < l->out_c; o++) {
             float acc = tol_stage_wv_(b, o);
-            for (uint32_t i = 0; i < n; i++) acc += tol_stage_wv_(w, (size_t)o * n + i) * x[i];
+            if (w->q != NULL) {
+                const int16_t *qr = &w->q[(size_t)o * n];
+                for (uint32_t i = 0; i < n; i++) acc += ((float)qr[i] * w->s) * x[i];
+            } else {
+                const float *fr = &w->f[(size_t)o * n];
+                for (uint32_t i = 0; i < n; i++) acc += fr[i] * x[i];
+            }
             y[o] = tol_stage_act_(l->act, acc);
         }
         return;
@@ -913,8 +919,14 @@ static void tol_stage_forward16_(const tol_stage_layer_t *l, const tol_stage_wv_
                         if (cv.dw) {
                             acc += tol_stage_wv_(w, tol_stage_widx_(l, co, ky, kx, 0u)) * x[xi + co / cv.mult];
                         } else {
-                            for (uint32_t ci = 0; ci < cv.cin; ci++) {
-                                acc += tol_stage_wv_(w, tol_stage_widx_(l, co, ky, kx, ci)) * x[xi + ci];
+                            const size_t k0 = tol_stage_widx_(l, co, ky, kx, 0u);
+                            const float *xr = &x[xi];
+                            if (w->q != NULL) {
+                                const int16_t *qr = &w->q[k0];
+                                for (uint32_t ci = 0; ci < cv.cin; ci++) acc += ((float)qr[ci] * w->s) * xr[ci];
+                            } else {
+                                const float *fr = &w->f[k0];
+                                for (uint32_t ci = 0; ci < cv.cin; ci++) acc += fr[ci] * xr[ci];
                             }
                         }
                     }
@@ -975,17 +987,26 @@ static uint32_t tol_stage_hash32_(uint32_t x)
     return x;
 }
 
-/* One int16 parameter's update from its gradient g (w: its value, decay: add wd w). */
+/* One int16 parameter's update from its gradient g (w: its value, decay: add wd w; with
+ * wd = 0 the sum is g itself, w being finite), key: its hash input. The step in int16 units,
+ * delta = -(lr g) 2^-e, is rounded stochastically on its own (so that its fraction keeps its
+ * precision whatever q is): r = floor(delta + u); q + r clamped. delta == 0 leaves q as it is
+ * (floor(u) = 0: the hash is not needed); a NaN delta too. */
 static int16_t tol_stage_q_step_(int16_t q, float g, float w, int decay, float wd, float lr, float inv,
-                                 uint32_t h)
+                                 uint32_t key)
 {
-    if (decay) g = g + wd * w;
-    const float t = (float)q - (lr * g) * inv;
-    const float v = t + (float)(h >> 8) * 0x1p-24f;
-    if (!(v == v)) return q;
-    if (v >= (float)TOL_STAGE_Q_MAX) return (int16_t)TOL_STAGE_Q_MAX;
-    if (v <= -(float)TOL_STAGE_Q_MAX) return (int16_t)-TOL_STAGE_Q_MAX;
-    return (int16_t)floorf(v);
+    if (decay && wd != 0.0f) g = g + wd * w;
+    const float delta = -((lr * g) * inv);
+    if (delta == 0.0f || !(delta == delta)) return q;
+    const float v = delta + (float)(tol_stage_hash32_(key) >> 8) * 0x1p-24f;
+    if (v >= 65535.0f) return (int16_t)TOL_STAGE_Q_MAX;
+    if (v <= -65535.0f) return (int16_t)-TOL_STAGE_Q_MAX;
+    int32_t r = (int32_t)v; /* toward zero, then down: floor */
+    if ((float)r > v) r--;
+    int32_t n = (int32_t)q + r;
+    if (n > (int32_t)TOL_STAGE_Q_MAX) n = (int32_t)TOL_STAGE_Q_MAX;
+    if (n < -(int32_t)TOL_STAGE_Q_MAX) n = -(int32_t)TOL_STAGE_Q_MAX;
+    return (int16_t)n;
 }
 
 /* Layer l's trained parameters (q[toff ..]) updated from this sample: x its input, d its
@@ -999,20 +1020,21 @@ static void tol_stage_update16_(tol_stage_t *S, const tol_stage_layer_t *l, cons
     int16_t *qw = &S->q[toff], *qb = &S->q[toff + nw];
     if (l->kind == TOL_STAGE_DENSE) {
         const uint32_t n = tol_stage_in_size_(l);
-        for (uint32_t o = 0; o < l->out_c; o++) {
-            for (uint32_t i = 0; nw > 0u && i < n; i++) {
+        for (uint32_t o = 0; o < l->out_c && nw > 0u; o++) {
+            if (d[o] == 0.0f && wd == 0.0f) continue; /* every step of the row is 0: q stays */
+            for (uint32_t i = 0; i < n; i++) {
                 const size_t k = (size_t)o * n + i;
                 float g = 0.0f;
                 g += d[o] * x[i];
                 qw[k] = tol_stage_q_step_(qw[k], g, tol_stage_wv_(w, k), 1, wd, lr, winv,
-                                          tol_stage_hash32_(base + toff + (uint32_t)k));
+                                          base + toff + (uint32_t)k);
             }
         }
         for (uint32_t o = 0; o < l->out_c; o++) {
             float g = 0.0f;
             g += d[o];
             qb[o] = tol_stage_q_step_(qb[o], g, 0.0f, 0, wd, lr, binv,
-                                      tol_stage_hash32_(base + toff + nw + o));
+                                      base + toff + nw + o);
         }
         return;
     }
@@ -1036,7 +1058,7 @@ static void tol_stage_update16_(tol_stage_t *S, const tol_stage_layer_t *l, cons
                         }
                     }
                     qw[k] = tol_stage_q_step_(qw[k], g, tol_stage_wv_(w, k), 1, wd, lr, winv,
-                                              tol_stage_hash32_(base + toff + (uint32_t)k));
+                                              base + toff + (uint32_t)k);
                 }
             }
         }
@@ -1045,7 +1067,7 @@ static void tol_stage_update16_(tol_stage_t *S, const tol_stage_layer_t *l, cons
     for (uint32_t co = 0; co < cv.cout; co++) {
         float g = 0.0f;
         for (uint32_t p = 0; p < np; p++) g += d[(size_t)p * cv.cout + co];
-        qb[co] = tol_stage_q_step_(qb[co], g, 0.0f, 0, wd, lr, binv, tol_stage_hash32_(base + toff + nw + co));
+        qb[co] = tol_stage_q_step_(qb[co], g, 0.0f, 0, wd, lr, binv, base + toff + nw + co);
     }
 }
 

@@ -649,11 +649,14 @@ class Stage(OnlineLearner):
         u = ((h >> np.uint32(8)).astype(F32) * F32(2.0 ** -24)).astype(F32)
         wd = F32(self.settings.weight_decay)
         with np.errstate(over="ignore", invalid="ignore"):
-            g = np.where(self.is_w, (g + wd * self.params).astype(F32), g).astype(F32)
-            t = (self.q.astype(F32) - ((self._lr() * g).astype(F32) * self.qinv).astype(F32)).astype(F32)
-            v = (t + u).astype(F32)
-            nq = np.where(v >= Q_MAX, F32(Q_MAX), np.where(v <= -Q_MAX, F32(-Q_MAX), np.floor(v)))
-            nq = np.where(np.isnan(v), self.q.astype(F32), nq)
+            if wd != 0:
+                g = np.where(self.is_w, (g + wd * self.params).astype(F32), g).astype(F32)
+            delta = (-((self._lr() * g).astype(F32) * self.qinv)).astype(F32)
+            v = (delta + u).astype(F32)
+            r = np.floor(np.clip(v, F32(-65535.0), F32(65535.0)))
+            nq = np.clip(self.q.astype(np.float64) + r, -Q_MAX, Q_MAX)
+            keep = (delta == 0) | np.isnan(delta)
+            nq = np.where(keep, self.q, nq)
         self.q = nq.astype(np.int16)
         self.params = (self.q.astype(F32) * self.qscale).astype(F32)
 
