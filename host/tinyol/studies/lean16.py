@@ -12,7 +12,7 @@ the largest buffer that fits by tinyol.memory's board plan, the one the linker i
 at most CAP_LIMIT); the twin (bit-identical with tol_stage.c, tests/host/test_stage_int16.py)
 learns the new classes with the depth study's protocol (tinyol.studies.depth: replay
 pre-filled with the pre-training classes, the new ones streamed once, n_new 1, n_old 16,
-lr 0.03). The recipe (plain, or class-balanced + 2 idle steps; x stage learning-rate scale 0.3, 1, 3) is
+lr 0.03). The recipe (plain, or class-balanced + 2 idle steps; x stage learning-rate scale 0.3, 1, 3, 10) is
 chosen on a validation split (30 % of the training data held out of prefill and stream,
 one order: tinyol.studies.lean.best_l476's), then re-exported with the chosen
 --stage-lr-scale / --replay-policy / --rehearse and run on the test split over 3 orders.
@@ -47,7 +47,7 @@ CASES = [
 # the recipes searched (a small grid: the shared 2-core machine): the plain one and the best of
 # the recipe study (class-balanced replay + 2 idle steps), each at three stage learning rates
 RECIPES = ((L.POLICY_RESERVOIR, 0), (L.POLICY_BALANCED, 2))
-LR_SCALES = (0.3, 1.0, 3.0)
+LR_SCALES = (0.3, 1.0, 3.0, 10.0)
 
 
 def export(ds, out: Path, kw: dict, capacity: int | None = None, **extra) -> S.Model:
