@@ -18,6 +18,7 @@ SHIM = r"""
 #include "tol_stage.h"
 size_t shim_sizeof_stage(void) { return sizeof(tol_stage_t); }
 const float *shim_params(const tol_stage_t *S) { return S->params; }
+const int16_t *shim_q(const tol_stage_t *S) { return S->q; }
 const float *shim_mom(const tol_stage_t *S) { return S->mom; }
 const float *shim_probs(const tol_stage_t *S) { return S->probs; }
 unsigned shim_n_params(const tol_stage_t *S) { return S->n_params; }
@@ -33,7 +34,7 @@ unsigned shim_rehearsed(const tol_stage_t *S) { return S->rehearsed; }
 class CLayer(C.Structure):
     _fields_ = [(n, C.c_uint8) for n in ("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl")] + \
                [(n, C.c_uint16) for n in ("in_h", "in_w", "in_c", "out_h", "out_w", "out_c")] + \
-               [("train", C.c_uint8)]
+               [("train", C.c_uint8), ("wq", C.c_int8), ("bq", C.c_int8)]
 
 
 class CStageConfig(C.Structure):
@@ -44,7 +45,8 @@ class CStageConfig(C.Structure):
                 ("max_new", C.c_uint16), ("max_old", C.c_uint16),
                 ("latent_scale", C.c_float), ("latent_zero_point", C.c_int32),
                 ("seed", C.c_uint32), ("settings", CSettings), ("replay_codec", C.c_void_p),
-                ("replay_mem", C.c_void_p), ("replay_mem_bytes", C.c_size_t)]
+                ("replay_mem", C.c_void_p), ("replay_mem_bytes", C.c_size_t),
+                ("stage_lr_scale", C.c_float)]
 
 
 def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.CDLL:
@@ -81,6 +83,7 @@ def build_stage_lib(tmpdir: pathlib.Path, extra: list[str] | None = None) -> C.C
         "tol_stage_state_end": (C.c_int, [P, C.c_uint8]),
         "shim_sizeof_stage": (C.c_size_t, []),
         "shim_params": (f32p, [P]),
+        "shim_q": (C.POINTER(C.c_int16), [P]),
         "shim_mom": (f32p, [P]),
         "shim_probs": (f32p, [P]),
         "shim_n_params": (C.c_uint, [P]),
@@ -122,6 +125,7 @@ class CStage:
                                  cfg.init_classes, cfg.replay_capacity, cfg.max_new, cfg.max_old,
                                  cfg.latent_scale, cfg.latent_zero_point, cfg.seed,
                                  settings_to_c(cfg.settings), c_codec(self, cfg.replay_codec))
+        self.ccfg.stage_lr_scale = getattr(cfg, "stage_lr_scale", 0.0)
         self.whole_bytes = lib.tol_stage_bytes(C.byref(self.ccfg))
         if replay_apart and cfg.replay_capacity:
             from tinyol import memory
@@ -189,7 +193,26 @@ class CStage:
         return self.lib.shim_rehearsed(self.state)
 
     @property
+    def q16(self) -> bool:
+        return bool(self.lib.shim_q(self.state))
+
+    @property
+    def q(self) -> np.ndarray:
+        """An int16 stage's trained parameters."""
+        return np.ctypeslib.as_array(self.lib.shim_q(self.state), (self.n_params,)).copy()
+
+    @property
     def params(self) -> np.ndarray:
+        """The trained parameters' values (an int16 stage: q * 2^e, as the twin's params)."""
+        if self.q16:
+            exps = np.zeros(self.n_params, np.int64)
+            off = 0
+            for l in self.cfg.layers:
+                exps[off:off + l.n_train] = l.bq
+                if l.train == 0:
+                    exps[off:off + l.n_weights] = l.wq
+                off += l.n_train
+            return (self.q.astype(np.float32) * np.ldexp(np.ones(self.n_params, np.float32), exps)).astype(np.float32)
         return np.ctypeslib.as_array(self.lib.shim_params(self.state), (self.n_params,)).copy()
 
     @property

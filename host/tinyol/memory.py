@@ -66,8 +66,9 @@ FIXED_RAM1 = {
 # A firmware with an adaptive stage (mcu/app/learner_stage.c) reserves this many bytes more in
 # SRAM1 (negative: fewer) than FIXED_RAM1: its tol_stage_t instead of the head's tol_learner_t.
 # models/digits_adaptive minus models/digits on every board the stage fits, one number: the largest
-# (-56 on the L476RG and the B-L475E, -60 on the L4R5ZI; scripts/measure_memory.py).
-FIXED_RAM1_STAGE_DELTA = -60
+# (-52 on the L476RG, the B-L475E and the L4R5ZI since tol_stage_t holds the int16 stage's
+# pointer and stage_lr_scale; scripts/measure_memory.py).
+FIXED_RAM1_STAGE_DELTA = -52
 
 REGION_TITLES = {"RAM": "SRAM1", "RAM2": "SRAM2", "RAM3": "SRAM3"}
 REGION_IDS = {"RAM": 1, "RAM2": 2, "RAM3": 3}
@@ -159,7 +160,8 @@ def stage_layer_params(t) -> int:
 
 
 def stage_parts(layers, capacity: int, bits: int, n_new: int, momentum: bool) -> dict[str, int]:
-    """tol_stage_bytes() part by part (they add up to it): weights, gradients, momentum (only
+    """tol_stage_bytes() part by part (they add up to it): weights (int16 in an int16 stage,
+    whose descriptors carry exponents: then no gradients and no momentum), gradients, momentum (only
     with momentum > 0), activations kept for backprop (every layer's output, two delta
     buffers of the largest layer input/output, the probabilities), the queue of n_new fresh
     latents (+ one replayed latent), per-class counters and flags, the replay buffer. The
@@ -168,7 +170,12 @@ def stage_parts(layers, capacity: int, bits: int, n_new: int, momentum: bool) ->
     ins = [t[8] * t[9] * t[10] for t in layers]
     outs = [t[11] * t[12] * t[13] for t in layers]
     rows, d, max_new = layers[-1][13], ins[0], n_new
-    return {"stage weights": 4 * p, "gradients": 4 * p, "momentum": 4 * p if momentum else 0,
+    if any(len(t) > 16 and (t[15] or t[16]) for t in layers):
+        # an int16 stage (descriptor exponents wq, bq): int16 weights, no gradient, no momentum
+        weights, grads, momentum = _a4(2 * p), 0, False
+    else:
+        weights, grads = 4 * p, 4 * p
+    return {"stage weights": weights, "gradients": grads, "momentum": 4 * p if momentum else 0,
             "activations": 4 * (sum(outs) + 2 * max(ins + outs) + rows),
             "queue": 4 * (max_new * d + d) + _a4(2 * max_new),
             "counters": 4 * rows + _a4(rows),

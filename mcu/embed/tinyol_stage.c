@@ -34,6 +34,9 @@ void tinyol_stage_config(tol_stage_config_t *cfg)
     cfg->latent_zero_point = TOL_LATENT_ZERO_POINT;
     cfg->seed = TOL_SEED;
     cfg->replay_codec = TOL_REPLAY_CODEC;
+#if defined(TOL_STAGE_LR_SCALE)
+    cfg->stage_lr_scale = TOL_STAGE_LR_SCALE;
+#endif
     tinyol_settings(&cfg->settings);
 }
 

@@ -56,10 +56,29 @@
  * its biases, or nothing (tol_stage_layer_t.train). What does not train is read
  * from cfg->init_params (flash); backward stops at the first layer that trains.
  *
+ * Lean trained weights (the int16 stage: every trained tensor has an exponent, wq for the
+ * weights of a TRAIN_ALL layer, bq for the biases of a TRAIN_ALL or TRAIN_BIAS layer; the
+ * others 0): the trained parameters live as int16 q[T] (2 bytes each, no gradient, no
+ * momentum buffer: momentum and clip_norm must be 0), value w = (float)q * 2^e (exact).
+ * There is no batch gradient: each sample of a batch (fresh first, then replayed; its
+ * delta weighted 1/batch as above) updates the weights as soon as its backward pass has
+ * gone through them. Per layer, from the last down: dx from the old weights (as above),
+ * then per trained parameter k in params[] order its gradient of this sample in float32
+ * (g = 0.0f; += d * x over the output positions in (oy, ox) order; bias: += d), then
+ *     g += weight_decay * w               (weights only)
+ *     delta = -((lr_l * g) * 2^-e)         (lr_l = lr, or lr * stage_lr_scale below the classifier)
+ *     delta == 0 or NaN: q stays; else v = delta + u_k, u_k = (hash(base + k) >> 8) * 2^-24
+ *     (stochastic rounding of the step alone, u_k in [0, 1)), q = clamp(q + floor(v), -32767, 32767)
+ * with hash the lowbias32 integer hash and base = hash(seed + 0x9E3779B9 * (updates * 1024
+ * + j)), j the sample's place in the batch (0..), updates the counter before this batch: the
+ * twin draws the same u_k. An int16 weight is never non-finite: such a stage never rejects.
+ * Frozen tensors stay float32 in the export. Forward and backward take the order above.
+ *
  * Memory (caller owns it, 4-byte aligned, tol_stage_bytes() bytes; the
  * exporter computes the same number with tinyol.stage.stage_bytes):
  *   params   float[T]   the trained parameters: per layer W (if ALL) then b (if
- *                       ALL or BIAS), layer after layer (T = P: all of them)
+ *                       ALL or BIAS), layer after layer (T = P: all of them); an int16
+ *                       stage: int16[T] (rounded up to 4 bytes), and no grads, no momentum
  *   grads    float[T]
  *   momentum float[T]   unless no_momentum
  *   acts     float[sum of layer outputs]    kept for backprop
@@ -119,7 +138,14 @@ typedef struct {
     uint16_t in_h, in_w, in_c;
     uint16_t out_h, out_w, out_c;
     uint8_t train;    /* tol_stage_train_t (layers without parameters: 0); last layer: ALL */
+    int8_t wq, bq;    /* 0: the trained weights / biases in float32; -32..-1: in int16, value
+                         q * 2^wq (2^bq), the int16 stage ("Lean trained weights" above) */
 } tol_stage_layer_t;
+
+/* The exponents of an int16 stage lie in [TOL_STAGE_Q_MIN, -1]. */
+#define TOL_STAGE_Q_MIN (-32)
+/* An int16 weight saturates at +-TOL_STAGE_Q_MAX (-32768 is never stored). */
+#define TOL_STAGE_Q_MAX 32767
 
 typedef struct {
     const tol_stage_layer_t *layers; /* [n_layers], const, not owned */
@@ -142,6 +168,8 @@ typedef struct {
                                         TOL_REPLAY_BYTES(capacity, latent, bits, rows)), e.g. in
                                         another RAM region: tol_stage_bytes() then leaves it out */
     size_t replay_mem_bytes;
+    float stage_lr_scale;            /* the layers below the classifier learn at lr * stage_lr_scale
+                                        (a float32 product); 0: at lr, as the classifier */
 } tol_stage_config_t;
 
 typedef struct {
@@ -153,7 +181,9 @@ typedef struct {
     uint32_t latent;    /* inputs of layer 0 */
     uint16_t rows;      /* outputs of the last layer (C_max) */
     uint16_t n_active;
-    float *params, *grads, *mom; /* [T] trained parameters; mom NULL without momentum buffers */
+    float *params, *grads, *mom; /* [T] trained parameters; mom NULL without momentum buffers
+                                    (all three NULL in an int16 stage) */
+    int16_t *q;                  /* [T] an int16 stage's trained parameters, else NULL */
     float *acts;                 /* every layer's output, layer after layer */
     float *delta[2];
     float *probs;                /* [rows] softmax of the last forward (predict/learn) */
@@ -199,12 +229,16 @@ TOL_ONLINE_LEARNER_API(tol_stage, tol_stage_t, tol_stage_config_t);
  * checksum of the layer list, settings, PRNG, counters) then params, active flags, class
  * counts, the queue, [momentum], [replay rows, labels, class_seen, count]. Step 1 answers
  * TOL_ERR_MODEL also for another magic or parts this stage cannot give; step 3 checks finite
- * parameters, flags and labels in range, and resets to the exported parameters on error. */
+ * parameters, flags and labels in range, and resets to the exported parameters on error.
+ * An int16 stage streams q[T] (2 T bytes) where a float stage streams params (its layer hash
+ * covers wq / bq, so either refuses the other's state: TOL_ERR_MODEL). */
 #define TOL_STAGE_STATE_HEADER 72u
 
 /* ---- the stage image (GET_STAGE / SET_STAGE, `tinyol pull` / `push`): every
  * trained parameter (float32 LE, params[] order) then the last layer's active
- * flags (uint8[rows]); tol_stage_image_bytes() = 4 T + rows. */
+ * flags (uint8[rows]); tol_stage_image_bytes() = 4 T + rows. An int16 stage has no image
+ * (no gradient buffer to stage one in): image_bytes 0, read/write/commit TOL_ERR_UNSUPPORTED;
+ * its state (save / restore) carries its int16 parameters. */
 uint32_t tol_stage_image_bytes(const tol_stage_t *S);
 /* Copy image bytes [offset, offset + n) to dst; TOL_ERR_RANGE outside the image. */
 tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n);
@@ -220,8 +254,8 @@ tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t
 tol_status_t tol_stage_push_commit(tol_stage_t *S);
 
 /* Checksum of a layer list (FNV-1a over the descriptors' fields; `train` only
- * when not 0, so a stage that trains everything keeps its hash): which stage a
- * stored state belongs to. */
+ * when not 0, wq and bq only when either is not 0, so a float stage that trains
+ * everything keeps its hash): which stage a stored state belongs to. */
 uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers);
 
 #endif /* TOL_STAGE_H */

@@ -68,6 +68,7 @@ static int tol_stage_layer_ok_(const tol_stage_layer_t *l)
     if (l->in_h == 0u || l->in_w == 0u || l->in_c == 0u || l->out_c == 0u) return 0;
     if (l->train > (uint8_t)TOL_STAGE_TRAIN_FROZEN || (l->train != 0u && !tol_stage_linear_(l))) return 0;
     if (l->act > (uint8_t)TOL_STAGE_ACT_RELU6) return 0;
+    if (l->wq > 0 || l->bq > 0 || l->wq < TOL_STAGE_Q_MIN || l->bq < TOL_STAGE_Q_MIN) return 0;
     switch (l->kind) {
     case TOL_STAGE_DENSE:
         return l->out_h == 1u && l->out_w == 1u;
@@ -93,11 +94,32 @@ static int tol_stage_layer_ok_(const tol_stage_layer_t *l)
     }
 }
 
+/* 1 if any layer keeps its trained parameters in int16 (an int16 stage). */
+static int tol_stage_q16_(const tol_stage_layer_t *layers, uint8_t n)
+{
+    for (uint8_t i = 0; i < n; i++) {
+        if (layers[i].wq != 0 || layers[i].bq != 0) return 1;
+    }
+    return 0;
+}
+
+/* An int16 stage: exactly the trained tensors have exponents (weights of ALL layers, biases
+ * of ALL and BIAS layers). A float stage: none. */
+static int tol_stage_q_ok_(const tol_stage_layer_t *l, int q16)
+{
+    const int lin = tol_stage_linear_(l);
+    const int tw = lin && l->train == (uint8_t)TOL_STAGE_TRAIN_ALL;
+    const int tb = lin && l->train != (uint8_t)TOL_STAGE_TRAIN_FROZEN;
+    if (!q16) return l->wq == 0 && l->bq == 0;
+    return (l->wq != 0) == tw && (l->bq != 0) == tb;
+}
+
 static int tol_stage_chain_ok_(const tol_stage_layer_t *layers, uint8_t n)
 {
     if (layers == NULL || n == 0u || n > TOL_STAGE_MAX_LAYERS) return 0;
+    const int q16 = tol_stage_q16_(layers, n);
     for (uint8_t i = 0; i < n; i++) {
-        if (!tol_stage_layer_ok_(&layers[i])) return 0;
+        if (!tol_stage_layer_ok_(&layers[i]) || !tol_stage_q_ok_(&layers[i], q16)) return 0;
         if (i > 0u && tol_stage_in_size_(&layers[i]) != tol_stage_out_size_(&layers[i - 1u])) return 0;
     }
     const tol_stage_layer_t *last = &layers[n - 1u];
@@ -120,9 +142,10 @@ size_t tol_stage_bytes(const tol_stage_config_t *cfg)
     }
     const size_t rows = cfg->layers[n - 1u].out_c;
     const size_t d = tol_stage_in_size_(&cfg->layers[0]);
-    const size_t floats = (cfg->no_momentum ? 2u : 3u) * p + acts + 2u * maxsz + rows +
+    const int q16 = tol_stage_q16_(cfg->layers, n);
+    const size_t floats = (q16 ? 0u : (cfg->no_momentum ? 2u : 3u) * p) + acts + 2u * maxsz + rows +
                           (size_t)cfg->max_new * d + d;
-    return 4u * floats + 4u * rows + TOL_ALIGN4(2u * (size_t)cfg->max_new) + TOL_ALIGN4(rows) +
+    return 4u * floats + (q16 ? TOL_ALIGN4(2u * p) : (size_t)0u) + 4u * rows + TOL_ALIGN4(2u * (size_t)cfg->max_new) + TOL_ALIGN4(rows) +
            (cfg->replay_capacity > 0u && cfg->replay_mem == NULL
                 ? TOL_REPLAY_BYTES(cfg->replay_capacity, d, cfg->replay_bits, rows)
                 : (size_t)0u);
@@ -133,6 +156,8 @@ size_t tol_stage_bytes(const tol_stage_config_t *cfg)
 static tol_status_t tol_stage_check_settings_(const tol_stage_config_t *cfg,
                                               const tol_learner_settings_t *s)
 {
+    /* an int16 stage has no batch gradient to clip */
+    TOL_CHECK(s->clip_norm == 0.0f || !tol_stage_q16_(cfg->layers, cfg->n_layers), TOL_ERR_ARG);
     return tol_learner_settings_check(s, cfg->max_new, cfg->max_old, cfg->replay_capacity, cfg->no_momentum);
 }
 
@@ -165,6 +190,9 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
     const tol_stage_layer_t *last = &cfg->layers[cfg->n_layers - 1u];
     TOL_CHECK(cfg->init_classes <= last->out_c, TOL_ERR_ARG);
     TOL_CHECK(cfg->replay_policy <= (uint8_t)TOL_REPLAY_AR1, TOL_ERR_ARG);
+    TOL_CHECK(isfinite(cfg->stage_lr_scale) && cfg->stage_lr_scale >= 0.0f, TOL_ERR_ARG);
+    const int q16 = tol_stage_q16_(cfg->layers, cfg->n_layers);
+    TOL_CHECK(!q16 || cfg->no_momentum, TOL_ERR_ARG); /* an int16 stage has no momentum buffers */
     tol_learner_settings_t s0 = cfg->settings;
     s0.replay_policy = cfg->replay_policy; /* the config's policy is the setting's start */
     TOL_TRY(tol_stage_check_settings_(cfg, &s0));
@@ -186,14 +214,20 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
         if (out > maxsz) maxsz = out;
     }
     float *f = (float *)(void *)mem;
-    S->params = f;
-    f += S->n_params;
-    S->grads = f;
-    f += S->n_params;
-    S->mom = NULL;
-    if (!cfg->no_momentum) {
-        S->mom = f;
+    S->params = S->grads = S->mom = NULL;
+    S->q = NULL;
+    if (q16) {
+        S->q = (int16_t *)(void *)mem;
+        f = (float *)(void *)(mem + TOL_ALIGN4(2u * (size_t)S->n_params));
+    } else {
+        S->params = f;
         f += S->n_params;
+        S->grads = f;
+        f += S->n_params;
+        if (!cfg->no_momentum) {
+            S->mom = f;
+            f += S->n_params;
+        }
     }
     S->acts = f;
     f += acts;
@@ -258,13 +292,51 @@ static void tol_stage_wb_(const tol_stage_t *S, const tol_stage_layer_t *l, uint
     *toff += tol_stage_layer_trained(l);
 }
 
+/* 2^e as a float (exact for the exponents of tol_stage.h). */
+static float tol_stage_pow2_(int8_t e)
+{
+    return ldexpf(1.0f, (int)e);
+}
+
+/* The exponent of trained parameter k (0..) of layer l: wq for its weights, else bq. */
+static int8_t tol_stage_qexp_(const tol_stage_layer_t *l, uint32_t k)
+{
+    return (l->train == (uint8_t)TOL_STAGE_TRAIN_ALL && k < tol_stage_n_weights_(l)) ? l->wq : l->bq;
+}
+
+/* An int16 stage's q[] from the export: each trained value / 2^e rounded to nearest (even),
+ * clamped to +-TOL_STAGE_Q_MAX (an export made for int16 is exact: q * 2^e). */
+static void tol_stage_q_reset_(tol_stage_t *S)
+{
+    const tol_stage_config_t *c = &S->cfg;
+    uint32_t poff = 0, toff = 0;
+    for (uint8_t i = 0; i < c->n_layers; i++) {
+        const tol_stage_layer_t *l = &c->layers[i];
+        const uint32_t np = tol_stage_layer_params(l), nt = tol_stage_layer_trained(l);
+        for (uint32_t k = 0; k < nt; k++) {
+            float v = 0.0f;
+            if (c->init_params != NULL) {
+                v = rintf(c->init_params[poff + np - nt + k] * tol_stage_pow2_((int8_t)-tol_stage_qexp_(l, k)));
+            }
+            if (!(v == v)) v = 0.0f;
+            if (v > (float)TOL_STAGE_Q_MAX) v = (float)TOL_STAGE_Q_MAX;
+            if (v < -(float)TOL_STAGE_Q_MAX) v = -(float)TOL_STAGE_Q_MAX;
+            S->q[toff + k] = (int16_t)v;
+        }
+        poff += np;
+        toff += nt;
+    }
+}
+
 void tol_stage_reset(tol_stage_t *S)
 {
     const tol_stage_config_t *c = &S->cfg;
     S->set = c->settings;
     S->set.replay_policy = c->replay_policy;
     tol_prng_seed(&S->prng, c->seed);
-    if (c->init_params != NULL) {
+    if (S->q != NULL) {
+        tol_stage_q_reset_(S);
+    } else if (c->init_params != NULL) {
         /* the trained parts of the export, layer after layer */
         uint32_t poff = 0, toff = 0;
         for (uint8_t i = 0; i < c->n_layers; i++) {
@@ -279,11 +351,15 @@ void tol_stage_reset(tol_stage_t *S)
     }
     /* rows beyond the exported classes start at zero */
     const uint32_t d = tol_stage_in_size_(&c->layers[c->n_layers - 1u]);
-    float *w = S->params + tol_stage_last_offset_(S);
-    float *b = w + (size_t)S->rows * d;
+    const size_t wo = tol_stage_last_offset_(S), bo = wo + (size_t)S->rows * d;
     for (uint16_t r = c->init_classes; r < S->rows; r++) {
-        memset(&w[(size_t)r * d], 0, (size_t)d * sizeof(float));
-        b[r] = 0.0f;
+        if (S->q != NULL) {
+            memset(&S->q[wo + (size_t)r * d], 0, (size_t)d * sizeof(int16_t));
+            S->q[bo + r] = 0;
+        } else {
+            memset(&S->params[wo + (size_t)r * d], 0, (size_t)d * sizeof(float));
+            S->params[bo + r] = 0.0f;
+        }
     }
     if (S->mom != NULL) memset(S->mom, 0, (size_t)S->n_params * sizeof(float));
     for (uint16_t r = 0; r < S->rows; r++) S->active[r] = (uint8_t)(r < c->init_classes ? 1u : 0u);
@@ -310,6 +386,13 @@ static void tol_stage_activate_(tol_stage_t *S, uint16_t r)
     const uint32_t d = tol_stage_in_size_(&S->cfg.layers[S->cfg.n_layers - 1u]);
     const size_t wi = off + (size_t)r * d;
     const size_t bi = off + (size_t)S->rows * d + r;
+    if (S->q != NULL) {
+        memset(&S->q[wi], 0, (size_t)d * sizeof(int16_t));
+        S->q[bi] = 0;
+        S->active[r] = 1u;
+        S->n_active++;
+        return;
+    }
     memset(&S->params[wi], 0, (size_t)d * sizeof(float));
     S->params[bi] = 0.0f;
     if (S->mom != NULL) {
@@ -763,6 +846,238 @@ static void tol_stage_layer_backward_(const tol_stage_layer_t *l, const float *w
     }
 }
 
+/* ---- the int16 stage (tol_stage.h "Lean trained weights"): reference loops in the order
+ * of tol_stage.h, each weight read as (float)q * 2^e (exact) or from the export ---------- */
+
+/* One tensor: int16 values with their scale, or float32 ones (the export). */
+typedef struct {
+    const float *f;
+    int16_t *q;
+    float s;
+} tol_stage_wv_t;
+
+static float tol_stage_wv_(const tol_stage_wv_t *a, size_t k)
+{
+    return a->q != NULL ? (float)a->q[k] * a->s : a->f[k];
+}
+
+/* Layer l's weights and biases (trained: in q at *toff; the others: the export at *poff). */
+static void tol_stage_wbq_(tol_stage_t *S, const tol_stage_layer_t *l, uint32_t *poff, uint32_t *toff,
+                           tol_stage_wv_t *w, tol_stage_wv_t *b)
+{
+    const uint32_t nw = tol_stage_n_weights_(l);
+    const float *exp = S->cfg.init_params != NULL ? S->cfg.init_params + *poff : NULL;
+    *w = (tol_stage_wv_t){exp, NULL, 0.0f};
+    *b = (tol_stage_wv_t){exp != NULL ? exp + nw : NULL, NULL, 0.0f};
+    if (l->train == (uint8_t)TOL_STAGE_TRAIN_ALL && tol_stage_linear_(l)) {
+        *w = (tol_stage_wv_t){NULL, &S->q[*toff], tol_stage_pow2_(l->wq)};
+        *b = (tol_stage_wv_t){NULL, &S->q[*toff + nw], tol_stage_pow2_(l->bq)};
+    } else if (l->train == (uint8_t)TOL_STAGE_TRAIN_BIAS) {
+        *b = (tol_stage_wv_t){NULL, &S->q[*toff], tol_stage_pow2_(l->bq)};
+    }
+    *poff += tol_stage_layer_params(l);
+    *toff += tol_stage_layer_trained(l);
+}
+
+/* Index in W of CONV / DWCONV tap (ky, kx, ci) of output channel co. */
+static size_t tol_stage_widx_(const tol_stage_layer_t *l, uint32_t co, uint32_t ky, uint32_t kx, uint32_t ci)
+{
+    if (l->kind == TOL_STAGE_DWCONV) return ((size_t)ky * l->kw + kx) * l->out_c + co;
+    return (((size_t)co * l->kh + ky) * l->kw + kx) * l->in_c + ci;
+}
+
+/* A linear layer's forward pass with tensors w, b. */
+static void tol_stage_forward16_(const tol_stage_layer_t *l, const tol_stage_wv_t *w,
+                                 const tol_stage_wv_t *b, const float *x, float *y)
+{
+    if (l->kind == TOL_STAGE_DENSE) {
+        const uint32_t n = tol_stage_in_size_(l);
+        for (uint32_t o = 0; o < l->out_c; o++) {
+            float acc = tol_stage_wv_(b, o);
+            if (w->q != NULL) {
+                const int16_t *qr = &w->q[(size_t)o * n];
+                for (uint32_t i = 0; i < n; i++) acc += ((float)qr[i] * w->s) * x[i];
+            } else {
+                const float *fr = &w->f[(size_t)o * n];
+                for (uint32_t i = 0; i < n; i++) acc += fr[i] * x[i];
+            }
+            y[o] = tol_stage_act_(l->act, acc);
+        }
+        return;
+    }
+    const tol_stage_conv_t cv = tol_stage_conv_(l);
+    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        tol_stage_win_t win;
+        tol_stage_win_row_(l, oy, &win);
+        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+            tol_stage_win_col_(l, ox, &win);
+            for (uint32_t co = 0; co < cv.cout; co++) {
+                float acc = tol_stage_wv_(b, co);
+                for (uint32_t ky = win.ky0; ky < win.ky1; ky++) {
+                    for (uint32_t kx = win.kx0; kx < win.kx1; kx++) {
+                        const size_t xi = ((size_t)(win.iy0 + ky - win.ky0) * l->in_w + (win.ix0 + kx - win.kx0)) * cv.cin;
+                        if (cv.dw) {
+                            acc += tol_stage_wv_(w, tol_stage_widx_(l, co, ky, kx, 0u)) * x[xi + co / cv.mult];
+                        } else {
+                            const size_t k0 = tol_stage_widx_(l, co, ky, kx, 0u);
+                            const float *xr = &x[xi];
+                            if (w->q != NULL) {
+                                const int16_t *qr = &w->q[k0];
+                                for (uint32_t ci = 0; ci < cv.cin; ci++) acc += ((float)qr[ci] * w->s) * xr[ci];
+                            } else {
+                                const float *fr = &w->f[k0];
+                                for (uint32_t ci = 0; ci < cv.cin; ci++) acc += fr[ci] * xr[ci];
+                            }
+                        }
+                    }
+                }
+                y[((size_t)oy * l->out_w + ox) * cv.cout + co] = tol_stage_act_(l->act, acc);
+            }
+        }
+    }
+}
+
+/* A linear layer's input delta dx (from 0.0f; per output element in (oy, ox, co) order, per
+ * tap: dx += d W; zero deltas skipped) with the weights before this sample's update. */
+static void tol_stage_dx16_(const tol_stage_layer_t *l, const tol_stage_wv_t *w, const float *d, float *dx)
+{
+    memset(dx, 0, (size_t)tol_stage_in_size_(l) * sizeof(float));
+    if (l->kind == TOL_STAGE_DENSE) {
+        const uint32_t n = tol_stage_in_size_(l);
+        for (uint32_t o = 0; o < l->out_c; o++) {
+            if (d[o] == 0.0f) continue;
+            for (uint32_t i = 0; i < n; i++) dx[i] += d[o] * tol_stage_wv_(w, (size_t)o * n + i);
+        }
+        return;
+    }
+    const tol_stage_conv_t cv = tol_stage_conv_(l);
+    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+        tol_stage_win_t win;
+        tol_stage_win_row_(l, oy, &win);
+        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+            tol_stage_win_col_(l, ox, &win);
+            for (uint32_t co = 0; co < cv.cout; co++) {
+                const float dv = d[((size_t)oy * l->out_w + ox) * cv.cout + co];
+                if (dv == 0.0f) continue;
+                for (uint32_t ky = win.ky0; ky < win.ky1; ky++) {
+                    for (uint32_t kx = win.kx0; kx < win.kx1; kx++) {
+                        const size_t xi = ((size_t)(win.iy0 + ky - win.ky0) * l->in_w + (win.ix0 + kx - win.kx0)) * cv.cin;
+                        if (cv.dw) {
+                            dx[xi + co / cv.mult] += dv * tol_stage_wv_(w, tol_stage_widx_(l, co, ky, kx, 0u));
+                        } else {
+                            for (uint32_t ci = 0; ci < cv.cin; ci++) {
+                                dx[xi + ci] += dv * tol_stage_wv_(w, tol_stage_widx_(l, co, ky, kx, ci));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* lowbias32 (an integer hash: every output bit depends on every input bit). */
+static uint32_t tol_stage_hash32_(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* One int16 parameter's update from its gradient g (w: its value, decay: add wd w; with
+ * wd = 0 the sum is g itself, w being finite), key: its hash input. The step in int16 units,
+ * delta = -(lr g) 2^-e, is rounded stochastically on its own (so that its fraction keeps its
+ * precision whatever q is): r = floor(delta + u); q + r clamped. delta == 0 leaves q as it is
+ * (floor(u) = 0: the hash is not needed); a NaN delta too. */
+static int16_t tol_stage_q_step_(int16_t q, float g, float w, int decay, float wd, float lr, float inv,
+                                 uint32_t key)
+{
+    if (decay && wd != 0.0f) g = g + wd * w;
+    const float delta = -((lr * g) * inv);
+    if (delta == 0.0f || !(delta == delta)) return q;
+    const float v = delta + (float)(tol_stage_hash32_(key) >> 8) * 0x1p-24f;
+    if (v >= 65535.0f) return (int16_t)TOL_STAGE_Q_MAX;
+    if (v <= -65535.0f) return (int16_t)-TOL_STAGE_Q_MAX;
+    int32_t r = (int32_t)v; /* toward zero, then down: floor */
+    if ((float)r > v) r--;
+    int32_t n = (int32_t)q + r;
+    if (n > (int32_t)TOL_STAGE_Q_MAX) n = (int32_t)TOL_STAGE_Q_MAX;
+    if (n < -(int32_t)TOL_STAGE_Q_MAX) n = -(int32_t)TOL_STAGE_Q_MAX;
+    return (int16_t)n;
+}
+
+/* Layer l's trained parameters (q[toff ..]) updated from this sample: x its input, d its
+ * output delta; each gradient from 0.0f over the output positions in (oy, ox) order. */
+static void tol_stage_update16_(tol_stage_t *S, const tol_stage_layer_t *l, const tol_stage_wv_t *w,
+                                const float *x, const float *d, uint32_t toff, float lr, uint32_t base)
+{
+    const float wd = S->set.weight_decay;
+    const uint32_t nw = l->train == (uint8_t)TOL_STAGE_TRAIN_ALL ? tol_stage_n_weights_(l) : 0u;
+    const float winv = tol_stage_pow2_((int8_t)-l->wq), binv = tol_stage_pow2_((int8_t)-l->bq);
+    int16_t *qw = &S->q[toff], *qb = &S->q[toff + nw];
+    if (l->kind == TOL_STAGE_DENSE) {
+        const uint32_t n = tol_stage_in_size_(l);
+        for (uint32_t o = 0; o < l->out_c && nw > 0u; o++) {
+            if (d[o] == 0.0f && wd == 0.0f) continue; /* every step of the row is 0: q stays */
+            for (uint32_t i = 0; i < n; i++) {
+                const size_t k = (size_t)o * n + i;
+                float g = 0.0f;
+                g += d[o] * x[i];
+                qw[k] = tol_stage_q_step_(qw[k], g, tol_stage_wv_(w, k), 1, wd, lr, winv,
+                                          base + toff + (uint32_t)k);
+            }
+        }
+        for (uint32_t o = 0; o < l->out_c; o++) {
+            float g = 0.0f;
+            g += d[o];
+            qb[o] = tol_stage_q_step_(qb[o], g, 0.0f, 0, wd, lr, binv,
+                                      base + toff + nw + o);
+        }
+        return;
+    }
+    const tol_stage_conv_t cv = tol_stage_conv_(l);
+    const uint32_t nci = cv.dw ? 1u : cv.cin;
+    for (uint32_t co = 0; co < cv.cout && nw > 0u; co++) {
+        for (uint32_t ky = 0; ky < l->kh; ky++) {
+            for (uint32_t kx = 0; kx < l->kw; kx++) {
+                for (uint32_t c = 0; c < nci; c++) {
+                    const uint32_t ci = cv.dw ? co / cv.mult : c;
+                    const size_t k = tol_stage_widx_(l, co, ky, kx, ci);
+                    float g = 0.0f;
+                    for (uint32_t oy = 0; oy < l->out_h; oy++) {
+                        const int32_t iy = (int32_t)(oy * l->sh + ky) - (int32_t)l->pt;
+                        if (iy < 0 || iy >= (int32_t)l->in_h) continue;
+                        for (uint32_t ox = 0; ox < l->out_w; ox++) {
+                            const int32_t ix = (int32_t)(ox * l->sw + kx) - (int32_t)l->pl;
+                            if (ix < 0 || ix >= (int32_t)l->in_w) continue;
+                            g += d[((size_t)oy * l->out_w + ox) * cv.cout + co] *
+                                 x[((size_t)iy * l->in_w + (uint32_t)ix) * cv.cin + ci];
+                        }
+                    }
+                    qw[k] = tol_stage_q_step_(qw[k], g, tol_stage_wv_(w, k), 1, wd, lr, winv,
+                                              base + toff + (uint32_t)k);
+                }
+            }
+        }
+    }
+    const uint32_t np = (uint32_t)l->out_h * l->out_w;
+    for (uint32_t co = 0; co < cv.cout; co++) {
+        float g = 0.0f;
+        for (uint32_t p = 0; p < np; p++) g += d[(size_t)p * cv.cout + co];
+        qb[co] = tol_stage_q_step_(qb[co], g, 0.0f, 0, wd, lr, binv, base + toff + nw + co);
+    }
+}
+
+/* The learning rate of layer i: lr, or lr * stage_lr_scale below the classifier. */
+static float tol_stage_lr_(const tol_stage_t *S, uint8_t i)
+{
+    const float sc = S->cfg.stage_lr_scale;
+    return (i + 1u < S->cfg.n_layers && sc > 0.0f) ? S->set.lr * sc : S->set.lr;
+}
+
 /* Forward x (float[latent]) through every layer; the logits end in the last
  * layer's slot of acts. Returns them. */
 static float *tol_stage_forward_(tol_stage_t *S, const float *x)
@@ -772,6 +1087,18 @@ static float *tol_stage_forward_(tol_stage_t *S, const float *x)
     float *out = S->acts;
     for (uint8_t i = 0; i < S->cfg.n_layers; i++) {
         const tol_stage_layer_t *l = &S->cfg.layers[i];
+        if (S->q != NULL) {
+            tol_stage_wv_t wv, bv;
+            tol_stage_wbq_(S, l, &poff, &toff, &wv, &bv);
+            if (tol_stage_linear_(l)) {
+                tol_stage_forward16_(l, &wv, &bv, in, out);
+            } else {
+                tol_stage_layer_forward_(l, NULL, NULL, in, out);
+            }
+            in = out;
+            out += tol_stage_out_size_(l);
+            continue;
+        }
         const float *w, *b;
         tol_stage_wb_(S, l, &poff, &toff, &w, &b);
         tol_stage_layer_forward_(l, w, b, in, out);
@@ -846,6 +1173,51 @@ static void tol_stage_grad_add_(tol_stage_t *S, const float *x, uint16_t label, 
     }
 }
 
+/* An int16 stage: one sample's gradient (weight w, place j in its batch) applied at once,
+ * layer after layer from the last (tol_stage.h "Lean trained weights"). */
+static void tol_stage_learn_q16_(tol_stage_t *S, const float *x, uint16_t label, float weight, uint32_t j)
+{
+    const uint8_t n = S->cfg.n_layers;
+    const float *z = tol_stage_forward_(S, x);
+    tol_stage_softmax_(S, z);
+    float *d = S->delta[0];
+    for (uint16_t r = 0; r < S->rows; r++) {
+        const float t = (r == label) ? 1.0f : 0.0f;
+        d[r] = S->active[r] ? (S->probs[r] - t) * weight : 0.0f;
+    }
+    tol_stage_wv_t ws[TOL_STAGE_MAX_LAYERS], bs[TOL_STAGE_MAX_LAYERS];
+    uint32_t toffs[TOL_STAGE_MAX_LAYERS];
+    uint32_t poff = 0, toff = 0;
+    uint8_t first = (uint8_t)(n - 1u);
+    size_t aoff = 0;
+    for (uint8_t i = 0; i < n; i++) {
+        const tol_stage_layer_t *l = &S->cfg.layers[i];
+        toffs[i] = toff;
+        if (tol_stage_layer_trained(l) > 0u && i < first) first = i;
+        tol_stage_wbq_(S, l, &poff, &toff, &ws[i], &bs[i]);
+        aoff += tol_stage_out_size_(l);
+    }
+    const uint32_t base = tol_stage_hash32_(S->cfg.seed + 0x9E3779B9u * ((S->updates << 10) + j));
+    int cur = 0;
+    for (uint8_t i = n; i-- > first;) {
+        const tol_stage_layer_t *l = &S->cfg.layers[i];
+        aoff -= tol_stage_out_size_(l);
+        const float *y = &S->acts[aoff];
+        const float *in = i > 0u ? &S->acts[aoff - tol_stage_in_size_(l)] : x;
+        tol_stage_act_backward_(l->act, y, S->delta[cur], tol_stage_out_size_(l));
+        float *dx = i > first ? S->delta[1 - cur] : NULL;
+        if (tol_stage_linear_(l)) {
+            if (dx != NULL) tol_stage_dx16_(l, &ws[i], S->delta[cur], dx);
+            if (tol_stage_layer_trained(l) > 0u) {
+                tol_stage_update16_(S, l, &ws[i], in, S->delta[cur], toffs[i], tol_stage_lr_(S, i), base);
+            }
+        } else {
+            tol_stage_layer_backward_(l, NULL, in, S->delta[cur], NULL, NULL, dx);
+        }
+        cur = 1 - cur;
+    }
+}
+
 /* The SGD update of params [0, n): g (+ wd W if decay) -> v (+ mu v_old with momentum
  * buffers) -> W - lr v, in the order of tol_stage.h (the tol_fmac.h blocks compute exactly
  * that). Returns chk + 0 * every new value: NaN if any is not finite. A non-finite v always
@@ -869,7 +1241,7 @@ static float tol_stage_sgd_(float *w, float *v, const float *g, uint32_t n, floa
 
 static tol_status_t tol_stage_step_(tol_stage_t *S)
 {
-    const float lr = S->set.lr, mu = S->set.momentum, wd = S->set.weight_decay;
+    const float mu = S->set.momentum, wd = S->set.weight_decay;
     const float clip = S->set.clip_norm;
     if (clip > 0.0f) {
         const float norm = sqrtf(tol_stage_dot_(0.0f, S->grads, S->grads, S->n_params));
@@ -890,9 +1262,10 @@ static tol_status_t tol_stage_step_(tol_stage_t *S)
             /* the trained weights (decayed) then biases */
             const uint32_t nw = l->train == (uint8_t)TOL_STAGE_TRAIN_ALL ? tol_stage_n_weights_(l) : 0u;
             float *mom = S->mom != NULL ? &S->mom[off] : NULL;
-            chk = tol_stage_sgd_(&S->params[off], mom, &S->grads[off], nw, lr, mu, wd, 1, chk, commit);
+            const float lri = tol_stage_lr_(S, i);
+            chk = tol_stage_sgd_(&S->params[off], mom, &S->grads[off], nw, lri, mu, wd, 1, chk, commit);
             chk = tol_stage_sgd_(&S->params[off + nw], mom != NULL ? mom + nw : NULL, &S->grads[off + nw],
-                                 np - nw, lr, mu, wd, 0, chk, commit);
+                                 np - nw, lri, mu, wd, 0, chk, commit);
             off += np;
         }
         if (!commit && !isfinite(chk)) return TOL_ERR_DIVERGED;
@@ -943,6 +1316,20 @@ static tol_status_t tol_stage_update_(tol_stage_t *S)
     const int replay = S->set.mode == (uint8_t)TOL_LEARN_REPLAY && S->cfg.replay_capacity > 0u;
     const uint16_t n_old = (replay && S->replay.fill > 0u) ? S->set.n_old : 0u;
     const float weight = 1.0f / (float)(S->n_pending + n_old);
+    if (S->q != NULL) { /* an int16 stage: every sample updates at once, nothing is rejected */
+        for (uint16_t i = 0; i < S->n_pending; i++) {
+            tol_stage_learn_q16_(S, &S->queue[(size_t)i * S->latent], S->pending_labels[i], weight, i);
+        }
+        for (uint16_t r = 0; r < n_old; r++) {
+            uint16_t y;
+            tol_replay_get(&S->replay, tol_replay_draw(&S->replay), S->x, &y);
+            tol_stage_activate_(S, y);
+            tol_stage_learn_q16_(S, S->x, y, weight, (uint32_t)S->n_pending + r);
+        }
+        S->updates++;
+        if (replay) TOL_TRY(tol_replay_add_batch(&S->replay, S->queue, S->pending_labels, S->n_pending));
+        return TOL_OK;
+    }
     memset(S->grads, 0, (size_t)S->n_params * sizeof(float));
     for (uint16_t i = 0; i < S->n_pending; i++) {
         tol_stage_grad_add_(S, &S->queue[(size_t)i * S->latent], S->pending_labels[i], weight);
@@ -1040,6 +1427,16 @@ tol_status_t tol_stage_rehearse(tol_stage_t *S)
               TOL_ERR_UNSUPPORTED);
     S->rehearsed++;
     const float weight = 1.0f / (float)n_old;
+    if (S->q != NULL) {
+        for (uint16_t r = 0; r < n_old; r++) {
+            uint16_t y;
+            tol_replay_get(&S->replay, tol_replay_draw(&S->replay), S->x, &y);
+            tol_stage_activate_(S, y);
+            tol_stage_learn_q16_(S, S->x, y, weight, r);
+        }
+        S->updates++;
+        return TOL_OK;
+    }
     memset(S->grads, 0, (size_t)S->n_params * sizeof(float));
     for (uint16_t r = 0; r < n_old; r++) {
         uint16_t y;
@@ -1099,9 +1496,10 @@ uint32_t tol_stage_hash(const tol_stage_layer_t *layers, uint8_t n_layers)
     uint32_t h = 2166136261u;
     for (uint8_t i = 0; i < n_layers; i++) {
         const tol_stage_layer_t *l = &layers[i];
-        const uint32_t f[15] = {l->kind, l->act, l->kh, l->kw, l->sh, l->sw, l->pt, l->pl,
-                                l->in_h, l->in_w, l->in_c, l->out_h, l->out_w, l->out_c, l->train};
-        const int nf = l->train != 0u ? 15 : 14;
+        const uint32_t f[17] = {l->kind, l->act, l->kh, l->kw, l->sh, l->sw, l->pt, l->pl,
+                                l->in_h, l->in_w, l->in_c, l->out_h, l->out_w, l->out_c, l->train,
+                                (uint32_t)(int32_t)l->wq, (uint32_t)(int32_t)l->bq};
+        const int nf = (l->wq != 0 || l->bq != 0) ? 17 : (l->train != 0u ? 15 : 14);
         for (int k = 0; k < nf; k++) {
             for (int b = 0; b < 4; b++) {
                 h ^= (uint8_t)(f[k] >> (8 * b));
@@ -1148,7 +1546,11 @@ void tol_stage_state_stream(const tol_stage_t *S, uint8_t parts, uint8_t *hdr, t
     parts = tol_stage_parts_(S, parts);
     if (hdr != NULL) tol_stage_header_(S, parts, hdr);
     tol_state_init(s, hdr, TOL_STAGE_STATE_HEADER);
-    tol_state_add(s, S->params, 4u * S->n_params);
+    if (S->q != NULL) {
+        tol_state_add(s, S->q, 2u * S->n_params);
+    } else {
+        tol_state_add(s, S->params, 4u * S->n_params);
+    }
     tol_state_add(s, S->active, S->rows);
     tol_state_add(s, S->class_count, 4u * S->rows);
     tol_state_add_queue(s, S->queue, S->latent, S->n_pending, S->pending_labels);
@@ -1195,7 +1597,11 @@ tol_status_t tol_stage_state_begin(tol_stage_t *S, const uint8_t *header, uint32
 
 static tol_status_t tol_stage_state_check_(tol_stage_t *S, uint8_t parts)
 {
-    TOL_CHECK(tol_learner_finite(S->params, S->n_params), TOL_ERR_RANGE);
+    if (S->q != NULL) {
+        for (uint32_t k = 0; k < S->n_params; k++) TOL_CHECK(S->q[k] >= -TOL_STAGE_Q_MAX, TOL_ERR_RANGE);
+    } else {
+        TOL_CHECK(tol_learner_finite(S->params, S->n_params), TOL_ERR_RANGE);
+    }
     TOL_CHECK(S->mom == NULL || tol_learner_finite(S->mom, S->n_params), TOL_ERR_RANGE);
     uint16_t active = 0;
     for (uint16_t r = 0; r < S->rows; r++) {
@@ -1218,6 +1624,7 @@ tol_status_t tol_stage_state_end(tol_stage_t *S, uint8_t parts)
 
 uint32_t tol_stage_image_bytes(const tol_stage_t *S)
 {
+    if (S->q != NULL) return 0u; /* an int16 stage has no image (tol_stage.h) */
     return 4u * S->n_params + S->rows;
 }
 
@@ -1230,6 +1637,7 @@ static void tol_stage_image_segs_(const tol_stage_t *S, float *params, uint8_t *
 
 tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t *dst, uint32_t n)
 {
+    TOL_CHECK(S->q == NULL, TOL_ERR_UNSUPPORTED);
     const uint32_t total = tol_stage_image_bytes(S);
     TOL_CHECK(offset <= total && n <= total - offset, TOL_ERR_RANGE);
     TOL_CHECK(n == 0u || dst != NULL, TOL_ERR_ARG);
@@ -1241,6 +1649,7 @@ tol_status_t tol_stage_image_read(const tol_stage_t *S, uint32_t offset, uint8_t
 
 tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t *src, uint32_t n)
 {
+    TOL_CHECK(S->q == NULL, TOL_ERR_UNSUPPORTED);
     const uint32_t total = tol_stage_image_bytes(S);
     TOL_CHECK(n == 0u || src != NULL, TOL_ERR_ARG);
     TOL_CHECK(offset == 0u || offset == S->push_fill, TOL_ERR_RANGE);
@@ -1254,6 +1663,7 @@ tol_status_t tol_stage_push_write(tol_stage_t *S, uint32_t offset, const uint8_t
 
 tol_status_t tol_stage_push_commit(tol_stage_t *S)
 {
+    TOL_CHECK(S->q == NULL, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(S->push_fill == tol_stage_image_bytes(S), TOL_ERR_RANGE);
     const uint8_t *flags = (const uint8_t *)(const void *)S->delta[0];
     uint16_t active = 0;

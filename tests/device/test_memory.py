@@ -299,6 +299,10 @@ def stage_dirs(tmp_path_factory):
     dirs["lean_stage"] = tmp / "lean_stage"
     export_model(str(src), str(dirs["lean_stage"]), split="d1", name="lean_stage", max_classes=8,
                  board="nucleo_l432kc", stage_train="bias")
+    # the int16 stage (--stage-weights int16: 2 B per trained parameter, no gradient buffer)
+    dirs["int16_stage"] = tmp / "int16_stage"
+    export_model(str(src), str(dirs["int16_stage"]), split="d1", name="int16_stage", max_classes=8,
+                 board="nucleo_l432kc", stage_weights="int16", stage_lr_scale=0.5)
     # what trains chosen from data (--stage-train auto): tests/device/test_stage_select.py's network,
     # where only layer a's weights can separate classes 2 and 3 (so the cut beats the last
     # layer alone and auto recommends it)
@@ -379,5 +383,39 @@ def test_lean_stage_fits_equals_links(stage_dirs):
     assert man["learner"]["replay_capacity"] > full["learner"]["replay_capacity"]
     report = _sweep(stage_dirs, [("nucleo_l432kc", "lean_stage", {}, False),
                                  ("nucleo_l432kc", "lean_stage", {"replay_capacity": "auto+1"},
+                                  False)])
+    assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_int16_stage_fits_equals_links(stage_dirs):
+    """--stage-weights int16 is the linker's too: its trained weights take 2 bytes each and no
+    gradient (the float stage: 8), the automatically sized capacity links, one slot more does
+    not; the exported weights are the float stage's rounded to their int16 grid."""
+    man = json.loads((stage_dirs["int16_stage"] / "manifest.json").read_text())
+    full = json.loads((stage_dirs["small_stage"] / "manifest.json").read_text())
+    t = man["stage"]["trained"]
+    assert t == full["stage"]["trained"] == 48 * 24 + 24 + 8 * 25
+    assert man["stage"]["memory"]["weights"] == 2 * t and man["stage"]["memory"]["grads"] == 0
+    assert full["stage"]["memory"]["weights"] + full["stage"]["memory"]["grads"] == 8 * t
+    # on the L432KC both leave the replay buffer all of SRAM1 (the plan splits it off): the
+    # same slots, the int16 learner 6 bytes per trained parameter smaller
+    assert man["learner"]["replay_capacity"] == full["learner"]["replay_capacity"]
+    assert full["memory"]["learner_bytes"] - man["memory"]["learner_bytes"] == 6 * t
+    assert man["learner"]["stage_lr_scale"] == 0.5
+    cfg = (stage_dirs["int16_stage"] / "config.h").read_text()
+    assert re.search(r"#define TOL_STAGE_LR_SCALE\s+0\.5f", cfg)
+    init = (stage_dirs["int16_stage"] / "stage_init.c").read_text()
+    exps = [int(v) for v in re.findall(r"\.wq = (-?\d+)", init)]
+    assert len(exps) == 2 and all(e < 0 for e in exps)
+    p16 = np.load(stage_dirs["int16_stage"] / "stage_init.npz")["params"]
+    pf = np.load(stage_dirs["small_stage"] / "stage_init.npz")["params"]
+    e = exps[0]  # d1's weights: on the grid 2^e, within half a step of the float export
+    w16, wf = p16[:48 * 24], pf[:48 * 24]
+    np.testing.assert_array_equal(np.rint(w16 * 2.0 ** -e), w16 * 2.0 ** -e)
+    assert np.abs(w16 - wf).max() <= 2.0 ** (e - 1)
+    report = _sweep(stage_dirs, [("nucleo_l432kc", "int16_stage", {}, False),
+                                 ("nucleo_l432kc", "int16_stage", {"replay_capacity": "auto+1"},
                                   False)])
     assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]

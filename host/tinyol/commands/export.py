@@ -67,6 +67,15 @@ def _split_arg(value):
 @click.option("--stage-budget", type=click.IntRange(1, None), default=None, metavar="BYTES",
               help="With --stage-train auto: the most learner RAM (bytes, without the replay "
                    "buffer) the chosen stage may take; the board's room is the other limit.")
+@click.option("--stage-weights", type=click.Choice(["float32", "int16"]), default="float32",
+              show_default=True,
+              help="How an adaptive stage keeps its trained weights in RAM: float32 (with a gradient "
+                   "buffer: 8 B per trained parameter) or int16 (power-of-two scales, each sample "
+                   "updates them at once with stochastic rounding: 2 B per trained parameter, no "
+                   "momentum; docs/adaptive.md, \"Lean trained weights\").")
+@click.option("--stage-lr-scale", type=Number(0.0, f32=True), default=0.0, show_default=True,
+              help="The adaptive stage's layers below the classifier learn at lr x this (0: at lr, "
+                   "as the classifier).")
 @click.option("--fc-weights", type=click.Choice(list(FC_WEIGHTS)), default=FC_WEIGHTS[0], show_default=True,
               help="How FULLY_CONNECTED weights are stored in flash: int8 (smallest) or int16, "
                    "pre-widened: twice their flash, fewer instructions (docs/kernels.md).")
@@ -83,7 +92,8 @@ def _split_arg(value):
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        stage_train, stage_data, stage_budget, fc_weights, rehearse, replay_policy, quiet):
+        stage_train, stage_data, stage_budget, stage_weights, stage_lr_scale, fc_weights, rehearse,
+        replay_policy, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -103,6 +113,7 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
                               replay_n_old=replay_n_old, seed=seed,
                               stage_train=stage_train, stage_data=stage_data, stage_budget=stage_budget,
+                              stage_weights=stage_weights, stage_lr_scale=stage_lr_scale,
                               fc_weights=fc_weights, rehearse=rehearse, replay_policy=replay_policy)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]

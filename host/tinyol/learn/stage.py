@@ -39,6 +39,7 @@ TRAINS = {TRAIN_ALL: "all", TRAIN_BIAS: "bias", TRAIN_FROZEN: "frozen"}
 ACTS = {ACT_NONE: "none", ACT_RELU: "relu", ACT_RELU6: "relu6"}
 MAX_LAYERS = 16
 STATE_HEADER = 72
+Q_MIN, Q_MAX = -32, 32767  # an int16 stage's exponents lie in [Q_MIN, -1]; |q| <= Q_MAX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Layer:
     pt: int = 0
     pl: int = 0
     train: int = TRAIN_ALL
+    wq: int = 0  # 0: trained weights in float32; < 0: in int16, value q * 2^wq (an int16 stage)
+    bq: int = 0  # the same for the trained biases
 
     @property
     def in_size(self) -> int:
@@ -96,6 +99,8 @@ class Layer:
             return False
         if self.train not in TRAINS or (self.train and self.kind not in LINEAR):
             return False
+        if not (Q_MIN <= self.wq <= 0 and Q_MIN <= self.bq <= 0):
+            return False
         if self.kind == DENSE:
             return self.out_h == 1 and self.out_w == 1
         if self.kind in (GAP, GMAXPOOL):
@@ -123,24 +128,41 @@ class Layer:
         if self.kind in (CONV, DWCONV, MAXPOOL, AVGPOOL) and self.sw != self.sh:
             k += f"x{self.sw}"
         tr = "" if self.train == TRAIN_ALL else f" ({TRAINS[self.train]})"
+        if self.wq or self.bq:
+            tr += " int16"
         return (f"{k}{act} [{self.in_h}x{self.in_w}x{self.in_c}] -> "
                 f"[{self.out_h}x{self.out_w}x{self.out_c}]{tr}")
 
     def as_tuple(self) -> tuple:
         """The C struct's field order."""
         return (self.kind, self.act, self.kh, self.kw, self.sh, self.sw, self.pt, self.pl,
-                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c, self.train)
+                self.in_h, self.in_w, self.in_c, self.out_h, self.out_w, self.out_c, self.train,
+                self.wq, self.bq)
+
+    def q_ok(self, q16: bool) -> bool:
+        """tol_stage_q_ok_: in an int16 stage exactly the trained tensors have exponents."""
+        if not q16:
+            return self.wq == 0 and self.bq == 0
+        tw = self.kind in LINEAR and self.train == TRAIN_ALL
+        tb = self.kind in LINEAR and self.train != TRAIN_FROZEN
+        return (self.wq != 0) == tw and (self.bq != 0) == tb
 
 
 def chain_ok(layers) -> bool:
     """tol_stage_chain_ok_: shapes follow each other, last layer a linear Dense."""
     if not 1 <= len(layers) <= MAX_LAYERS:
         return False
+    q = is_q16(layers)
     for i, l in enumerate(layers):
-        if not l.ok() or (i and l.in_size != layers[i - 1].out_size):
+        if not l.ok() or not l.q_ok(q) or (i and l.in_size != layers[i - 1].out_size):
             return False
     return (layers[-1].kind == DENSE and layers[-1].act == ACT_NONE
             and layers[-1].train == TRAIN_ALL and layers[0].in_size <= 0xFFFF)
+
+
+def is_q16(layers) -> bool:
+    """An int16 stage: some layer keeps its trained parameters in int16."""
+    return any(l.wq or l.bq for l in layers)
 
 
 def n_params(layers) -> int:
@@ -162,13 +184,48 @@ def trained_part(layers, params: np.ndarray) -> np.ndarray:
     return np.concatenate(out).astype(F32) if out else np.zeros(0, F32)
 
 
+def int16_stage(layers, params: np.ndarray, headroom: float = 4.0) -> tuple[list, np.ndarray]:
+    """The int16 stage of a float one (`--stage-weights int16`): each trained tensor (a
+    TRAIN_ALL layer's weights, a trained layer's biases) gets the power-of-two scale 2^e,
+    the smallest with ``headroom`` x its largest magnitude within +-Q_MAX (e in [Q_MIN, -1];
+    an all-zero tensor takes its layer's other exponent, or -15), and its exported values
+    rounded to q * 2^e, so the device starts from exactly them. Frozen tensors stay as they
+    are (float32, in flash)."""
+    params = np.asarray(params, F32).copy()
+    out, off = [], 0
+
+    def exp_of(t):
+        m = float(np.max(np.abs(t))) if t.size else 0.0
+        if not m > 0 or not math.isfinite(m):
+            return None
+        return int(min(-1, max(Q_MIN, math.ceil(math.log2(m * headroom / Q_MAX)))))
+
+    for l in layers:
+        if l.kind not in LINEAR or l.train == TRAIN_FROZEN:
+            out.append(dataclasses.replace(l, wq=0, bq=0))
+            off += l.n_params
+            continue
+        w = params[off:off + l.n_weights]
+        b = params[off + l.n_weights:off + l.n_params]
+        ew = exp_of(w) if l.train == TRAIN_ALL else None
+        eb = exp_of(b)
+        eb = eb if eb is not None else (ew if ew is not None else -15)
+        ew = (ew if ew is not None else eb) if l.train == TRAIN_ALL else 0
+        for t, e in ((w, ew), (b, eb)):
+            if e:
+                t[:] = (np.clip(np.rint(t * F32(2.0 ** -e)), -Q_MAX, Q_MAX) * F32(2.0 ** e)).astype(F32)
+        out.append(dataclasses.replace(l, wq=ew, bq=eb))
+        off += l.n_params
+    return out, params
+
+
 def stage_hash(layers) -> int:
     """tol_stage_hash: FNV-1a over every field as 4 little-endian bytes (`train` only when
-    not 0)."""
+    not 0, wq and bq only when either is not 0)."""
     h = 2166136261
     for l in layers:
         t = l.as_tuple()
-        for f in (t if l.train else t[:14]):
+        for f in (t if (l.wq or l.bq) else t[:15] if l.train else t[:14]):
             for b in range(4):
                 h ^= (int(f) >> (8 * b)) & 0xFF
                 h = (h * 16777619) & 0xFFFFFFFF
@@ -339,6 +396,17 @@ def _pool_backward(l: Layer, t: _PoolTables, x: np.ndarray, d: np.ndarray) -> np
     return _acc(np.zeros(l.in_size, F32), np.ascontiguousarray(terms.T))
 
 
+def _hash32(x: np.ndarray) -> np.ndarray:
+    """tol_stage_hash32_ (lowbias32) on uint32 arrays."""
+    x = np.asarray(x, np.uint32).copy()
+    x ^= x >> np.uint32(16)
+    x *= np.uint32(0x7FEB352D)
+    x ^= x >> np.uint32(15)
+    x *= np.uint32(0x846CA68B)
+    x ^= x >> np.uint32(16)
+    return x
+
+
 # --------------------------------------------------------------------------- stage
 @dataclasses.dataclass
 class StageConfig(OnlineConfig):
@@ -352,6 +420,21 @@ class StageConfig(OnlineConfig):
     # twin only (not on the device): learning rate lr / (1 + lr_decay * samples_seen), a
     # schedule measured for the recipe (docs/adaptive.md, "Recipe"); 0 = constant, the C's
     lr_decay: float = 0.0
+    # tol_stage_config_t.stage_lr_scale: the layers below the classifier learn at
+    # lr * stage_lr_scale (float32 product); 0 = at lr
+    stage_lr_scale: float = 0.0
+
+    def check(self, rows: int) -> None:
+        if not (math.isfinite(self.stage_lr_scale) and self.stage_lr_scale >= 0):
+            raise LearnerError("TOL_ERR_ARG")
+        if is_q16(self.layers) and not self.no_momentum:
+            raise LearnerError("TOL_ERR_ARG")  # an int16 stage has no momentum buffers
+        super().check(rows)
+
+    def check_settings(self, s) -> None:
+        if is_q16(self.layers) and s.clip_norm != 0:
+            raise LearnerError("TOL_ERR_ARG")  # no batch gradient to clip
+        super().check_settings(s)
 
     @property
     def n_outputs(self) -> int:
@@ -387,10 +470,21 @@ class Stage(OnlineLearner):
                         _PoolTables(l) if l.kind in (MAXPOOL, AVGPOOL, GMAXPOOL) else None)
                        for l in layers]
         is_w = np.zeros(self.n_params, bool)
-        for l, off in zip(layers, self.offsets):
+        exps = np.zeros(self.n_params, np.int64)
+        below = np.zeros(self.n_params, bool)  # the layers below the classifier
+        for i, (l, off) in enumerate(zip(layers, self.offsets)):
             if l.train == TRAIN_ALL:
                 is_w[off:off + l.n_weights] = True
+            exps[off:off + l.n_train] = l.bq
+            if l.train == TRAIN_ALL:
+                exps[off:off + l.n_weights] = l.wq
+            below[off:off + l.n_train] = i + 1 < len(layers)
         self.is_w = is_w
+        self.below = below
+        self.q16 = is_q16(layers)
+        # an int16 stage: value = q * scale, exactly (powers of two)
+        self.qscale = np.ldexp(np.ones(self.n_params, F32), exps).astype(F32)
+        self.qinv = np.ldexp(np.ones(self.n_params, F32), -exps).astype(F32)
         self.reset()
 
     # -- views of the last layer
@@ -439,9 +533,19 @@ class Stage(OnlineLearner):
         self._init = (np.zeros(n_params(self.layers), F32) if cfg.init_params is None
                       else np.asarray(cfg.init_params, F32).reshape(n_params(self.layers)).copy())
         self.params = trained_part(self.layers, self._init)
+        if self.q16:  # tol_stage_q_reset_: round to nearest (even), clamp
+            with np.errstate(invalid="ignore", over="ignore"):
+                v = np.rint((self.params * self.qinv).astype(F32))
+            v = np.where(np.isnan(v), F32(0.0), v)
+            self.q = np.clip(v, -Q_MAX, Q_MAX).astype(np.int16)
+            self.params = (self.q.astype(F32) * self.qscale).astype(F32)
         k = cfg.init_classes
         self.last_w[k:] = 0
         self.last_b[k:] = 0
+        if self.q16:
+            l, off = self.layers[-1], self.offsets[-2]
+            self.q[off + k * l.in_size:off + l.n_weights] = 0
+            self.q[off + l.n_weights + k:off + l.n_params] = 0
         self.mom = np.zeros(self.n_params, F32)
         self.grads = np.zeros(self.n_params, F32)
         self.active = np.zeros(self.rows, bool)
@@ -453,7 +557,7 @@ class Stage(OnlineLearner):
             return
         l, off = self.layers[-1], self.offsets[-2]
         d = l.in_size
-        for arr in (self.params, self.mom):
+        for arr in (self.params, self.mom) + ((self.q,) if self.q16 else ()):
             arr[off + r * d:off + (r + 1) * d] = 0
             arr[off + l.n_weights + r] = 0
         self.active[r] = True
@@ -484,7 +588,7 @@ class Stage(OnlineLearner):
     def _softmax(self, z: np.ndarray) -> np.ndarray:
         return softmax_active(z, self.active)
 
-    def _grad_add(self, x: np.ndarray, label: int, weight) -> None:
+    def _grad_add_f(self, x: np.ndarray, label: int, weight) -> None:
         outs = self.forward(x)
         p = self._softmax(outs[-1])
         self.probs = p
@@ -518,10 +622,49 @@ class Stage(OnlineLearner):
             if i > first:
                 d = _acc(np.zeros(l.in_size, F32), _terms(tb.dx, d, w))
 
-    def _step(self) -> bool:
+    def _lr(self):
+        """Per trained parameter: lr, or lr * stage_lr_scale below the classifier (tol_stage_lr_)."""
         s = self.settings
         lr = s.lr if not self.cfg.lr_decay else s.lr / (1.0 + self.cfg.lr_decay * self.samples_seen)
-        lr, mu, wd, clip = F32(lr), F32(s.momentum), F32(s.weight_decay), F32(s.clip_norm)
+        lr, sc = F32(lr), F32(self.cfg.stage_lr_scale)
+        if sc > 0:
+            return np.where(self.below, F32(lr * sc), lr).astype(F32)
+        return np.full(self.n_params, lr, F32)
+
+    def _grad_zero(self) -> None:
+        self.grads = np.zeros(self.n_params, F32)
+        self._j = 0  # an int16 stage: the sample's place in the batch
+
+    def _grad_add(self, x: np.ndarray, label: int, weight) -> None:
+        if not self.q16:
+            return self._grad_add_f(x, label, weight)
+        # tol_stage_learn_q16_: this sample's gradient alone, applied at once
+        self.grads = np.zeros(self.n_params, F32)
+        self._grad_add_f(x, label, weight)
+        g = self.grads
+        key = (self.updates << 10) + self._j
+        self._j += 1
+        base = _hash32(np.array([(self.cfg.seed + 0x9E3779B9 * key) & 0xFFFFFFFF], np.uint32))[0]
+        h = _hash32((np.uint32(base) + np.arange(self.n_params, dtype=np.uint32)).astype(np.uint32))
+        u = ((h >> np.uint32(8)).astype(F32) * F32(2.0 ** -24)).astype(F32)
+        wd = F32(self.settings.weight_decay)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if wd != 0:
+                g = np.where(self.is_w, (g + wd * self.params).astype(F32), g).astype(F32)
+            delta = (-((self._lr() * g).astype(F32) * self.qinv)).astype(F32)
+            v = (delta + u).astype(F32)
+            r = np.floor(np.clip(v, F32(-65535.0), F32(65535.0)))
+            nq = np.clip(self.q.astype(np.float64) + r, -Q_MAX, Q_MAX)
+            keep = (delta == 0) | np.isnan(delta)
+            nq = np.where(keep, self.q, nq)
+        self.q = nq.astype(np.int16)
+        self.params = (self.q.astype(F32) * self.qscale).astype(F32)
+
+    def _step(self) -> bool:
+        if self.q16:
+            return True  # every sample updated the weights already; nothing is rejected
+        s = self.settings
+        lr, mu, wd, clip = self._lr(), F32(s.momentum), F32(s.weight_decay), F32(s.clip_norm)
         g = self.grads
         with np.errstate(over="ignore", invalid="ignore"):
             if clip > 0:
@@ -551,19 +694,21 @@ class Stage(OnlineLearner):
     def predict(self, q) -> tuple[int, float]:
         return self.predict_f(self._deq(q))
 
-    def _grad_zero(self) -> None:
-        self.grads = np.zeros(self.n_params, F32)
-
     # idle-time rehearsal (tol_stage_rehearse): OnlineLearner.rehearse / idle
 
     # -- the stage image (tol_stage_image_read / tol_stage_push_commit)
     def image(self) -> bytes:
-        """Every parameter as float32 LE, then the active flags (uint8[rows]): GET_STAGE's bytes."""
+        """Every parameter as float32 LE, then the active flags (uint8[rows]): GET_STAGE's bytes.
+        An int16 stage has none (TOL_ERR_UNSUPPORTED)."""
+        if self.q16:
+            raise LearnerError("TOL_ERR_UNSUPPORTED")
         return self.params.astype("<f4").tobytes() + self.active.astype(np.uint8).tobytes()
 
     def load_image(self, image: bytes) -> None:
         """SET_STAGE's commit: parameters and flags replaced, momentum and the queue cleared
         (class counts, replay buffer, PRNG and counters kept); a bad image changes nothing."""
+        if self.q16:
+            raise LearnerError("TOL_ERR_UNSUPPORTED")
         if len(image) != 4 * self.n_params + self.rows:
             raise LearnerError("TOL_ERR_RANGE")
         flags = np.frombuffer(image, np.uint8, self.rows, 4 * self.n_params)

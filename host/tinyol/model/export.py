@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import struct
 import sys
@@ -40,7 +41,7 @@ from .. import __version__, memory
 from ..boards import Board, get_board
 from ..data.datasets import load_source
 from ..errors import TinyolError
-from ..learn.stage import Layer, stage_memory
+from ..learn.stage import Layer, int16_stage, stage_memory
 from ..memory import Model
 from . import stage_select
 from .codegen import FC_WEIGHTS, generate_backbone, op_layer, tflm_arena_bytes
@@ -390,6 +391,8 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     if "replay_policy" in L:  # exports since the policy is a setting (before: reservoir)
         define("TOL_REPLAY_POLICY", REPLAY_POLICIES.index(L["replay_policy"]),
                "0 reservoir, 1 class-balanced, 2 AR1 (a run-time setting)")
+    if "stage_lr_scale" in L:
+        define("TOL_STAGE_LR_SCALE", c_float(L["stage_lr_scale"]), "the stage below the classifier: lr * this")
     define("TOL_HAS_MOMENTUM", 1 if float(L["momentum"]) != 0.0 else 0,
            "momentum buffers reserved (momentum > 0 at export)")
     body = "\n".join(d)
@@ -469,6 +472,8 @@ class ExportSettings:
     stage_train: str | None = None      # lean stage: all, bias, auto or LAYER[:all|bias|frozen],...
     stage_budget: int | None = None     # --stage-train auto: most learner bytes without replay
     stage_data: str | None = None       # --stage-train auto: labelled data to choose on (default: calib)
+    stage_weights: str = "float32"      # the stage's trained weights in RAM: float32 or int16
+    stage_lr_scale: float = 0.0         # the layers below the classifier learn at lr * this (0: lr)
     fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
     rehearse: int = DEFAULT_LEARNER["rehearse"]  # classifier: idle rehearsal steps, 0..255
     replay_policy: str = DEFAULT_LEARNER["replay_policy"]  # reservoir, balanced or ar1
@@ -527,7 +532,22 @@ class ExportSettings:
                 raise TinyolError(f"--stage-budget must be > 0 bytes, not {self.stage_budget}")
         if self.fc_weights not in FC_WEIGHTS:
             raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
+        if self.stage_weights not in STAGE_WEIGHTS:
+            raise TinyolError(f"--stage-weights must be one of {', '.join(STAGE_WEIGHTS)}, "
+                              f"not {self.stage_weights!r}")
+        if self.stage_weights == "int16":
+            if self.momentum != 0.0:
+                raise TinyolError("--stage-weights int16 takes no momentum (each sample updates the "
+                                  "int16 weights at once; there is no buffer to keep it in)",
+                                  hint="leave --momentum at 0")
+            if self.auto_train:
+                raise TinyolError("--stage-weights int16 does not combine with --stage-train auto yet",
+                                  hint="name what trains: --stage-train bias|all|LAYER[:all|bias|frozen],...")
+        if not (math.isfinite(self.stage_lr_scale) and self.stage_lr_scale >= 0.0):
+            raise TinyolError(f"--stage-lr-scale must be >= 0, not {self.stage_lr_scale}")
 
+
+STAGE_WEIGHTS = ("float32", "int16")  # --stage-weights
 
 MODEL_NAME_MAX = 32  # characters; the device reports it in INFO and its boot line
 
@@ -830,6 +850,8 @@ def _check_learner_alone(sp: _Split, n_in: int, s: ExportSettings, board: Board)
     """Fail fast (before quantizing) when the learner alone does not fit `board`."""
     rows = sp.W.shape[0] if sp.head_mode == "autoencoder" else max(s.max_classes or 0, sp.W.shape[0])
     layers0 = grow_rows(*sp.stage, rows)[0] if sp.stage is not None else None
+    if layers0 is not None and s.stage_weights == "int16":
+        layers0 = int16_stage(*grow_rows(*sp.stage, rows))[0]
     if s.auto_train:
         replay0 = s.replay_capacity or 0
         mm0 = memory_model(input_size=n_in, dim=layers0[0].in_size, rows=rows,
@@ -939,7 +961,7 @@ def _choose_stage(sp: _Split, bb: _Backbone, head: _Head, info, codec, s: Export
     return (apply_train(full, stage_names, selection["spec"]), flat), selection
 
 
-def _learner_settings(s: ExportSettings, capacity: int, head_mode: str, codec) -> dict:
+def _learner_settings(s: ExportSettings, capacity: int, head_mode: str, codec, stage=None) -> dict:
     """The manifest's "learner": the settings config.h gives the device."""
     learner = dict(lr=float(s.lr), momentum=float(s.momentum), weight_decay=float(s.weight_decay),
                    replay_capacity=int(capacity), replay_bits=int(s.replay_bits),
@@ -948,6 +970,8 @@ def _learner_settings(s: ExportSettings, capacity: int, head_mode: str, codec) -
         raise TinyolError("--rehearse needs a classifier head",
                           hint="idle rehearsal replays labelled latents; an autoencoder keeps none")
     learner["rehearse"] = int(s.rehearse)
+    if stage is not None and s.stage_lr_scale:
+        learner["stage_lr_scale"] = float(np.float32(s.stage_lr_scale))
     learner["replay_policy"] = s.replay_policy
     if codec is not None:
         learner["replay_codec"] = {"channels": int(codec[0].size), "lo": codec[0].tolist(),
@@ -964,6 +988,8 @@ def _plan(sp: _Split, bb: _Backbone, head: _Head, info, stage, codec, s: ExportS
     arena, weights_bytes = int(info.arena_bytes), int(info.weights_bytes)
     if stage is not None:  # the last layer's rows grow to --max-classes, as the head's
         stage = grow_rows(stage[0], stage[1], head.max_rows, head.init_rows)
+        if s.stage_weights == "int16":  # its trained tensors in int16 (tinyol.learn.stage.int16_stage)
+            stage = int16_stage(*stage)
     # flash: the backbone's constants + the learner's initial parameters
     head_init_bytes = (4 * int(stage[1].size) if stage is not None
                        else 4 * head.max_rows * bb.dim + 4 * head.max_rows)
@@ -975,7 +1001,7 @@ def _plan(sp: _Split, bb: _Backbone, head: _Head, info, stage, codec, s: ExportS
                       stage=stage[0] if stage is not None else None)
     capacity = choose_replay_capacity(mm, board, s.replay_capacity, echo)
     mm.replay_capacity = capacity
-    learner = _learner_settings(s, capacity, sp.head_mode, codec)
+    learner = _learner_settings(s, capacity, sp.head_mode, codec, stage)
     if stage is not None:
         trained = sum(l.n_train for l in stage[0])
         echo(f"adaptive stage: {len(stage[0])} layers, {mm.stage_params} parameters"
@@ -1313,7 +1339,7 @@ def refresh_config(model_dir: str, echo: Echo = lambda s: None, check: bool = Tr
     layers = None
     if m.get("stage"):
         layers = [Layer(**dict(zip(("kind", "act", "kh", "kw", "sh", "sw", "pt", "pl", "in_h", "in_w",
-                                    "in_c", "out_h", "out_w", "out_c", "train"), d)))
+                                    "in_c", "out_h", "out_w", "out_c", "train", "wq", "bq"), d)))
                   for d in m["stage"]["descriptors"]]
     init_bytes = 4 * int(m["stage"]["params"]) if layers else 4 * rows * dim + 4 * rows
     mm = memory_model(input_size=int(m["input"]["size"]), dim=dim, rows=rows, autoencoder=ae,

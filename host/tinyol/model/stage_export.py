@@ -308,7 +308,8 @@ def write_stage_init(out: Path, source: str, layers: list[Layer], params: np.nda
     for l in layers:
         rows.append("    {.kind = %d, .act = %d, .kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, "
                     ".pl = %d,\n     .in_h = %d, .in_w = %d, .in_c = %d, .out_h = %d, .out_w = %d, "
-                    ".out_c = %d, .train = %d}, /* %s */" % (*l.as_tuple(), l.describe()))
+                    ".out_c = %d, .train = %d, .wq = %d, .bq = %d}, /* %s */"
+                    % (*l.as_tuple(), l.describe()))
     text = (banner(source)
             + "/* The adaptive stage (tol_stage.h): layers after the --split cut and their\n"
               " * exported float32 parameters, per layer W then b. */\n"

@@ -89,7 +89,7 @@ def _load_stage_model(p: Path) -> Model:
         npz = np.load(p / "stage_init.npz")
         layers = [Layer(*[int(v) for v in (row[0], row[8], row[9], row[10], row[11], row[12],
                                            row[13], row[1], row[2], row[3], row[4], row[5],
-                                           row[6], row[7], *row[14:15])]) for row in npz["layers"]]
+                                           row[6], row[7], *row[14:17])]) for row in npz["layers"]]
         params = np.asarray(npz["params"], np.float32)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TinyolError(f"{p}: unreadable model files ({e})",
@@ -180,7 +180,8 @@ def make_learner(model: Model, settings: L.Settings, replay: dict) -> L.Learner:
                            replay_codec=codec,
                            replay_policy=replay["policy"], max_new=max(1, replay["max_new"]),
                            max_old=settings.n_old, no_momentum=settings.momentum == 0,
-                           seed=replay["seed"], settings=settings)
+                           seed=replay["seed"], settings=settings,
+                           stage_lr_scale=float(model.manifest["learner"].get("stage_lr_scale", 0.0)))
         try:
             return Stage(scfg)
         except L.LearnerError as e:

@@ -1,0 +1,147 @@
+"""Lean trained weights on the NUCLEO-L476RG (issue 30, items 2 and 3): the int16 stage
+(`--stage-weights int16`, 2 B per trained parameter instead of 8) frees RAM for replay at
+the cuts that pay; the stage's own learning rate (`--stage-lr-scale`) chosen on a validation
+split. Digits and watch, new classes.
+
+    PYTHONPATH=host:studies python -m tinyol_studies.lean16 --json docs/study_lean16.json [--work DIR]
+        [--only KEY]     # rows already in the json are kept: delete one to re-run it
+
+Each case is exported for the NUCLEO-L476RG as a user would (`tinyol export --board
+nucleo_l476rg --split CUT --stage-weights int16 --replay-bits 4 ...`, no --replay-capacity:
+the largest buffer that fits by tinyol.memory's board plan, the one the linker is held to,
+at most CAP_LIMIT); the twin (bit-identical with tol_stage.c, tests/host/test_stage_int16.py)
+learns the new classes with the depth study's protocol (tinyol_studies.depth: replay
+pre-filled with the pre-training classes, the new ones streamed once, n_new 1, n_old 16,
+lr 0.03). The recipe (plain, or class-balanced + 2 idle steps; x stage learning-rate scale 0.3, 1, 3, 10) is
+chosen on a validation split (30 % of the training data held out of prefill and stream,
+one order: tinyol_studies.lean.best_l476's), then re-exported with the chosen
+--stage-lr-scale / --replay-policy / --rehearse and run on the test split over 3 orders.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tinyol.learn import learner as L
+from tinyol.model.export import export_model
+from tinyol.targets import simulation as S
+from . import depth as D
+from . import lean as LN
+
+BOARD = "nucleo_l476rg"
+ORDERS = 3
+CAP_LIMIT = 1000
+# (data set, cut, export keywords)
+CASES = [
+    ("digits", "embed", dict(split="embed", stage_weights="int16", replay_bits=4)),
+    ("watch", "conv3", dict(split="conv3", stage_weights="int16", replay_bits=4)),
+    ("watch", "conv2", dict(split="conv2", stage_weights="int16", replay_bits=4)),
+    ("digits", "conv2", dict(split="conv2", stage_weights="int16", replay_bits=4)),
+]
+# the recipes searched (a small grid: the shared 2-core machine): the plain one and the best of
+# the recipe study (class-balanced replay + 2 idle steps), each at three stage learning rates
+RECIPES = ((L.POLICY_RESERVOIR, 0), (L.POLICY_BALANCED, 2))
+LR_SCALES = (0.3, 1.0, 3.0, 10.0)
+
+
+def export(ds, out: Path, kw: dict, capacity: int | None = None, **extra) -> S.Model:
+    export_model(str(ds.keras_path), str(out), calib=str(ds.calib), board=BOARD,
+                 max_classes=ds.n_classes, lr=D.LR, replay_capacity=capacity,
+                 name=f"{ds.name}_lean16", echo=lambda s: None, **kw, **extra)
+    return S.load_model(out)
+
+
+def run(ds, model: S.Model, Qtr, Qte, *, seed: int, policy: int, rehearse: int,
+        lr_scale: float | None = None, eval_idx=None) -> float:
+    """tinyol_studies.lean.run at the export's capacity and storage; lr_scale: the stage's
+    learning-rate scale for the search (None: the export's own)."""
+    rng = np.random.default_rng(seed)
+    old, new = np.flatnonzero(np.isin(ds.ytr, ds.old)), np.flatnonzero(np.isin(ds.ytr, ds.new))
+    if eval_idx is not None:
+        old, new = np.setdiff1d(old, eval_idx), np.setdiff1d(new, eval_idx)
+    pre_idx, stream_idx = rng.permutation(old), rng.permutation(new)
+    m = model.manifest["learner"]
+    settings = L.Settings(lr=D.LR, n_new=1, n_old=16, mode=L.MODE_REPLAY, rehearse=rehearse)
+    replay = dict(capacity=int(m["replay_capacity"]), bits=int(m["replay_bits"]), policy=policy,
+                  seed=seed + 1, max_new=1)
+    lrn = S.make_learner(model, settings, replay)
+    if lr_scale is not None:
+        lrn.cfg.stage_lr_scale = float(np.float32(lr_scale))
+    ev = (Qtr[eval_idx], ds.ytr[eval_idx]) if eval_idx is not None else (Qte, ds.yte)
+    res = S.run_classifier(lrn, Qtr[stream_idx], ds.ytr[stream_idx],
+                           prefill=(Qtr[pre_idx], ds.ytr[pre_idx]), eval_set=ev)
+    return res["final_accuracy"]
+
+
+def study_case(ds, cut: str, kw: dict, work: Path, echo) -> dict:
+    tag = f"{ds.name}_{cut}"
+    model = export(ds, work / f"l16_{tag}", kw)
+    cap = int(model.manifest["learner"]["replay_capacity"])
+    if cap > CAP_LIMIT:
+        model = export(ds, work / f"l16_{tag}", kw, CAP_LIMIT)
+        cap = CAP_LIMIT
+    Qtr, Qte = D._latents(model, ds.Xtr), D._latents(model, ds.Xte)
+    val = np.random.default_rng(99).choice(len(ds.ytr), len(ds.ytr) * 3 // 10, replace=False)
+    t0 = time.perf_counter()
+    grid = {}
+    for pol, reh in RECIPES:
+        for sc in LR_SCALES:
+            grid[(pol, reh, sc)] = run(ds, model, Qtr, Qte, seed=50, policy=pol, rehearse=reh,
+                                       lr_scale=sc, eval_idx=val)
+            echo(f"  {tag} val {LN.POLICY_NAMES[pol]} x{reh} scale {sc}: {grid[(pol, reh, sc)]:.3f}")
+    pol, reh, sc = max(grid, key=grid.get)
+    t1 = time.perf_counter()
+    # the chosen recipe as the user exports it: the device starts with exactly these settings
+    chosen = export(ds, work / f"l16_{tag}_chosen", kw, cap, stage_lr_scale=sc,
+                    replay_policy=LN.POLICY_NAMES[pol], rehearse=reh)
+    acc = [run(ds, chosen, Qtr, Qte, seed=s, policy=pol, rehearse=reh) for s in range(ORDERS)]
+    t2 = time.perf_counter()
+    man = chosen.manifest
+    r = {"data": ds.name, "cut": cut, "export": {**kw, "stage_lr_scale": sc,
+                                                  "replay_policy": LN.POLICY_NAMES[pol], "rehearse": reh},
+         "slots": cap, "learner_bytes": int(man["memory"]["learner_bytes"]),
+         "stage_memory": man["stage"]["memory"], "trained": int(man["stage"]["trained"]),
+         "val": {f"{LN.POLICY_NAMES[p]} x{e} scale {s}": v for (p, e, s), v in grid.items()},
+         "acc": acc, "seconds": {"search": round(t1 - t0), "test": round(t2 - t1)}}
+    echo(f"{tag}: {cap} slots, recipe {LN.POLICY_NAMES[pol]} x{reh} scale {sc}: "
+         f"{100 * np.mean(acc):.1f} ± {100 * np.std(acc):.1f}")
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--only", default=None)
+    a = ap.parse_args(argv)
+    res = json.loads(a.json.read_text()) if a.json.exists() else {}
+    work = a.work or Path(tempfile.mkdtemp(prefix="tinyol-lean16-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def echo(s):
+        print(s, flush=True)
+
+    sets = {}
+    try:
+        for name, cut, kw in CASES:
+            key = f"{name} | {cut} | int16"
+            if key in res or (a.only and a.only not in key):
+                continue
+            if name not in sets:
+                sets[name] = LN.dataset(name, work, echo)
+            res[key] = study_case(sets[name], cut, kw, work, echo)
+            a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    finally:
+        if a.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
