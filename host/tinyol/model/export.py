@@ -38,7 +38,7 @@ from ..errors import TinyolError
 from ..learn.stage import Layer, stage_memory
 from ..memory import Model
 from . import stage_select
-from .codegen import FC_WEIGHTS, generate_backbone, op_layer
+from .codegen import FC_WEIGHTS, generate_backbone, generate_sources, op_layer
 from .cwriter import banner, c_float, float_array
 from .folder import read_manifest
 from .stage_export import (
@@ -50,7 +50,7 @@ from .stage_export import (
     stage_summary,
     write_stage_init,
 )
-from .tflite import classifier_head, parse_model, split_classifier
+from .tflite import classifier_head, load_model, parse_model, split_classifier
 
 # Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
 # that use them; they take seconds to load, and rewriting a config or reading a .tflite does not.
@@ -655,9 +655,14 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
 # ---------------------------------------------------------------------------------------------
 # codegen (written by the kernels work; one call)
 
-def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo, fc_weights: str = "int8"):
+def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo, fc_weights: str = "int8",
+                conv_pixels: int = 0):
     """Write backbone.c/.h and model_data.c/.h. Returns the BackboneInfo."""
-    info = generate_backbone(str(tflite_path), str(out), source, fc_weights)
+    info = generate_backbone(str(tflite_path), str(out), source, fc_weights, conv_pixels)
+    if conv_pixels:
+        _, auto = generate_sources(load_model(Path(tflite_path)), source, fc_weights, 0)
+        echo(f"CONV_2D pixel blocks of {conv_pixels}: arena {info.arena_bytes} bytes, "
+             f"{info.arena_bytes - auto.arena_bytes:+d} against the automatic blocks ({auto.arena_bytes})")
     if fc_weights != "int8":
         extra = memory.fc_weights_extra(info.fc_shapes, fc_weights)
         echo(f"FULLY_CONNECTED weights as {fc_weights}: {info.weights_bytes} bytes of constants in flash, "
@@ -692,6 +697,7 @@ class ExportSettings:
     stage_budget: int | None = None     # --stage-train auto: most learner bytes without replay
     stage_data: str | None = None       # --stage-train auto: labelled data to choose on (default: calib)
     fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
+    conv_pixels: int = 0                # CONV_2D pixel blocks: 0 = as large as the arena allows free
     rehearse: int = DEFAULT_LEARNER["rehearse"]  # classifier: idle rehearsal steps, 0..255
     replay_policy: str = DEFAULT_LEARNER["replay_policy"]  # reservoir, balanced or ar1
 
@@ -749,6 +755,9 @@ class ExportSettings:
                 raise TinyolError(f"--stage-budget must be > 0 bytes, not {self.stage_budget}")
         if self.fc_weights not in FC_WEIGHTS:
             raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
+        if self.conv_pixels and (self.conv_pixels % 2 or not 2 <= self.conv_pixels <= 16):
+            raise TinyolError(f"--conv-pixels must be an even number from 2 to 16 (0: automatic), "
+                              f"not {self.conv_pixels}")
 
 
 MODEL_NAME_MAX = 32  # characters; the device reports it in INFO and its boot line
@@ -1020,7 +1029,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     tflite_path = out / "backbone.tflite"
     tflite_path.write_bytes(tfl)
     echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
-    info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
+    info = run_codegen(tflite_path, out, source, echo, s.fc_weights, s.conv_pixels)
     codec = None
     if s.replay_bits == 4 and head_mode == "classifier":  # the 4-bit codec, from calibration latents
         if src_path.suffix.lower() == ".tflite":
@@ -1102,6 +1111,8 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     }
     if s.fc_weights != "int8":  # absent: the default (int8), so earlier manifests stay as they are
         manifest["fc_weights"] = s.fc_weights
+    if s.conv_pixels:  # absent: automatic
+        manifest["conv_pixels"] = s.conv_pixels
 
     if stage is not None:
         stage_mem = stage_memory(stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
@@ -1148,7 +1159,8 @@ def _last_layer(model, head, W, b, X, s: ExportSettings, source: str) -> dict:
     inp, lat = tflite_io(tfl)
     with tempfile.TemporaryDirectory(prefix=".tinyol-last-") as d:
         (Path(d) / "backbone.tflite").write_bytes(tfl)
-        info = run_codegen(Path(d) / "backbone.tflite", Path(d), source, lambda m: None, s.fc_weights)
+        info = run_codegen(Path(d) / "backbone.tflite", Path(d), source, lambda m: None, s.fc_weights,
+                           s.conv_pixels)
     return {"tfl": tfl, "inp": inp, "lat": lat, "W": W, "b": b,
             "arena": int(info.arena_bytes) if info is not None else 0,
             "flash": int(info.weights_bytes) if info is not None else len(tfl)}
