@@ -341,8 +341,22 @@ static inline __attribute__((always_inline)) void tol_conv_mac2x2_(const int8_t 
     a[3] = a11;
 }
 
+/* One output: the prepared constants q (rq != NULL) or channel oc's multiplier and shift. */
+static inline __attribute__((always_inline)) int8_t tol_blk_rq_(int32_t acc, const tol_rqs_t *rq, const tol_rqs_t *q,
+                                                                const tol_conv_params_t *p, int32_t oc, int full)
+{
+    if (rq != NULL) {
+        return tol_rq_clamp_(tol_rqs_apply_(acc, q) + p->output_offset, p->act_min, p->act_max, full);
+    }
+    if (full) {
+        return tol_requant1_full_(acc, p->out_mult[oc], p->out_shift[oc], p->output_offset);
+    }
+    return tol_requant1_(acc, p->out_mult[oc], p->out_shift[oc], p->output_offset, p->act_min, p->act_max);
+}
+
 /* Every output channel of nvalid pixels (npair = (nvalid + 1) / 2 columns in col, pair_words
- * words apart); out: the block's first pixel. rq: the prepared per-channel constants. */
+ * words apart); out: the block's first pixel. rq: the prepared per-channel constants, or NULL
+ * (then out_mult/out_shift: layers with a shift > -2 or more than TOL_CONV_RQ_TABLE channels). */
 static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_conv_params_t *p,
                                                                      const uint32_t *col, int32_t pair_words,
                                                                      int32_t nvalid, int8_t *out, int full,
@@ -350,7 +364,6 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
 {
     const int32_t out_c = p->out_c, npair = (nvalid + 1) / 2;
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3, ng = k4 >> 2;
-    const int32_t zp = p->output_offset, lo = p->act_min, hi = p->act_max;
     const int32_t *const bias = p->bias;
     const int8_t *w = p->weights;
     int32_t acc[TOL_CONV_BLK_PAIRS][4];
@@ -370,8 +383,8 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
                 tol_conv_mac2x2_(w + 4 * g0, w + fsz + 4 * g0, col + j * pair_words + 4 * g0, gn, acc[j]);
             }
         }
-        const tol_rqs_t *const q0 = rq + oc;
-        const tol_rqs_t *const q1 = q0 + 1;
+        const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
+        const tol_rqs_t *const q1 = rq != NULL ? q0 + 1 : NULL;
         for (int32_t j = 0; j < npair; ++j) {
             int32_t *const a = acc[j];
             const int8_t *const tail = (const int8_t *)(col + j * pair_words + k4);
@@ -383,16 +396,16 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
                 a[3] += w[fsz + k4 + k] * x1;
             }
             int8_t *const o0 = out + 2 * j * out_c + oc;
-            o0[0] = tol_rq_clamp_(tol_rqs_apply_(a[0], q0) + zp, lo, hi, full);
-            o0[1] = tol_rq_clamp_(tol_rqs_apply_(a[2], q1) + zp, lo, hi, full);
+            o0[0] = tol_blk_rq_(a[0], rq, q0, p, oc, full);
+            o0[1] = tol_blk_rq_(a[2], rq, q1, p, oc + 1, full);
             if (2 * j + 1 < nvalid) {
-                o0[out_c] = tol_rq_clamp_(tol_rqs_apply_(a[1], q0) + zp, lo, hi, full);
-                o0[out_c + 1] = tol_rq_clamp_(tol_rqs_apply_(a[3], q1) + zp, lo, hi, full);
+                o0[out_c] = tol_blk_rq_(a[1], rq, q0, p, oc, full);
+                o0[out_c + 1] = tol_blk_rq_(a[3], rq, q1, p, oc + 1, full);
             }
         }
     }
     if (oc < out_c) { /* the last filter of an odd count, as tol_conv_px2_body_ does it */
-        const tol_rqs_t *const q0 = rq + oc;
+        const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
         for (int32_t j = 0; j < npair; ++j) {
             const uint32_t *c = col + j * pair_words;
             const int8_t *const tail = (const int8_t *)(c + k4);
@@ -411,9 +424,9 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
                 a1 += w[k] * tol_load16_(tail + 4 * (k - k4) + 2);
             }
             int8_t *const o0 = out + 2 * j * out_c + oc;
-            o0[0] = tol_rq_clamp_(tol_rqs_apply_(a0, q0) + zp, lo, hi, full);
+            o0[0] = tol_blk_rq_(a0, rq, q0, p, oc, full);
             if (2 * j + 1 < nvalid) {
-                o0[out_c] = tol_rq_clamp_(tol_rqs_apply_(a1, q0) + zp, lo, hi, full);
+                o0[out_c] = tol_blk_rq_(a1, rq, q0, p, oc, full);
             }
         }
     }
@@ -433,6 +446,19 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_(const tol_c
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 1, rq);
 }
 
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_mq_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                   int32_t pair_words, int32_t nvalid, int8_t *out)
+{
+    tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, NULL);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const tol_conv_params_t *p,
+                                                                        const uint32_t *col, int32_t pair_words,
+                                                                        int32_t nvalid, int8_t *out)
+{
+    tol_conv_blk_body_(p, col, pair_words, nvalid, out, 1, NULL);
+}
+
 /* Layers with at most this many output channels (and right shifts by >= 2)
  * prepare their requantization constants once, on the stack (12 bytes each). */
 #define TOL_CONV_RQ_TABLE 256
@@ -448,7 +474,7 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
         use_table = tol_rqs_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
     }
     const int32_t blk = tol_min_(p->scratch_px, 2 * TOL_CONV_BLK_PAIRS) & ~1;
-    if (use_table && blk >= 4) {
+    if (blk >= 4) {
         const int32_t pair_bytes = TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c);
         const uint32_t *const col = (const uint32_t *)(void *)scratch;
         for (int32_t px = 0; px < npx; px += blk) {
@@ -456,10 +482,15 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
             for (int32_t q = 0; q < nvalid; ++q) {
                 tol_im2col_(p, input, (px + q) / out_w, (px + q) % out_w, scratch + (q >> 1) * pair_bytes, q & 1);
             }
-            if (full) {
-                tol_conv_blk_full_(p, col, pair_bytes / 4, nvalid, output + px * out_c, table);
+            int8_t *const out = output + px * out_c;
+            if (use_table && full) {
+                tol_conv_blk_full_(p, col, pair_bytes / 4, nvalid, out, table);
+            } else if (use_table) {
+                tol_conv_blk_(p, col, pair_bytes / 4, nvalid, out, table);
+            } else if (full) {
+                tol_conv_blk_full_mq_(p, col, pair_bytes / 4, nvalid, out);
             } else {
-                tol_conv_blk_(p, col, pair_bytes / 4, nvalid, output + px * out_c, table);
+                tol_conv_blk_mq_(p, col, pair_bytes / 4, nvalid, out);
             }
         }
         return;
