@@ -341,13 +341,21 @@ static inline __attribute__((always_inline)) void tol_conv_mac2x2_(const int8_t 
     a[3] = a11;
 }
 
-/* One output: the prepared constants q (rq != NULL) or channel oc's multiplier and shift. */
-static inline __attribute__((always_inline)) int8_t tol_blk_rq_(int32_t acc, const tol_rqs_t *rq, const tol_rqs_t *q,
+/* The requantization constants of a layer, copied out of *p (the int8 output stores may alias it). */
+typedef struct {
+    const tol_rqs_t *rq;                 /* prepared per channel, or NULL: p->out_mult/out_shift */
+    int32_t zp, lo, hi;
+} tol_blk_q_t;
+
+/* One output of channel oc: the prepared constants q (k->rq != NULL) or oc's multiplier and shift
+ * (read from *p). */
+static inline __attribute__((always_inline)) int8_t tol_blk_rq_(int32_t acc, const tol_blk_q_t *k, const tol_rqs_t *q,
                                                                 const tol_conv_params_t *p, int32_t oc, int full)
 {
-    if (rq != NULL) {
-        return tol_rq_clamp_(tol_rqs_apply_(acc, q) + p->output_offset, p->act_min, p->act_max, full);
+    if (k->rq != NULL) {
+        return tol_rq_clamp_(tol_rqs_apply_(acc, q) + k->zp, k->lo, k->hi, full);
     }
+    /* from *p: fewer estimated cycles than from the copy on VWW's 128-channel pointwise layers */
     if (full) {
         return tol_requant1_full_(acc, p->out_mult[oc], p->out_shift[oc], p->output_offset);
     }
@@ -366,6 +374,7 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
     const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3, ng = k4 >> 2;
     const int32_t *const bias = p->bias;
     const int8_t *w = p->weights;
+    const tol_blk_q_t kq = {rq, p->output_offset, p->act_min, p->act_max};
     int32_t acc[TOL_CONV_BLK_PAIRS][4];
     int32_t oc = 0;
     for (; oc + 2 <= out_c; oc += 2, w += 2 * fsz) {
@@ -396,11 +405,11 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
                 a[3] += w[fsz + k4 + k] * x1;
             }
             int8_t *const o0 = out + 2 * j * out_c + oc;
-            o0[0] = tol_blk_rq_(a[0], rq, q0, p, oc, full);
-            o0[1] = tol_blk_rq_(a[2], rq, q1, p, oc + 1, full);
+            o0[0] = tol_blk_rq_(a[0], &kq, q0, p, oc, full);
+            o0[1] = tol_blk_rq_(a[2], &kq, q1, p, oc + 1, full);
             if (2 * j + 1 < nvalid) {
-                o0[out_c] = tol_blk_rq_(a[1], rq, q0, p, oc, full);
-                o0[out_c + 1] = tol_blk_rq_(a[3], rq, q1, p, oc + 1, full);
+                o0[out_c] = tol_blk_rq_(a[1], &kq, q0, p, oc, full);
+                o0[out_c + 1] = tol_blk_rq_(a[3], &kq, q1, p, oc + 1, full);
             }
         }
     }
@@ -424,9 +433,9 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
                 a1 += w[k] * tol_load16_(tail + 4 * (k - k4) + 2);
             }
             int8_t *const o0 = out + 2 * j * out_c + oc;
-            o0[0] = tol_blk_rq_(a0, rq, q0, p, oc, full);
+            o0[0] = tol_blk_rq_(a0, &kq, q0, p, oc, full);
             if (2 * j + 1 < nvalid) {
-                o0[out_c] = tol_blk_rq_(a1, rq, q0, p, oc, full);
+                o0[out_c] = tol_blk_rq_(a1, &kq, q0, p, oc, full);
             }
         }
     }
