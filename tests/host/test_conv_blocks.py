@@ -47,3 +47,13 @@ def test_automatic_blocks_found_where_the_arena_has_room():
 def test_conv_pixels_refused():
     with pytest.raises(TinyolError, match="even number from 2 to 16"):
         _gen("kws_ref_model", 7)
+
+
+def test_export_setting_refused():
+    from tinyol.model.export import ExportSettings
+
+    for bad in (7, 1, 18):
+        with pytest.raises(TinyolError, match="--conv-pixels must be an even number"):
+            ExportSettings(conv_pixels=bad).check()
+    ExportSettings(conv_pixels=8).check()
+    ExportSettings().check()
