@@ -65,15 +65,17 @@ class ModelCache:
 class CBackbone:
     """A generated backbone compiled with one kernel implementation, driven by ctypes."""
 
-    def __init__(self, tflite_path: Path, impl: str, workdir: Path, opt: str = "-O1", fc_weights: str = "int8"):
+    def __init__(self, tflite_path: Path, impl: str, workdir: Path, opt: str = "-O1", fc_weights: str = "int8",
+                 conv_pixels: int = 0):
         from tinyol.model import codegen
 
         self.tflite_path = Path(tflite_path)
         tag = hashlib.sha256(self.tflite_path.read_bytes()).hexdigest()[:10]
-        self.dir = Path(workdir) / f"{self.tflite_path.stem}_{tag}_{impl}_{fc_weights}"
+        self.dir = Path(workdir) / f"{self.tflite_path.stem}_{tag}_{impl}_{fc_weights}_px{conv_pixels}"
         gen_dir = self.dir / "gen"
         self.gen_dir = gen_dir
-        self.info = codegen.generate_backbone(self.tflite_path, gen_dir, self.tflite_path.name, fc_weights)
+        self.info = codegen.generate_backbone(self.tflite_path, gen_dir, self.tflite_path.name, fc_weights,
+                                              conv_pixels)
         lib = self.dir / "libbackbone.so"
         cmd = ["gcc", *STRICT, opt, "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{gen_dir}",
                str(gen_dir / "backbone.c"), *map(str, kernel_sources(impl)), "-o", str(lib)]
@@ -97,11 +99,11 @@ def random_inputs(shape, n: int, seed: int = 1) -> np.ndarray:
 
 
 def assert_bit_exact(tflite_path: Path, impl: str, workdir: Path, n: int = 16, seed: int = 1,
-                     fc_weights: str = "int8"):
+                     fc_weights: str = "int8", conv_pixels: int = 0):
     """Compare the generated C (with kernels `impl`) with TFLM on n random inputs."""
     from tinyol.model import codegen
 
-    cb = CBackbone(tflite_path, impl, workdir, fc_weights=fc_weights)
+    cb = CBackbone(tflite_path, impl, workdir, fc_weights=fc_weights, conv_pixels=conv_pixels)
     x = random_inputs(cb.info.input_shape, n, seed)
     want = codegen.run_tflm(tflite_path, x).reshape(n, -1)
     got = cb.run(x)
@@ -174,16 +176,16 @@ def have_qemu_m4() -> bool:
 
 
 def run_on_m4(tflite_path: Path, impl: str, x: np.ndarray, workdir: Path, count: bool = True,
-              fc_weights: str = "int8"):
+              fc_weights: str = "int8", conv_pixels: int = 0):
     """Run the generated backbone on Cortex-M4 (QEMU mps2-an386).
 
     Returns (outputs int8 [n, latent], instructions executed by the first
     tol_backbone_invoke or None)."""
     from tinyol.model import codegen
 
-    workdir = Path(workdir) / f"m4_{Path(tflite_path).stem}_{impl}_{fc_weights}"
+    workdir = Path(workdir) / f"m4_{Path(tflite_path).stem}_{impl}_{fc_weights}_px{conv_pixels}"
     gen = workdir / "gen"
-    info = codegen.generate_backbone(tflite_path, gen, Path(tflite_path).name, fc_weights)
+    info = codegen.generate_backbone(tflite_path, gen, Path(tflite_path).name, fc_weights, conv_pixels)
     x = np.asarray(x, dtype=np.int8).reshape(-1, int(np.prod(info.input_shape)))
     rows = ",\n".join("{" + ",".join(str(int(v)) for v in r) + "}" for r in x)
     main = (

@@ -54,11 +54,20 @@ typedef struct {
                                       4-byte aligned, caller-owned, contents not kept
                                       between calls; may be NULL (slower SIMD path).
                                       The reference kernels ignore it. */
+    int32_t scratch_px;            /* CONV_2D only: output pixels the scratch holds a
+                                      column for, 0 or 2 (two: TOL_CONV2D_SCRATCH_BYTES)
+                                      up to 16 (TOL_CONV2D_SCRATCH_PX_BYTES). With 4 or
+                                      more, the SIMD kernel reads each filter pair from
+                                      flash once per block of that many pixels instead
+                                      of once per pixel pair (fewer flash wait states,
+                                      more RAM). Ignored by the reference kernels. */
 } tol_conv_params_t;
 
 /* Scratch bytes tol_conv2d_s8 may use: two int16 columns of the kernel window
  * (k_h * k_w * in_c values, rounded up to a multiple of 4). */
 #define TOL_CONV2D_SCRATCH_BYTES(k_h, k_w, in_c) (4 * ((((k_h) * (k_w) * (in_c)) + 3) / 4 * 4))
+/* The scratch of scratch_px = n pixels: one two-column block per pixel pair. */
+#define TOL_CONV2D_SCRATCH_PX_BYTES(k_h, k_w, in_c, n) ((((n) + 1) / 2) * TOL_CONV2D_SCRATCH_BYTES(k_h, k_w, in_c))
 
 /* FULLY_CONNECTED parameters: out[r][o] = sum_i w[o][i] * (in[r][i] + input_offset). */
 typedef struct {

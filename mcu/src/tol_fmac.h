@@ -4,11 +4,14 @@
  * tol_fmac_mla(acc, a, b) = acc + a * b and tol_fmac_mls(acc, a, b) = acc - a * b,
  * each with the product rounded to float first and then the sum: the same float
  * as the two separate operations (and as host/tinyol/learn/learner.py's numpy), never
- * a fused multiply-add. On a Cortex-M4F this is one VMLA.F32 / VMLS.F32 (the
- * VFPv4 "chained" multiply-accumulate, which rounds twice), where the compiler
- * would otherwise emit VMUL + VADD (under -std=c11 it never contracts a * b + c,
- * and contracting would give VFMA, a different rounding). Elsewhere (native and
- * host builds): the plain expression; -std=c11 keeps it uncontracted.
+ * a fused multiply-add. On a Cortex-M4F each is written out as VMUL.F32 + VADD.F32
+ * (VNMUL.F32 + VADD.F32 for the subtraction), in asm so that no compiler setting can
+ * contract them into a VFMA (a different rounding). VMLA.F32 / VMLS.F32 (VFPv4's
+ * "chained" multiply-accumulate) round the same way, but the M4 issues one in 3 cycles
+ * against 1 + 1 for the pair (Cortex-M4 TRM, FPU instruction timings), so the block
+ * kernels below multiply a whole block into temporaries first and then add, in the
+ * same lane order. Elsewhere (native and host builds): the plain expression; -std=c11
+ * keeps it uncontracted.
  */
 #ifndef TOL_FMAC_H
 #define TOL_FMAC_H
@@ -23,13 +26,21 @@
 
 static inline float tol_fmac_mla(float acc, float a, float b)
 {
-    __asm__("vmla.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
+    float t;
+    __asm__("vmul.f32 %[t], %[a], %[b]\n"
+            "vadd.f32 %[acc], %[acc], %[t]"
+            : [acc] "+t"(acc), [t] "=&t"(t)
+            : [a] "t"(a), [b] "t"(b));
     return acc;
 }
 
 static inline float tol_fmac_mls(float acc, float a, float b)
 {
-    __asm__("vmls.f32 %0, %1, %2" : "+t"(acc) : "t"(a), "t"(b));
+    float t;
+    __asm__("vnmul.f32 %[t], %[a], %[b]\n"
+            "vadd.f32 %[acc], %[acc], %[t]"
+            : [acc] "+t"(acc), [t] "=&t"(t)
+            : [a] "t"(a), [b] "t"(b));
     return acc;
 }
 
@@ -68,9 +79,41 @@ static inline float tol_fmac_mls(float acc, float a, float b)
 #define TOL_FMAC_OP4_(ins, A, B, C) TOL_FMAC_CALL_(TOL_FMAC_OP4X_, ins, A, B, C)
 #define TOL_FMAC_MOV8_(A, B) TOL_FMAC_CALL_(TOL_FMAC_MOV8X_, A, B)
 #define TOL_FMAC_MOV4_(A, B) TOL_FMAC_CALL_(TOL_FMAC_MOV4X_, A, B)
+#define TOL_FMAC_S8Q_ "s8", "s9", "s10", "s11"
+#define TOL_FMAC_S12Q_ "s12", "s13", "s14", "s15"
+
+/* A_k = A_k + B_k C_k over 8 (4) lanes as VMUL into the temporaries T, then VADD: T_k = B_k C_k
+ * for every lane first, then A_k = A_k + T_k in lane order (a single accumulator, ALL8, sums
+ * left to right). T may be B's or C's own bank when that bank is not read again (in place).
+ * MSC: A_k = A_k - B_k C_k as VNMUL + VADD, which is VMLS's definition (FPAdd(A, FPNeg(FPMul))). */
+#define TOL_FMAC_MAC8X_(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, c2, c3, c4, c5, c6, c7, t0, t1, t2, t3, t4, t5, t6, t7) \
+    TOL_FMAC_OP8X_("vmul.f32", t0, t1, t2, t3, t4, t5, t6, t7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, c2, c3, c4, c5, c6, c7) \
+    TOL_FMAC_OP8X_("vadd.f32", a0, a1, a2, a3, a4, a5, a6, a7, a0, a1, a2, a3, a4, a5, a6, a7, t0, t1, t2, t3, t4, t5, t6, t7)
+#define TOL_FMAC_MSC8X_(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, c2, c3, c4, c5, c6, c7, t0, t1, t2, t3, t4, t5, t6, t7) \
+    TOL_FMAC_OP8X_("vnmul.f32", t0, t1, t2, t3, t4, t5, t6, t7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, c2, c3, c4, c5, c6, c7) \
+    TOL_FMAC_OP8X_("vadd.f32", a0, a1, a2, a3, a4, a5, a6, a7, a0, a1, a2, a3, a4, a5, a6, a7, t0, t1, t2, t3, t4, t5, t6, t7)
+#define TOL_FMAC_MAC4X_(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, t0, t1, t2, t3) \
+    TOL_FMAC_OP4X_("vmul.f32", t0, t1, t2, t3, b0, b1, b2, b3, c0, c1, c2, c3) \
+    TOL_FMAC_OP4X_("vadd.f32", a0, a1, a2, a3, a0, a1, a2, a3, t0, t1, t2, t3)
+#define TOL_FMAC_MSC4X_(a0, a1, a2, a3, b0, b1, b2, b3, c0, c1, c2, c3, t0, t1, t2, t3) \
+    TOL_FMAC_OP4X_("vnmul.f32", t0, t1, t2, t3, b0, b1, b2, b3, c0, c1, c2, c3) \
+    TOL_FMAC_OP4X_("vadd.f32", a0, a1, a2, a3, a0, a1, a2, a3, t0, t1, t2, t3)
+#define TOL_FMAC_MAC8_(...) TOL_FMAC_CALL_(TOL_FMAC_MAC8X_, __VA_ARGS__)
+#define TOL_FMAC_MSC8_(...) TOL_FMAC_CALL_(TOL_FMAC_MSC8X_, __VA_ARGS__)
+#define TOL_FMAC_MAC4_(...) TOL_FMAC_CALL_(TOL_FMAC_MAC4X_, __VA_ARGS__)
+#define TOL_FMAC_MSC4_(...) TOL_FMAC_CALL_(TOL_FMAC_MSC4X_, __VA_ARGS__)
+/* The same with one temporary t for all lanes, each product added at once (VMUL t, VADD). */
+#define TOL_FMAC_MS1_(a, b, c, t) TOL_FMAC_L3_("vmul.f32", t, b, c) TOL_FMAC_L3_("vadd.f32", a, a, t)
+#define TOL_FMAC_MAC8TX_(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7, c0, c1, c2, c3, c4, c5, c6, c7, t) \
+    TOL_FMAC_MS1_(a0, b0, c0, t) TOL_FMAC_MS1_(a1, b1, c1, t) TOL_FMAC_MS1_(a2, b2, c2, t) TOL_FMAC_MS1_(a3, b3, c3, t) TOL_FMAC_MS1_(a4, b4, c4, t) TOL_FMAC_MS1_(a5, b5, c5, t) TOL_FMAC_MS1_(a6, b6, c6, t) TOL_FMAC_MS1_(a7, b7, c7, t)
+#define TOL_FMAC_MAC8T_(...) TOL_FMAC_CALL_(TOL_FMAC_MAC8TX_, __VA_ARGS__)
+/* G_k = 0.0f + e X_k (the product into G, then 0.0f + it, the sum VMLA onto a zeroed G gave). */
+#define TOL_FMAC_EX8_(G, X)                                                                        \
+    TOL_FMAC_CALL_(TOL_FMAC_OP8X_, "vmul.f32", G, TOL_FMAC_ALL8_("%[e]"), X)                      \
+    TOL_FMAC_CALL_(TOL_FMAC_OP8X_, "vadd.f32", G, TOL_FMAC_ALL8_("%[zero]"), G)
 
 /* acc += row . x over one block of 8 (row in s16-s23, x in s24-s31), left to right. */
-#define TOL_FMAC_DOT8_(acc) TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_ALL8_(acc), TOL_FMAC_S16_, TOL_FMAC_S24_)
+#define TOL_FMAC_DOT8_(acc) TOL_FMAC_MAC8_(TOL_FMAC_ALL8_(acc), TOL_FMAC_S16_, TOL_FMAC_S24_, TOL_FMAC_S16_)
 
 /* The SGD block, the gradient g in s16-s23 and the weights w in s24-s31 (8 lanes):
  * g' = g + wd w (DECAY), [v = g' + mu vw, vw in s8-s15 (MOMENTUM)], wn = w - lr v in
@@ -78,17 +121,18 @@ static inline float tol_fmac_mls(float acc, float a, float b)
  * and with a stored or an e x gradient. Every SGD primitive below either checks (commit 0:
  * chk accumulated, nothing stored) or commits (commit 1: v and wn stored, chk returned
  * unchanged: a commit follows a check pass or a bound, and its chk is never read). */
-#define TOL_FMAC_SGD8_DECAY_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[wd]"), TOL_FMAC_S24_)
-#define TOL_FMAC_SGD8_MOMENTUM_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[mu]"), TOL_FMAC_S8_)
-#define TOL_FMAC_SGD8_W_ TOL_FMAC_OP8_("vmls.f32", TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[lr]"), TOL_FMAC_S16_)
-#define TOL_FMAC_SGD8_CHK_ TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_ALL8_("%[chk]"), TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[zero]"))
+#define TOL_FMAC_SGD8_DECAY_(T) TOL_FMAC_MAC8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[wd]"), TOL_FMAC_S24_, T)
+#define TOL_FMAC_SGD8_DECAY1_ TOL_FMAC_MAC8T_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[wd]"), TOL_FMAC_S24_, "%[t]")
+#define TOL_FMAC_SGD8_MOMENTUM_ TOL_FMAC_MAC8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[mu]"), TOL_FMAC_S8_, TOL_FMAC_S8_)
+#define TOL_FMAC_SGD8_W_(T) TOL_FMAC_MSC8_(TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[lr]"), TOL_FMAC_S16_, T)
+#define TOL_FMAC_SGD8_CHK_(T) TOL_FMAC_MAC8_(TOL_FMAC_ALL8_("%[chk]"), TOL_FMAC_S24_, TOL_FMAC_ALL8_("%[zero]"), T)
 #define TOL_FMAC_CLOBBER16_                                                                        \
     "s16", "s17", "s18", "s19", "s20", "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28",    \
         "s29", "s30", "s31"
 #define TOL_FMAC_CLOBBER24_                                                                        \
     "s8", "s9", "s10", "s11", "s12", "s13", "s14", "s15", TOL_FMAC_CLOBBER16_
 
-/* acc + w[0] x[0] + w[1] x[1] + ... (left to right), n8 blocks of 8: VLDM + 8 VMLA. */
+/* acc + w[0] x[0] + w[1] x[1] + ... (left to right), n8 blocks of 8: VLDM + 8 VMUL + 8 VADD. */
 static inline float tol_fmac_dot8_(float acc, const float **w, const float **x, uint32_t n8)
 {
     const float *pw = *w;
@@ -141,14 +185,24 @@ static inline void tol_fmac_dot4x8_(float *z, const float *w, uint32_t stride, c
     z[3] = a3;
 }
 
-/* Two samples at once: lane k of a block is "vmla a0, w_k, x0_k" then "vmla a1, w_k, x1_k"
- * (w in s16-s23, x0 in s8-s15, x1 in s24-s31): each sum still runs left to right. */
-#define TOL_FMAC_DOT2_K_(a0, a1, w, x0, x1) TOL_FMAC_L3_("vmla.f32", a0, w, x0) TOL_FMAC_L3_("vmla.f32", a1, w, x1)
+/* Two samples at once: the products w_k x0_k and w_k x1_k in place of x0 and x1 (w in s16-s23,
+ * x0 in s8-s15, x1 in s24-s31, all three reloaded per block), then a0 += and a1 += them: each
+ * sum still runs left to right. */
 #define TOL_FMAC_DOT8X2_(a0, a1)                                                                   \
-    TOL_FMAC_DOT2_K_(a0, a1, "s16", "s8", "s24") TOL_FMAC_DOT2_K_(a0, a1, "s17", "s9", "s25")     \
-    TOL_FMAC_DOT2_K_(a0, a1, "s18", "s10", "s26") TOL_FMAC_DOT2_K_(a0, a1, "s19", "s11", "s27")   \
-    TOL_FMAC_DOT2_K_(a0, a1, "s20", "s12", "s28") TOL_FMAC_DOT2_K_(a0, a1, "s21", "s13", "s29")   \
-    TOL_FMAC_DOT2_K_(a0, a1, "s22", "s14", "s30") TOL_FMAC_DOT2_K_(a0, a1, "s23", "s15", "s31")
+    TOL_FMAC_OP8_("vmul.f32", TOL_FMAC_S8_, TOL_FMAC_S16_, TOL_FMAC_S8_)                          \
+    TOL_FMAC_OP8_("vmul.f32", TOL_FMAC_S24_, TOL_FMAC_S16_, TOL_FMAC_S24_)                        \
+    TOL_FMAC_OP8_("vadd.f32", TOL_FMAC_ALL8_(a0), TOL_FMAC_ALL8_(a0), TOL_FMAC_S8_)               \
+    TOL_FMAC_OP8_("vadd.f32", TOL_FMAC_ALL8_(a1), TOL_FMAC_ALL8_(a1), TOL_FMAC_S24_)
+/* The same for x0, x1 kept across rows, w's block loaded as two halves of 4 (s16-s19), the
+ * products into s20-s23 and (x1's) in place: X0Q, X1Q the halves' lanes of x0 and x1. */
+#define TOL_FMAC_DOT4X2H_(a0, a1, X0Q, X1Q)                                                        \
+    TOL_FMAC_CALL_(TOL_FMAC_OP4X_, "vmul.f32", TOL_FMAC_S20Q_, TOL_FMAC_S16Q_, X0Q)               \
+    TOL_FMAC_CALL_(TOL_FMAC_OP4X_, "vmul.f32", TOL_FMAC_S16Q_, TOL_FMAC_S16Q_, X1Q)               \
+    TOL_FMAC_OP4_("vadd.f32", TOL_FMAC_ALL4_(a0), TOL_FMAC_ALL4_(a0), TOL_FMAC_S20Q_)             \
+    TOL_FMAC_OP4_("vadd.f32", TOL_FMAC_ALL4_(a1), TOL_FMAC_ALL4_(a1), TOL_FMAC_S16Q_)
+#define TOL_FMAC_DOT4X2ROW_(rw, a0, a1)                                                            \
+    "vldmia " rw "!, {s16-s19}\n" TOL_FMAC_DOT4X2H_(a0, a1, TOL_FMAC_S8Q_, TOL_FMAC_S24Q_)       \
+    "vldmia " rw "!, {s16-s19}\n" TOL_FMAC_DOT4X2H_(a0, a1, TOL_FMAC_S12Q_, TOL_FMAC_S28Q_)
 
 /* Four rows (w rows `stride` floats apart) times two samples x0, x1: z0[i] = bias[i] + w_i . x0
  * and z1[i] = bias[i] + w_i . x1 (i = 0..3) over n8 blocks of 8, every sum left to right. Each
@@ -166,14 +220,10 @@ static inline void tol_fmac_dot4x2_(float *z0, float *z1, const float *bias, con
         "1:\n"
         "vldmia r10!, {s8-s15}\n"
         "vldmia r11!, {s24-s31}\n"
-        "vldmia r4!, {s16-s23}\n"
-        TOL_FMAC_DOT8X2_("s0", "s4")
-        "vldmia r5!, {s16-s23}\n"
-        TOL_FMAC_DOT8X2_("s1", "s5")
-        "vldmia r6!, {s16-s23}\n"
-        TOL_FMAC_DOT8X2_("s2", "s6")
-        "vldmia r8!, {s16-s23}\n"
-        TOL_FMAC_DOT8X2_("s3", "s7")
+        TOL_FMAC_DOT4X2ROW_("r4", "s0", "s4")
+        TOL_FMAC_DOT4X2ROW_("r5", "s1", "s5")
+        TOL_FMAC_DOT4X2ROW_("r6", "s2", "s6")
+        TOL_FMAC_DOT4X2ROW_("r8", "s3", "s7")
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         "vstmia %[z0], {s0-s3}\n"
@@ -205,14 +255,14 @@ static inline void tol_fmac_dot1x2_(float *z0, float *z1, float bias, const floa
     *z1 = a1;
 }
 
-/* y[k] = y[k] + a x[k] over n8 blocks of 8: VLDM x, VLDM y, 8 VMLA, VSTM y. */
+/* y[k] = y[k] + a x[k] over n8 blocks of 8: VLDM x, VLDM y, 8 VMUL + 8 VADD, VSTM y. */
 static inline void tol_fmac_axpy8_(float *y, float a, const float *x, uint32_t n8)
 {
     __asm__ volatile(
         "1:\n"
         "vldmia %[px]!, {s24-s31}\n"
         "vldmia %[py], {s16-s23}\n"
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[a]"), TOL_FMAC_S24_)
+        TOL_FMAC_MAC8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[a]"), TOL_FMAC_S24_, TOL_FMAC_S24_)
         "vstmia %[py]!, {s16-s23}\n"
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
@@ -237,7 +287,7 @@ static inline void tol_fmac_outer8_(float *out, const float *e, uint32_t es, con
         "vldmia %[px], {s24-s31}\n"
         "add %[pe], %[pe], %[es]\n"
         "add %[px], %[px], %[xs]\n"
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[t]"), TOL_FMAC_S24_)
+        TOL_FMAC_MAC8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[t]"), TOL_FMAC_S24_, TOL_FMAC_S24_)
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         "vstmia %[out], {s16-s23}\n"
@@ -291,14 +341,14 @@ static inline void tol_fmac_dot4x8_rows_(float *z, const float *w, uint32_t wstr
           "memory");
 }
 
-/* Eight lanes of y[k] += a[k] b[k] (k = 0..7): VLDM y, a, b, 8 VMLA, VSTM y. */
+/* Eight lanes of y[k] += a[k] b[k] (k = 0..7): VLDM y, a, b, 8 VMUL + 8 VADD, VSTM y. */
 static inline void tol_fmac_vmla8_(float *y, const float *a, const float *b)
 {
     __asm__ volatile(
         "vldmia %[a], {s8-s15}\n"
         "vldmia %[b], {s16-s23}\n"
         "vldmia %[y], {s0-s7}\n"
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        TOL_FMAC_MAC8_(TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_, TOL_FMAC_S8_)
         "vstmia %[y], {s0-s7}\n"
         :
         : [y] "r"(y), [a] "r"(a), [b] "r"(b)
@@ -328,7 +378,7 @@ static inline void tol_fmac_dwwin8_(float *acc, const float *bias, const float *
         "vldmia r5, {s16-s23}\n"
         "add r4, r4, r6\n"
         "add r5, r5, r8\n"
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_)
+        TOL_FMAC_MAC8_(TOL_FMAC_S0_, TOL_FMAC_S8_, TOL_FMAC_S16_, TOL_FMAC_S8_)
         "subs %[t], %[t], #1\n"
         "bne 1b\n"
         "add r4, r4, r10\n"
@@ -407,26 +457,46 @@ static inline void tol_fmac_outer5x4_(float *g, uint32_t gs, const float *e, uin
         "vldmia r5, {s5-s8}\n"
         "add r4, r4, r8\n"
         "add r5, r5, r10\n"
-        "vmla.f32 s12, s0, s5\n"
-        "vmla.f32 s13, s0, s6\n"
-        "vmla.f32 s14, s0, s7\n"
-        "vmla.f32 s15, s0, s8\n"
-        "vmla.f32 s16, s1, s5\n"
-        "vmla.f32 s17, s1, s6\n"
-        "vmla.f32 s18, s1, s7\n"
-        "vmla.f32 s19, s1, s8\n"
-        "vmla.f32 s20, s2, s5\n"
-        "vmla.f32 s21, s2, s6\n"
-        "vmla.f32 s22, s2, s7\n"
-        "vmla.f32 s23, s2, s8\n"
-        "vmla.f32 s24, s3, s5\n"
-        "vmla.f32 s25, s3, s6\n"
-        "vmla.f32 s26, s3, s7\n"
-        "vmla.f32 s27, s3, s8\n"
-        "vmla.f32 s28, s4, s5\n"
-        "vmla.f32 s29, s4, s6\n"
-        "vmla.f32 s30, s4, s7\n"
-        "vmla.f32 s31, s4, s8\n"
+        "vmul.f32 s9, s0, s5\n"
+        "vmul.f32 s10, s0, s6\n"
+        "vmul.f32 s11, s0, s7\n"
+        "vmul.f32 s0, s0, s8\n"
+        "vadd.f32 s12, s12, s9\n"
+        "vadd.f32 s13, s13, s10\n"
+        "vadd.f32 s14, s14, s11\n"
+        "vadd.f32 s15, s15, s0\n"
+        "vmul.f32 s9, s1, s5\n"
+        "vmul.f32 s10, s1, s6\n"
+        "vmul.f32 s11, s1, s7\n"
+        "vmul.f32 s1, s1, s8\n"
+        "vadd.f32 s16, s16, s9\n"
+        "vadd.f32 s17, s17, s10\n"
+        "vadd.f32 s18, s18, s11\n"
+        "vadd.f32 s19, s19, s1\n"
+        "vmul.f32 s9, s2, s5\n"
+        "vmul.f32 s10, s2, s6\n"
+        "vmul.f32 s11, s2, s7\n"
+        "vmul.f32 s2, s2, s8\n"
+        "vadd.f32 s20, s20, s9\n"
+        "vadd.f32 s21, s21, s10\n"
+        "vadd.f32 s22, s22, s11\n"
+        "vadd.f32 s23, s23, s2\n"
+        "vmul.f32 s9, s3, s5\n"
+        "vmul.f32 s10, s3, s6\n"
+        "vmul.f32 s11, s3, s7\n"
+        "vmul.f32 s3, s3, s8\n"
+        "vadd.f32 s24, s24, s9\n"
+        "vadd.f32 s25, s25, s10\n"
+        "vadd.f32 s26, s26, s11\n"
+        "vadd.f32 s27, s27, s3\n"
+        "vmul.f32 s9, s4, s5\n"
+        "vmul.f32 s10, s4, s6\n"
+        "vmul.f32 s11, s4, s7\n"
+        "vmul.f32 s4, s4, s8\n"
+        "vadd.f32 s28, s28, s9\n"
+        "vadd.f32 s29, s29, s10\n"
+        "vadd.f32 s30, s30, s11\n"
+        "vadd.f32 s31, s31, s4\n"
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         "vstmia r6, {s12-s15}\n"
@@ -455,28 +525,28 @@ static inline float tol_fmac_sgd8_(float *w, const float *g, uint32_t n8, float 
             "1:\n"
             "vldmia %[g]!, {s16-s23}\n"
             "vldmia %[w], {s24-s31}\n"
-            TOL_FMAC_SGD8_DECAY_
-            TOL_FMAC_SGD8_W_
+            TOL_FMAC_SGD8_DECAY_(TOL_FMAC_S8_)
+            TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
             "vstmia %[w]!, {s24-s31}\n"
             "subs %[n], %[n], #1\n"
             "bne 1b\n"
             : [w] "+r"(w), [g] "+r"(g), [n] "+r"(n8)
             : [lr] "t"(lr), [wd] "t"(wd)
-            : TOL_FMAC_CLOBBER16_, "cc", "memory");
+            : TOL_FMAC_CLOBBER24_, "cc", "memory");
         return chk;
     }
     __asm__ volatile(
         "1:\n"
         "vldmia %[g]!, {s16-s23}\n"
         "vldmia %[w]!, {s24-s31}\n"
-        TOL_FMAC_SGD8_DECAY_
-        TOL_FMAC_SGD8_W_
-        TOL_FMAC_SGD8_CHK_
+        TOL_FMAC_SGD8_DECAY_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_CHK_(TOL_FMAC_S16_)
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [chk] "+t"(chk), [w] "+r"(w), [g] "+r"(g), [n] "+r"(n8)
         : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd)
-        : TOL_FMAC_CLOBBER16_, "cc", "memory");
+        : TOL_FMAC_CLOBBER24_, "cc", "memory");
     return chk;
 }
 
@@ -489,10 +559,9 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
         __asm__ volatile(
             "vldmia %[x], {s8-s15}\n"
             "vldmia %[w], {s24-s31}\n"
-            TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
-            TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
-            TOL_FMAC_SGD8_DECAY_
-            TOL_FMAC_SGD8_W_
+            TOL_FMAC_EX8_(TOL_FMAC_S16_, TOL_FMAC_S8_)
+            TOL_FMAC_SGD8_DECAY_(TOL_FMAC_S8_)
+            TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
             "vstmia %[w], {s24-s31}\n"
             :
             : [w] "r"(w), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd)
@@ -502,11 +571,10 @@ static inline float tol_fmac_sgd8_ex_(float *w, float e, const float *x, float l
     __asm__ volatile(
         "vldmia %[x], {s8-s15}\n"
         "vldmia %[w], {s24-s31}\n"
-        TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
-        TOL_FMAC_SGD8_DECAY_
-        TOL_FMAC_SGD8_W_
-        TOL_FMAC_SGD8_CHK_
+        TOL_FMAC_EX8_(TOL_FMAC_S16_, TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_DECAY_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_CHK_(TOL_FMAC_S16_)
         : [chk] "+t"(chk)
         : [w] "r"(w), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd)
         : TOL_FMAC_CLOBBER24_, "memory");
@@ -519,20 +587,21 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
                                       float mu, float wd, float chk, int commit)
 {
     const float zero = 0.0f;
+    float t;
     if (commit) {
         __asm__ volatile(
             "1:\n"
             "vldmia %[g]!, {s16-s23}\n"
             "vldmia %[w], {s24-s31}\n"
             "vldmia %[vw], {s8-s15}\n"
-            TOL_FMAC_SGD8_DECAY_
+            TOL_FMAC_SGD8_DECAY1_
             TOL_FMAC_SGD8_MOMENTUM_
-            TOL_FMAC_SGD8_W_
+            TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
             "vstmia %[vw]!, {s16-s23}\n"
             "vstmia %[w]!, {s24-s31}\n"
             "subs %[n], %[n], #1\n"
             "bne 1b\n"
-            : [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
+            : [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8), [t] "=&t"(t)
             : [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu)
             : TOL_FMAC_CLOBBER24_, "cc", "memory");
         return chk;
@@ -542,13 +611,13 @@ static inline float tol_fmac_sgd8_vw_(float *w, float *vw, const float *g, uint3
         "vldmia %[g]!, {s16-s23}\n"
         "vldmia %[w]!, {s24-s31}\n"
         "vldmia %[vw]!, {s8-s15}\n"
-        TOL_FMAC_SGD8_DECAY_
+        TOL_FMAC_SGD8_DECAY1_
         TOL_FMAC_SGD8_MOMENTUM_
-        TOL_FMAC_SGD8_W_
-        TOL_FMAC_SGD8_CHK_
+        TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_CHK_(TOL_FMAC_S16_)
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
-        : [chk] "+t"(chk), [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
+        : [chk] "+t"(chk), [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8), [t] "=&t"(t)
         : [zero] "t"(zero), [lr] "t"(lr), [wd] "t"(wd), [mu] "t"(mu)
         : TOL_FMAC_CLOBBER24_, "cc", "memory");
     return chk;
@@ -564,11 +633,11 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
     "vldmia %[x], {s28-s31}\n"                                                                     \
     "vldmia %[w], {s20-s23}\n"                                                                     \
     "vldmia %[vw], {s24-s27}\n"                                                                    \
-    TOL_FMAC_MOV4_(TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[zero]"))                                      \
-    TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[e]"), TOL_FMAC_S28Q_)              \
-    TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[wd]"), TOL_FMAC_S20Q_)             \
-    TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[mu]"), TOL_FMAC_S24Q_)             \
-    TOL_FMAC_OP4_("vmls.f32", TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[lr]"), TOL_FMAC_S16Q_)
+    TOL_FMAC_OP4_("vmul.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[e]"), TOL_FMAC_S28Q_)              \
+    TOL_FMAC_OP4_("vadd.f32", TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[zero]"), TOL_FMAC_S16Q_)           \
+    TOL_FMAC_MAC4_(TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[wd]"), TOL_FMAC_S20Q_, TOL_FMAC_S28Q_)        \
+    TOL_FMAC_MAC4_(TOL_FMAC_S16Q_, TOL_FMAC_ALL4_("%[mu]"), TOL_FMAC_S24Q_, TOL_FMAC_S24Q_)        \
+    TOL_FMAC_MSC4_(TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[lr]"), TOL_FMAC_S16Q_, TOL_FMAC_S28Q_)
     if (commit) {
         __asm__ volatile(
             TOL_FMAC_SGD4_VW_EX_
@@ -582,7 +651,7 @@ static inline float tol_fmac_sgd4_vw_ex_(float *w, float *vw, float e, const flo
     }
     __asm__ volatile(
         TOL_FMAC_SGD4_VW_EX_
-        TOL_FMAC_OP4_("vmla.f32", TOL_FMAC_ALL4_("%[chk]"), TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[zero]"))
+        TOL_FMAC_MAC4_(TOL_FMAC_ALL4_("%[chk]"), TOL_FMAC_S20Q_, TOL_FMAC_ALL4_("%[zero]"), TOL_FMAC_S28Q_)
         : [chk] "+t"(chk)
         : [w] "r"(w), [vw] "r"(vw), [x] "r"(x), [e] "t"(e), [zero] "t"(zero), [lr] "t"(lr),
           [wd] "t"(wd), [mu] "t"(mu)
@@ -600,10 +669,9 @@ static inline void tol_fmac_sgd8_v0_ex_(float *w, float *vw, float e, const floa
     __asm__ volatile(
         "vldmia %[x], {s8-s15}\n"
         "vldmia %[w], {s24-s31}\n"
-        TOL_FMAC_MOV8_(TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[zero]"))
-        TOL_FMAC_OP8_("vmla.f32", TOL_FMAC_S16_, TOL_FMAC_ALL8_("%[e]"), TOL_FMAC_S8_)
-        TOL_FMAC_SGD8_DECAY_
-        TOL_FMAC_SGD8_W_
+        TOL_FMAC_EX8_(TOL_FMAC_S16_, TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_DECAY_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
         "vstmia %[vw], {s16-s23}\n"
         "vstmia %[w], {s24-s31}\n"
         :
@@ -620,15 +688,15 @@ static inline void tol_fmac_sgd8_v0_(float *w, float *vw, const float *g, uint32
         "1:\n"
         "vldmia %[g]!, {s16-s23}\n"
         "vldmia %[w], {s24-s31}\n"
-        TOL_FMAC_SGD8_DECAY_
-        TOL_FMAC_SGD8_W_
+        TOL_FMAC_SGD8_DECAY_(TOL_FMAC_S8_)
+        TOL_FMAC_SGD8_W_(TOL_FMAC_S8_)
         "vstmia %[vw]!, {s16-s23}\n"
         "vstmia %[w]!, {s24-s31}\n"
         "subs %[n], %[n], #1\n"
         "bne 1b\n"
         : [w] "+r"(w), [vw] "+r"(vw), [g] "+r"(g), [n] "+r"(n8)
         : [lr] "t"(lr), [wd] "t"(wd)
-        : TOL_FMAC_CLOBBER16_, "cc", "memory");
+        : TOL_FMAC_CLOBBER24_, "cc", "memory");
 }
 
 #else

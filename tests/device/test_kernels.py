@@ -338,3 +338,41 @@ def test_fc_int16_weights_on_cortex_m4(models, tmp_path):
             got, counts[fw] = run_on_m4(path, "simd", x, tmp_path / name, fc_weights=fw)
             assert np.array_equal(got, want), (name, fw)
         assert counts["int16"] < counts["int8"], (name, counts)
+
+
+# ----------------------------------------------------------------------------- CONV_2D pixel blocks
+
+# conv cases with the im2col scratch: 1x1 with an odd pixel count (25), a window longer than one
+# filter chunk (160 values) with an odd filter count, 1x1 on 8 channels, 3x3 on 4, padded stride 2
+BLOCK_CASES = ["conv_1x1_c16", "conv_1x1_c160_odd", "conv_3x3_160ch", "conv_stride2_same_relu6"]
+
+
+@pytest.mark.parametrize("pixels", [6, 16])
+@pytest.mark.parametrize("name", BLOCK_CASES)
+def test_conv_pixel_blocks_bit_exact(models, cwork, name, pixels):
+    """scratch_px = 6 or 16 (`conv_pixels`, forced; at most the layer's pixel count, made even):
+    the SIMD kernel's filters-outer path over blocks of pixel pairs equals TFLM bit for bit; the
+    reference kernels ignore the field."""
+    import re
+
+    for impl in (IMPLS if pixels == 16 else ("simd",)):
+        cb = assert_bit_exact(_model(models, name), impl, cwork, n=6, conv_pixels=pixels)
+        got = re.search(r"\.scratch_px = (\d+),", (cb.gen_dir / "backbone.c").read_text())
+        assert got and 4 <= int(got.group(1)) <= pixels, name
+
+
+@pytest.mark.slow
+@pytest.mark.qemu
+def test_conv_pixel_blocks_on_cortex_m4(models, tmp_path):
+    """The pixel-block path with the real SMLAD/SXTB16 on a Cortex-M4 in QEMU equals TFLM."""
+    from _kernel_util import have_qemu_m4, random_inputs, run_on_m4
+    from tinyol.model import codegen
+
+    if not have_qemu_m4():
+        pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
+    for name, pixels in (("conv_1x1_c160_odd", 6), ("conv_3x3_160ch", 16), ("conv_1x1_c16", 8)):
+        path = _model(models, name)
+        x = random_inputs(CASES[name][1], 3, seed=5)
+        want = codegen.run_tflm(path, x).reshape(3, -1)
+        got, _ = run_on_m4(path, "simd", x, tmp_path / name, conv_pixels=pixels)
+        assert np.array_equal(got, want), (name, pixels)

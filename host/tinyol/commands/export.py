@@ -79,6 +79,10 @@ def _split_arg(value):
 @click.option("--fc-weights", type=click.Choice(list(FC_WEIGHTS)), default=FC_WEIGHTS[0], show_default=True,
               help="How FULLY_CONNECTED weights are stored in flash: int8 (smallest) or int16, "
                    "pre-widened: twice their flash, fewer instructions (docs/kernels.md).")
+@click.option("--conv-pixels", type=click.IntRange(0, 16), default=0, show_default=True, metavar="N",
+              help="CONV_2D pixel blocks: each filter pair is read from flash once per N output "
+                   "pixels (2-16, even; more RAM in the arena, fewer flash wait states). 0: the "
+                   "largest block that leaves the arena as small as with 2 (docs/kernels.md).")
 @click.option("--rehearse", type=click.IntRange(0, 255), default=DEFAULT_LEARNER["rehearse"],
               show_default=True,
               help="Classifier (head or adaptive stage): replay-only training steps the device runs "
@@ -92,8 +96,8 @@ def _split_arg(value):
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
         replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
-        stage_train, stage_data, stage_budget, stage_weights, stage_lr_scale, fc_weights, rehearse,
-        replay_policy, quiet):
+        stage_train, stage_data, stage_budget, stage_weights, stage_lr_scale, fc_weights, conv_pixels,
+        rehearse, replay_policy, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
     FULLY_CONNECTED, anything else is used whole as the backbone) to --out DIR.
 
@@ -114,7 +118,8 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
                               replay_n_old=replay_n_old, seed=seed,
                               stage_train=stage_train, stage_data=stage_data, stage_budget=stage_budget,
                               stage_weights=stage_weights, stage_lr_scale=stage_lr_scale,
-                              fc_weights=fc_weights, rehearse=rehearse, replay_policy=replay_policy)
+                              fc_weights=fc_weights, conv_pixels=conv_pixels, rehearse=rehearse,
+                              replay_policy=replay_policy)
     m = export_model(model, out_dir, settings, echo=echo)
     mem = m["memory"]
     click.echo(f"{m['name']}: {m['input']['size']} -> {m['latent']['dim']} -> "

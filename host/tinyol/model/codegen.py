@@ -149,6 +149,7 @@ class _Gen:
         self.ops: list[tuple[int, str, str]] = []
         self.fc_shapes: list[tuple[int, int]] = []
         self.scratch: dict[int, int] = {}    # operator index -> scratch bytes (from the arena)
+        self.blocks: dict[int, int] = {}     # CONV_2D with a scratch -> its output pixels (scratch_px)
         self.hint: str | None = None         # hint for refusals of the operator being lowered
 
     # -- errors ---------------------------------------------------------------
@@ -238,7 +239,7 @@ def _shape_only_ops(m: TfliteModel) -> set[int]:
 
 
 def generate_backbone(tflite_path: str | Path, out_dir: str | Path, source_name: str,
-                      fc_weights: str = "int8") -> BackboneInfo:
+                      fc_weights: str = "int8", conv_pixels: int = 0) -> BackboneInfo:
     """Write backbone.c/.h and model_data.c/.h for an int8 .tflite into out_dir.
 
     source_name is the name printed in the banner (e.g. "models/digits/backbone.tflite");
@@ -250,16 +251,20 @@ def generate_backbone(tflite_path: str | Path, out_dir: str | Path, source_name:
     tflite_path = Path(tflite_path)
     out_dir = Path(out_dir)
     model = load_model(tflite_path)
-    files, info = generate_sources(model, source_name, fc_weights)
+    files, info = generate_sources(model, source_name, fc_weights, conv_pixels)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out_dir / name).write_bytes(text.encode("utf-8"))
     return info
 
 
-def generate_sources(model: TfliteModel, source_name: str,
-                     fc_weights: str = "int8") -> tuple[dict[str, str], BackboneInfo]:
-    """Pure function behind generate_backbone: returns {filename: text} and the info."""
+def generate_sources(model: TfliteModel, source_name: str, fc_weights: str = "int8",
+                     conv_pixels: int = 0) -> tuple[dict[str, str], BackboneInfo]:
+    """Pure function behind generate_backbone: returns {filename: text} and the info.
+    conv_pixels: 0 (default) gives each CONV_2D the largest pixel block (2-16 columns of
+    scratch) that does not grow the arena; 4-16 asks for that block whatever it costs."""
+    if conv_pixels and not (conv_pixels in (2, 4, 6, 8, 10, 12, 14, 16)):
+        raise TinyolError(f"conv pixels {conv_pixels}: use an even number from 2 to 16 (0: automatic)")
     if fc_weights not in FC_WEIGHTS:
         raise TinyolError(f"FULLY_CONNECTED weights {fc_weights!r}: use one of {', '.join(FC_WEIGHTS)}")
     m = model
@@ -329,21 +334,39 @@ def generate_sources(model: TfliteModel, source_name: str,
             sizes[key] = gen.scratch[op.index]
             first[key] = last[key] = si
 
-    # greedy by size (TFLM's GreedyMemoryPlanner strategy): biggest first, lowest fitting offset
-    order = sorted(buffers, key=lambda b: (-sizes[b], first[b], str(b)))
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
-    offsets: dict[int, int] = {}
-    for b in order:
-        conflicts = sorted((o, s) for (o, s, f, l) in placed if not (l < first[b] or last[b] < f))
-        off = 0
-        for (o, s) in conflicts:
-            if off + sizes[b] <= o:
+    def place(sizes):
+        """Greedy by size (TFLM's GreedyMemoryPlanner strategy): biggest first, lowest fitting offset."""
+        order = sorted(buffers, key=lambda b: (-sizes[b], first[b], str(b)))
+        placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+        offsets: dict[int, int] = {}
+        for b in order:
+            conflicts = sorted((o, s) for (o, s, f, l) in placed if not (l < first[b] or last[b] < f))
+            off = 0
+            for (o, s) in conflicts:
+                if off + sizes[b] <= o:
+                    break
+                off = max(off, (o + s + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN)
+            offsets[b] = off
+            placed.append((off, sizes[b], first[b], last[b]))
+        arena = max([o + s for (o, s, f, l) in placed], default=0)
+        return offsets, (arena + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN
+
+    offsets, arena = place(sizes)
+    # CONV_2D pixel blocks (scratch_px, docs/kernels.md): a scratch of up to 16 pixel columns
+    # instead of 2 wherever the larger one leaves the arena as small as it was (free speed:
+    # each filter pair is read from flash once per block); conv_pixels > 2 asks for that many
+    # whatever the arena becomes (RAM for speed, the arena the memory model prints).
+    px_of: dict[int, int] = {}
+    for idx in sorted(gen.blocks):
+        npx = gen.blocks[idx] + (gen.blocks[idx] & 1)
+        wanted = (conv_pixels,) if conv_pixels > 2 else () if conv_pixels == 2 else (16, 8, 4)
+        for n in sorted({min(c, npx) for c in wanted if min(c, npx) >= 4}, reverse=True):
+            trial = dict(sizes)
+            trial[("scratch", idx)] = gen.scratch[idx] * (n // 2)
+            o2, a2 = place(trial)
+            if a2 <= arena or conv_pixels > 2:
+                sizes, offsets, arena, px_of[idx] = trial, o2, a2, n
                 break
-            off = max(off, (o + s + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN)
-        offsets[b] = off
-        placed.append((off, sizes[b], first[b], last[b]))
-    arena = max([o + s for (o, s, f, l) in placed], default=0)
-    arena = (arena + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN
 
     def ptr(t: int, const: bool) -> str:
         b = r(t)
@@ -374,7 +397,10 @@ def generate_sources(model: TfliteModel, source_name: str,
     for i, text in enumerate(gen.consts):  # scratch addresses are known now
         if "@SCRATCH@" in text:
             idx = int(text.split("tol_conv_params_t op", 1)[1].split(" ", 1)[0])
-            gen.consts[i] = text.replace("@SCRATCH@", f"&tol_arena[{offsets[('scratch', idx)]}]")
+            text = text.replace("@SCRATCH@", f"&tol_arena[{offsets[('scratch', idx)]}]")
+            if idx in px_of:
+                text = text.replace(",\n};", f", .scratch_px = {px_of[idx]},\n}};", 1)
+            gen.consts[i] = text
 
     info = BackboneInfo(
         input_shape=tuple(int(d) for d in tin.shape[1:]),
@@ -510,6 +536,7 @@ def _conv_common(gen: _Gen, op: Operator, x: Tensor, y: Tensor, depthwise: bool)
     scratch = _use_scratch(depthwise, ic, oc)
     if scratch:
         gen.scratch[op.index] = 4 * ((kh * kw * ic + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
+        gen.blocks[op.index] = oh * ow
     gen.macs += oh * ow * oc * kh * kw * (1 if depthwise else ic)
     return Lowered([
         [("in_h", ih), ("in_w", iw), ("in_c", ic)],
@@ -552,6 +579,8 @@ def _dwconv_as_conv(gen: _Gen, op: Operator, low: Lowered) -> Lowered:
     fields = [[(f, 1) if f == "depth_mult" else (f, v) for f, v in grp] for grp in low.fields]
     if _use_scratch(False, 1, oc):
         gen.scratch[op.index] = 4 * ((kh * kw + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
+        oh, ow, _ = _nhwc(gen, op, gen.m.tensors[op.outputs[0]])
+        gen.blocks[op.index] = oh * ow
         fields[-1] = fields[-1] + [("scratch", "@SCRATCH@")]
     return Lowered(fields, low.inputs, kernel="tol_conv2d_s8")
 

@@ -44,7 +44,7 @@ from ..errors import TinyolError
 from ..learn.stage import Layer, int16_stage, stage_memory
 from ..memory import Model
 from . import stage_select
-from .codegen import FC_WEIGHTS, generate_backbone, op_layer, tflm_arena_bytes
+from .codegen import FC_WEIGHTS, generate_backbone, generate_sources, op_layer, tflm_arena_bytes
 from .cwriter import banner, c_float, float_array
 from .folder import read_manifest
 from .plan import (board_plan, budget, check_fit, choose_replay_capacity, max_replay_slots, memory_model,
@@ -58,7 +58,7 @@ from .stage_export import (
     stage_summary,
     write_stage_init,
 )
-from .tflite import TensorIO, classifier_head, io_tensors, parse_model, split_classifier
+from .tflite import TensorIO, classifier_head, io_tensors, load_model, parse_model, split_classifier
 
 # Lazy on purpose: TensorFlow, Keras and TFLM's runtime are imported inside the functions
 # that use them; they take seconds to load, and rewriting a config or reading a .tflite does not.
@@ -436,9 +436,14 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
 # ---------------------------------------------------------------------------------------------
 # codegen (written by the kernels work; one call)
 
-def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo, fc_weights: str = "int8"):
+def run_codegen(tflite_path: Path, out: Path, source: str, echo: Echo, fc_weights: str = "int8",
+                conv_pixels: int = 0):
     """Write backbone.c/.h and model_data.c/.h. Returns the BackboneInfo."""
-    info = generate_backbone(str(tflite_path), str(out), source, fc_weights)
+    info = generate_backbone(str(tflite_path), str(out), source, fc_weights, conv_pixels)
+    if conv_pixels:
+        _, auto = generate_sources(load_model(Path(tflite_path)), source, fc_weights, 0)
+        echo(f"CONV_2D pixel blocks of {conv_pixels}: arena {info.arena_bytes} bytes, "
+             f"{info.arena_bytes - auto.arena_bytes:+d} against the automatic blocks ({auto.arena_bytes})")
     if fc_weights != "int8":
         extra = memory.fc_weights_extra(info.fc_shapes, fc_weights)
         echo(f"FULLY_CONNECTED weights as {fc_weights}: {info.weights_bytes} bytes of constants in flash, "
@@ -475,6 +480,7 @@ class ExportSettings:
     stage_weights: str = "float32"      # the stage's trained weights in RAM: float32 or int16
     stage_lr_scale: float = 0.0         # the layers below the classifier learn at lr * this (0: lr)
     fc_weights: str = "int8"            # FULLY_CONNECTED weights in flash: int8 or int16 (pre-widened)
+    conv_pixels: int = 0                # CONV_2D pixel blocks: 0 = as large as the arena allows free
     rehearse: int = DEFAULT_LEARNER["rehearse"]  # classifier: idle rehearsal steps, 0..255
     replay_policy: str = DEFAULT_LEARNER["replay_policy"]  # reservoir, balanced or ar1
 
@@ -532,6 +538,9 @@ class ExportSettings:
                 raise TinyolError(f"--stage-budget must be > 0 bytes, not {self.stage_budget}")
         if self.fc_weights not in FC_WEIGHTS:
             raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
+        if self.conv_pixels and (self.conv_pixels % 2 or not 2 <= self.conv_pixels <= 16):
+            raise TinyolError(f"--conv-pixels must be an even number from 2 to 16 (0: automatic), "
+                              f"not {self.conv_pixels}")
         if self.stage_weights not in STAGE_WEIGHTS:
             raise TinyolError(f"--stage-weights must be one of {', '.join(STAGE_WEIGHTS)}, "
                               f"not {self.stage_weights!r}")
@@ -755,7 +764,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board:
     sp = _load_split(src_path, s, board, echo)
     bb = _quantize(sp, s, echo)
     head = _head_rows(sp, bb, s)
-    info = _lower(bb, out, source, s.fc_weights, echo)
+    info = _lower(bb, out, source, s.fc_weights, echo, s.conv_pixels)
     codec = _fit_codec(sp, bb, s, echo)
     stage, selection = _choose_stage(sp, bb, head, info, codec, s, board, source, echo)
     plan = _plan(sp, bb, head, info, stage, codec, s, board, echo)
@@ -921,13 +930,13 @@ def _head_rows(sp: _Split, bb: _Backbone, s: ExportSettings) -> _Head:
     return _Head(Wp, bp, init_rows, max_rows, out_dim, names)
 
 
-def _lower(bb: _Backbone, out: Path, source: str, fc_weights: str, echo: Echo):
+def _lower(bb: _Backbone, out: Path, source: str, fc_weights: str, echo: Echo, conv_pixels: int = 0):
     """Step 3, lower: write backbone.tflite and the C that runs it (tinyol.model.codegen:
     backbone.c/.h, model_data.c/.h). Returns codegen's BackboneInfo (arena, weights, MACs)."""
     tflite_path = out / "backbone.tflite"
     tflite_path.write_bytes(bb.tfl)
     echo(f"backbone.tflite: {len(bb.tfl)} bytes, ops: {' '.join(bb.ops)}")
-    return run_codegen(tflite_path, out, source, echo, fc_weights)
+    return run_codegen(tflite_path, out, source, echo, fc_weights, conv_pixels)
 
 
 def _fit_codec(sp: _Split, bb: _Backbone, s: ExportSettings, echo: Echo):
@@ -1044,6 +1053,8 @@ def _manifest(sp: _Split, bb: _Backbone, head: _Head, plan: _Plan, selection, s:
     }
     if s.fc_weights != "int8":  # absent: the default (int8), so earlier manifests stay as they are
         manifest["fc_weights"] = s.fc_weights
+    if s.conv_pixels:  # absent: automatic
+        manifest["conv_pixels"] = s.conv_pixels
     if plan.stage is not None:
         mm = plan.model
         stage_mem = stage_memory(plan.stage[0], mm.replay_capacity, mm.replay_bits, mm.n_new, 0,
@@ -1098,7 +1109,8 @@ def _last_layer(model, head, W, b, X, s: ExportSettings, source: str) -> dict:
     inp, lat = io_tensors(parse_model(tfl, "backbone.tflite"))
     with tempfile.TemporaryDirectory(prefix=".tinyol-last-") as d:
         (Path(d) / "backbone.tflite").write_bytes(tfl)
-        info = run_codegen(Path(d) / "backbone.tflite", Path(d), source, lambda m: None, s.fc_weights)
+        info = run_codegen(Path(d) / "backbone.tflite", Path(d), source, lambda m: None, s.fc_weights,
+                           s.conv_pixels)
     return {"tfl": tfl, "inp": inp, "lat": lat, "W": W, "b": b,
             "arena": int(info.arena_bytes), "flash": int(info.weights_bytes)}
 

@@ -298,6 +298,176 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const to
     tol_conv_px2_body_(p, col, out0, out1, 1, rq);
 }
 
+/* ---- CONV_2D over blocks of pixel pairs (scratch_px >= 4) -------------------
+ * The scratch holds npair two-pixel columns (each laid out as above). Filters
+ * are the outer loop: a filter pair is read from flash once for the whole block
+ * instead of once per pixel pair; its later reads hit the ART's 256-byte data
+ * cache. Windows longer than TOL_CONV_CHUNK_G groups of 4 are taken in chunks
+ * (2 filters x 4 x TOL_CONV_CHUNK_G bytes stay cached), the block's sums in
+ * acc[][] between chunks. Same sums, same order per output as tol_conv_px2_. */
+#define TOL_CONV_BLK_PAIRS 8
+#define TOL_CONV_CHUNK_G 24
+
+/* a[0..3] (px0 f0, px1 f0, px0 f1, px1 f1) += ng groups of 4 of filters w0, w1 and col c. */
+static inline __attribute__((always_inline)) void tol_conv_mac2x2_(const int8_t *w0, const int8_t *w1,
+                                                                   const uint32_t *c, int32_t ng, int32_t *a)
+{
+    int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
+    for (int32_t n = ng; n > 0; --n) {
+        const uint32_t wv0 = tol_read_s8x4(w0);
+        const uint32_t wv1 = tol_read_s8x4(w1);
+        w0 += 4;
+        w1 += 4;
+        uint32_t x0 = c[0], x1 = c[1];
+        uint32_t we = tol_sxtb16(wv0);
+        a00 = tol_smlad(we, x0, a00);
+        a01 = tol_smlad(we, x1, a01);
+        we = tol_sxtb16(wv1);
+        a10 = tol_smlad(we, x0, a10);
+        a11 = tol_smlad(we, x1, a11);
+        x0 = c[2];
+        x1 = c[3];
+        c += 4;
+        we = tol_sxtb16_ror8(wv0);
+        a00 = tol_smlad(we, x0, a00);
+        a01 = tol_smlad(we, x1, a01);
+        we = tol_sxtb16_ror8(wv1);
+        a10 = tol_smlad(we, x0, a10);
+        a11 = tol_smlad(we, x1, a11);
+    }
+    a[0] = a00;
+    a[1] = a01;
+    a[2] = a10;
+    a[3] = a11;
+}
+
+/* The requantization constants of a layer, copied out of *p (the int8 output stores may alias it). */
+typedef struct {
+    const tol_rqs_t *rq;                 /* prepared per channel, or NULL: p->out_mult/out_shift */
+    int32_t zp, lo, hi;
+} tol_blk_q_t;
+
+/* One output of channel oc: the prepared constants q (k->rq != NULL) or oc's multiplier and shift
+ * (read from *p). */
+static inline __attribute__((always_inline)) int8_t tol_blk_rq_(int32_t acc, const tol_blk_q_t *k, const tol_rqs_t *q,
+                                                                const tol_conv_params_t *p, int32_t oc, int full)
+{
+    if (k->rq != NULL) {
+        return tol_rq_clamp_(tol_rqs_apply_(acc, q) + k->zp, k->lo, k->hi, full);
+    }
+    /* from *p: fewer estimated cycles than from the copy on VWW's 128-channel pointwise layers */
+    if (full) {
+        return tol_requant1_full_(acc, p->out_mult[oc], p->out_shift[oc], p->output_offset);
+    }
+    return tol_requant1_(acc, p->out_mult[oc], p->out_shift[oc], p->output_offset, p->act_min, p->act_max);
+}
+
+/* Every output channel of nvalid pixels (npair = (nvalid + 1) / 2 columns in col, pair_words
+ * words apart); out: the block's first pixel. rq: the prepared per-channel constants, or NULL
+ * (then out_mult/out_shift: layers with a shift > -2 or more than TOL_CONV_RQ_TABLE channels). */
+static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_conv_params_t *p,
+                                                                     const uint32_t *col, int32_t pair_words,
+                                                                     int32_t nvalid, int8_t *out, int full,
+                                                                     const tol_rqs_t *rq)
+{
+    const int32_t out_c = p->out_c, npair = (nvalid + 1) / 2;
+    const int32_t fsz = p->k_h * p->k_w * p->in_c, k4 = fsz & ~3, ng = k4 >> 2;
+    const int32_t *const bias = p->bias;
+    const int8_t *w = p->weights;
+    const tol_blk_q_t kq = {rq, p->output_offset, p->act_min, p->act_max};
+    int32_t acc[TOL_CONV_BLK_PAIRS][4];
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2, w += 2 * fsz) {
+        const int32_t b0 = bias != NULL ? bias[oc] : 0;
+        const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
+        for (int32_t j = 0; j < npair; ++j) {
+            acc[j][0] = b0;
+            acc[j][1] = b0;
+            acc[j][2] = b1;
+            acc[j][3] = b1;
+        }
+        for (int32_t g0 = 0; g0 < ng; g0 += TOL_CONV_CHUNK_G) {
+            const int32_t gn = tol_min_(TOL_CONV_CHUNK_G, ng - g0);
+            for (int32_t j = 0; j < npair; ++j) {
+                tol_conv_mac2x2_(w + 4 * g0, w + fsz + 4 * g0, col + j * pair_words + 4 * g0, gn, acc[j]);
+            }
+        }
+        const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
+        const tol_rqs_t *const q1 = rq != NULL ? q0 + 1 : NULL;
+        for (int32_t j = 0; j < npair; ++j) {
+            int32_t *const a = acc[j];
+            const int8_t *const tail = (const int8_t *)(col + j * pair_words + k4);
+            for (int32_t k = 0; k < fsz - k4; ++k) {
+                const int32_t x0 = tol_load16_(tail + 4 * k), x1 = tol_load16_(tail + 4 * k + 2);
+                a[0] += w[k4 + k] * x0;
+                a[1] += w[k4 + k] * x1;
+                a[2] += w[fsz + k4 + k] * x0;
+                a[3] += w[fsz + k4 + k] * x1;
+            }
+            int8_t *const o0 = out + 2 * j * out_c + oc;
+            o0[0] = tol_blk_rq_(a[0], &kq, q0, p, oc, full);
+            o0[1] = tol_blk_rq_(a[2], &kq, q1, p, oc + 1, full);
+            if (2 * j + 1 < nvalid) {
+                o0[out_c] = tol_blk_rq_(a[1], &kq, q0, p, oc, full);
+                o0[out_c + 1] = tol_blk_rq_(a[3], &kq, q1, p, oc + 1, full);
+            }
+        }
+    }
+    if (oc < out_c) { /* the last filter of an odd count, as tol_conv_px2_body_ does it */
+        const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
+        for (int32_t j = 0; j < npair; ++j) {
+            const uint32_t *c = col + j * pair_words;
+            const int8_t *const tail = (const int8_t *)(c + k4);
+            int32_t a0 = bias != NULL ? bias[oc] : 0;
+            int32_t a1 = a0;
+            for (int32_t k = 0; k < k4; k += 4, c += 4) {
+                const uint32_t wv = tol_read_s8x4(w + k);
+                const uint32_t we = tol_sxtb16(wv), wo = tol_sxtb16_ror8(wv);
+                a0 = tol_smlad(we, c[0], a0);
+                a1 = tol_smlad(we, c[1], a1);
+                a0 = tol_smlad(wo, c[2], a0);
+                a1 = tol_smlad(wo, c[3], a1);
+            }
+            for (int32_t k = k4; k < fsz; ++k) {
+                a0 += w[k] * tol_load16_(tail + 4 * (k - k4));
+                a1 += w[k] * tol_load16_(tail + 4 * (k - k4) + 2);
+            }
+            int8_t *const o0 = out + 2 * j * out_c + oc;
+            o0[0] = tol_blk_rq_(a0, &kq, q0, p, oc, full);
+            if (2 * j + 1 < nvalid) {
+                o0[out_c] = tol_blk_rq_(a1, &kq, q0, p, oc, full);
+            }
+        }
+    }
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                int32_t pair_words, int32_t nvalid, int8_t *out,
+                                                                const tol_rqs_t *rq)
+{
+    tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, rq);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                     int32_t pair_words, int32_t nvalid, int8_t *out,
+                                                                     const tol_rqs_t *rq)
+{
+    tol_conv_blk_body_(p, col, pair_words, nvalid, out, 1, rq);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_mq_(const tol_conv_params_t *p, const uint32_t *col,
+                                                                   int32_t pair_words, int32_t nvalid, int8_t *out)
+{
+    tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, NULL);
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const tol_conv_params_t *p,
+                                                                        const uint32_t *col, int32_t pair_words,
+                                                                        int32_t nvalid, int8_t *out)
+{
+    tol_conv_blk_body_(p, col, pair_words, nvalid, out, 1, NULL);
+}
+
 /* Layers with at most this many output channels (and right shifts by >= 2)
  * prepare their requantization constants once, on the stack (12 bytes each). */
 #define TOL_CONV_RQ_TABLE 256
@@ -311,6 +481,28 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
     int use_table = out_c <= TOL_CONV_RQ_TABLE;
     for (int32_t oc = 0; use_table && oc < out_c; ++oc) {
         use_table = tol_rqs_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
+    }
+    const int32_t blk = tol_min_(p->scratch_px, 2 * TOL_CONV_BLK_PAIRS) & ~1;
+    if (blk >= 4) {
+        const int32_t pair_bytes = TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c);
+        const uint32_t *const col = (const uint32_t *)(void *)scratch;
+        for (int32_t px = 0; px < npx; px += blk) {
+            const int32_t nvalid = tol_min_(blk, npx - px);
+            for (int32_t q = 0; q < nvalid; ++q) {
+                tol_im2col_(p, input, (px + q) / out_w, (px + q) % out_w, scratch + (q >> 1) * pair_bytes, q & 1);
+            }
+            int8_t *const out = output + px * out_c;
+            if (use_table && full) {
+                tol_conv_blk_full_(p, col, pair_bytes / 4, nvalid, out, table);
+            } else if (use_table) {
+                tol_conv_blk_(p, col, pair_bytes / 4, nvalid, out, table);
+            } else if (full) {
+                tol_conv_blk_full_mq_(p, col, pair_bytes / 4, nvalid, out);
+            } else {
+                tol_conv_blk_mq_(p, col, pair_bytes / 4, nvalid, out);
+            }
+        }
+        return;
     }
     for (int32_t px = 0; px < npx; px += 2) {
         const int32_t two = px + 1 < npx;
