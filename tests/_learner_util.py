@@ -130,13 +130,18 @@ class CConfig(C.Structure):
 class CCodec(C.Structure):
     """tol_replay_codec_t."""
     _fields_ = [("lo", C.POINTER(C.c_int8)), ("step", C.POINTER(C.c_uint8)),
-                ("channels", C.c_uint16)]
+                ("channels", C.c_uint16), ("codebook", C.POINTER(C.c_int8))]
 
 
 def c_codec(owner, codec) -> int | None:
-    """A tol_replay_codec_t for ``codec`` = (lo, step) kept alive on ``owner``; its address."""
+    """A tol_replay_codec_t for ``codec`` = (lo, step) or a PQ codebook (int8 [M, 256, sub])
+    kept alive on ``owner``; its address."""
     if codec is None:
         return None
+    if not isinstance(codec, tuple):  # PQ
+        owner._codebook = np.ascontiguousarray(codec, np.int8)
+        owner._codec = CCodec(None, None, 0, owner._codebook.ctypes.data_as(C.POINTER(C.c_int8)))
+        return C.addressof(owner._codec)
     owner._codec_lo = np.ascontiguousarray(codec[0], np.int8)
     owner._codec_step = np.ascontiguousarray(codec[1], np.uint8)
     owner._codec = CCodec(owner._codec_lo.ctypes.data_as(C.POINTER(C.c_int8)),
