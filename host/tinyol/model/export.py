@@ -14,6 +14,7 @@ Every generated file starts with the tinyol banner and is byte-for-byte reproduc
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -556,8 +557,35 @@ def fit_replay_codec(tfl: bytes, X: np.ndarray, inp, lat) -> tuple[np.ndarray, n
     return fit_codec4(Q, int(lat.shape[-1]))
 
 
-def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray) -> None:
-    """replay_codec.c: the 4-bit replay codec (tol_replay.h), const, in flash."""
+def fit_replay_pq(tfl: bytes, X: np.ndarray, inp, lat, m: int, seed: int) -> np.ndarray:
+    """The PQ replay codebook of this backbone: k-means per sub-vector (tinyol.learn.learner.fit_pq)
+    on the int8 latents of the calibration inputs X in TFLM's runtime; int8 [m, 256, dim/m]."""
+    from ..learn.learner import fit_pq
+
+    in_shape = tuple(int(d) for d in inp.shape[1:])
+    Q = stage_select.latents(tfl, np.asarray(X).reshape((-1,) + in_shape), inp, lat)
+    return fit_pq(Q, m, seed=seed)
+
+
+def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray | None = None) -> None:
+    """replay_codec.c: the replay codec (tol_replay.h), const, in flash: the 4-bit grids
+    (lo, step) or, given one int8 [M, 256, sub] array, the PQ codebook."""
+    if step is None:
+        book = np.asarray(lo, np.int8)
+        vals = [str(int(x)) for x in book.ravel()]
+        body = "".join("    " + ", ".join(vals[i:i + 16]) + ",\n" for i in range(0, len(vals), 16))
+        M, K, sub = book.shape
+        text = (banner(source)
+                + "/* Product-quantized latent replay (tol_replay.h): for each of the latent's\n"
+                  f" * {M} sub-vectors of {sub} values, {K} int8 codewords learned by k-means on the\n"
+                  " * calibration latents at export. */\n"
+                + '#include "config.h"\n#include "tol_replay.h"\n\n'
+                + f"_Static_assert(TOL_REPLAY_BITS == TOL_REPLAY_PQ({sub}), \"replay_codec.c vs config.h\");\n"
+                + f"_Static_assert(TOL_LATENT_DIM == {M * sub}, \"replay_codec.c vs config.h\");\n\n"
+                + f"static const int8_t tol_replay_codebook[{book.size}] = {{\n" + body + "};\n\n"
+                + "const tol_replay_codec_t tol_replay_codec = {NULL, NULL, 0u, tol_replay_codebook};\n")
+        (out / "replay_codec.c").write_text(text, encoding="utf-8")
+        return
     n = int(lo.size)
 
     def ints(v):
@@ -598,9 +626,12 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     define("TOL_HEAD_INIT_CLASSES", m["head"]["init_classes"], "rows trained on the host")
     define("TOL_HEAD_MAX_CLASSES", m["head"]["max_classes"], "rows allocated on the device")
     define("TOL_REPLAY_CAPACITY", L["replay_capacity"], "latents kept for replay")
-    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed, 4 codes")
-    if "replay_codec" in L:  # 4-bit replay: replay_codec.c
-        define("TOL_REPLAY_CODEC", "(&tol_replay_codec)", "replay_codec.c: per-channel 4-bit grids")
+    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed, 4 codes, "
+           "128 + sub: PQ, TOL_REPLAY_PQ(sub)")
+    if "replay_codec" in L:  # 4-bit or PQ replay: replay_codec.c
+        define("TOL_REPLAY_CODEC", "(&tol_replay_codec)",
+               "replay_codec.c: the PQ codebook" if L["replay_bits"] > 128
+               else "replay_codec.c: per-channel 4-bit grids")
     define("TOL_LR", c_float(L["lr"]))
     define("TOL_MOMENTUM", c_float(L["momentum"]))
     define("TOL_WEIGHT_DECAY", c_float(L["weight_decay"]))
@@ -682,6 +713,7 @@ class ExportSettings:
     label_column: object = None         # of a CSV calibration source
     replay_capacity: int | None = None  # None: the largest that fits --board
     replay_bits: int = DEFAULT_LEARNER["replay_bits"]
+    replay_codec: str | None = None     # "pq:M": product-quantized replay (M sub-vectors); sets replay_bits
     lr: float = DEFAULT_LEARNER["lr"]
     momentum: float = DEFAULT_LEARNER["momentum"]
     weight_decay: float = DEFAULT_LEARNER["weight_decay"]
@@ -702,8 +734,13 @@ class ExportSettings:
 
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
-        if self.replay_bits not in REPLAY_BITS:
+        if self.replay_bits not in REPLAY_BITS and not (self.replay_codec and self.replay_bits > 128):
             raise TinyolError(f"--replay-bits must be one of 32, 8, 7, 4, not {self.replay_bits}")
+        if self.replay_codec is not None:
+            pq_m(self.replay_codec)
+            if self.auto_train:
+                raise TinyolError("--replay-codec pq:M does not combine with --stage-train auto yet",
+                                  hint="name what trains (--stage-train LAYER,...), or use --replay-bits 4")
         for k, v in (("replay-capacity", self.replay_capacity), ("replay-n-new", self.replay_n_new),
                      ("replay-n-old", self.replay_n_old)):
             if v is not None and v < 0:
@@ -749,6 +786,15 @@ class ExportSettings:
                 raise TinyolError(f"--stage-budget must be > 0 bytes, not {self.stage_budget}")
         if self.fc_weights not in FC_WEIGHTS:
             raise TinyolError(f"--fc-weights must be one of {', '.join(FC_WEIGHTS)}, not {self.fc_weights!r}")
+
+
+def pq_m(codec: str) -> int:
+    """M of `--replay-codec pq:M` (the sub-vectors of a latent); TinyolError otherwise."""
+    kind, _, m = codec.strip().partition(":")
+    if kind != "pq" or not m.isdigit() or int(m) < 1:
+        raise TinyolError(f"--replay-codec must be pq:M (M sub-vectors, a byte each), not {codec!r}",
+                          hint="e.g. --replay-codec pq:32; or leave it out and choose --replay-bits")
+    return int(m)
 
 
 MODEL_NAME_MAX = 32  # characters; the device reports it in INFO and its boot line
@@ -961,6 +1007,11 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                  f"{list(first.input.shape[1:])}, adaptive stage: "
                  + ", ".join(l.describe() for l in (full if s.auto_train else stage[0]))
                  + (" (what trains: chosen from the data below)" if s.auto_train else ""))
+        if s.replay_codec is not None and head_mode == "classifier":  # pq:M -> TOL_REPLAY_PQ(dim/M)
+            from ..learn.learner import pq_bits
+
+            s = replace(s, replay_bits=pq_bits(stage[0][0].in_size if stage else W.shape[1],
+                                               pq_m(s.replay_codec)))
         if s.board is not None:  # fail fast (before quantizing) when the learner alone does not fit
             rows = W.shape[0] if head_mode == "autoencoder" else max(s.max_classes or 0, W.shape[0])
             layers0 = None
@@ -1022,7 +1073,16 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
     echo(f"backbone.tflite: {len(tfl)} bytes, ops: {' '.join(tflite_ops(tfl))}")
     info = run_codegen(tflite_path, out, source, echo, s.fc_weights)
     codec = None
-    if s.replay_bits == 4 and head_mode == "classifier":  # the 4-bit codec, from calibration latents
+    if s.replay_codec is not None and (src_path.suffix.lower() == ".tflite" or head_mode != "classifier"):
+        raise TinyolError("--replay-codec pq:M learns its codebook from the backbone's latents of the "
+                          "calibration data: it needs a Keras classifier and --calib",
+                          hint="export the Keras model, or use --replay-bits 8, 7 or 4")
+    if s.replay_codec is not None:  # PQ: k-means codebooks per sub-vector, from calibration latents
+        codec = fit_replay_pq(tfl, X, inp, lat, pq_m(s.replay_codec), s.seed)
+        echo(f"replay: product-quantized, {codec.shape[0]} sub-vectors of {codec.shape[2]} values, "
+             f"{codec.shape[1]} codewords each (k-means on the calibration latents, seed {s.seed}): "
+             f"{codec.shape[0]} B per latent, codebook {codec.size} B in flash")
+    elif s.replay_bits == 4 and head_mode == "classifier":  # the 4-bit codec, from calibration latents
         if src_path.suffix.lower() == ".tflite":
             raise TinyolError("--replay-bits 4 fits its codec to the backbone's latents of the "
                               "calibration data: it needs a Keras model and --calib",
@@ -1065,7 +1125,11 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
                           hint="idle rehearsal replays labelled latents; an autoencoder keeps none")
     learner["rehearse"] = int(s.rehearse)
     learner["replay_policy"] = s.replay_policy
-    if codec is not None:
+    if s.replay_codec is not None:
+        learner["replay_codec"] = {"kind": "pq", "m": int(codec.shape[0]), "sub": int(codec.shape[2]),
+                                   "codewords": int(codec.shape[1]),
+                                   "codebook": base64.b64encode(codec.tobytes()).decode("ascii")}
+    elif codec is not None:
         learner["replay_codec"] = {"channels": int(codec[0].size), "lo": codec[0].tolist(),
                                    "step": codec[1].tolist()}
     if stage is not None:
@@ -1117,14 +1181,14 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board_
         write_stage_init(out, source, stage[0], stage[1])
         write_config_h(out, source, manifest, board_obj)
         if codec is not None:
-            write_replay_codec(out, source, *codec)
+            write_replay_codec(out, source, *((codec,) if s.replay_codec else codec))
     else:
         _deterministic_npz(out / "head_init.npz",
                            {"W": Wp, "b": bp, "n_classes": np.array(init_rows, dtype=np.int64)})
         write_head_init(out, source, Wp, bp, with_backbone_h=info is not None)
         write_config_h(out, source, manifest, board_obj)
         if codec is not None:
-            write_replay_codec(out, source, *codec)
+            write_replay_codec(out, source, *((codec,) if s.replay_codec else codec))
 
     manifest["artifacts"] = {a: sha256(out / a) for a in ARTIFACTS if (out / a).exists()}
     manifest["_generated_by"] = banner(source, comment=None)
