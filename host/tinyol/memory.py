@@ -104,6 +104,13 @@ def replay_row_bytes(dim: int, bits: int) -> int:
             else 7 * ((dim + 7) // 8))
 
 
+def replay_storage(dim: int, bits: int) -> str:
+    """How a replay storage is said: '8 bit', '4 bit', 'PQ pq:8 (8 B a latent)'."""
+    if bits > 128:
+        return f"PQ pq:{dim // (bits - 128)} ({replay_row_bytes(dim, bits)} B a latent)"
+    return f"{bits} bit"
+
+
 def replay_codec_flash(dim: int, bits: int) -> int:
     """Flash bytes of the replay codec (replay_codec.c): PQ's codebook
     (TOL_REPLAY_PQ_CODEBOOK_BYTES: 256 int8 codewords per sub-vector), the 4-bit grids
