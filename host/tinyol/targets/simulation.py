@@ -162,7 +162,8 @@ def replay_codec(model: Model, bits: int):
     c = model.manifest.get("learner", {}).get("replay_codec")
     if L.is_pq(bits):
         if c is None or c.get("kind") != "pq" or bits != L.PQ_BASE + int(c["sub"]):
-            raise TinyolError(f"PQ replay ({L.codec_name(bits, int(model.manifest["latent"]["dim"]))}) needs the codebook "
+            dim = int(model.manifest["latent"]["dim"])
+            raise TinyolError(f"PQ replay ({L.codec_name(bits, dim)}) needs the codebook "
                               "its export learned from the calibration latents",
                               hint="export with --replay-codec pq:M, and run at the export's storage")
         import base64
