@@ -44,7 +44,8 @@ PQ = [("digits", "last layer", 8), ("digits", "last layer", 16),
       ("digits", "embed (float stage)", 128)]
 # the recipe rows: (data set, cut label, bits, policy, rehearsal steps), on the exports above
 RECIPES = [("digits", "embed (float stage)", 4, "balanced", 2),
-           ("digits", "embed (float stage)", 8, "balanced", 2)]
+           ("digits", "embed (float stage)", 8, "balanced", 2),
+           ("digits", "embed (float stage)", "pq:64", "balanced", 2)]
 
 
 def main(argv: list[str] | None = None) -> int:
