@@ -112,9 +112,9 @@ def replay_storage(dim: int, bits: int) -> str:
 
 
 def replay_codec_flash(dim: int, bits: int) -> int:
-    """Flash bytes of the replay codec (replay_codec.c): PQ's codebook
-    (TOL_REPLAY_PQ_CODEBOOK_BYTES: 256 int8 codewords per sub-vector), the 4-bit grids
-    (lo and step per channel, at most 2 * dim), none otherwise."""
+    """Flash bytes of PQ's codebook (replay_codec.c, TOL_REPLAY_PQ_CODEBOOK_BYTES: 256 int8
+    codewords per sub-vector, 256 B per latent value); 0 for every other storage (the 4-bit
+    grids' 2 B per channel are left to the flash estimate's margin, as before)."""
     return 256 * dim if bits > 128 else 0
 
 
