@@ -578,3 +578,23 @@ def test_replay_policy_setting_range(lib):
         CLearner(lib, dataclasses.replace(cfg, replay_policy=3))
     with pytest.raises(LearnerError):
         Learner(dataclasses.replace(cfg, replay_policy=3))
+
+
+def test_pq_option_refusals():
+    """`--replay-codec pq:M`: a malformed codec, an M that does not divide the latent, a
+    sub-vector over 127 values and PQ with --stage-train auto are each one TinyolError."""
+    from tinyol.errors import TinyolError
+    from tinyol.learn.learner import pq_bits
+    from tinyol.model.export import ExportSettings
+
+    assert pq_bits(32, 8) == 128 + 4 and pq_bits(256, 4) == 128 + 64
+    for dim, m in ((32, 5), (256, 2), (32, 0)):  # 5 does not divide 32; 128 values a sub-vector
+        with pytest.raises(TinyolError, match=f"pq:{m}"):
+            pq_bits(dim, m)
+    for codec in ("pq", "pq:x", "kmeans:8", "pq:0"):
+        with pytest.raises(TinyolError, match="--replay-codec must be pq:M"):
+            ExportSettings(replay_codec=codec).check()
+    with pytest.raises(TinyolError, match="--stage-train auto"):
+        ExportSettings(replay_codec="pq:8", stage_train="auto", board="nucleo_l476rg",
+                       calib="digits:0-4@train").check()
+    ExportSettings(replay_codec="pq:8").check()  # a good one passes
