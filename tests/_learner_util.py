@@ -130,7 +130,7 @@ class CConfig(C.Structure):
 class CCodec(C.Structure):
     """tol_replay_codec_t."""
     _fields_ = [("lo", C.POINTER(C.c_int8)), ("step", C.POINTER(C.c_uint8)),
-                ("channels", C.c_uint16), ("codebook", C.POINTER(C.c_int8))]
+                ("channels", C.c_uint16)]
 
 
 def c_codec(owner, codec) -> int | None:
@@ -140,7 +140,7 @@ def c_codec(owner, codec) -> int | None:
         return None
     if not isinstance(codec, tuple):  # PQ
         owner._codebook = np.ascontiguousarray(codec, np.int8)
-        owner._codec = CCodec(None, None, 0, owner._codebook.ctypes.data_as(C.POINTER(C.c_int8)))
+        owner._codec = CCodec(owner._codebook.ctypes.data_as(C.POINTER(C.c_int8)), None, 0)  # lo = the codebook
         return C.addressof(owner._codec)
     owner._codec_lo = np.ascontiguousarray(codec[0], np.int8)
     owner._codec_step = np.ascontiguousarray(codec[1], np.uint8)

@@ -94,13 +94,13 @@ typedef enum {
 } tol_replay_policy_t;
 
 /* A replay codec, const, not owned. 4 bits: per channel the lowest value and the step of a
- * 16-level grid over the int8 latent (export: tinyol.learn.learner.fit_codec4). PQ: the
- * codebook (export: tinyol.learn.learner.fit_pq); lo, step unused. */
+ * 16-level grid over the int8 latent (export: tinyol.learn.learner.fit_codec4). PQ: lo holds
+ * the codebook (export: tinyol.learn.learner.fit_pq), step is NULL and channels 0 (one layout
+ * for both, so the 4-bit exports' replay_codec.c stays valid). */
 typedef struct {
-    const int8_t *lo;    /* 4 bits: [channels] */
-    const uint8_t *step; /* 4 bits: [channels], each >= 1 */
-    uint16_t channels;   /* 4 bits: >= 1, divides dim */
-    const int8_t *codebook; /* PQ: [dim/sub][256][sub] int8 codewords; else NULL */
+    const int8_t *lo;    /* 4 bits: [channels]; PQ: the codebook [dim/sub][256][sub] */
+    const uint8_t *step; /* 4 bits: [channels], each >= 1; PQ: NULL */
+    uint16_t channels;   /* 4 bits: >= 1, divides dim; PQ: 0 */
 } tol_replay_codec_t;
 
 typedef struct {
@@ -135,7 +135,7 @@ tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
 
 /* Give a 4-bit or PQ buffer its codec (must outlive rb). TOL_ERR_ARG unless bits is 4 and
  * codec has 1 <= channels dividing dim and every step >= 1, or bits is PQ and codec has a
- * codebook. */
+ * codebook (lo) and channels 0. */
 tol_status_t tol_replay_set_codec(tol_replay_t *rb, const tol_replay_codec_t *codec);
 
 /* Empty the buffer and zero its counters (does not reseed the prng). */

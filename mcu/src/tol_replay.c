@@ -101,7 +101,7 @@ tol_status_t tol_replay_set_codec(tol_replay_t *rb, const tol_replay_codec_t *co
 {
     TOL_CHECK(rb != NULL && codec != NULL && (rb->bits == 4u || rb->bits > 128u), TOL_ERR_ARG);
     if (rb->bits > 128u) {
-        TOL_CHECK(codec->codebook != NULL, TOL_ERR_ARG);
+        TOL_CHECK(codec->lo != NULL && codec->channels == 0u, TOL_ERR_ARG);
         rb->codec = codec;
         return TOL_OK;
     }
@@ -172,7 +172,7 @@ static void tol_replay_store_(tol_replay_t *rb, uint16_t slot, const float *x, u
         for (uint16_t m = 0; m < rb->row_bytes; m++) {
             tol_replay_quantize(&x[(size_t)m * sub], sub, rb->scale, rb->zero_point, q);
             row[m] = tol_replay_pq_nearest(
-                q, &rb->codec->codebook[(size_t)m * TOL_REPLAY_PQ_CODEWORDS * sub], sub);
+                q, &rb->codec->lo[(size_t)m * TOL_REPLAY_PQ_CODEWORDS * sub], sub);
         }
     } else if (rb->bits == 4u) {
         const tol_replay_codec_t *cd = rb->codec;
@@ -217,7 +217,7 @@ void tol_replay_get(const tol_replay_t *rb, uint16_t idx, float *x, uint16_t *la
         const uint16_t sub = (uint16_t)(rb->bits - 128u);
         for (uint16_t m = 0; m < rb->row_bytes; m++) {
             const int8_t *c =
-                &rb->codec->codebook[((size_t)m * TOL_REPLAY_PQ_CODEWORDS + row[m]) * sub];
+                &rb->codec->lo[((size_t)m * TOL_REPLAY_PQ_CODEWORDS + row[m]) * sub];
             for (uint16_t j = 0; j < sub; j++) {
                 x[(size_t)m * sub + j] = rb->scale * (float)((int32_t)c[j] - rb->zero_point);
             }

@@ -583,7 +583,7 @@ def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray 
                 + f"_Static_assert(TOL_REPLAY_BITS == TOL_REPLAY_PQ({sub}), \"replay_codec.c vs config.h\");\n"
                 + f"_Static_assert(TOL_LATENT_DIM == {M * sub}, \"replay_codec.c vs config.h\");\n\n"
                 + f"static const int8_t tol_replay_codebook[{book.size}] = {{\n" + body + "};\n\n"
-                + "const tol_replay_codec_t tol_replay_codec = {NULL, NULL, 0u, tol_replay_codebook};\n")
+                + "const tol_replay_codec_t tol_replay_codec = {tol_replay_codebook, NULL, 0u};\n")
         (out / "replay_codec.c").write_text(text, encoding="utf-8")
         return
     n = int(lo.size)
