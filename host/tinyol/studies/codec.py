@@ -10,7 +10,9 @@ buffer that fits, by tinyol.memory's board plan, the one the linker is held to);
 classes with the depth study's protocol (tinyol.studies.depth: replay pre-filled with the
 pre-training classes, the new ones streamed once, n_new 1, n_old 16, lr 0.03, reservoir, the
 test split), mean and std over 3 stream orders. Rows already in the json are kept.
-Product-quantized rows (`--replay-codec pq:M`, the PQ list) are exported and run the same way.
+Product-quantized rows (`--replay-codec pq:M`, the PQ list) are exported and run the same way;
+docs/study_codec_pq.json holds them with the digits rows re-run under the current board plan
+(`--json docs/study_codec_pq.json --only "digits |"`).
 """
 from __future__ import annotations
 
