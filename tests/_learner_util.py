@@ -134,9 +134,14 @@ class CCodec(C.Structure):
 
 
 def c_codec(owner, codec) -> int | None:
-    """A tol_replay_codec_t for ``codec`` = (lo, step) kept alive on ``owner``; its address."""
+    """A tol_replay_codec_t for ``codec`` = (lo, step) or a PQ codebook (int8 [M, 256, sub])
+    kept alive on ``owner``; its address."""
     if codec is None:
         return None
+    if not isinstance(codec, tuple):  # PQ
+        owner._codebook = np.ascontiguousarray(codec, np.int8)
+        owner._codec = CCodec(owner._codebook.ctypes.data_as(C.POINTER(C.c_int8)), None, 0)  # lo = the codebook
+        return C.addressof(owner._codec)
     owner._codec_lo = np.ascontiguousarray(codec[0], np.int8)
     owner._codec_step = np.ascontiguousarray(codec[1], np.uint8)
     owner._codec = CCodec(owner._codec_lo.ctypes.data_as(C.POINTER(C.c_int8)),

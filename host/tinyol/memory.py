@@ -98,9 +98,25 @@ def fc_weights_extra(fc_shapes, fmt: str) -> int:
 
 
 def replay_row_bytes(dim: int, bits: int) -> int:
-    """TOL_REPLAY_ROW_BYTES."""
+    """TOL_REPLAY_ROW_BYTES (bits > 128: PQ, TOL_REPLAY_PQ(sub), one byte per sub-vector)."""
+    if bits > 128:
+        return dim // (bits - 128)
     return (4 * dim if bits == 32 else dim if bits == 8 else (dim + 1) // 2 if bits == 4
             else 7 * ((dim + 7) // 8))
+
+
+def replay_storage(dim: int, bits: int) -> str:
+    """How a replay storage is said: '8 bit', '4 bit', 'PQ pq:8 (8 B a latent)'."""
+    if bits > 128:
+        return f"PQ pq:{dim // (bits - 128)} ({replay_row_bytes(dim, bits)} B a latent)"
+    return f"{bits} bit"
+
+
+def replay_codec_flash(dim: int, bits: int) -> int:
+    """Flash bytes of PQ's codebook (replay_codec.c, TOL_REPLAY_PQ_CODEBOOK_BYTES: 256 int8
+    codewords per sub-vector, 256 B per latent value); 0 for every other storage (the 4-bit
+    grids' 2 B per channel are left to the flash estimate's margin, as before)."""
+    return 256 * dim if bits > 128 else 0
 
 
 def replay_bytes(capacity: int, dim: int, bits: int, n_classes: int) -> int:
@@ -337,8 +353,11 @@ class Plan:
         if self.split:
             where += f", its replay buffer in {REGION_TITLES[self.replay_region]}"
         out.append(f"{what} {self.model.learner()} bytes in {where}: {learner}")
-        out.append(f"flash  ~{self.flash_needed} / {self.flash_room} bytes (estimate; the last 1/8 of "
-                   f"flash holds the saved state)")
+        book = (replay_codec_flash(self.model.latent_dim, self.model.replay_bits)
+                if self.model.replay_capacity else 0)
+        book = f", the PQ codebook {book} of them" if book else ""
+        out.append(f"flash  ~{self.flash_needed} / {self.flash_room} bytes (estimate{book}; the last "
+                   f"1/8 of flash holds the saved state)")
         return out
 
     def advice(self) -> str:
@@ -411,7 +430,9 @@ def plan(model: Model, board: str, regions: dict[str, int], *, flash_bytes: int 
         order = [(n, n) for n in names] + ([(a, b) for a in names for b in names if a != b]
                                            if replay and len(names) > 1 else [])
     flash_room = flash_bytes - flash_bytes // 8
-    flash_needed = model.flash_model_bytes + FLASH_BASE_BYTES
+    flash_needed = (model.flash_model_bytes + FLASH_BASE_BYTES
+                    + (replay_codec_flash(model.latent_dim, model.replay_bits)
+                       if model.replay_capacity else 0))
     best = None
     for where, rwhere in order:
         regs = [Region(n, regions[n], dict(base) if n == "RAM" else {}) for n in regions]

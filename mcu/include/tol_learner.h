@@ -80,7 +80,7 @@ typedef struct {
  * A zeroed config plus the fields above is valid (zero = the defaults). */
 typedef struct {
     uint8_t head_kind;          /* tol_head_kind_t */
-    uint8_t replay_bits;        /* 32, 8, 7 or 4 (4: replay_codec) */
+    uint8_t replay_bits;        /* 32, 8, 7, 4 or TOL_REPLAY_PQ(sub) (4, PQ: replay_codec) */
     uint8_t replay_policy;      /* tol_replay_policy_t at reset; then the setting set.replay_policy */
     uint8_t no_momentum;        /* 1: no momentum buffers (momentum must stay 0) */
     uint16_t latent_dim;        /* D >= 1 */
@@ -98,7 +98,7 @@ typedef struct {
     int32_t target_zero_point;
     uint32_t seed;              /* PRNG seed */
     tol_learner_settings_t settings; /* initial settings */
-    const tol_replay_codec_t *replay_codec; /* replay_bits 4: the codec (const, not owned); else unused */
+    const tol_replay_codec_t *replay_codec; /* replay_bits 4 or PQ: the codec (const, not owned) */
     uint8_t *replay_mem;        /* NULL: the replay buffer is part of init's mem; else its own
                                    block (caller-owned, 4-byte aligned, replay_mem_bytes >=
                                    TOL_REPLAY_BYTES(replay_capacity, latent_dim, replay_bits,

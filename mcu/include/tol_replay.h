@@ -18,6 +18,12 @@
  *       code = clip(round_half_away((q - lo[c]) / step[c]), 0, 15) in integers, read back
  *       as q' = min(lo[c] + step[c] * code, 127), then dequantized as 8-bit values are.
  *       Two codes per byte, value 2k in the low nibble   row = ceil(dim/2)
+ *  PQ  product quantization (LifeLearner, Kwon et al. 2023): bits = TOL_REPLAY_PQ(sub),
+ *       the latent cut into dim/sub sub-vectors of sub consecutive values, each stored as
+ *       the index of its nearest codeword among 256 (a codebook per sub-vector, k-means on
+ *       the calibration latents at export, const, in flash; tol_replay_set_codec). Nearest
+ *       = least sum of (q - c)^2 over the int8 latent q and int8 codeword c in integers,
+ *       the lowest index on ties; read back as the codeword.   row = dim/sub
  * Labels: uint16_t per slot, < n_classes.
  *
  * Replacement when full (every random draw from the shared tol_prng_t, in
@@ -58,9 +64,18 @@
 /* Largest batch tol_replay_add_batch accepts. */
 #define TOL_REPLAY_MAX_BATCH 32u
 
+/* The bits code of product-quantized storage with sub-vectors of sub values (1..127,
+ * dividing dim): one byte (a codeword index) per sub-vector. */
+#define TOL_REPLAY_PQ(sub) (128u + (unsigned)(sub))
+/* Codewords per sub-vector of a PQ codebook. */
+#define TOL_REPLAY_PQ_CODEWORDS 256u
+/* Bytes of a PQ codebook (flash): 256 codewords of sub values for each of dim/sub sub-vectors. */
+#define TOL_REPLAY_PQ_CODEBOOK_BYTES(dim) ((size_t)TOL_REPLAY_PQ_CODEWORDS * (size_t)(dim))
+
 /* Bytes of one stored latent. */
 #define TOL_REPLAY_ROW_BYTES(dim, bits)                       \
-    ((bits) == 32 ? (size_t)4u * (size_t)(dim)                \
+    ((bits) > 128 ? (size_t)(dim) / ((size_t)(bits) - 128u)   \
+     : (bits) == 32 ? (size_t)4u * (size_t)(dim)              \
      : (bits) == 8 ? (size_t)(dim)                            \
      : (bits) == 4 ? ((size_t)(dim) + 1u) / 2u                \
                    : (size_t)7u * (((size_t)(dim) + 7u) / 8u))
@@ -78,19 +93,21 @@ typedef enum {
     TOL_REPLAY_AR1 = 2,
 } tol_replay_policy_t;
 
-/* The 4-bit codec: per channel the lowest value and the step of a 16-level grid over the
- * int8 latent (export: tinyol.learn.learner.fit_codec4). Const, not owned. */
+/* A replay codec, const, not owned. 4 bits: per channel the lowest value and the step of a
+ * 16-level grid over the int8 latent (export: tinyol.learn.learner.fit_codec4). PQ: lo holds
+ * the codebook (export: tinyol.learn.learner.fit_pq), step is NULL and channels 0 (one layout
+ * for both, so the 4-bit exports' replay_codec.c stays valid). */
 typedef struct {
-    const int8_t *lo;    /* [channels] */
-    const uint8_t *step; /* [channels], each >= 1 */
-    uint16_t channels;   /* >= 1, divides dim */
+    const int8_t *lo;    /* 4 bits: [channels]; PQ: the codebook [dim/sub][256][sub] */
+    const uint8_t *step; /* 4 bits: [channels], each >= 1; PQ: NULL */
+    uint16_t channels;   /* 4 bits: >= 1, divides dim; PQ: 0 */
 } tol_replay_codec_t;
 
 typedef struct {
     uint16_t capacity;  /* N slots */
     uint16_t dim;       /* latent size */
     uint16_t n_classes; /* labels are < n_classes */
-    uint8_t bits;       /* 32, 8, 7 or 4 */
+    uint8_t bits;       /* 32, 8, 7, 4 or TOL_REPLAY_PQ(sub) */
     uint8_t policy;     /* tol_replay_policy_t; may change between add calls */
     uint16_t fill;      /* slots in use, 0..capacity */
     uint32_t seen;      /* samples offered since clear */
@@ -103,11 +120,12 @@ typedef struct {
     uint16_t *labels;      /* [capacity] */
     uint16_t *count;       /* [n_classes] slots holding each class */
     tol_prng_t *prng;      /* shared generator (not owned) */
-    const tol_replay_codec_t *codec; /* bits 4: the codec (not owned); else NULL */
+    const tol_replay_codec_t *codec; /* bits 4 or PQ: the codec (not owned); else NULL */
 } tol_replay_t;
 
 /* Set up an empty buffer in caller memory. capacity >= 1, dim >= 1,
- * bits in {32, 8, 7, 4} (4 needs tol_replay_set_codec before the first add), policy a tol_replay_policy_t, scale > 0 (used for 8/7
+ * bits in {32, 8, 7, 4, TOL_REPLAY_PQ(sub) with sub dividing dim} (4 and PQ need
+ * tol_replay_set_codec before the first add), policy a tol_replay_policy_t, scale > 0 (used for 8/7
  * bits), prng: the generator all draws come from (must outlive rb).
  * TOL_ERR_ARG on bad arguments or alignment, TOL_ERR_OVERFLOW if mem is short. */
 tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
@@ -115,8 +133,9 @@ tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
                              uint16_t n_classes, uint8_t policy, float scale,
                              int32_t zero_point, tol_prng_t *prng);
 
-/* Give a 4-bit buffer its codec (must outlive rb). TOL_ERR_ARG unless bits is 4, codec has
- * 1 <= channels dividing dim and every step >= 1. */
+/* Give a 4-bit or PQ buffer its codec (must outlive rb). TOL_ERR_ARG unless bits is 4 and
+ * codec has 1 <= channels dividing dim and every step >= 1, or bits is PQ and codec has a
+ * codebook (lo) and channels 0. */
 tol_status_t tol_replay_set_codec(tol_replay_t *rb, const tol_replay_codec_t *codec);
 
 /* Empty the buffer and zero its counters (does not reseed the prng). */
@@ -156,5 +175,9 @@ uint8_t tol_replay_code4(int8_t q, int8_t lo, uint8_t step);
 
 /* The int8 value a 4-bit code reads back as: min(lo + step * code, 127). */
 int8_t tol_replay_decode4(uint8_t code, int8_t lo, uint8_t step);
+
+/* PQ: index of the codeword nearest to q[sub] among book[256][sub] (least integer sum of
+ * squared differences, the lowest index on ties). */
+uint8_t tol_replay_pq_nearest(const int8_t *q, const int8_t *book, uint16_t sub);
 
 #endif /* TOL_REPLAY_H */

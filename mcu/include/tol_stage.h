@@ -150,7 +150,7 @@ typedef struct {
 typedef struct {
     const tol_stage_layer_t *layers; /* [n_layers], const, not owned */
     uint8_t n_layers;                /* 1..TOL_STAGE_MAX_LAYERS */
-    uint8_t replay_bits;             /* 32, 8, 7 or 4 (4: replay_codec) */
+    uint8_t replay_bits;             /* 32, 8, 7, 4 or TOL_REPLAY_PQ(sub) (4, PQ: replay_codec) */
     uint8_t replay_policy;           /* tol_replay_policy_t at reset; then the setting set.replay_policy */
     uint8_t no_momentum;             /* 1: no momentum buffers */
     const float *init_params;        /* [P] exported parameters (rows beyond init_classes zero) */
@@ -162,7 +162,7 @@ typedef struct {
     int32_t latent_zero_point;
     uint32_t seed;
     tol_learner_settings_t settings; /* classifier fields only (lr .. mode) */
-    const tol_replay_codec_t *replay_codec; /* replay_bits 4: the codec (const, not owned); else unused */
+    const tol_replay_codec_t *replay_codec; /* replay_bits 4 or PQ: the codec (const, not owned) */
     uint8_t *replay_mem;             /* NULL: the replay buffer is part of init's mem; else its
                                         own block (4-byte aligned, replay_mem_bytes >=
                                         TOL_REPLAY_BYTES(capacity, latent, bits, rows)), e.g. in

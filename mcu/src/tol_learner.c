@@ -89,7 +89,9 @@ tol_status_t tol_learner_init(tol_learner_t *L, uint8_t *mem, size_t mem_bytes,
         TOL_TRY(tol_replay_init(&L->replay, rmem, rb, cfg->replay_capacity, d, cfg->replay_bits, c,
                                 cfg->replay_policy, cfg->latent_scale, cfg->latent_zero_point,
                                 &L->prng));
-        if (cfg->replay_bits == 4u) TOL_TRY(tol_replay_set_codec(&L->replay, cfg->replay_codec));
+        if (cfg->replay_bits == 4u || cfg->replay_bits > 128u) {
+            TOL_TRY(tol_replay_set_codec(&L->replay, cfg->replay_codec));
+        }
         p += own_rb;
     }
     L->x = (float *)(void *)p;

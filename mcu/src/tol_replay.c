@@ -78,9 +78,33 @@ int8_t tol_replay_decode4(uint8_t code, int8_t lo, uint8_t step)
     return (int8_t)v;
 }
 
+uint8_t tol_replay_pq_nearest(const int8_t *q, const int8_t *book, uint16_t sub)
+{
+    uint32_t best = UINT32_MAX;
+    uint8_t arg = 0;
+    for (uint32_t k = 0; k < TOL_REPLAY_PQ_CODEWORDS; k++) {
+        const int8_t *c = &book[k * sub];
+        uint32_t d = 0;
+        for (uint16_t j = 0; j < sub; j++) {
+            const int32_t e = (int32_t)q[j] - (int32_t)c[j];
+            d += (uint32_t)(e * e);
+        }
+        if (d < best) {
+            best = d;
+            arg = (uint8_t)k;
+        }
+    }
+    return arg;
+}
+
 tol_status_t tol_replay_set_codec(tol_replay_t *rb, const tol_replay_codec_t *codec)
 {
-    TOL_CHECK(rb != NULL && codec != NULL && rb->bits == 4u, TOL_ERR_ARG);
+    TOL_CHECK(rb != NULL && codec != NULL && (rb->bits == 4u || rb->bits > 128u), TOL_ERR_ARG);
+    if (rb->bits > 128u) {
+        TOL_CHECK(codec->lo != NULL && codec->channels == 0u, TOL_ERR_ARG);
+        rb->codec = codec;
+        return TOL_OK;
+    }
     TOL_CHECK(codec->lo != NULL && codec->step != NULL && codec->channels > 0u, TOL_ERR_ARG);
     TOL_CHECK(rb->dim % codec->channels == 0u, TOL_ERR_ARG);
     for (uint16_t c = 0; c < codec->channels; c++) TOL_CHECK(codec->step[c] > 0u, TOL_ERR_ARG);
@@ -95,7 +119,9 @@ tol_status_t tol_replay_init(tol_replay_t *rb, uint8_t *mem, size_t mem_bytes,
 {
     TOL_CHECK(rb != NULL && mem != NULL && prng != NULL, TOL_ERR_ARG);
     TOL_CHECK(capacity > 0u && dim > 0u && n_classes > 0u, TOL_ERR_ARG);
-    TOL_CHECK(bits == 32u || bits == 8u || bits == 7u || bits == 4u, TOL_ERR_ARG);
+    TOL_CHECK(bits == 32u || bits == 8u || bits == 7u || bits == 4u ||
+                  (bits > 128u && dim % (uint16_t)(bits - 128u) == 0u),
+              TOL_ERR_ARG);
     TOL_CHECK(policy <= (uint8_t)TOL_REPLAY_AR1, TOL_ERR_ARG);
     TOL_CHECK(scale > 0.0f && isfinite(scale), TOL_ERR_ARG);
     TOL_CHECK(zero_point >= -128 && zero_point <= 127, TOL_ERR_ARG);
@@ -140,6 +166,14 @@ static void tol_replay_store_(tol_replay_t *rb, uint16_t slot, const float *x, u
         memcpy(row, x, (size_t)rb->dim * sizeof(float));
     } else if (rb->bits == 8u) {
         tol_replay_quantize(x, rb->dim, rb->scale, rb->zero_point, (int8_t *)(void *)row);
+    } else if (rb->bits > 128u) {
+        const uint16_t sub = (uint16_t)(rb->bits - 128u);
+        int8_t q[127];
+        for (uint16_t m = 0; m < rb->row_bytes; m++) {
+            tol_replay_quantize(&x[(size_t)m * sub], sub, rb->scale, rb->zero_point, q);
+            row[m] = tol_replay_pq_nearest(
+                q, &rb->codec->lo[(size_t)m * TOL_REPLAY_PQ_CODEWORDS * sub], sub);
+        }
     } else if (rb->bits == 4u) {
         const tol_replay_codec_t *cd = rb->codec;
         memset(row, 0, rb->row_bytes);
@@ -178,6 +212,15 @@ void tol_replay_get(const tol_replay_t *rb, uint16_t idx, float *x, uint16_t *la
         const int8_t *q = (const int8_t *)(const void *)row;
         for (uint16_t j = 0; j < rb->dim; j++) {
             x[j] = rb->scale * (float)((int32_t)q[j] - rb->zero_point);
+        }
+    } else if (rb->bits > 128u) {
+        const uint16_t sub = (uint16_t)(rb->bits - 128u);
+        for (uint16_t m = 0; m < rb->row_bytes; m++) {
+            const int8_t *c =
+                &rb->codec->lo[((size_t)m * TOL_REPLAY_PQ_CODEWORDS + row[m]) * sub];
+            for (uint16_t j = 0; j < sub; j++) {
+                x[(size_t)m * sub + j] = rb->scale * (float)((int32_t)c[j] - rb->zero_point);
+            }
         }
     } else if (rb->bits == 4u) {
         const tol_replay_codec_t *cd = rb->codec;
@@ -249,7 +292,7 @@ tol_status_t tol_replay_add_batch(tol_replay_t *rb, const float *x, const uint16
 {
     TOL_CHECK(x != NULL && labels != NULL, TOL_ERR_ARG);
     TOL_CHECK(n >= 1u && n <= TOL_REPLAY_MAX_BATCH, TOL_ERR_ARG);
-    TOL_CHECK(rb->bits != 4u || rb->codec != NULL, TOL_ERR_ARG);
+    TOL_CHECK((rb->bits != 4u && rb->bits <= 128u) || rb->codec != NULL, TOL_ERR_ARG);
     for (uint16_t i = 0; i < n; i++) TOL_CHECK(labels[i] < rb->n_classes, TOL_ERR_LABEL);
     const size_t d = rb->dim;
     if (rb->policy != (uint8_t)TOL_REPLAY_AR1) {

@@ -255,7 +255,9 @@ tol_status_t tol_stage_init(tol_stage_t *S, uint8_t *mem, size_t mem_bytes,
                                 cfg->replay_capacity, (uint16_t)S->latent,
                                 cfg->replay_bits, S->rows, cfg->replay_policy, cfg->latent_scale,
                                 cfg->latent_zero_point, &S->prng));
-        if (cfg->replay_bits == 4u) TOL_TRY(tol_replay_set_codec(&S->replay, cfg->replay_codec));
+        if (cfg->replay_bits == 4u || cfg->replay_bits > 128u) {
+            TOL_TRY(tol_replay_set_codec(&S->replay, cfg->replay_codec));
+        }
     }
     tol_stage_reset(S);
     return TOL_OK;

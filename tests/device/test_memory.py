@@ -135,6 +135,10 @@ def model_dirs(tmp_path_factory):
     dirs["digits4"] = tmp / "digits4"
     export_model(str(ROOT / "models" / "digits" / "digits.keras"), str(dirs["digits4"]),
                  name="digits4", calib="digits:0-4@train", max_classes=10, replay_bits=4)
+    # product-quantized replay (replay_codec.c holds the codebook): one byte per sub-vector
+    dirs["digitspq"] = tmp / "digitspq"
+    export_model(str(ROOT / "models" / "digits" / "digits.keras"), str(dirs["digitspq"]),
+                 name="digitspq", calib="digits:0-4@train", max_classes=10, replay_codec="pq:8")
     return dirs
 
 
@@ -419,3 +423,25 @@ def test_int16_stage_fits_equals_links(stage_dirs):
                                  ("nucleo_l432kc", "int16_stage", {"replay_capacity": "auto+1"},
                                   False)])
     assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_pq_replay_fits_equals_links(model_dirs):
+    """PQ replay slots (M + 2 bytes) are the linker's too: the largest capacity the plan gives
+    links, one slot more does not; the codebook the plan counts in flash is the linked one."""
+    man = json.loads((model_dirs["digitspq"] / "manifest.json").read_text())
+    bits = man["learner"]["replay_bits"]
+    assert bits == 128 + 32 // 8 and memory.replay_row_bytes(32, bits) == 8
+    report = _sweep(model_dirs, [("nucleo_l432kc", "digitspq", {"replay_capacity": "largest"}, False)])
+    assert [(f, l) for _, _, _, f, l, _ in report] == [(True, True)]
+    from tinyol.targets.firmware import BuildConfig, build_env
+
+    elf = Path(build_env(BuildConfig("nucleo_l432kc", str(model_dirs["digitspq"])))["PLATFORMIO_BUILD_DIR"])
+    nm = subprocess.check_output(["arm-none-eabi-nm", "-S", str(elf / "nucleo_l432kc" / "firmware.elf")],
+                                 text=True)
+    book = [l.split() for l in nm.splitlines() if l.endswith(" tol_replay_codebook")]
+    assert len(book) == 1 and int(book[0][0], 16) >> 24 == 0x08, book  # in flash
+    assert int(book[0][1], 16) == memory.replay_codec_flash(32, bits) == 256 * 32
+    report = _sweep(model_dirs, [("nucleo_l432kc", "digitspq", {"replay_capacity": "largest+1"}, True)])
+    assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(False, None)]

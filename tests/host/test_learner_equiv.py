@@ -92,6 +92,56 @@ CASES.update({
 })
 
 
+def _codebook(m: int):
+    """A PQ codebook (m sub-vectors) fitted to the test stream's latents by k-means
+    (tinyol.learn.learner.fit_pq); 600 latents, so more distinct sub-vectors than codewords."""
+    from tinyol.learn.learner import fit_pq
+
+    return fit_pq(make_stream(np.random.default_rng(5), 600, D, CMAX)[0], m, seed=3)
+
+
+CASES.update({
+    "replay_pq6_reservoir": dict(replay_capacity=40, replay_bits=128 + D // 6,
+                                 replay_codec=_codebook(6), replay_policy=POLICY_RESERVOIR,
+                                 settings=Settings(lr=0.05, momentum=0.5, n_old=3)),
+    "replay_pq24_balanced_batch": dict(replay_capacity=25, replay_bits=128 + 1,
+                                       replay_codec=_codebook(24), replay_policy=POLICY_BALANCED,
+                                       max_new=4, max_old=6, no_momentum=True,
+                                       settings=Settings(lr=0.05, n_new=4, n_old=6)),
+})
+
+
+def test_pq_codec_c_matches_numpy(lib):
+    """tol_replay_pq_nearest (C) = tinyol.learn.learner.pq_nearest on every sub-vector of
+    latents the codebook was not fitted to, ties included (a codebook holding a codeword twice
+    and latents equidistant from two): the index, so the decoded latent, is the same."""
+    from tinyol.learn.learner import pq_nearest
+
+    book = _codebook(6)  # [6, 256, 4]
+    sub = book.shape[2]
+    book[0, 7] = book[0, 3]  # a repeated codeword: the lower index wins
+    q = make_stream(np.random.default_rng(77), 300, D, CMAX)[0]
+    ties = np.zeros((2, D), np.int8)  # halfway between two codewords of sub-vector 0
+    ties[:, :sub] = ((book[0, 1].astype(np.int16) + book[0, 2]) // 2).astype(np.int8)
+    q = np.concatenate([q, ties, np.tile(book[0, 3], D // sub)[None].astype(np.int8)])
+    f = lib.tol_replay_pq_nearest
+    f.restype, f.argtypes = C.c_uint8, [C.POINTER(C.c_int8), C.POINTER(C.c_int8), C.c_uint16]
+    got, want = [], []
+    for m in range(book.shape[0]):
+        bm = np.ascontiguousarray(book[m])
+        P = np.ascontiguousarray(q[:, m * sub:(m + 1) * sub])
+        want += pq_nearest(P, bm).tolist()
+        got += [f(P[i].ctypes.data_as(C.POINTER(C.c_int8)), bm.ctypes.data_as(C.POINTER(C.c_int8)),
+                  sub) for i in range(len(P))]
+    assert got == want
+    assert want[len(q) - 1] == 3  # the repeated codeword itself: index 3, not 7
+    # an outside oracle for the twin: brute force in Python integers, the first least distance
+    for i in range(len(q)):
+        d = [sum((int(a) - int(c)) ** 2 for a, c in zip(q[i, :sub], book[0, k])) for k in range(256)]
+        assert want[i] == d.index(min(d))
+    assert len(set(want)) > 50  # the latents spread over many codewords
+
+
 @pytest.mark.parametrize("name", ["replay_i8_reservoir", "replay_7bit_balanced", "replay_i8_ar1_batch"])
 def test_replay_buffer_in_its_own_block_matches_numpy(lib, name):
     """The replay buffer in a block of its own (replay_mem: SRAM2 while the head is in SRAM1,
@@ -239,7 +289,8 @@ def test_sizes_match_python_formulas(lib):
     from tinyol.learn.learner import head_bytes, learner_bytes, replay_bytes
     for d, c, cap, bits, mx, mo, nomom in [(32, 10, 100, 7, 1, 16, 1), (33, 5, 0, 8, 4, 0, 0),
                                            (64, 10, 200, 32, 2, 8, 0), (7, 3, 13, 7, 1, 0, 1),
-                                           (16, 640, 0, 8, 1, 0, 1)]:
+                                           (16, 640, 0, 8, 1, 0, 1), (1024, 7, 301, 128 + 16, 1, 16, 1),
+                                           (30, 4, 9, 128 + 1, 2, 0, 0)]:
         assert lib.shim_learner_bytes(d, c, cap, bits, mx, mo, nomom) == learner_bytes(
             d, c, cap, bits, mx, mo, bool(nomom))
         assert lib.shim_learner_bytes5(d, c, cap, bits, mx) == learner_bytes(d, c, cap, bits, mx)
@@ -527,3 +578,23 @@ def test_replay_policy_setting_range(lib):
         CLearner(lib, dataclasses.replace(cfg, replay_policy=3))
     with pytest.raises(LearnerError):
         Learner(dataclasses.replace(cfg, replay_policy=3))
+
+
+def test_pq_option_refusals():
+    """`--replay-codec pq:M`: a malformed codec, an M that does not divide the latent, a
+    sub-vector over 127 values and PQ with --stage-train auto are each one TinyolError."""
+    from tinyol.errors import TinyolError
+    from tinyol.learn.learner import pq_bits
+    from tinyol.model.export import ExportSettings
+
+    assert pq_bits(32, 8) == 128 + 4 and pq_bits(256, 4) == 128 + 64
+    for dim, m in ((32, 5), (256, 2), (32, 0)):  # 5 does not divide 32; 128 values a sub-vector
+        with pytest.raises(TinyolError, match=f"pq:{m}"):
+            pq_bits(dim, m)
+    for codec in ("pq", "pq:x", "kmeans:8", "pq:0"):
+        with pytest.raises(TinyolError, match="--replay-codec must be pq:M"):
+            ExportSettings(replay_codec=codec).check()
+    with pytest.raises(TinyolError, match="--stage-train auto"):
+        ExportSettings(replay_codec="pq:8", stage_train="auto", board="nucleo_l476rg",
+                       calib="digits:0-4@train").check()
+    ExportSettings(replay_codec="pq:8").check()  # a good one passes

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _learner_util import CLearner, StateStream, build_learner_lib
 from conftest import ROOT, compile_arm_objects
-from tinyol.learn.learner import HEAD_AUTOENCODER, Config, LearnerError, Settings
+from tinyol.learn.learner import HEAD_AUTOENCODER, Config, LearnerError, Settings, fit_pq
 
 REPLAY, MOMENTUM = 0x01, 0x02
 HEADER = 104
@@ -83,7 +83,31 @@ SCENARIOS = {
     "replay8_pending": (classifier_cfg(replay_bits=8, settings=Settings(lr=0.05, n_new=3, n_old=2)), REPLAY),
     "sgd_no_buffer": (classifier_cfg(replay_capacity=0, settings=Settings(mode=1)), 0),
     "no_momentum_buffers": (classifier_cfg(no_momentum=True), REPLAY | MOMENTUM),  # MOMENTUM part dropped
+    # PQ slots: 4 sub-vectors of 3 values, codebook by k-means on another stream
+    "replay_pq": (classifier_cfg(replay_bits=128 + 3, replay_codec=fit_pq(stream(400, 12, 6, 5)[0], 4)),
+                  REPLAY),
 }
+
+
+def test_pq_slots_round_trip(lib):
+    """A saved PQ buffer holds its codes (M bytes a slot): the restored learner's rows are the
+    saved ones, byte for byte, and decode as the twin's; a learner at another storage refuses
+    the state."""
+    from _learner_util import run_pair
+
+    cfg, parts = SCENARIOS["replay_pq"]
+    xs, ys = stream(50, cfg.latent_dim, cfg.n_outputs, 1)
+    py, a, _, _ = run_pair(lib, cfg, xs, ys)
+    rows = [a.replay_row(i) for i in range(a.stats()["replay_fill"])]
+    assert rows == [py.replay.packed_row(i) for i in range(py.replay.fill)] and len(rows[0]) == 4
+    blob = export(a, parts)
+    slim = export(a, 0)
+    assert len(blob) - len(slim) == 20 * 4 + 20 * 2 + 6 * 4 + 6 * 2  # codes + labels + seen + count
+    b = CLearner(lib, cfg)
+    assert restore(b, blob) == 0
+    assert [b.replay_row(i) for i in range(len(rows))] == rows
+    other = CLearner(lib, dataclasses.replace(cfg, replay_bits=8, replay_codec=None))
+    assert restore(other, blob) != 0
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

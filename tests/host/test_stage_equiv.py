@@ -639,6 +639,24 @@ def test_stage_4bit_replay_c_matches_numpy(lib, stage, policy, clamp):
     assert py.updates > 100
 
 
+def test_stage_pq_replay_c_matches_numpy(lib):
+    """PQ replay (k-means codebook, 2 values a sub-vector) in the adaptive stage: C equals the
+    twin bit for bit, one byte per sub-vector; a PQ stage without its codebook is refused."""
+    from tinyol.learn.learner import fit_pq
+
+    layers = STAGES["dense_dense"]
+    d = layers[0].in_size
+    book = fit_pq(make_stream(np.random.default_rng(4), 600, d, CMAX)[0], d // 2, seed=1)
+    cfg = make_cfg(layers, replay_capacity=30, replay_bits=128 + 2, replay_policy=POLICY_BALANCED,
+                   replay_codec=book, settings=Settings(lr=0.05, n_old=3))
+    py, cl, pp, pc = run_pair(lib, cfg)
+    assert_same(py, cl, pp, pc)
+    assert len(py.replay.packed_row(0)) == d // 2
+    assert py.updates > 100
+    with pytest.raises(LearnerError, match="TOL_ERR_ARG"):
+        CStage(lib, dataclasses.replace(cfg, replay_codec=None))
+
+
 def test_stage_4bit_state_roundtrip_and_needs_a_codec(lib):
     layers = STAGES["conv3x3_same_gap"]
     cfg = make_cfg(layers, replay_capacity=20, replay_bits=4, replay_codec=_codec4(layers),

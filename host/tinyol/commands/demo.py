@@ -27,6 +27,7 @@ from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..link.device import Device
 from ..link.stream import Stream
+from ..memory import replay_storage
 from ..model.folder import load_manifest
 from ..options import resolve_model_option
 from ..plotting import plot_learning_curve
@@ -110,7 +111,7 @@ def cmd(emulator, board, model_dir, out, seed, prefill, compare, window):
             i = dev.info
             click.echo(f"   {i.board}: firmware {i.fw_version}, model {i.model} "
                        f"(hash 0x{i.model_hash:08x}), up to {i.max_classes} classes, "
-                       f"replay {i.replay_bits}-bit, boot {i.boot_count}")
+                       f"replay {replay_storage(i.latent_dim, i.replay_bits)}, boot {i.boot_count}")
             settings = {k: dev.get(k) for k in ("mode", "lr", "n_new", "n_old")}
             click.echo(f"   learner: mode {settings['mode']} (2 = SGD + latent replay), "
                        f"lr {settings['lr']:g}, {settings['n_new']} new + {settings['n_old']} "

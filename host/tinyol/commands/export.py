@@ -43,6 +43,11 @@ def _split_arg(value):
 @click.option("--replay-bits", type=click.Choice(["32", "8", "7", "4"]),
               default=str(DEFAULT_LEARNER["replay_bits"]), show_default=True,
               help="Storage per latent value: 32 float, 8 int8, 7 packed, 4: 4-bit codes on per-channel grids fitted to the calibration latents (docs/adaptive.md).")
+@click.option("--replay-codec", default=None, metavar="pq:M",
+              help="Product-quantized replay (LifeLearner): the latent cut into M sub-vectors, each "
+                   "stored as one byte, the index of its nearest of 256 codewords learned by k-means "
+                   "on the calibration latents (the codebook, 256 B per latent value, in flash; "
+                   "docs/adaptive.md). Replaces --replay-bits.")
 @click.option("--replay-n-new", type=click.IntRange(1, 65535), default=DEFAULT_LEARNER["replay_n_new"], show_default=True)
 @click.option("--replay-n-old", type=click.IntRange(0, 65535), default=DEFAULT_LEARNER["replay_n_old"], show_default=True)
 @click.option("--lr", type=Number(0.0, f32=True), default=DEFAULT_LEARNER["lr"], show_default=True,
@@ -95,7 +100,7 @@ def _split_arg(value):
                    "`tinyol set --replay-policy` changes it on the device.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the result line.")
 def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, name, board,
-        replay_capacity, replay_bits, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
+        replay_capacity, replay_bits, replay_codec, replay_n_new, replay_n_old, lr, momentum, weight_decay, seed,
         stage_train, stage_data, stage_budget, stage_weights, stage_lr_scale, fc_weights, conv_pixels,
         rehearse, replay_policy, quiet):
     """Export MODEL (.keras/.h5, or an int8 .tflite: a classifier is split at its last
@@ -113,7 +118,7 @@ def cmd(model, out_dir, split, calib, label_column, classes, max_classes, mode, 
     settings = ExportSettings(split=_split_arg(split), calib=calib, classes=classes,
                               max_classes=max_classes, board=board, mode=mode, name=name,
                               label_column=label_column, replay_capacity=replay_capacity,
-                              replay_bits=int(replay_bits), lr=lr, momentum=momentum,
+                              replay_bits=int(replay_bits), replay_codec=replay_codec, lr=lr, momentum=momentum,
                               weight_decay=weight_decay, replay_n_new=replay_n_new,
                               replay_n_old=replay_n_old, seed=seed,
                               stage_train=stage_train, stage_data=stage_data, stage_budget=stage_budget,

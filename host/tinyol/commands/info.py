@@ -163,6 +163,7 @@ def device_view(dev: Device) -> dict:
         learner["max_classes"] = st.n_outputs
         learner["samples_per_class"] = {str(c): n for c, n in enumerate(counts) if n}
     learner["replay"] = {"fill": st.replay_fill, "capacity": st.replay_capacity, "bits": info.replay_bits,
+                         "storage": memory.replay_storage(info.latent_dim, info.replay_bits),
                          "per_class": ({str(c): n for c, n in enumerate(st.record.replay_per_class) if n}
                                        if st.record else None)}
     view["learner"] = learner
@@ -232,7 +233,8 @@ def view_lines(v: dict) -> list[str]:
                                 f"per class: {_per_class(L['samples_per_class'])}"))
     rp = L["replay"]
     if rp["capacity"]:
-        rows.append(("replay", f"{rp['fill']} of {rp['capacity']} latents at {rp['bits']} bit; per class: "
+        rows.append(("replay", f"{rp['fill']} of {rp['capacity']} latents at {rp.get('storage') or str(rp['bits']) + ' bit'}; "
+                               "per class: "
                                + (_per_class(rp["per_class"]) if rp["per_class"] is not None
                                   else "(firmware too old to say)")))
     else:

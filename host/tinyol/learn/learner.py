@@ -209,8 +209,91 @@ def fit_codec4(Q: np.ndarray, channels: int) -> tuple[np.ndarray, np.ndarray]:
     return lo.astype(np.int8), step.astype(np.uint8)
 
 
+PQ_BASE = 128      # TOL_REPLAY_PQ(sub) = 128 + sub: product-quantized storage
+PQ_CODEWORDS = 256  # TOL_REPLAY_PQ_CODEWORDS
+
+
+def pq_bits(dim: int, m: int) -> int:
+    """The bits code of PQ storage with m sub-vectors (TOL_REPLAY_PQ(dim / m))."""
+    if m < 1 or dim % m or not 1 <= dim // m <= 127:
+        raise TinyolError(f"pq:{m}: a latent of {dim} values does not split into {m} "
+                          f"sub-vectors of 1..127 values",
+                          hint=f"choose M dividing {dim}, at least {-(-dim // 127)}")
+    return PQ_BASE + dim // m
+
+
+def is_pq(bits: int) -> bool:
+    return bits > PQ_BASE
+
+
+def codec_name(bits: int, dim: int) -> str:
+    """How the export option names a storage: '8', '4', 'pq:M'."""
+    return f"pq:{dim // (bits - PQ_BASE)}" if is_pq(bits) else str(bits)
+
+
+def pq_nearest(Q, book) -> np.ndarray:
+    """tol_replay_pq_nearest for many sub-vectors: Q int8 [N, sub], book int8 [256, sub];
+    the index (uint8 [N]) of the least integer sum of squared differences, lowest on ties."""
+    e = np.asarray(Q).astype(np.int64)[:, None, :] - np.asarray(book).astype(np.int64)[None]
+    return np.argmin((e * e).sum(axis=2), axis=1).astype(np.uint8)  # argmin: first of ties
+
+
+def pq_encode(q, book) -> np.ndarray:
+    """One int8 latent q [dim] -> its codes uint8 [M] (book int8 [M, 256, sub])."""
+    M, _, sub = book.shape
+    qs = np.asarray(q).astype(np.int8).reshape(M, sub)
+    return np.array([pq_nearest(qs[m][None], book[m])[0] for m in range(M)], np.uint8)
+
+
+def pq_decode(codes, book) -> np.ndarray:
+    """Codes uint8 [M] -> the int8 latent [dim] they read back as."""
+    M = book.shape[0]
+    return book[np.arange(M), np.asarray(codes).astype(np.int64)].reshape(-1).astype(np.int8)
+
+
+def fit_pq(Q: np.ndarray, m: int, seed: int = 0, iters: int = 25) -> np.ndarray:
+    """The PQ codebook of latents shaped like Q [N, dim] (int8, calibration latents at the
+    cut): per sub-vector, k-means (Lloyd, 256 centroids, k-means++ start from a
+    np.random.default_rng(seed + sub-vector), ``iters`` rounds with the device's nearest
+    rule) on the int8 values, centroids rounded half away to int8. Fewer distinct points than
+    256: every distinct point is a codeword, the rest repeat the first. Returns int8
+    [m, 256, dim/m]."""
+    Q = np.asarray(Q).astype(np.int8).reshape(len(Q), -1)
+    dim = Q.shape[1]
+    sub = pq_bits(dim, m) - PQ_BASE
+    book = np.zeros((m, PQ_CODEWORDS, sub), np.int8)
+    for j in range(m):
+        P = Q[:, j * sub:(j + 1) * sub]
+        uniq = np.unique(P, axis=0)
+        if len(uniq) <= PQ_CODEWORDS:
+            book[j, :len(uniq)] = uniq
+            book[j, len(uniq):] = uniq[0]
+            continue
+        rng = np.random.default_rng(seed + j)
+        Pf = P.astype(np.float64)
+        C = [Pf[rng.integers(len(Pf))]]
+        d2 = ((Pf - C[0]) ** 2).sum(axis=1)
+        for _ in range(1, PQ_CODEWORDS):
+            C.append(Pf[rng.choice(len(Pf), p=d2 / d2.sum())] if d2.sum() > 0
+                     else Pf[rng.integers(len(Pf))])
+            d2 = np.minimum(d2, ((Pf - C[-1]) ** 2).sum(axis=1))
+        C = np.clip(round_half_away(np.array(C)), -128, 127).astype(np.int8)
+        for _ in range(iters):
+            a = pq_nearest(P, C)
+            new = C.copy()
+            for k in np.unique(a):
+                new[k] = np.clip(round_half_away(Pf[a == k].mean(axis=0)), -128, 127)
+            if np.array_equal(new, C):
+                break
+            C = new
+        book[j] = C
+    return book
+
+
 def row_bytes(dim: int, bits: int) -> int:
     """TOL_REPLAY_ROW_BYTES."""
+    if is_pq(bits):
+        return dim // (bits - PQ_BASE)
     return (4 * dim if bits == 32 else dim if bits == 8 else (dim + 1) // 2 if bits == 4
             else 7 * ((dim + 7) // 8))
 
@@ -395,13 +478,24 @@ class Replay:
 
     ``store`` holds what the device stores: float32 rows, int8 rows, the
     7-bit values q7 or the 4-bit codes (unpacked; :meth:`packed_row` gives the device's bytes).
-    4 bits need ``codec`` = (lo int8 [channels], step uint8 [channels]) (tol_replay_codec_t).
+    4 bits need ``codec`` = (lo int8 [channels], step uint8 [channels]) (tol_replay_codec_t);
+    PQ (bits = PQ_BASE + sub) needs ``codec`` = the codebook int8 [dim/sub, 256, sub] and
+    ``store`` holds the codeword indices [capacity, dim/sub].
     """
 
     def __init__(self, capacity: int, dim: int, bits: int, n_classes: int, policy: int,
                  scale: float, zero_point: int, prng: Prng, codec=None):
-        if bits not in (32, 8, 7, 4):
-            raise TinyolError(f"replay bits must be 32, 8, 7 or 4, not {bits}")
+        if bits not in (32, 8, 7, 4) and not (is_pq(bits) and dim % (bits - PQ_BASE) == 0
+                                               and bits < 256):
+            raise TinyolError(f"replay bits must be 32, 8, 7, 4 or PQ, not {bits}")
+        if is_pq(bits):
+            if codec is None:
+                raise LearnerError("TOL_ERR_ARG")
+            sub = bits - PQ_BASE
+            book = np.asarray(codec).astype(np.int8)
+            if book.shape != (dim // sub, PQ_CODEWORDS, sub):
+                raise LearnerError("TOL_ERR_ARG")
+            self.codebook = book
         if bits == 4:
             if codec is None:
                 raise LearnerError("TOL_ERR_ARG")
@@ -416,7 +510,8 @@ class Replay:
         self.n_classes, self.policy = int(n_classes), int(policy)
         self.scale, self.zero_point = F32(scale), int(zero_point)
         self.prng = prng
-        self.store = np.zeros((capacity, dim), F32 if bits == 32 else np.int8)
+        self.store = (np.zeros((capacity, row_bytes(dim, bits)), np.uint8) if is_pq(bits)
+                      else np.zeros((capacity, dim), F32 if bits == 32 else np.int8))
         self.clear()
 
     def clear(self) -> None:
@@ -435,6 +530,8 @@ class Replay:
         if self.bits == 32:
             return np.asarray(x, F32)
         q = quantize(x, self.scale, self.zero_point)
+        if is_pq(self.bits):
+            return pq_encode(q, self.codebook)
         if self.bits == 4:
             return code4(q, self.codec_lo, self.codec_step).astype(np.int8)
         return q if self.bits == 8 else requant7(q)
@@ -454,6 +551,8 @@ class Replay:
             x = row.copy()
         elif self.bits == 8:
             x = dequantize(row, self.scale, self.zero_point)
+        elif is_pq(self.bits):
+            x = dequantize(pq_decode(row, self.codebook), self.scale, self.zero_point)
         elif self.bits == 4:
             x = dequantize(decode4(row.astype(np.uint8), self.codec_lo, self.codec_step),
                            self.scale, self.zero_point)
@@ -610,7 +709,8 @@ class OnlineConfig:
     replay_capacity: int = 0
     replay_bits: int = 8
     replay_policy: int = POLICY_RESERVOIR
-    replay_codec: tuple | None = None  # 4 bits: (lo int8 [channels], step uint8 [channels])
+    replay_codec: tuple | None = None  # 4 bits: (lo int8 [channels], step uint8 [channels]);
+    # PQ: the codebook int8 [M, 256, sub]
     max_new: int = 1
     max_old: int = 0              # 0 = automatic (16 with a buffer)
     no_momentum: bool = False     # True: no momentum buffers, momentum must be 0

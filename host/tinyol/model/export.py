@@ -20,6 +20,7 @@ manifest (:func:`_manifest`), the learner's artifacts (:func:`_write_learner`) a
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -335,8 +336,35 @@ def fit_replay_codec(tfl: bytes, X: np.ndarray, inp, lat) -> tuple[np.ndarray, n
     return fit_codec4(Q, int(lat.shape[-1]))
 
 
-def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray) -> None:
-    """replay_codec.c: the 4-bit replay codec (tol_replay.h), const, in flash."""
+def fit_replay_pq(tfl: bytes, X: np.ndarray, inp, lat, m: int, seed: int) -> np.ndarray:
+    """The PQ replay codebook of this backbone: k-means per sub-vector (tinyol.learn.learner.fit_pq)
+    on the int8 latents of the calibration inputs X in TFLM's runtime; int8 [m, 256, dim/m]."""
+    from ..learn.learner import fit_pq
+
+    in_shape = tuple(int(d) for d in inp.shape[1:])
+    Q = stage_select.latents(tfl, np.asarray(X).reshape((-1,) + in_shape), inp, lat)
+    return fit_pq(Q, m, seed=seed)
+
+
+def write_replay_codec(out: Path, source: str, lo: np.ndarray, step: np.ndarray | None = None) -> None:
+    """replay_codec.c: the replay codec (tol_replay.h), const, in flash: the 4-bit grids
+    (lo, step) or, given one int8 [M, 256, sub] array, the PQ codebook."""
+    if step is None:
+        book = np.asarray(lo, np.int8)
+        vals = [str(int(x)) for x in book.ravel()]
+        body = "".join("    " + ", ".join(vals[i:i + 16]) + ",\n" for i in range(0, len(vals), 16))
+        M, K, sub = book.shape
+        text = (banner(source)
+                + "/* Product-quantized latent replay (tol_replay.h): for each of the latent's\n"
+                  f" * {M} sub-vectors of {sub} values, {K} int8 codewords learned by k-means on the\n"
+                  " * calibration latents at export. */\n"
+                + '#include "config.h"\n#include "tol_replay.h"\n\n'
+                + f"_Static_assert(TOL_REPLAY_BITS == TOL_REPLAY_PQ({sub}), \"replay_codec.c vs config.h\");\n"
+                + f"_Static_assert(TOL_LATENT_DIM == {M * sub}, \"replay_codec.c vs config.h\");\n\n"
+                + f"static const int8_t tol_replay_codebook[{book.size}] = {{\n" + body + "};\n\n"
+                + "const tol_replay_codec_t tol_replay_codec = {tol_replay_codebook, NULL, 0u};\n")
+        (out / "replay_codec.c").write_text(text, encoding="utf-8")
+        return
     n = int(lo.size)
 
     def ints(v):
@@ -377,9 +405,12 @@ def write_config_h(out: Path, source: str, m: dict, board) -> None:
     define("TOL_HEAD_INIT_CLASSES", m["head"]["init_classes"], "rows trained on the host")
     define("TOL_HEAD_MAX_CLASSES", m["head"]["max_classes"], "rows allocated on the device")
     define("TOL_REPLAY_CAPACITY", L["replay_capacity"], "latents kept for replay")
-    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed, 4 codes")
-    if "replay_codec" in L:  # 4-bit replay: replay_codec.c
-        define("TOL_REPLAY_CODEC", "(&tol_replay_codec)", "replay_codec.c: per-channel 4-bit grids")
+    define("TOL_REPLAY_BITS", L["replay_bits"], "32 float, 8 int8, 7 packed, 4 codes, "
+           "128 + sub: PQ, TOL_REPLAY_PQ(sub)")
+    if "replay_codec" in L:  # 4-bit or PQ replay: replay_codec.c
+        define("TOL_REPLAY_CODEC", "(&tol_replay_codec)",
+               "replay_codec.c: the PQ codebook" if L["replay_bits"] > 128
+               else "replay_codec.c: per-channel 4-bit grids")
     define("TOL_LR", c_float(L["lr"]))
     define("TOL_MOMENTUM", c_float(L["momentum"]))
     define("TOL_WEIGHT_DECAY", c_float(L["weight_decay"]))
@@ -468,6 +499,7 @@ class ExportSettings:
     label_column: object = None         # of a CSV calibration source
     replay_capacity: int | None = None  # None: the largest that fits --board
     replay_bits: int = DEFAULT_LEARNER["replay_bits"]
+    replay_codec: str | None = None     # "pq:M": product-quantized replay (M sub-vectors); sets replay_bits
     lr: float = DEFAULT_LEARNER["lr"]
     momentum: float = DEFAULT_LEARNER["momentum"]
     weight_decay: float = DEFAULT_LEARNER["weight_decay"]
@@ -491,8 +523,13 @@ class ExportSettings:
 
     def check(self) -> None:
         """Raise TinyolError for a setting no export can take (before anything is loaded)."""
-        if self.replay_bits not in REPLAY_BITS:
+        if self.replay_bits not in REPLAY_BITS and not (self.replay_codec and self.replay_bits > 128):
             raise TinyolError(f"--replay-bits must be one of 32, 8, 7, 4, not {self.replay_bits}")
+        if self.replay_codec is not None:
+            pq_m(self.replay_codec)
+            if self.auto_train:
+                raise TinyolError("--replay-codec pq:M does not combine with --stage-train auto yet",
+                                  hint="name what trains (--stage-train LAYER,...), or use --replay-bits 4")
         for k, v in (("replay-capacity", self.replay_capacity), ("replay-n-new", self.replay_n_new),
                      ("replay-n-old", self.replay_n_old)):
             if v is not None and v < 0:
@@ -557,6 +594,16 @@ class ExportSettings:
 
 
 STAGE_WEIGHTS = ("float32", "int16")  # --stage-weights
+
+
+def pq_m(codec: str) -> int:
+    """M of `--replay-codec pq:M` (the sub-vectors of a latent); TinyolError otherwise."""
+    kind, _, m = codec.strip().partition(":")
+    if kind != "pq" or not m.isdigit() or int(m) < 1:
+        raise TinyolError(f"--replay-codec must be pq:M (M sub-vectors, a byte each), not {codec!r}",
+                          hint="e.g. --replay-codec pq:32; or leave it out and choose --replay-bits")
+    return int(m)
+
 
 MODEL_NAME_MAX = 32  # characters; the device reports it in INFO and its boot line
 
@@ -762,6 +809,7 @@ def _export(src_path: Path, out: Path, s: ExportSettings, *, source: str, board:
     """The export itself, into `out` (a staging folder), with settings export_model has checked
     and the board it resolved. Returns the manifest."""
     sp = _load_split(src_path, s, board, echo)
+    s = _with_pq_bits(s, sp)
     bb = _quantize(sp, s, echo)
     head = _head_rows(sp, bb, s)
     info = _lower(bb, out, source, s.fc_weights, echo, s.conv_pixels)
@@ -851,8 +899,18 @@ def _split_keras(model, s: ExportSettings, board: Board | None, echo: Echo) -> _
              + ", ".join(l.describe() for l in (sp.auto[0] if s.auto_train else sp.stage[0]))
              + (" (what trains: chosen from the data below)" if s.auto_train else ""))
     if board is not None:
-        _check_learner_alone(sp, n_in, s, board)
+        _check_learner_alone(sp, n_in, _with_pq_bits(s, sp), board)
     return sp
+
+
+def _with_pq_bits(s: ExportSettings, sp: _Split) -> ExportSettings:
+    """--replay-codec pq:M on a Keras classifier: replay_bits = TOL_REPLAY_PQ(latent / M)."""
+    if s.replay_codec is None or sp.head_mode != "classifier" or sp.keras_model is None:
+        return s
+    from ..learn.learner import pq_bits
+
+    dim = sp.stage[0][0].in_size if sp.stage is not None else sp.W.shape[1]
+    return replace(s, replay_bits=pq_bits(dim, pq_m(s.replay_codec)))
 
 
 def _check_learner_alone(sp: _Split, n_in: int, s: ExportSettings, board: Board) -> None:
@@ -941,7 +999,18 @@ def _lower(bb: _Backbone, out: Path, source: str, fc_weights: str, echo: Echo, c
 
 def _fit_codec(sp: _Split, bb: _Backbone, s: ExportSettings, echo: Echo):
     """Step 4a, fit to the data: the 4-bit replay codec (``--replay-bits 4``, a classifier),
-    fitted to the backbone's latents of the calibration inputs; None otherwise."""
+    fitted to the backbone's latents of the calibration inputs, or the PQ codebook (``--replay-codec
+    pq:M``: k-means per sub-vector, an int8 [M, 256, sub] array); None otherwise."""
+    if s.replay_codec is not None and (bb.X is None or sp.head_mode != "classifier"):
+        raise TinyolError("--replay-codec pq:M learns its codebook from the backbone's latents of the "
+                          "calibration data: it needs a Keras classifier and --calib",
+                          hint="export the Keras model, or use --replay-bits 8, 7 or 4")
+    if s.replay_codec is not None:
+        codec = fit_replay_pq(bb.tfl, bb.X, bb.inp, bb.lat, pq_m(s.replay_codec), s.seed)
+        echo(f"replay: product-quantized, {codec.shape[0]} sub-vectors of {codec.shape[2]} values, "
+             f"{codec.shape[1]} codewords each (k-means on the calibration latents, seed {s.seed}): "
+             f"{codec.shape[0]} B per latent, codebook {codec.size} B in flash")
+        return codec
     if s.replay_bits != 4 or sp.head_mode != "classifier":
         return None
     if bb.X is None:
@@ -982,7 +1051,11 @@ def _learner_settings(s: ExportSettings, capacity: int, head_mode: str, codec, s
     if stage is not None and s.stage_lr_scale:
         learner["stage_lr_scale"] = float(np.float32(s.stage_lr_scale))
     learner["replay_policy"] = s.replay_policy
-    if codec is not None:
+    if s.replay_codec is not None:
+        learner["replay_codec"] = {"kind": "pq", "m": int(codec.shape[0]), "sub": int(codec.shape[2]),
+                                   "codewords": int(codec.shape[1]),
+                                   "codebook": base64.b64encode(codec.tobytes()).decode("ascii")}
+    elif codec is not None:
         learner["replay_codec"] = {"channels": int(codec[0].size), "lo": codec[0].tolist(),
                                    "step": codec[1].tolist()}
     return learner
@@ -1082,7 +1155,7 @@ def _write_learner(out: Path, source: str, manifest: dict, head: _Head, stage, c
         write_head_init(out, source, head.W, head.b, with_backbone_h=True)
     write_config_h(out, source, manifest, board)
     if codec is not None:
-        write_replay_codec(out, source, *codec)
+        write_replay_codec(out, source, *(codec if isinstance(codec, tuple) else (codec,)))
 
 
 def _write_manifest(out: Path, manifest: dict, source: str) -> dict:

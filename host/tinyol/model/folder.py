@@ -92,7 +92,7 @@ def check_manifest(manifest, where="manifest.json") -> None:
 
 # Bounds of the learner section: what the firmware's u16 fields and the device's RAM allow,
 # checked before the twin sizes a replay buffer or a head from them.
-_LEARNER_BOUNDS = {"replay_capacity": (0, 0xFFFF), "replay_bits": (4, 32), "replay_n_new": (1, 0xFFFF),
+_LEARNER_BOUNDS = {"replay_capacity": (0, 0xFFFF), "replay_bits": (4, 255), "replay_n_new": (1, 0xFFFF),
                    "replay_n_old": (0, 0xFFFF)}
 
 
@@ -109,6 +109,11 @@ def check_learner(manifest: dict, where: str) -> None:
     dim = manifest.get("latent", {}).get("dim")
     if not isinstance(dim, int) or not 1 <= dim <= 0xFFFF:
         raise TinyolError(f"{where}: latent.dim = {dim!r} is not an integer 1..65535",
+                          hint="re-export the model (`tinyol export`)")
+    bits = L_.get("replay_bits")  # 32, 8, 7, 4 or PQ: 128 + a sub-vector length dividing dim
+    if bits is not None and bits not in (32, 8, 7, 4) and not (bits > 128 and dim % (bits - 128) == 0):
+        raise TinyolError(f"{where}: learner.replay_bits = {bits!r} is not 32, 8, 7, 4 or PQ "
+                          f"(128 + a sub-vector length dividing latent.dim {dim})",
                           hint="re-export the model (`tinyol export`)")
 
 

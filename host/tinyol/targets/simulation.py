@@ -157,11 +157,23 @@ def learner_settings(model: Model, **over) -> tuple[L.Settings, dict]:
 
 
 def replay_codec(model: Model, bits: int):
-    """The export's 4-bit replay codec (manifest learner.replay_codec) for a run at ``bits``:
-    (lo, step), or None at 32, 8 or 7 bits."""
+    """The export's replay codec (manifest learner.replay_codec) for a run at ``bits``: the
+    4-bit (lo, step), the PQ codebook int8 [M, 256, sub], or None at 32, 8 or 7 bits."""
+    c = model.manifest.get("learner", {}).get("replay_codec")
+    if L.is_pq(bits):
+        if c is None or c.get("kind") != "pq" or bits != L.PQ_BASE + int(c["sub"]):
+            dim = int(model.manifest["latent"]["dim"])
+            raise TinyolError(f"PQ replay ({L.codec_name(bits, dim)}) needs the codebook "
+                              "its export learned from the calibration latents",
+                              hint="export with --replay-codec pq:M, and run at the export's storage")
+        import base64
+
+        raw = np.frombuffer(base64.b64decode(c["codebook"]), np.int8)
+        return raw.reshape(int(c["m"]), int(c["codewords"]), int(c["sub"])).copy()
     if bits != 4:
         return None
-    c = model.manifest.get("learner", {}).get("replay_codec")
+    if c is not None and c.get("kind") == "pq":
+        c = None
     if c is None:
         raise TinyolError("4-bit replay needs the codec the export fits to the calibration latents",
                           hint="export with --replay-bits 4")
