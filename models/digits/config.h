@@ -15,7 +15,7 @@
 #define TOL_HEAD_INIT_CLASSES        5  /* rows trained on the host */
 #define TOL_HEAD_MAX_CLASSES         10  /* rows allocated on the device */
 #define TOL_REPLAY_CAPACITY          200  /* latents kept for replay */
-#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed, 4 codes */
+#define TOL_REPLAY_BITS              8  /* 32 float, 8 int8, 7 packed, 4 codes, 128 + sub: PQ, TOL_REPLAY_PQ(sub) */
 #define TOL_LR                       0.0299999993f
 #define TOL_MOMENTUM                 0.0f
 #define TOL_WEIGHT_DECAY             0.0f
