@@ -10,7 +10,7 @@ import numpy as np
 from conftest import ROOT
 from tinyol.data.datasets import load_source
 from tinyol.model.folder import quantize
-from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
 
 
 def digits_stream(model_dir: str, seed: int, n: int = 80):

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 from tinyol.model.folder import quantize
-from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
 
 
 class FaultProxy:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tinyol.data.datasets import save_npz
 from tinyol.model.export import export_model
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 from . import depth as D
 from . import lean
 

@@ -27,7 +27,7 @@ import numpy as np
 from tinyol.learn import learner as L
 from tinyol.memory import replay_codec_flash, replay_row_bytes
 from tinyol.model.export import export_model
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 from . import depth as D
 from . import usermodel as U
 from .usermodel import run_stream as run

@@ -210,8 +210,8 @@ def deployed(n: int, rounds: int, k: int, data: str, split: str, model: str, roo
 
 
 def host_loop(n, rounds, k, data, split, model) -> dict:
-    from tinyol.targets.simulation import load_model
-    from tinyol.fleet.boards import make_twin
+    from tinyol.targets.twin import load_model
+    from tinyol.fleet.members import make_twin
     from tinyol.fleet.data import latents_fn, load_shards
     from tinyol.fleet.loop import Fleet, FleetConfig, Member
     from tinyol.fleet.params import initial_params

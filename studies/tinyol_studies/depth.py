@@ -43,7 +43,7 @@ from tinyol.learn.learner import row_bytes
 from tinyol.learn.stage import stage_bytes
 from tinyol.model.export import export_model
 from tinyol.paths import project_root
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 from tinyol.bench.bench import bench_model
 
 # Lazy on purpose: Keras is imported where a network is built or trained (seconds to load).

@@ -23,8 +23,8 @@ import time
 import numpy as np
 
 from tinyol.data.datasets import load_source
-from tinyol.targets.simulation import load_model
-from tinyol.fleet.boards import TwinBoard, make_twin
+from tinyol.targets.twin import load_model
+from tinyol.fleet.members import TwinBoard, make_twin
 from tinyol.fleet.data import Shard, latents_fn, split_non_iid
 from tinyol.fleet.loop import Fleet, FleetConfig, Member
 from tinyol.fleet.params import Head, initial_params

@@ -39,7 +39,7 @@ from tinyol.learn import learner as L
 from tinyol.model.export import export_model
 from tinyol.model.folder import read_manifest
 from tinyol.paths import project_root
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 from . import depth as D
 
 MARK_BEGIN = "<!-- study_lean begin -->"
@@ -125,7 +125,7 @@ def bench_rows(ds, res: dict, work: Path, echo) -> None:
 def make(model: S.Model, *, seed: int, capacity: int, policy: int, extra: int, lr: float,
          mode: str = "replay"):
     """The twin with the device's settings: `extra` idle rehearsal steps after each streamed
-    sample are the device's own (settings.rehearse; tinyol.targets.simulation.run_classifier
+    sample are the device's own (settings.rehearse; tinyol.targets.twin.run_classifier
     gives the learner its whole idle budget after each sample: Learner.idle / Stage.idle, the
     twins of tol_learner_rehearse / tol_stage_rehearse)."""
     settings = L.Settings(lr=lr, n_new=1, n_old=16 if mode == "replay" else 0,

@@ -26,7 +26,7 @@ import numpy as np
 
 from tinyol.learn import learner as L
 from tinyol.model.export import export_model
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 from . import depth as D
 
 

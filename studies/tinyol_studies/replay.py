@@ -29,7 +29,7 @@ import numpy as np
 from tinyol import __version__
 from tinyol.data.datasets import load_source
 from tinyol.learn import learner as L
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 
 # Lazy on purpose: scikit-learn is imported where a split is made (about a second to load).
 

@@ -80,7 +80,7 @@ class Twin:
     backbone (TFLM's runtime) -> the reference learner, in the firmware's order."""
 
     def __init__(self, model_dir=None):
-        from tinyol.targets.simulation import learner_settings, load_model, make_learner
+        from tinyol.targets.twin import learner_settings, load_model, make_learner
 
         self.model = load_model(Path(model_dir or models_dir() / "imu"))
         m = self.model.manifest
@@ -93,7 +93,7 @@ class Twin:
         return S.windows(S.scale_raw(raw, self.mul, self.add), self.length, STRIDE)
 
     def latents(self, windows: np.ndarray) -> np.ndarray:
-        from tinyol.targets.simulation import latents
+        from tinyol.targets.twin import latents
 
         return latents(self.model, windows.reshape(len(windows), -1))
 

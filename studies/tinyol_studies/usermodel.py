@@ -24,7 +24,7 @@ import numpy as np
 from tinyol.data.datasets import save_npz
 from tinyol.learn import learner as L
 from tinyol.model.export import export_model
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 from . import depth as D
 
 BOARD = "nucleo_l476rg"

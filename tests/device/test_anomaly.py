@@ -150,7 +150,7 @@ def test_qemu_thresholds_equal_the_twin(firmware):
     from tinyol.link.device import Device
     from tinyol.link.stream import Stream
     from tinyol.model.folder import load_manifest
-    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner, \
+    from tinyol.targets.twin import latents, learner_settings, load_model, make_learner, \
         quantize_input
 
     X, y, _ = load_source("kdd135@test")

@@ -135,7 +135,7 @@ def test_info_shows_the_anomaly_threshold_and_its_statistics(firmware, capsys):
     from tinyol.data.datasets import load_source
     from tinyol.link.stream import stream
     from tinyol.model.folder import quantize
-    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+    from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
 
     X, y, _ = load_source("sensor:anomalies")
     X, y = X[:200], y[:200]

@@ -197,7 +197,7 @@ def test_native_anomaly_stream_equals_reference(firmware):
     """The autoencoder head (models/anomaly): the device's scores and flags equal the
     reference learner's on the same stream (sensor windows with faults)."""
     from tinyol.model.folder import quantize
-    from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+    from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
     X, y, _ = load_source("sensor:anomalies")
     X, y = X[:300], y[:300]
     model = load_model(ROOT / "models/anomaly")

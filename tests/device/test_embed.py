@@ -49,7 +49,7 @@ def _lib():
 def _stream():
     """A fixed, shuffled stream of digits (all ten classes; 5-9 never seen in pretraining)."""
     from tinyol.data.datasets import load_source
-    from tinyol.targets.simulation import load_model, quantize_input
+    from tinyol.targets.twin import load_model, quantize_input
 
     X, y, _ = load_source("digits:0-9@train")
     idx = np.random.default_rng(7).permutation(len(y))[:N_STREAM]
@@ -59,7 +59,7 @@ def _stream():
 
 def _reference(model, Xq, y):
     """Predictions and confidences of the numpy reference learner (predict, then learn)."""
-    from tinyol.targets.simulation import latents, learner_settings, make_learner
+    from tinyol.targets.twin import latents, learner_settings, make_learner
 
     lrn = make_learner(model, *learner_settings(model))
     preds, confs = [], []
@@ -134,7 +134,7 @@ def test_learn_returns_what_happened_like_the_reference_learner():
     new class and the counters after the call. Every other sample goes through
     tinyol_learn_sample (predict + learn in one call)."""
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol.targets.simulation import latents, learner_settings, make_learner
+    from tinyol.targets.twin import latents, learner_settings, make_learner
 
     lib = _lib()
     assert lib.shim_init() == 0
@@ -170,7 +170,7 @@ def test_library_quantize_and_persistence_round_trip():
     lib = _lib()
     model, Xq, y = _stream()
     from tinyol.data.datasets import load_source
-    from tinyol.targets.simulation import quantize_input
+    from tinyol.targets.twin import quantize_input
 
     X, _, _ = load_source("digits:0-9@train")
     xf = np.ascontiguousarray(X[0], np.float32).reshape(-1)

@@ -20,7 +20,7 @@ from tinyol import fleet as F  # noqa: E402
 from tinyol.cli import main  # noqa: E402
 from tinyol.errors import TinyolError  # noqa: E402
 from tinyol.targets import emulator  # noqa: E402
-from tinyol.targets.simulation import learner_settings, load_model, make_learner  # noqa: E402
+from tinyol.targets.twin import learner_settings, load_model, make_learner  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 

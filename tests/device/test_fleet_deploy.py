@@ -23,7 +23,7 @@ from tinyol.errors import TinyolError  # noqa: E402
 from tinyol.fleet import deploy as D  # noqa: E402
 from tinyol.link.device import Device  # noqa: E402
 from tinyol.targets import emulator  # noqa: E402
-from tinyol.targets.simulation import load_model  # noqa: E402
+from tinyol.targets.twin import load_model  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 D_STATE = "deploy_state.json"

@@ -22,7 +22,7 @@ from tinyol.errors import TinyolError  # noqa: E402
 from tinyol.fleet import deploy as D  # noqa: E402
 from tinyol.fleet.flower import check_reply  # noqa: E402
 from tinyol.targets import emulator  # noqa: E402
-from tinyol.targets.simulation import load_model  # noqa: E402
+from tinyol.targets.twin import load_model  # noqa: E402
 
 MODEL = str(ROOT / "models/digits")
 K = 10

@@ -25,7 +25,7 @@ from tinyol import fleet as F  # noqa: E402
 from tinyol.errors import TinyolError  # noqa: E402
 from tinyol.learn import stage as S  # noqa: E402
 from tinyol.targets import emulator  # noqa: E402
-from tinyol.targets.simulation import learner_settings, load_model, make_learner  # noqa: E402
+from tinyol.targets.twin import learner_settings, load_model, make_learner  # noqa: E402
 
 MODEL = str(ROOT / "models/digits_adaptive")
 HEAD_MODEL = str(ROOT / "models/digits")

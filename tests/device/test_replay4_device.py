@@ -16,7 +16,7 @@ from tinyol.data.datasets import load_source
 from tinyol.link.device import Device
 from tinyol.model.folder import quantize
 from tinyol.targets import emulator
-from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
 
@@ -150,7 +150,7 @@ def test_fleet_twin_carries_the_codec(models):
     the export's grids (no device needed)."""
     import json
 
-    from tinyol.fleet.boards import make_twin
+    from tinyol.fleet.members import make_twin
 
     for kind, d in ((k, models[k]) for k in CODEC4):
         c = json.loads((d / "manifest.json").read_text())["learner"]["replay_codec"]

@@ -11,7 +11,7 @@ from tinyol.link.device import Device
 from tinyol.link.protocol import DeviceError
 from tinyol.model.folder import quantize
 from tinyol.targets import emulator
-from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
 
 MODEL = ROOT / "models" / "digits"
 

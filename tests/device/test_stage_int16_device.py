@@ -15,7 +15,7 @@ from tinyol.data.datasets import load_source
 from tinyol.link.device import Device
 from tinyol.model.folder import quantize
 from tinyol.targets import emulator
-from tinyol.targets.simulation import latents, learner_settings, load_model, make_learner
+from tinyol.targets.twin import latents, learner_settings, load_model, make_learner
 
 pytestmark = [pytest.mark.slow, pytest.mark.tf]
 

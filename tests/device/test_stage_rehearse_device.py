@@ -19,7 +19,7 @@ from tinyol.cli import main as cli_main
 from tinyol.link.device import Device
 from tinyol.link.protocol import DeviceError
 from tinyol.targets import emulator
-from tinyol.targets.simulation import learner_settings, load_model
+from tinyol.targets.twin import learner_settings, load_model
 
 pytestmark = pytest.mark.slow
 

@@ -264,7 +264,7 @@ def test_lean_rows_recomputed(tmp_path):
     from tinyol.data.datasets import load_source
     from tinyol.learn import learner as L
     from tinyol.model.export import export_model
-    from tinyol.targets import simulation as S
+    from tinyol.targets import twin as S
 
     sec = _lean_doc()
     st = _stated(sec)
@@ -321,7 +321,7 @@ def test_lean_l476_last_layer_row_recomputed(tmp_path):
     from tinyol.learn import learner as L
     from tinyol.model.export import export_model
     from tinyol.model.folder import read_manifest
-    from tinyol.targets import simulation as S
+    from tinyol.targets import twin as S
 
     sec = _lean_doc()
     st = _stated(sec)

@@ -42,7 +42,7 @@ def _lib():
 
 def _stream():
     from tinyol.data.datasets import load_source
-    from tinyol.targets.simulation import load_model, quantize_input
+    from tinyol.targets.twin import load_model, quantize_input
 
     X, y, _ = load_source("digits:5-9@train")
     idx = np.random.default_rng(3).permutation(len(y))[:N_STREAM]
@@ -54,7 +54,7 @@ def test_stage_learn_returns_what_the_twin_says():
     """tinyol_stage_predict + tinyol_stage_learn (even samples) and tinyol_stage_learn_sample
     (odd ones) against the twin's predict + learn_result on the same stream."""
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
-    from tinyol.targets.simulation import latents, learner_settings, make_learner
+    from tinyol.targets.twin import latents, learner_settings, make_learner
 
     lib = _lib()
     assert lib.shim_stage_init_small() == 16  # TOL_ERR_OVERFLOW: the memory is too small

@@ -342,7 +342,7 @@ def test_real_digits_stream_c_matches_numpy(lib):
         pytest.skip("models/digits not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
     from tinyol.data.datasets import load_source
-    from tinyol.targets import simulation as S
+    from tinyol.targets import twin as S
     model = S.load_model(root)
     X, y, _ = load_source("digits@test")
     Q = S.latents(model, S.quantize_input(X, *model.input_q))
@@ -431,7 +431,7 @@ def test_real_anomaly_model_c_matches_numpy(lib):
         pytest.skip("models/anomaly not exported")
     pytest.importorskip("tflite_micro.python.tflite_micro.runtime")
     from tinyol.data.datasets import load_source
-    from tinyol.targets import simulation as S
+    from tinyol.targets import twin as S
     model = S.load_model(root)
     X, y, _ = load_source("sensor:anomalies@test")
     X, y = X[:250], y[:250]

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from tinyol.commands import simulate as simulate_cli
 from tinyol.learn import learner as L
-from tinyol.targets import simulation as S
+from tinyol.targets import twin as S
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DIGITS = ROOT / "models" / "digits"

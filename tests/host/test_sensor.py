@@ -139,7 +139,7 @@ def test_device_and_host_windows_of_a_recording_are_bit_identical(lib):
         ds = Xw[first:first + len(dev)]
         assert np.array_equal(S.windows(rec, WATCH_WINDOW, WATCH_STRIDE), ds)
         # and the device's int8 is the host's float path on those windows within one step
-        from tinyol.targets.simulation import quantize_input
+        from tinyol.targets.twin import quantize_input
 
         q = quantize_input(S.windows(raw * np.asarray(s.unit_per_lsb, np.float32), WATCH_WINDOW,
                                      WATCH_STRIDE), m["input"]["scale"], m["input"]["zero_point"])
@@ -155,7 +155,7 @@ def test_models_imu_was_trained_on_the_windows_the_device_cuts(lib):
     import json
 
     from tinyol.data.datasets import WATCH_STRIDE, WATCH_WINDOW, watch_recordings, watch_sensor_windows
-    from tinyol.targets.simulation import quantize_input
+    from tinyol.targets.twin import quantize_input
 
     m = json.loads((ROOT / "models/imu/manifest.json").read_text())
     assert m["calibration"].startswith("watch:0-3@train") and m["head"]["classes"] == ["PEN", "ABD", "FEL", "IR"]

@@ -26,7 +26,7 @@ from ..boards import BOARDS
 from ..options import emit_json, json_option, kernels_option, model_option, resolve_port
 from ..targets import emulator as E
 from ..targets.firmware import BuildConfig, build
-from ..targets.simulation import load_model
+from ..targets.twin import load_model
 
 
 DEFAULT_QEMU_BOARD = "nucleo_l476rg"

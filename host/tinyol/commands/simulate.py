@@ -1,7 +1,7 @@
 """`tinyol simulate`: run a labelled stream through the numpy reference learner.
 
 The twin itself (model loading, latents, learners, prequential runs) is the library module
-:mod:`tinyol.targets.simulation`; this module is its command line. Its stream flags are
+:mod:`tinyol.targets.twin`; this module is its command line. Its stream flags are
 `tinyol stream`'s (--shuffle --seed, --limit, --epochs); an autoencoder's detections are
 reported by :mod:`tinyol.learn.anomaly`.
 """
@@ -20,7 +20,7 @@ from ..errors import TinyolError
 from ..learn import anomaly as A
 from ..learn import learner as L
 from ..link.stream import log_record
-from ..targets.simulation import (
+from ..targets.twin import (
     latents,
     learner_settings,
     load_data,

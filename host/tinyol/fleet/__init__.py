@@ -1,6 +1,6 @@
 """Fleets: many boards learn together, Flower aggregates (docs/fleet.md). Layer 6: imports
 everything below it. Modules: `params` (what travels), `data` (shards),
-`boards`, `flower` (strategies, one round's close), `loop` (the one-host fleet), `simulation`
+`members` (device or twin boards), `flower` (strategies, one round's close), `loop` (the one-host fleet), `simulation`
 (Flower's simulation engine), `app` + `deploy` (Flower's deployment engine: SuperLink,
 SuperNodes). The fleet study and the deployment bench are in studies/tinyol_studies/
 (`fleet`, `deploy_bench`).
@@ -42,12 +42,12 @@ aggregate; a board ahead of the checkpoint (the host died mid-round) keeps its h
 from .._lazy import exports
 
 _WHERE = {
-    "Board": "boards",
-    "DeviceBoard": "boards",
+    "Board": "members",
+    "DeviceBoard": "members",
     "Fleet": "loop",
     "FleetConfig": "loop",
     "Head": "params",
-    "Learned": "boards",
+    "Learned": "members",
     "Member": "loop",
     "SERVER_LR": "flower",
     "STATE_FILE": "loop",
@@ -56,7 +56,7 @@ _WHERE = {
     "ShapeMismatch": "loop",
     "Shard": "data",
     "StageParams": "params",
-    "TwinBoard": "boards",
+    "TwinBoard": "members",
     "aggregate": "flower",
     "board_client": "flower",
     "check_server_lr": "flower",
@@ -69,7 +69,7 @@ _WHERE = {
     "load_shards": "data",
     "make_certs": "deploy",
     "make_strategy": "flower",
-    "make_twin": "boards",
+    "make_twin": "members",
     "ok_row": "flower",
     "params_accuracy": "simulation",
     "plot_fleet": "loop",

@@ -39,7 +39,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from ..errors import TinyolError
-from .boards import DeviceBoard, make_twin
+from .members import DeviceBoard, make_twin
 from .data import Shard, latents_fn, load_shards
 from .flower import (
     board_client,
@@ -181,7 +181,7 @@ def _cached_latents(model_dir: str, state: str):
 
 def _open_board(nc: dict, model_dir: str, context: Context):
     """The node's board: a device at `port`, or a numpy twin kept in the node's state."""
-    from ..targets.simulation import load_model
+    from ..targets.twin import load_model
     name = str(nc.get("name", f"node{context.node_id}"))
     learn = str(nc.get("learn", "")) or None
     if "port" in nc:
@@ -205,7 +205,7 @@ def _train(msg: Message, context: Context) -> Message:
     try:
         twin = not isinstance(board, DeviceBoard)
         shard = _node_shard(nc, model_dir, use_latents=twin)
-        from ..targets.simulation import load_model
+        from ..targets.twin import load_model
         template = initial_params(load_model(model_dir))
         if board.shape() != template.shape:
             raise TinyolError(f"{gw.name} has {board.shape()}, the fleet's model {template.shape}")
@@ -260,7 +260,7 @@ def _push_only(msg: Message, context: Context) -> Message:
     gw = _GatewayBoard(context)
     board = _open_board(nc, model_dir, context)
     try:
-        from ..targets.simulation import load_model
+        from ..targets.twin import load_model
         template = initial_params(load_model(model_dir))
         st = gw.load()
         version = int(cfg["version"])
@@ -314,7 +314,7 @@ class DeployedFleet:
     tinyol.fleet.close_round, checkpointed in `state` (a restarted SuperLink resumes)."""
 
     def __init__(self, grid: Grid, rc: dict, on_record=None):
-        from ..targets.simulation import load_model
+        from ..targets.twin import load_model
         self.grid, self.rc = grid, rc
         self.model = load_model(_model_dir(str(rc["model"])))
         self.template = initial_params(self.model)

@@ -10,7 +10,7 @@ import numpy as np
 from ..data.datasets import load_source
 from ..errors import TinyolError
 from ..model.folder import quantize
-from ..targets.simulation import latents, load_model
+from ..targets.twin import latents, load_model
 
 
 @dataclass

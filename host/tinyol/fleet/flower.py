@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import TinyolError
-from .boards import Board
+from .members import Board
 from .data import Shard
 from .params import Head, StageParams
 

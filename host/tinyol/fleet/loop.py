@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import TinyolError
-from .boards import Board
+from .members import Board
 from .data import Shard
 from .flower import (
     board_client,

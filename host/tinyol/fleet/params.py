@@ -147,7 +147,7 @@ class StageParams:
 
 
 def initial_params(model) -> "Head | StageParams":
-    """What a fleet of `model` (tinyol.targets.simulation.Model) starts from: its exported head, or
+    """What a fleet of `model` (tinyol.targets.twin.Model) starts from: its exported head, or
     its exported adaptive stage (first n_init classes active)."""
     if model.stage is not None:
         layers, params = model.stage

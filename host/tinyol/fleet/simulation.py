@@ -9,8 +9,8 @@ from typing import Callable
 import numpy as np
 
 from ..learn.learner import dequantize
-from ..targets.simulation import evaluate, load_model
-from .boards import make_twin
+from ..targets.twin import evaluate, load_model
+from .members import make_twin
 from .data import Shard
 from .flower import board_client, make_strategy, require_flower
 from .loop import FleetConfig

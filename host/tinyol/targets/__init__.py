@@ -1,20 +1,20 @@
 """Building and running the firmware: PlatformIO builds (`firmware`, `pio_core`), QEMU and the
 native target (`emulator`), Renode (`renode`), and a board without the board: TFLM's runtime
-plus the numpy twin (`simulation`). Layer 4: imports base, data, learn and model.
+plus the numpy twin (`twin`). Layer 4: imports base, data, learn and model.
 """
 from .._lazy import exports
 
 _WHERE = {
     "BuildConfig": "firmware",
     "build": "firmware",
-    "evaluate": "simulation",
+    "evaluate": "twin",
     "free_port": "emulator",
-    "latents": "simulation",
-    "load_model": "simulation",
-    "make_learner": "simulation",
+    "latents": "twin",
+    "load_model": "twin",
+    "make_learner": "twin",
     "qemu_binary": "emulator",
-    "run_anomaly": "simulation",
-    "run_classifier": "simulation",
+    "run_anomaly": "twin",
+    "run_classifier": "twin",
 }
 __all__ = sorted(_WHERE)
 __getattr__, __dir__ = exports(__name__, _WHERE)

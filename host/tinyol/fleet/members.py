@@ -15,7 +15,7 @@ from ..learn.learner import MODES, LearnerError
 from ..link.device import Device
 from ..link.stream import Stream
 from ..model.folder import check_device_model, input_q, quantize
-from ..targets.simulation import evaluate, learner_settings, load_model, make_learner
+from ..targets.twin import evaluate, learner_settings, load_model, make_learner
 from .data import Shard
 from .params import Head, Shape, StageParams
 
