@@ -67,7 +67,7 @@ FIXED_RAM1 = {
 # SRAM1 (negative: fewer) than FIXED_RAM1: its tol_stage_t instead of the head's tol_learner_t.
 # models/digits_adaptive minus models/digits on every board the stage fits, one number: the largest
 # (-56 on the L476RG and the B-L475E, -60 on the L4R5ZI; scripts/measure_memory.py).
-FIXED_RAM1_STAGE_DELTA = -60
+FIXED_RAM1_STAGE_DELTA = -56
 
 REGION_TITLES = {"RAM": "SRAM1", "RAM2": "SRAM2", "RAM3": "SRAM3"}
 REGION_IDS = {"RAM": 1, "RAM2": 2, "RAM3": 3}
