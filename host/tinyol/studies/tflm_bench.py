@@ -56,7 +56,7 @@ QEMU_MACHINE = "b-l475e-iot01a"
 class Machine:
     """A QEMU machine the harness runs on: its linker script, clock file and SysTick clock.
     Instructions are counted from SysTick at that clock (icount.ticks_to_instructions), so the
-    same code gives the same count on either machine (tests/host/test_bench_machines.py)."""
+    same code gives the same count on either machine (tests/device/test_bench_machines.py)."""
     qemu: str
     ld: str
     clock: str
@@ -846,8 +846,9 @@ def compare_model(model_dir: Path, tree: Tree | None, libs: dict[str, Path], wor
             echo(f"  {cmp.model}: TFLM {variant} not measured: {e}")
             continue
         cmp.tflm[variant] = r
+        on = "" if r.machine == QEMU_MACHINE else f" (on {r.machine}: the arena does not fit {QEMU_MACHINE})"
         echo(f"  {cmp.model}: TFLM {variant}: {r.instructions:,} instructions, arena {r.arena:,} B, "
-             f"stack {r.stack:,} B")
+             f"stack {r.stack:,} B{on}")
     outs = [r.output for r in [cmp.ours, cmp.ours_ref, cmp.fc_alt_run, *cmp.tflm.values()] if r is not None]
     if len(outs) >= 2:
         cmp.outputs_equal = all(o == outs[0] for o in outs)
