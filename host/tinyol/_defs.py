@@ -3,6 +3,8 @@ import enum
 
 #: TOL_PROTO_VERSION: in every frame header and INFO byte 0
 VERSION = 1
+#: TOL_PROTO_RX_AHEAD: bytes a host may send beyond its oldest unanswered request
+RX_AHEAD = 2048
 
 
 class Status(enum.IntEnum):

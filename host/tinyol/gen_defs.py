@@ -63,6 +63,8 @@ def render_defs() -> str:
         "",
         "#: TOL_PROTO_VERSION: in every frame header and INFO byte 0",
         f"VERSION = {parse_define(PROTO_H, 'TOL_PROTO_VERSION')}",
+        "#: TOL_PROTO_RX_AHEAD: bytes a host may send beyond its oldest unanswered request",
+        f"RX_AHEAD = {parse_define(PROTO_H, 'TOL_PROTO_RX_AHEAD')}",
         "",
         "",
         "class Status(enum.IntEnum):",

@@ -219,7 +219,7 @@ def app_bytes(input_size: int, latent_dim: int, stats_classes: int) -> int:
     off = _a4(off) + 4                            # tx_len
     off += 8 * 60                                 # reply cache (8 x {seq, crc, len, wire[48]})
     off += 1                                      # cache_next
-    off = ((off + 1) & ~1) + 2 + 1                # last_seq (u16), has_last_seq: the order check
+    off = _a4(off) + 2 * 8                        # seqs[2] (handled u32, newest u16, used u16): the order check
     off = _a4(off) + 16 + 4                       # link stats, boot_cycles
     off += 4                                      # model: the application's tol_model_if_t *
     return _a4(off)

@@ -1,7 +1,7 @@
 /*
  * bench_rt.c - see bench_rt.h. Register names come from the firmware's own
- * mcu/boards/stm32l4/stm32l4.h; the clock set-up repeats hal_stm32l4.c's
- * (MSI 4 MHz -> PLL -> 80 MHz SYSCLK) so SysTick ticks at the firmware's rate.
+ * mcu/boards/stm32l4/stm32l4.h (the SysTick and SCB ones are the core's, on any machine);
+ * the machine's clock set-up is in bench_clock_<machine>.c, picked by file.
  */
 #include "bench_rt.h"
 
@@ -118,34 +118,6 @@ uint32_t tol_bench_stack_used(uintptr_t sp_ref)
         p++;
     }
     return (uint32_t)(sp_ref - (uintptr_t)p);
-}
-
-static void tol_bench_clock_init(void)
-{
-    uint32_t acr = TOL_REG(TOL_FLASH_R_BASE, FLASH_ACR);
-    acr = (acr & ~FLASH_ACR_LATENCY_MASK) | 4u | FLASH_ACR_PRFTEN | FLASH_ACR_ICEN | FLASH_ACR_DCEN;
-    TOL_REG(TOL_FLASH_R_BASE, FLASH_ACR) = acr;
-    TOL_REG(TOL_RCC_BASE, RCC_CR) |= RCC_CR_MSION;
-    while ((TOL_REG(TOL_RCC_BASE, RCC_CR) & RCC_CR_MSIRDY) == 0u) {
-    }
-    TOL_REG(TOL_RCC_BASE, RCC_CR) &= ~RCC_CR_PLLON;
-    while ((TOL_REG(TOL_RCC_BASE, RCC_CR) & RCC_CR_PLLRDY) != 0u) {
-    }
-    TOL_REG(TOL_RCC_BASE, RCC_PLLCFGR) = RCC_PLLCFGR_SRC_MSI | (0u << RCC_PLLCFGR_M_POS) |
-                                         (40u << RCC_PLLCFGR_N_POS) | RCC_PLLCFGR_REN |
-                                         (0u << RCC_PLLCFGR_R_POS);
-    TOL_REG(TOL_RCC_BASE, RCC_CR) |= RCC_CR_PLLON;
-    while ((TOL_REG(TOL_RCC_BASE, RCC_CR) & RCC_CR_PLLRDY) == 0u) {
-    }
-    uint32_t cfgr = TOL_REG(TOL_RCC_BASE, RCC_CFGR);
-    TOL_REG(TOL_RCC_BASE, RCC_CFGR) = (cfgr & ~RCC_CFGR_SW_MASK) | RCC_CFGR_SW_PLL;
-    while ((TOL_REG(TOL_RCC_BASE, RCC_CFGR) & RCC_CFGR_SWS_MASK) != RCC_CFGR_SWS_PLL) {
-    }
-    TOL_REG(TOL_SCS_BASE, SYST_RVR) = 0x00FFFFFFu;
-    TOL_REG(TOL_SCS_BASE, SYST_CVR) = 0u;
-    TOL_REG(TOL_SCS_BASE, SYST_CSR) = 7u; /* processor clock, interrupt, enable */
-    while (TOL_REG(TOL_SCS_BASE, SYST_CVR) == 0u) {
-    }
 }
 
 /* C++ static constructors (the TFLM harness has none that matter, but run them) */

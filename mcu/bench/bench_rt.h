@@ -2,7 +2,8 @@
  * bench_rt.h - bare-metal runtime of the side-by-side benchmark harness
  * (tinyol bench --tflm): start-up, an 80 MHz clock, the SysTick instruction
  * counter, stack painting and semihosting output, for QEMU's b-l475e-iot01a
- * machine under -icount. Bench-only: never part of the firmware.
+ * machine under -icount (or mps2-an386, for a TFLM arena larger than the L475's
+ * SRAM: bench_mps2.ld). Bench-only: never part of the firmware.
  *
  * Counting: SysTick runs on the processor clock with a wrap interrupt, exactly
  * as the firmware's hal_stm32l4.c does, so host/tinyol/bench/icount.py converts the
@@ -16,6 +17,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The machine's clock and SysTick (bench_clock_stm32l4.c or bench_clock_mps2.c, by file). */
+void tol_bench_clock_init(void);
 
 /* SysTick ticks since start-up (monotonic, 64-bit with the wrap count). */
 uint64_t tol_bench_ticks(void);

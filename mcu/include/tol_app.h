@@ -83,6 +83,14 @@ typedef struct {
     uint32_t rx_overflows;    /* frames longer than the receive buffer */
 } tol_link_stats_t;
 
+/* Seqs a host session used lately (tol_app.c, "Order"). */
+typedef struct {
+    uint32_t handled;  /* bit i: seq newest - i was handled (i < 32); set for seqs before the
+                          range began */
+    uint16_t newest;   /* the newest seq handled in the range */
+    uint16_t used;     /* 0: empty */
+} tol_app_seqs_t;
+
 typedef struct {
     /* receive: raw bytes of the frame being collected */
     uint8_t rx[TOL_APP_RX_BYTES];
@@ -101,9 +109,10 @@ typedef struct {
         uint8_t wire[TOL_APP_CACHE_WIRE];
     } cache[TOL_APP_REPLY_CACHE];
     uint8_t cache_next;
-    /* the seq of the newest request handled, for the order of learning (tol_app.c, "Order") */
-    uint16_t last_seq;
-    bool has_last_seq;
+    /* the seqs handled lately, for the order of learning (tol_app.c, "Order"): [0] the range
+     * of the current host session, [1] the one before the last jump (a resumed session's
+     * resends of an earlier one's frames) */
+    tol_app_seqs_t seqs[2];
     tol_link_stats_t link;
     uint32_t boot_cycles;     /* cycle counter at tol_app_init */
     const tol_model_if_t *model; /* the application's model (tol_app_init) */

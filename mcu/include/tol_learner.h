@@ -199,8 +199,8 @@ int tol_learner_finite(const float *x, uint32_t n);
  * _state_end. Particular to the head:
  * - init: mem_bytes >= TOL_LEARNER_BYTES_EX(...); reset also clears the anomaly threshold.
  * - predict: TOL_ERR_UNSUPPORTED in autoencoder mode (see tol_learner_score).
- * - learn: on TOL_ERR_DIVERGED a newly activated row is deactivated again; in mode FROZEN it
- *   only validates.
+ * - learn: on TOL_ERR_DIVERGED a newly activated row is deactivated again (and the sample
+ *   counts nowhere, tol_online.h); in mode FROZEN it only validates.
  * - rehearse: the step's samples use the batch slots after the max_new queue slots
  *   (head.x[max_new ..]), so the queued fresh samples stay untouched and no memory is added.
  * - replay_add: TOL_ERR_UNSUPPORTED without a buffer. */
@@ -220,6 +220,8 @@ tol_status_t tol_learner_score_f(tol_learner_t *L, const float *latent, const fl
  * train_anomalies), and absorb the score into the threshold statistics
  * unless flagged. latent int8_t[dim]; target int8_t[n_outputs] in the
  * target quantization (e.g. the model input). Outputs may be NULL.
+ * TOL_ERR_DIVERGED: the head and the sample's counts unchanged (samples_seen,
+ * anomalies, threshold statistics: it counts nowhere; rejected counts it).
  * TOL_ERR_UNSUPPORTED in classifier mode. */
 tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const int8_t *target,
                                  float *score, uint8_t *is_anomaly);

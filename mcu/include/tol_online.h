@@ -29,7 +29,8 @@
  *       n_old replayed latents; a new class activates its row. TOL_ERR_LABEL (label >= the
  *       outputs) and TOL_ERR_NONFINITE change nothing. TOL_ERR_DIVERGED: the step would make
  *       a parameter non-finite: every parameter unchanged, the queued batch dropped (not
- *       stored in the buffer).
+ *       stored in the buffer), and this sample counts nowhere (not in samples_seen or its
+ *       class count; the queued samples before it, already answered, stay counted).
  *   tol_status_t X_learn_result(T *self, const int8_t *latent, uint16_t label,
  *                               tol_learn_result_t *r);
  *       X_learn of the latent last given to X_predict_result (r in/out, not NULL: its
@@ -76,8 +77,9 @@ typedef struct {
     float label_probability; /* classifier: the probability the prediction gave the true label
                                 (0 for a class not active yet): the loss is -log of it */
     bool learned;            /* classifier: the sample was accepted (queued for the next step, or
-                                stepped; also when that step diverged); false in mode FROZEN;
-                                autoencoder: the head updated on it */
+                                stepped); false in mode FROZEN and when its step diverged
+                                (TOL_ERR_DIVERGED: it counts nowhere); autoencoder: the head
+                                updated on it */
     bool new_class;          /* the call activated an output row (the label's, or a replayed
                                 class's during the step) */
     bool anomaly;            /* autoencoder: score above the learned threshold */

@@ -24,6 +24,10 @@
 #define TOL_PROTO_CRC_BYTES 4u
 #define TOL_PROTO_OVERHEAD (TOL_PROTO_HEADER_BYTES + TOL_PROTO_CRC_BYTES)
 #define TOL_PROTO_REPLY_FLAG 0x80u
+/* Flow: bytes of later requests a device buffers while it executes one. A host keeps at most
+ * this many bytes on the way beyond its oldest unanswered request (docs/protocol.md, "Flow");
+ * more are lost on a UART while the device computes (issue 34: 27 KB inputs). */
+#define TOL_PROTO_RX_AHEAD 2048u
 
 /* X(name, code, description) */
 #define TOL_MSG_LIST(X)                                                            \

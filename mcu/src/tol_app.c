@@ -310,13 +310,20 @@ static void tol_app_send_link_error(uint16_t seq, tol_status_t status, uint8_t r
 /* ---- order ----------------------------------------------------------------------
  * A pipelining host has up to TOL_APP_REPLY_CACHE - 1 requests in flight, with
  * consecutive seqs. When one is lost on the way, the ones sent after it arrive first.
- * A SAMPLE learns, so it must run in the order sent: a SAMPLE whose seq is a little
- * ahead of the next expected one is refused with ERR_ORDER (not executed, not cached)
- * and the host sends it again after the missing one (go-back-N, docs/protocol.md).
- * Seqs further away (a new host session starts at a random seq) are taken as they
- * come; a seq a little behind the newest is a late resend and does not move it back. */
+ * A SAMPLE learns, so it must run in the order sent: a SAMPLE runs only when each of the
+ * TOL_APP_REPLY_CACHE - 1 seqs before it was handled (executed, or answered with an error
+ * under its seq); otherwise it is refused with ERR_ORDER (not executed, not cached) and the
+ * host sends it again after the missing one (go-back-N, docs/protocol.md). Checking only the
+ * newest seq handled was not enough (issue 34: learned 1,4,2,3): an INFO check that ran
+ * inside the gap moved it past the missing samples, and their late resends then ran in the
+ * order they arrived.
+ * The seqs handled are kept per range: a seq far from the current range's newest (a new host
+ * session starts at a random seq) opens a new one, in which the seqs before it count as
+ * handled; the range before it is kept, so that a resumed session's resends of the earlier
+ * session's frames (their own seqs) are checked against what that session left. */
 #define TOL_APP_SEQ_RING 65535u  /* seqs run 1..65535; 0 is reserved */
-#define TOL_APP_SEQ_LATE 64u     /* a seq this close behind the newest is a late resend */
+#define TOL_APP_SEQ_LATE 32u     /* a seq this close behind a range's newest belongs to it */
+#define TOL_APP_SEQ_AHEAD 8u     /* ... and this close ahead (a host has <= 8 in flight) */
 
 /* How far `to` is ahead of `from` on the seq ring (0..65534). */
 static uint32_t tol_app_seq_dist(uint16_t from, uint16_t to)
@@ -324,20 +331,60 @@ static uint32_t tol_app_seq_dist(uint16_t from, uint16_t to)
     return ((uint32_t)to + TOL_APP_SEQ_RING - (uint32_t)from) % TOL_APP_SEQ_RING;
 }
 
-static bool tol_app_out_of_order(const tol_app_t *app, const tol_frame_t *req)
+static bool tol_app_seq_near(uint16_t newest, uint16_t seq)
 {
-    if (!app->has_last_seq || req->type != (uint8_t)TOL_MSG_SAMPLE) return false;
-    const uint16_t expected = (uint16_t)(app->last_seq % TOL_APP_SEQ_RING + 1u);
-    const uint32_t ahead = tol_app_seq_dist(expected, req->seq);
-    return ahead >= 1u && ahead < TOL_APP_REPLY_CACHE;
+    return tol_app_seq_dist(newest, seq) <= TOL_APP_SEQ_AHEAD ||
+           tol_app_seq_dist(seq, newest) < TOL_APP_SEQ_LATE;
+}
+
+/* The range `seq` belongs to, made current: the current one, the one before (swapped in), or
+ * a new one (the current becomes the one before). */
+static void tol_app_seq_range(tol_app_t *app, uint16_t seq)
+{
+    if (app->seqs[0].used != 0u && tol_app_seq_near(app->seqs[0].newest, seq)) return;
+    const bool back = app->seqs[1].used != 0u && tol_app_seq_near(app->seqs[1].newest, seq);
+    const tol_app_seqs_t cur = app->seqs[0];
+    if (back) {
+        app->seqs[0] = app->seqs[1];
+    } else {
+        /* a new range: as if every seq before this one had been handled */
+        app->seqs[0].newest = (uint16_t)((seq + TOL_APP_SEQ_RING - 2u) % TOL_APP_SEQ_RING + 1u);
+        app->seqs[0].handled = 0xFFFFFFFFu;
+        app->seqs[0].used = 1u;
+    }
+    app->seqs[1] = cur;
+}
+
+static bool tol_app_seq_handled(const tol_app_t *app, uint16_t seq)
+{
+    const uint32_t behind = tol_app_seq_dist(seq, app->seqs[0].newest);
+    if (behind > TOL_APP_SEQ_RING - 1u - TOL_APP_SEQ_AHEAD) return false; /* ahead of the newest */
+    return behind >= 32u || ((app->seqs[0].handled >> behind) & 1u) != 0u;
+}
+
+static bool tol_app_out_of_order(tol_app_t *app, const tol_frame_t *req)
+{
+    if (req->type != (uint8_t)TOL_MSG_SAMPLE) return false;
+    tol_app_seq_range(app, req->seq);
+    for (uint32_t k = 1u; k < TOL_APP_REPLY_CACHE; k++) {
+        const uint16_t before = (uint16_t)(((uint32_t)req->seq + TOL_APP_SEQ_RING - 1u - k) % TOL_APP_SEQ_RING + 1u);
+        if (!tol_app_seq_handled(app, before)) return true;
+    }
+    return false;
 }
 
 static void tol_app_note_seq(tol_app_t *app, uint16_t seq)
 {
     if (seq == 0u) return;  /* reserved: never a request's */
-    const uint32_t behind = tol_app_seq_dist(seq, app->last_seq);
-    if (!app->has_last_seq || behind == 0u || behind >= TOL_APP_SEQ_LATE) app->last_seq = seq;
-    app->has_last_seq = true;
+    tol_app_seq_range(app, seq);
+    const uint32_t ahead = tol_app_seq_dist(app->seqs[0].newest, seq);
+    if (ahead >= 1u && ahead <= TOL_APP_SEQ_AHEAD) {
+        app->seqs[0].handled = (app->seqs[0].handled << ahead) | 1u;
+        app->seqs[0].newest = seq;
+    } else {
+        const uint32_t behind = tol_app_seq_dist(seq, app->seqs[0].newest);
+        if (behind < 32u) app->seqs[0].handled |= 1u << behind;
+    }
 }
 
 static void tol_app_on_frame(tol_app_t *app, uint8_t *raw, size_t n)

@@ -299,6 +299,7 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
     TOL_CHECK(tol_learner_finite(latent, d), TOL_ERR_NONFINITE);
     if (L->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
     const int newly = L->head.active[label] ? 0 : 1;
+    const uint8_t rehearsed = L->rehearsed;
     tol_head_activate(&L->head, label);
     float *slot = tol_learner_queue_slot_(L);
     if (latent != slot) memmove(slot, latent, (size_t)d * sizeof(float));
@@ -310,9 +311,16 @@ tol_status_t tol_learner_learn_f(tol_learner_t *L, const float *latent, uint16_t
     if (L->n_pending < L->set.n_new) return TOL_OK;
     const tol_status_t s = tol_learner_update_(L);
     L->n_pending = 0;
-    if (s == TOL_ERR_DIVERGED && newly) {
-        L->head.active[label] = 0u;
-        L->head.n_active--;
+    if (s == TOL_ERR_DIVERGED) {
+        /* the sample that met a diverged step counts nowhere (issue 34): not in samples_seen,
+         * not in its class, no new idle period; its row is inactive again if it was new */
+        L->samples_seen--;
+        L->class_count[label]--;
+        L->rehearsed = rehearsed;
+        if (newly) {
+            L->head.active[label] = 0u;
+            L->head.n_active--;
+        }
     }
     return s;
 }
@@ -403,6 +411,7 @@ tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const 
     TOL_TRY(tol_learner_score_f(L, latent, target, &s, &flag));
     if (score != NULL) *score = s;
     if (is_anomaly != NULL) *is_anomaly = flag;
+    const tol_anomaly_t before = L->anomaly;
     L->samples_seen++;
     if (flag) {
         L->anomalies++;
@@ -415,7 +424,15 @@ tol_status_t tol_learner_anomaly_f(tol_learner_t *L, const float *latent, const 
     tol_head_grad_zero(h);
     /* h->z still holds the forward of `latent` from the score above */
     TOL_TRY(tol_head_grad_add_mse_z(h, latent, target, 1.0f));
-    return tol_learner_step_(L);
+    const tol_status_t st = tol_learner_step_(L);
+    if (st == TOL_ERR_DIVERGED) {
+        /* a sample whose update diverged counts nowhere (issue 34): not in samples_seen,
+         * not in the anomalies, not in the score statistics */
+        L->samples_seen--;
+        if (flag) L->anomalies--;
+        L->anomaly = before;
+    }
+    return st;
 }
 
 tol_status_t tol_learner_anomaly(tol_learner_t *L, const int8_t *latent, const int8_t *target,
@@ -452,7 +469,7 @@ tol_status_t tol_learner_learn_result(tol_learner_t *L, const int8_t *latent, ui
     const uint32_t seen = L->samples_seen;
     const uint16_t active = h->n_active;
     const tol_status_t st = tol_learner_learn(L, latent, label);
-    r->learned = L->samples_seen != seen; /* counted once it passed the checks, even if diverged */
+    r->learned = L->samples_seen != seen; /* counted once it passed the checks; a diverged one is not */
     r->new_class = h->n_active > active;  /* a diverged step deactivated the label's new row */
     tol_learner_result_counters_(L, r);
     return st;

@@ -1360,6 +1360,7 @@ tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t lab
     if (S->set.mode == (uint8_t)TOL_LEARN_FROZEN) return TOL_OK;
     S->push_fill = 0;
     const int newly = S->active[label] ? 0 : 1;
+    const uint8_t rehearsed = S->rehearsed;
     tol_stage_activate_(S, label);
     float *slot = &S->queue[(size_t)S->n_pending * S->latent];
     if (latent != slot) memmove(slot, latent, (size_t)S->latent * sizeof(float));
@@ -1371,9 +1372,16 @@ tol_status_t tol_stage_learn_f(tol_stage_t *S, const float *latent, uint16_t lab
     if (S->n_pending < S->set.n_new) return TOL_OK;
     const tol_status_t s = tol_stage_update_(S);
     S->n_pending = 0;
-    if (s == TOL_ERR_DIVERGED && newly) {
-        S->active[label] = 0u;
-        S->n_active--;
+    if (s == TOL_ERR_DIVERGED) {
+        /* the sample that met a diverged step counts nowhere (issue 34): not in samples_seen,
+         * not in its class, no new idle period; its row is inactive again if it was new */
+        S->samples_seen--;
+        S->class_count[label]--;
+        S->rehearsed = rehearsed;
+        if (newly) {
+            S->active[label] = 0u;
+            S->n_active--;
+        }
     }
     return s;
 }
@@ -1414,7 +1422,7 @@ tol_status_t tol_stage_learn_result(tol_stage_t *S, const int8_t *latent, uint16
     const uint32_t seen = S->samples_seen;
     const uint16_t active = S->n_active;
     const tol_status_t st = tol_stage_learn(S, latent, label);
-    r->learned = S->samples_seen != seen; /* counted once it passed the checks, even if diverged */
+    r->learned = S->samples_seen != seen; /* counted once it passed the checks; a diverged one is not */
     r->new_class = S->n_active > active;  /* a diverged step deactivated the label's new row */
     tol_stage_result_counters_(S, r);
     return st;

@@ -29,7 +29,7 @@
 #define TOL_BUDGET_LEARNER_BYTES      23884  /* head weights 2600, gradient rows 5032, gradient scratch 2600, replay buffer 13260, learner scratch 392 */
 #define TOL_FLASH_NEEDED_BYTES        124312  /* weights + head init + 40960 firmware estimate */
 
-/* fit checked for board nucleo_l476rg at export time (host/tinyol/memory.py): SRAM1 69464/98304, SRAM2 23884/32768;
+/* fit checked for board nucleo_l476rg at export time (host/tinyol/memory.py): SRAM1 69476/98304, SRAM2 23884/32768;
  * learner in SRAM2. The build re-checks for the board it targets. */
 #ifndef TOL_BOARD_FLASH_BYTES
 #define TOL_BOARD_FLASH_BYTES         1048576

@@ -126,3 +126,40 @@ def test_a_tty_in_use_is_refused_in_one_line(capsys):
         first.close()
         os.close(master)
         os.close(slave)
+
+
+# --------------------------------------------------------------------------- a diverged sample counts nowhere
+def test_a_diverged_sample_counts_nowhere_on_the_device(native_fw):
+    """Issue 34: a SAMPLE answered ERR_DIVERGED still advanced samples_seen (and its class
+    count), so the counter in the next reply and STATS claimed one sample more than the head
+    learned, and a resumed run's reconciliation counted a learned sample that was not. On the
+    native firmware: a learning rate and weight decay of 3e38 make the step overflow; the device's
+    STATS must equal its STATS before, but for `rejected`; the next sample is counter + 1."""
+    import numpy as np
+    from tinyol._defs import Status
+    from tinyol.data.datasets import load_source
+    from tinyol.link import Device
+    from tinyol.link.protocol import DeviceError
+    from tinyol.model.folder import load_manifest, quantize
+    man = load_manifest(ROOT / MODEL)
+    X, y, _ = load_source("digits:5-9@train")
+    q = [quantize(x.ravel(), float(man["input"]["scale"]), int(man["input"]["zero_point"])) for x in X[:3]]
+    with emulator.start_native(native_fw.program, timeout=120) as t, Device.open(t.url, timeout=2) as dev:
+        assert dev.sample(q[0], int(y[0])).samples_seen == 1
+        before = dev.stats()
+        lr, wd = dev.get("lr"), dev.get("weight_decay")
+        dev.set("lr", 3e38)
+        dev.set("weight_decay", 3e38)
+        with pytest.raises(DeviceError) as e:
+            dev.sample(q[1], 9)   # class 9: not active yet (the exported head has 0-4)
+        assert e.value.status == Status.ERR_DIVERGED
+        after = dev.stats()
+        assert after.samples_seen == before.samples_seen == 1
+        assert after.class_counts == before.class_counts and after.class_counts[9] == 0
+        assert after.n_active == before.n_active
+        assert after.rejected == before.rejected + 1 and after.updates == before.updates
+        dev.set("lr", lr)
+        dev.set("weight_decay", wd)
+        r = dev.sample(q[2], int(y[2]))
+        assert r.samples_seen == 2 and r.learned
+        assert dev.stats().class_counts == (np.bincount([y[0], y[2]], minlength=10)).tolist()

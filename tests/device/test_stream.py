@@ -309,6 +309,25 @@ def test_cli_ctrl_c_prints_summary_and_exits_130(native_url, tmp_path):
     assert "device       " in out
 
 
+def test_an_info_check_inside_a_gap_does_not_let_later_samples_through(lib, digits):
+    """Issue 34 (seen in Renode as 1,4,2,3): two SAMPLEs lost on the way (writes 10, 11), the
+    timeout's INFO check runs on the device (write 12), and the resend of the first lost one is
+    lost again (write 13). The device compared a SAMPLE with the newest seq handled only, which
+    the INFO check had moved past both gaps: the second one's resend (write 14) ran before the
+    first's (write 15). The oracle is the numpy twin learning in stream order, and the device's
+    own counters in send order."""
+    X, y = digits[0][:10], digits[1][:10]
+    dev, port = open_dev(lib, drop_writes={10, 11, 13})
+    s, recs = stream(dev, X, y, MANIFEST, window=4, timeout=0.03)
+    frames = [[f for f in Deframer().feed(w) if isinstance(f, Frame)] for w in port.wire_log]
+    assert frames[12][0].type == Msg.INFO   # the scenario happened as described
+    assert [f[0].seq for f in frames[13:16]] == [frames[10][0].seq, frames[11][0].seq, frames[10][0].seq]
+    assert [r.samples_seen for r in recs] == list(range(1, 11))
+    ref = reference_run(str(ROOT / MODEL), X, y)
+    assert [r.prediction for r in recs] == ref["predictions"].tolist()
+    assert dev.stats().samples_seen == 10
+
+
 @pytest.mark.parametrize("drop", [12, 39])
 def test_a_lost_sample_is_learned_in_stream_order(lib, digits, drop):
     """One SAMPLE frame lost on the way to the device while three more are in flight (window

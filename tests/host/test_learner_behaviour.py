@@ -182,6 +182,68 @@ def test_diverging_update_restores_weights(lib):
     assert np.linalg.norm(step) == pytest.approx(0.1, rel=1e-4)
 
 
+def test_a_diverged_sample_counts_nowhere(lib):
+    """Issue 34: a SAMPLE answered ERR_DIVERGED advanced samples_seen and its class count. The
+    oracle is the learner that never saw it: after the same clean samples, C and twin must equal
+    it in every counter but `rejected` (the diverged step changed no parameter: SGD, no replay,
+    no momentum, so nothing else can differ)."""
+    c = cfg(settings=Settings(lr=0.1, mode=MODE_SGD, n_old=0))
+    q, y, _ = make_stream(np.random.default_rng(3), 6, D, CMAX)
+    bad = np.full(D, 1e20, np.float32)
+    huge = dataclasses.replace(c.settings, lr=1e30)
+    for make in (lambda: CLearner(lib, c), lambda: Learner(c)):
+        a, b = make(), make()
+        for i, (qi, yi) in enumerate(zip(q, y)):
+            if i == 3:  # a diverging sample of a new class in the middle of the stream
+                a.set_settings(huge)
+                with pytest.raises(LearnerError, match="TOL_ERR_DIVERGED"):
+                    a.learn_f(bad, 8)
+                a.set_settings(c.settings)
+            for learner in (a, b):
+                learner.learn(qi, int(yi))
+        sa, sb = (x.stats() for x in (a, b))
+        assert sa["rejected"] == 1 and sb["rejected"] == 0
+        for k in ("samples_seen", "class_count", "n_active", "updates"):
+            assert sa[k] == sb[k], (k, sa[k], sb[k])
+        assert sa["samples_seen"] == 6 and sa["class_count"][8] == 0
+    # a mini-batch of 2: the sample queued before the diverging one was answered and stays
+    c2 = cfg(settings=Settings(lr=1e30, mode=MODE_SGD, n_old=0, n_new=2), max_new=2)
+    for learner in (CLearner(lib, c2), Learner(c2)):
+        learner.learn_f(np.ones(D, np.float32), 2)
+        with pytest.raises(LearnerError, match="TOL_ERR_DIVERGED"):
+            learner.learn_f(bad, 8)
+        st = learner.stats()
+        assert st["samples_seen"] == 1 and st["class_count"][2] == 1 and st["class_count"][8] == 0
+
+
+def test_a_diverged_anomaly_update_counts_nowhere(lib):
+    """The autoencoder's twin of the above: the diverged sample is scored in its warm-up (never
+    flagged then), yet must leave samples_seen and the threshold statistics as the learner that
+    never saw it has them."""
+    from tinyol.learn.learner import HEAD_AUTOENCODER
+    out = 8
+    s = Settings(lr=0.05, threshold_k=3.0, ema_alpha=0.05, warmup=6)
+    c = Config(latent_dim=D, n_outputs=out, head_kind=HEAD_AUTOENCODER, latent_scale=0.05,
+               latent_zero_point=-128, target_scale=0.05, target_zero_point=0, settings=s)
+    rng = np.random.default_rng(4)
+    xs = rng.uniform(0, 2, size=(10, D)).astype(np.float32)
+    ts = rng.uniform(0, 2, size=(10, out)).astype(np.float32)
+    for make in (lambda: CLearner(lib, c), lambda: Learner(c)):
+        a, b = make(), make()
+        for i, (x, t) in enumerate(zip(xs, ts)):
+            if i == 2:
+                a.set_settings(dataclasses.replace(s, lr=1e30))
+                with pytest.raises(LearnerError, match="TOL_ERR_DIVERGED"):
+                    a.anomaly_f(np.full(D, 1e5, np.float32), np.zeros(out, np.float32))
+                a.set_settings(s)
+            ra, rb = a.anomaly_f(x, t), b.anomaly_f(x, t)
+            assert ra == rb, (i, ra, rb)
+        sa, sb = a.stats(), b.stats()
+        assert sa["rejected"] == 1 and sa["samples_seen"] == sb["samples_seen"] == 10
+        assert math.isfinite(sb["threshold"]) and sa["threshold"] == sb["threshold"]
+        assert sa["anomalies"] == sb["anomalies"]
+
+
 def test_reset_returns_to_initial_head(lib):
     c = cfg(replay_capacity=10, replay_bits=8, settings=Settings(lr=0.1, n_old=2))
     cl = CLearner(lib, c)

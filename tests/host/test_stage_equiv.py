@@ -440,6 +440,9 @@ def test_stage_diverged_update_changes_nothing(lib):
     np.testing.assert_array_equal(py.params, before)
     assert not cl.active[6] and not py.active[6]
     assert cl.stats()["rejected"] == py.stats()["rejected"] == 1
+    # issue 34: the diverged sample counts nowhere (it advanced samples_seen and its class)
+    for s in (py, cl):
+        assert s.stats()["samples_seen"] == 0 and s.stats()["class_count"][6] == 0
 
 
 def test_stage_init_refuses_bad_configs(lib):

@@ -893,6 +893,7 @@ class OnlineLearner:
         if self.settings.mode == MODE_FROZEN:
             return
         newly = not self._active_rows()[label]
+        rehearsed = self.rehearsed
         self._activate(label)
         self.pending.append((x.copy(), int(label)))
         self.samples_seen += 1
@@ -903,6 +904,10 @@ class OnlineLearner:
         ok = self._update()
         self.pending = []
         if not ok:
+            # the sample that met a diverged step counts nowhere (issue 34), as in the C
+            self.samples_seen -= 1
+            self.class_count[label] -= 1
+            self.rehearsed = rehearsed
             if newly:
                 self._active_rows()[label] = False
             raise LearnerError("TOL_ERR_DIVERGED")
@@ -1091,6 +1096,7 @@ class Learner(OnlineLearner):
         x = np.asarray(x, F32)
         target = np.asarray(target, F32)
         score = F32(score)
+        before = (a.n, a.mean, a.m2, a.var)
         self.samples_seen += 1
         if flag:
             self.anomalies += 1
@@ -1102,6 +1108,10 @@ class Learner(OnlineLearner):
         h.grad_add_mse(x, target, F32(1.0))
         if not self._step():
             self.rejected += 1
+            # counts nowhere (issue 34): not in samples_seen, anomalies, the statistics
+            self.samples_seen -= 1
+            self.anomalies -= int(flag)
+            a.n, a.mean, a.m2, a.var = before
             raise LearnerError("TOL_ERR_DIVERGED")
         self.updates += 1
         return float(score), flag

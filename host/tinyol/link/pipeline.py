@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Protocol
 
-from .._defs import Msg, Status
+from .._defs import RX_AHEAD, Msg, Status
 from ..errors import TinyolError
 from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Link, LinkTimeout, info_reply
 
@@ -200,6 +200,22 @@ class Pipeline:
         can be a request's *first* execution (its first copy was lost), so resends count."""
         n = sum(1 for q in self._queue if q is not x and (not q.done or q.last_tx > x.seq_tx))
         return n + sum(1 for t in self._history if t > x.seq_tx)
+
+    def _fits(self, payload: bytes) -> bool:
+        """Flow (docs/protocol.md): on a UART, may a request of this payload go out now? While
+        the device executes one request it buffers RX_AHEAD bytes of the next ones; what a
+        host sends beyond that is lost (issue 34: a 27 KB input sent behind another lost all
+        but 2 KB). So the unanswered requests after the oldest plus this one must fit; a
+        request with none unanswered always goes. Emulators' sockets hold bytes back
+        (their UART models wait for the firmware to read), so there is no limit there."""
+        if not self.byte_time:
+            return True
+        waiting = [q for q in self._queue if not q.done]
+        if not waiting:
+            return True
+        ahead = sum(len(q.wire) for q in waiting[1:])
+        wire = len(payload) + 10 + (len(payload) + 10) // 254 + 2  # COBS + delimiter, at most
+        return ahead + wire <= RX_AHEAD
 
     def _may_send(self, limit: int, exclude: _Pending | None = None) -> bool:
         """May one more new request go out, keeping every unanswered request's exposure
@@ -464,15 +480,21 @@ class Pipeline:
         `requests` may yield :data:`NOT_YET` when no request is ready (a live source,
         see :class:`Prefetch`); replies keep being handled meanwhile."""
         it = iter(requests)
-        more = True
-        while more or self._queue:
-            while more and self._may_send(self.window):
-                try:
-                    item = next(it)
-                except StopIteration:
-                    more = False
-                    break
+        more, held = True, None
+        while more or held is not None or self._queue:
+            while (more or held is not None) and self._may_send(self.window):
+                if held is None:
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        more = False
+                        break
+                else:
+                    item, held = held, None
                 if item is NOT_YET:
+                    break
+                if not self._fits(item[2]):
+                    held = item  # flow: it goes once the device has taken what is ahead of it
                     break
                 self._new(*item)  # (tag, msg, payload) or (tag, msg, payload, False, seq)
             yield from self._deliver()

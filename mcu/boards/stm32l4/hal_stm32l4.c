@@ -17,6 +17,7 @@
 #include "board.h"
 #include "stm32l4.h"
 #include "tol_hal.h"
+#include "tol_proto.h"
 
 #ifndef TOL_BAUD
 #define TOL_BAUD 115200u
@@ -31,6 +32,7 @@
 #define TOL_PLL_N 40u /* MSI 4 MHz / M 1 * N 40 = VCO 160 MHz; / R 2 = 80 MHz */
 #endif
 #define TOL_RX_RING_BYTES 2048u /* power of two */
+_Static_assert(TOL_RX_RING_BYTES >= TOL_PROTO_RX_AHEAD, "the ring holds what a host may send ahead");
 
 extern uint32_t _sdata[], _enoinit[], _sram2[], _eram2[], _estack[], _sstack[];
 extern uint32_t _eflash_used[], _flash_origin[], _flash_length[];
@@ -189,14 +191,20 @@ void tol_uart_isr(void)
         tol_rx.errors++;
     }
     if ((isr & USART_ISR_RXNE) != 0u) {
-        uint8_t byte = (uint8_t)TOL_REG(base, USART_RDR);
         uint32_t head = tol_rx.head;
-        if (head - tol_rx.tail < TOL_RX_RING_BYTES) {
-            tol_rx.buf[head & (TOL_RX_RING_BYTES - 1u)] = byte;
-            tol_rx.head = head + 1u;
-        } else {
-            tol_rx.errors++; /* ring full: the byte is lost, the frame CRC will catch it */
+        if (head - tol_rx.tail >= TOL_RX_RING_BYTES) {
+            /* Ring full (the main loop is executing a request): leave the byte in RDR and
+             * mask the receive interrupt until tol_hal_uart_read makes room. An emulator then
+             * holds the rest back (QEMU and Renode deliver the next byte only once RDR is
+             * read); silicon overruns (ORE, counted above when the interrupt is back), which
+             * only a host that sends ahead no more than TOL_PROTO_RX_AHEAD bytes avoids.
+             * Reading RDR and dropping the byte here lost thousands of bytes per large frame
+             * in Renode (issue 34). */
+            TOL_REG(base, USART_CR1) &= ~USART_CR1_RXNEIE;
+            return;
         }
+        tol_rx.buf[head & (TOL_RX_RING_BYTES - 1u)] = (uint8_t)TOL_REG(base, USART_RDR);
+        tol_rx.head = head + 1u;
         if (!tol_use_dwt) tol_qemu_kick(); /* QEMU receive workaround, see above */
     }
 }
@@ -265,6 +273,10 @@ bool tol_hal_uart_read(uint8_t *byte)
     }
     *byte = tol_rx.buf[tail & (TOL_RX_RING_BYTES - 1u)];
     tol_rx.tail = tail + 1u;
+    /* room again: take the byte the ISR left in RDR (the ISR cannot run while its interrupt is
+     * masked, so this read-modify-write races with nothing) */
+    const uint32_t base = tol_board.uart_base;
+    if ((TOL_REG(base, USART_CR1) & USART_CR1_RXNEIE) == 0u) TOL_REG(base, USART_CR1) |= USART_CR1_RXNEIE;
     return true;
 }
 
