@@ -66,9 +66,9 @@ FIXED_RAM1 = {
 # A firmware with an adaptive stage (mcu/app/learner_stage.c) reserves this many bytes more in
 # SRAM1 (negative: fewer) than FIXED_RAM1: its tol_stage_t instead of the head's tol_learner_t.
 # models/digits_adaptive minus models/digits on every board the stage fits, one number: the largest
-# (-52 on the L476RG, the B-L475E and the L4R5ZI since tol_stage_t holds the int16 stage's
+# (-48 on the L476RG and the B-L475E, -52 on the L4R5ZI since tol_stage_t holds the int16 stage's
 # pointer and stage_lr_scale; scripts/measure_memory.py).
-FIXED_RAM1_STAGE_DELTA = -52
+FIXED_RAM1_STAGE_DELTA = -48
 
 REGION_TITLES = {"RAM": "SRAM1", "RAM2": "SRAM2", "RAM3": "SRAM3"}
 REGION_IDS = {"RAM": 1, "RAM2": 2, "RAM3": 3}
