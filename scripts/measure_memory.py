@@ -3,7 +3,7 @@ memory.FIXED_RAM1_STAGE_DELTA: what a firmware with an adaptive stage reserves m
 them.
 
 For each board and build kind, builds models/digits, reads the linked ELF's sections and the sizes of
-the model-dependent objects (tol_app, tol_input, tol_latent, tol_arena, tol_learner_mem when in SRAM1)
+the model-dependent objects (tol_server, tol_input, tol_latent, tol_arena, tol_learner_mem when in SRAM1)
 and keeps the rest. The stage's delta: the same for models/digits_adaptive, minus the head's, on
 every board the stage fits (it must be one number). Run after changing the firmware's static memory:
 
@@ -24,7 +24,7 @@ from tinyol import memory  # noqa: E402
 from tinyol.boards import BOARDS  # noqa: E402
 from tinyol.targets.firmware import BuildConfig, build  # noqa: E402
 
-MODEL_OBJECTS = ("tol_app", "tol_input", "tol_latent", "tol_arena", "tol_learner_mem", "tol_replay_mem")
+MODEL_OBJECTS = ("tol_server", "tol_input", "tol_latent", "tol_arena", "tol_learner_mem", "tol_replay_mem")
 
 
 def elf_ram1(elf: Path) -> tuple[int, dict[str, tuple[int, int]]]:

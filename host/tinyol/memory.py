@@ -4,7 +4,7 @@
 What the firmware reserves, per region of an STM32L4 board:
 
 SRAM1 (``RAM``)   .data/.bss of the firmware (drivers, protocol state, ...: ``FIXED_RAM1``,
-                  measured), the protocol buffers (``tol_app_t``, sized by the model's input),
+                  measured), the protocol buffers (``tol_server_t``, sized by the model's input),
                   the backbone's input and latent buffers, the backbone's activation arena,
                   the 8 KB stack reservation, and the learner's memory when it is placed here.
 SRAM2 (``RAM2``)  the learner's memory when it fits there (all boards), or its replay buffer.
@@ -209,7 +209,7 @@ def _wire_max(payload: int) -> int:
 
 
 def app_bytes(input_size: int, latent_dim: int, stats_classes: int) -> int:
-    """sizeof(tol_app_t) (mcu/include/tol_app.h): receive/reply buffers sized by the model."""
+    """sizeof(tol_server_t) (mcu/include/tol_server.h): receive/reply buffers sized by the model."""
     float_input = 4 * input_size + 3 <= 8192
     max_request = max(256, 3 + (4 if float_input else 1) * input_size)
     max_reply = max(512, 128 + 6 * stats_classes, latent_dim + 16)

@@ -8,23 +8,23 @@
  */
 #include <stdint.h>
 
-#include "tol_app.h"
+#include "tol_server.h"
 #include "tol_hal.h"
 #include "tol_model.h"
 
-static tol_app_t tol_app;
+static tol_server_t tol_server;
 
-int tol_app_main(void);
+int tol_server_main(void);
 
 /* Called by the reset handler (boards) or by the native process's main(). */
-int tol_app_main(void)
+int tol_server_main(void)
 {
     tol_hal_init();
-    tol_app_init(&tol_app, &tol_model_glue);
+    tol_server_init(&tol_server, &tol_model_glue);
     for (;;) {
         uint8_t byte;
-        while (tol_hal_uart_read(&byte)) tol_app_feed(&tol_app, byte);
-        if (tol_app_idle_work(&tol_app)) continue; /* idle rehearsal: one step, then poll again */
+        while (tol_hal_uart_read(&byte)) tol_server_feed(&tol_server, byte);
+        if (tol_server_idle_work(&tol_server)) continue; /* idle rehearsal: one step, then poll again */
         tol_hal_idle(); /* sleep until the next interrupt (a received byte, SysTick) */
     }
 }

@@ -15,7 +15,7 @@
 #include "model_learner.h"
 #include "model_wire.h"
 #include "tinyol.h"
-#include "tol_app.h"
+#include "tol_server.h"
 #include "tol_hal.h"
 #include "tol_model.h"
 #include "tol_proto.h"
@@ -136,7 +136,7 @@ static float tol_get_f32(const uint8_t *p)
 }
 
 /* float32 input payload size; 0 where float inputs are not accepted (> 8 KB) */
-#define TOL_FLOAT_REQUEST_BYTES (TOL_APP_FLOAT_INPUT ? 1u + 4u * (uint32_t)TOL_INPUT_SIZE : 0u)
+#define TOL_FLOAT_REQUEST_BYTES (TOL_SERVER_FLOAT_INPUT ? 1u + 4u * (uint32_t)TOL_INPUT_SIZE : 0u)
 
 /* Read an input (int8 or float32) from a payload into tol_input. */
 static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
@@ -148,7 +148,7 @@ static tol_status_t tol_model_read_input(const uint8_t *p, uint16_t n)
         return TOL_OK;
     }
     TOL_CHECK(p[0] == TOL_INPUT_FLOAT32, TOL_ERR_ARG);
-    TOL_CHECK(TOL_APP_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
+    TOL_CHECK(TOL_SERVER_FLOAT_INPUT, TOL_ERR_UNSUPPORTED);
     TOL_CHECK(n == TOL_FLOAT_REQUEST_BYTES, TOL_ERR_LENGTH);
     const uint8_t *x = p + 1;
     for (uint32_t i = 0; i < TOL_INPUT_SIZE; i++) TOL_CHECK(isfinite(tol_get_f32(x + 4u * i)), TOL_ERR_NONFINITE);
@@ -437,7 +437,7 @@ static tol_status_t tol_model_push(const uint8_t *req, uint16_t n, uint8_t *repl
     return st;
 }
 
-/* INFO's stage block (tol_app.c appends it; nothing for the one-layer head) */
+/* INFO's stage block (tol_server.c appends it; nothing for the one-layer head) */
 uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap)
 {
     return tol_model_wire_info(out, cap);

@@ -10,7 +10,7 @@
  * learner configuration, the config.h defaults, the input rounding and the saved parts
  * from here; the learn result comes from the learner itself (docs/embedding.md).
  *
- * Build: compile the .c files of mcu/src (except tol_app.c), of mcu/src/kernels/simd
+ * Build: compile the .c files of mcu/src (except tol_server.c), of mcu/src/kernels/simd
  * (Cortex-M4) or mcu/src/kernels/ref (anything), of mcu/embed, and of the model
  * directory (except model_data.c), with
  * mcu/include and the model directory on the include path (it provides

@@ -1,6 +1,6 @@
 /*
  * tol_model.h - the app layer's model glue, handed to the protocol core
- * (tol_app_init(&app, &tol_model_glue)) as a tol_model_if_t.
+ * (tol_server_init(&app, &tol_model_glue)) as a tol_model_if_t.
  *
  * mcu/app/model.c implements it for a model directory from `tinyol export`
  * (backbone + learner memory, static), over the learner of mcu/app/model_learner.h
@@ -13,11 +13,11 @@
 
 #include <stdint.h>
 
-#include "tol_app.h"
+#include "tol_server.h"
 #include "tol_status.h"
 #include "tol_store.h"
 
-/* The callbacks below as the table tol_app_init() takes. */
+/* The callbacks below as the table tol_server_init() takes. */
 extern const tol_model_if_t tol_model_glue;
 
 /* Set up the backbone and learner (once, at boot). */
@@ -36,7 +36,7 @@ tol_status_t tol_model_handle(uint8_t type, const uint8_t *req, uint16_t req_len
 uint16_t tol_model_stats(uint8_t *out, uint16_t cap);
 
 /* INFO's adaptive-stage block (layers:u8 params:u32 bytes:u32 hash:u32); returns bytes
- * written, 0 for a model without a stage (weak default in tol_app.c). */
+ * written, 0 for a model without a stage (weak default in tol_server.c). */
 uint16_t tol_model_info_stage(uint8_t *out, uint16_t cap);
 
 /* BENCH regions >= 2 (2 backbone, 3 head predict, 4 training step); *cycles out. */

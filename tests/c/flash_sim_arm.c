@@ -28,7 +28,7 @@ void tol_hal_exit(int code)
     arm_exit_code = code;
     arm_halt();
 }
-int tol_app_main(void) { return 0; }
+int tol_server_main(void) { return 0; }
 void tol_uart_isr(void) {}
 void tol_systick_isr(void) {}
 void tol_hal_uart_write(const uint8_t *data, size_t n)

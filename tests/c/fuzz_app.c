@@ -1,6 +1,6 @@
 /*
  * fuzz_app.c - fuzz target for the device side of the protocol: COBS/CRC
- * parser, reply cache, dispatcher (tol_app.c) and the model glue behind it
+ * parser, reply cache, dispatcher (tol_server.c) and the model glue behind it
  * (mcu/app/model.c + learner + backbone + persistence on tests/c/flash_sim.c,
  * or mcu/app/nomodel).
  *
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tol_app.h"
+#include "tol_server.h"
 #include "tol_cobs.h"
 #include "tol_crc32.h"
 #include "tol_proto.h"
@@ -106,7 +106,7 @@ static void fz_structured(const uint8_t *data, size_t size)
         size_t hits = fz_check_output(seq, &seq0);
         if (!damaged && seq != 0u) {
             size_t want = (ctl & 4u) ? 2u : 1u;
-            int overflow = n - 1u > TOL_APP_RX_BYTES;
+            int overflow = n - 1u > TOL_SERVER_RX_BYTES;
             if (overflow ? seq0 != want : hits != want) abort(); /* one reply per request */
         }
         if (ctl & 2u) {  /* finish the frame left open, so the next request starts clean */

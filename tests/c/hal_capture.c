@@ -1,11 +1,11 @@
 /*
  * hal_capture.c - a tol_hal.h for host unit tests: the UART is a pair of
- * memory buffers driven from Python (ctypes). Also owns one tol_app_t.
+ * memory buffers driven from Python (ctypes). Also owns one tol_server_t.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "tol_app.h"
+#include "tol_server.h"
 #include "tol_hal.h"
 #include "tol_model.h"
 
@@ -15,7 +15,7 @@ static uint32_t fake_cycles;
 static int exit_code = -1;
 static tol_hal_info_t info = {.board = "hosttest", .boot_count = 1, .cpu_hz = 80000000u, .emulated = true,
                               .sysclk_hz = 80000000u, .uart_baud = 115200u};
-static tol_app_t app;
+static tol_server_t app;
 
 void tol_hal_init(void) {}
 const tol_hal_info_t *tol_hal_info(void) { return &info; }
@@ -38,7 +38,7 @@ void tol_hal_reset(void) { abort(); }
 void tol_hal_exit(int code) { exit_code = code; abort(); }
 
 /* ---- test entry points ---- */
-void tol_test_init(void) { out_len = 0; tol_app_init(&app, &tol_model_glue); }
+void tol_test_init(void) { out_len = 0; tol_server_init(&app, &tol_model_glue); }
 
 /* The app over the same glue plus a boot self-test verdict (tol_model_if_t.cpu): the BOARD,
  * INFO and boot-line encodings of a core that failed checks. */
@@ -53,11 +53,11 @@ void tol_test_init_cpu(uint32_t checked, uint32_t faults, uint32_t fallbacks)
     glue_with_cpu = tol_model_glue;
     glue_with_cpu.cpu = test_cpu_report;
     out_len = 0;
-    tol_app_init(&app, &glue_with_cpu);
+    tol_server_init(&app, &glue_with_cpu);
 }
 void tol_test_feed(const uint8_t *data, size_t n)
 {
-    for (size_t i = 0; i < n; i++) tol_app_feed(&app, data[i]);
+    for (size_t i = 0; i < n; i++) tol_server_feed(&app, data[i]);
 }
 size_t tol_test_take(uint8_t *dst, size_t cap)
 {
@@ -66,6 +66,6 @@ size_t tol_test_take(uint8_t *dst, size_t cap)
     out_len = 0;
     return n;
 }
-size_t tol_test_app_bytes(void) { return sizeof(tol_app_t); }
+size_t tol_test_app_bytes(void) { return sizeof(tol_server_t); }
 /* the main loop's idle work (mcu/app/main.c): one unit, 1 if it did some */
-int tol_test_idle(void) { return tol_app_idle_work(&app) ? 1 : 0; }
+int tol_test_idle(void) { return tol_server_idle_work(&app) ? 1 : 0; }

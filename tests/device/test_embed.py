@@ -28,7 +28,7 @@ N_STREAM = 120
 
 
 def _lib():
-    srcs = ([s for s in sorted((MCU / "src").glob("*.c")) if s.name != "tol_app.c"]
+    srcs = ([s for s in sorted((MCU / "src").glob("*.c")) if s.name != "tol_server.c"]
             + sorted((MCU / "src/kernels/ref").glob("*.c")) + sorted((MCU / "embed").glob("*.c"))
             + [DIGITS / "backbone.c", DIGITS / "head_init.c", ROOT / "tests/c/flash_sim.c",
                ROOT / "tests/c/embed_shim.c"])
@@ -221,7 +221,7 @@ def _pio_build(env: str) -> Path:
     if env != "native":  # the user's firmware links the learner, not our protocol or main loop
         linked = (build / "firmware.map").read_text()
         assert "tinyol_predict" in linked and "tol_learner_learn" in linked
-        for absent in ("tol_app_feed", "tol_proto_parse", "tol_cobs_", "tol_model_handle"):
+        for absent in ("tol_server_feed", "tol_proto_parse", "tol_cobs_", "tol_model_handle"):
             assert absent not in linked, absent
     return build / ("firmware" if env == "native" else "firmware.elf")
 

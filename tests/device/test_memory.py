@@ -3,7 +3,7 @@
 The oracle is arm-none-eabi-ld, through the real firmware build (PlatformIO, our platform): every
 configuration of the sweep is linked for every board, with the learner where the plan puts it, and,
 for the ones the plan refuses, in every region the board has (none may link). The linked ELF's
-object sizes (tol_learner_mem, tol_app) must equal the model's to the byte.
+object sizes (tol_learner_mem, tol_server) must equal the model's to the byte.
 """
 from __future__ import annotations
 
@@ -254,7 +254,7 @@ def _sweep(model_dirs, configs) -> list:
                 assert addr >> 28 == (1 if where == "RAM2" else 2), hex(addr)  # SRAM2 at 0x1...
                 assert (0x20040000 <= addr < 0x20040000 + 0x60000) == (where == "RAM3"), hex(addr)
                 assert sizes[sym] == size, sym
-            assert sizes["tol_app"] == memory.app_bytes(mm.input_size, mm.latent_dim,
+            assert sizes["tol_server"] == memory.app_bytes(mm.input_size, mm.latent_dim,
                                                         0 if mm.autoencoder else mm.outputs)
             assert "tinyol: memory plan" in out
         else:

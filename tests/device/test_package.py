@@ -43,7 +43,7 @@ def test_paths_resolve_against_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert resolve_model_option(None, None, "models/mine") == str(tmp_path / "models" / "mine")
     assert resolve_model_option(None, None, None) == str(example_model("digits"))
-    assert (firmware_root() / "mcu" / "src" / "tol_app.c").is_file()
+    assert (firmware_root() / "mcu" / "src" / "tol_server.c").is_file()
     # build and stream agree: a model that is not here is not silently taken from the checkout
     r = CliRunner().invoke(group, ["build", "--board", "native", "--model", "models/digits"],
                            standalone_mode=False)
@@ -55,7 +55,7 @@ def test_library_manifest_matches_the_release():
 
     lib = json.loads((ROOT / "mcu" / "library.json").read_text())
     assert lib["version"] == __version__ and lib["name"] == "tinyol"
-    assert "-<src/tol_app.c>" in lib["build"]["srcFilter"]
+    assert "-<src/tol_server.c>" in lib["build"]["srcFilter"]
 
 
 def test_init_creates_a_project(tmp_path, monkeypatch):
@@ -67,7 +67,7 @@ def test_init_creates_a_project(tmp_path, monkeypatch):
     ini = (d / "platformio.ini").read_text()
     assert "default_envs = nucleo_l432kc" in ini and "custom_model = models/digits" in ini
     src = re.search(r"^src_dir = (.+)$", ini, re.M)[1]
-    assert (Path(src) / "src" / "tol_app.c").is_file()
+    assert (Path(src) / "src" / "tol_server.c").is_file()
     assert (d / "models/digits/config.h").is_file() and (d / "tinyol.toml").is_file()
     assert (d / ".pio-core/packages/tool-scons/scons.py").is_file()
     assert main(["init", "proj"]) != 0  # never overwrites a project
@@ -90,7 +90,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_carries_the_firmware(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     fw = "tinyol/_firmware/"
-    for need in ["mcu/src/tol_app.c", "mcu/include/tinyol.h", "mcu/embed/tinyol.c", "mcu/library.json",
+    for need in ["mcu/src/tol_server.c", "mcu/include/tinyol.h", "mcu/embed/tinyol.c", "mcu/library.json",
                  "mcu/platform/stm32l4/platform.json", "mcu/platform/native/builder/main.py",
                  "mcu/platform/common/tinyol_build.py", "mcu/renode/nucleo_l476rg.resc",
                  "mcu/boards/stm32l4/ld/nucleo_l476rg.ld", "models/digits/config.h",

@@ -150,7 +150,7 @@ def test_example_builds_for_the_board():
     linked = (elf.parent / "firmware.map").read_text()
     for present in ("tol_i2c_read", "tol_window_push", "tinyol_predict"):
         assert present in linked, present
-    for absent in ("tol_proto_parse", "tol_app_feed", "imu_file"):
+    for absent in ("tol_proto_parse", "tol_server_feed", "imu_file"):
         assert absent not in linked, absent
     # tinyol.h's split placement: where the memory plan (the manifest's) puts the learner and its
     # replay buffer, the linker put the example's blocks (arm-none-eabi-nm), at the plan's sizes

@@ -21,7 +21,7 @@ N_STREAM = 80
 
 
 def _sources():
-    return ([s for s in sorted((MCU / "src").glob("*.c")) if s.name != "tol_app.c"]
+    return ([s for s in sorted((MCU / "src").glob("*.c")) if s.name != "tol_server.c"]
             + sorted((MCU / "src/kernels/ref").glob("*.c"))
             + [s for s in sorted((MCU / "embed").glob("*.c")) if s.name != "tinyol_head.c"]
             + [MODEL / "backbone.c", MODEL / "stage_init.c", ROOT / "tests/c/flash_sim.c"])

@@ -17,7 +17,7 @@ from tinyol._defs import Msg, Status
 from tinyol.link.protocol import Deframer, Frame, Info, cobs_decode, cobs_encode, crc32
 
 MCU = ROOT / "mcu"
-CORE = [MCU / "src" / f for f in ("tol_crc32.c", "tol_cobs.c", "tol_proto.c", "tol_status.c", "tol_app.c", "tol_cpu.c")]
+CORE = [MCU / "src" / f for f in ("tol_crc32.c", "tol_cobs.c", "tol_proto.c", "tol_status.c", "tol_server.c", "tol_cpu.c")]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@
 #include "tinyol.h"
 #include "tol_hal.h"
 
-int tol_app_main(void);
+int tol_server_main(void);
 
 static tinyol_t learner;
 static _Alignas(8) uint8_t learner_mem[TINYOL_MEM_BYTES];
@@ -53,7 +53,7 @@ static void report(const char *what, int32_t a, int32_t b)
     print("\n");
 }
 
-int tol_app_main(void)
+int tol_server_main(void)
 {
     tol_hal_init();
     tol_status_t st = tinyol_init(&learner, learner_mem, sizeof(learner_mem));

@@ -1,6 +1,6 @@
 """A tinyol device as Python objects: the protocol's messages as methods.
 
-Layouts follow docs/protocol.md; the device side is mcu/src/tol_app.c and
+Layouts follow docs/protocol.md; the device side is mcu/src/tol_server.c and
 mcu/app/model.c. Inputs travel as int8 quantized on the host with the model's
 input parameters (4x less traffic than float32) unless `encoding="float32"`.
 """

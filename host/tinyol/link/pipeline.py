@@ -42,7 +42,7 @@ from .._defs import RX_AHEAD, Msg, Status
 from ..errors import TinyolError
 from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Link, LinkTimeout, info_reply
 
-DEVICE_CACHE = 8          # TOL_APP_REPLY_CACHE: requests a host may have in flight
+DEVICE_CACHE = 8          # TOL_SERVER_REPLY_CACHE: requests a host may have in flight
 MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
 DEFAULT_WINDOW = 4
 UART_BAUD = 115200

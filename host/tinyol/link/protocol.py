@@ -2,7 +2,7 @@
 
 Pure functions for the codec (COBS, CRC-32, frames) plus :class:`Link`, a
 request/reply client over any pyserial URL with retransmission. The device
-side is mcu/src/tol_proto.c + tol_app.c; tests drive the two against each other.
+side is mcu/src/tol_proto.c + tol_server.c; tests drive the two against each other.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ without teaching one twice?), :func:`check_same_device`, :func:`resend_pending` 
 identical frames, before any new sample), then :func:`check_resumed` (the device's counters
 are exactly the log's). The command only parses options, opens the session and prints.
 
-No C twin: the device's side of it is the reply cache of mcu/src/tol_app.c (docs/protocol.md,
+No C twin: the device's side of it is the reply cache of mcu/src/tol_server.c (docs/protocol.md,
 "Exactly once"). docs/streaming.md ("Resuming") and docs/reliability.md (G1) explain it.
 """
 from __future__ import annotations

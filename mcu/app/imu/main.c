@@ -32,7 +32,7 @@
 #include "tol_hal.h"
 #include "tol_window.h"
 
-int tol_app_main(void);
+int tol_server_main(void);
 
 _Static_assert(IMU_WINDOW_LENGTH * IMU_CHANNELS == TOL_INPUT_SIZE, "imu_config.h is for another model");
 _Static_assert(IMU_CHANNELS == IMU_AXES, "imu_config.h is for another sensor");
@@ -163,7 +163,7 @@ static bool predict_window(void)
     return true;
 }
 
-int tol_app_main(void)
+int tol_server_main(void)
 {
     tol_hal_init();
     uint8_t who = 0;

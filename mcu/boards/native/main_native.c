@@ -1,7 +1,7 @@
 /*
  * main_native.c - process entry of the native target: parse the command line,
  * then run the same application main as the boards (app/main.c, compiled with
- * main renamed to tol_app_main for this target).
+ * main renamed to tol_server_main for this target).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include "tol_flash_native.h"
 #include "tol_native.h"
 
-int tol_app_main(void);
+int tol_server_main(void);
 
 static void usage(const char *prog)
 {
@@ -77,5 +77,5 @@ int main(int argc, char **argv)
         }
     }
     tol_native_configure(&opts, argv);
-    return tol_app_main();
+    return tol_server_main();
 }

@@ -15,7 +15,7 @@
 
 extern uint32_t _sidata[], _sdata[], _edata[], _sbss[], _ebss[], _sram2[], _eram2[], _sram3[], _eram3[], _estack[];
 
-int tol_app_main(void);
+int tol_server_main(void);
 void tol_reset_handler(void) __attribute__((noreturn));
 void tol_default_handler(void);
 void tol_fault_handler(void);
@@ -62,7 +62,7 @@ void tol_reset_handler(void)
     memset(_sbss, 0, (size_t)((uintptr_t)_ebss - (uintptr_t)_sbss));
     memset(_sram2, 0, (size_t)((uintptr_t)_eram2 - (uintptr_t)_sram2));
     memset(_sram3, 0, (size_t)((uintptr_t)_eram3 - (uintptr_t)_sram3));
-    (void)tol_app_main();
+    (void)tol_server_main();
     tol_hal_exit(0);
 }
 

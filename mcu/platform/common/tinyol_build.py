@@ -15,7 +15,7 @@ Project options read from platformio.ini (all optional):
                                       src_dir, the tinyol library via lib_deps);
                                       the platform adds only the board support
                                       (startup, linker script, clock, UART, flash
-                                      HAL; entry point tol_app_main), see
+                                      HAL; entry point tol_server_main), see
                                       examples/sensor_learner
   custom_store_bytes = N               the persistence store region (TOL_STORE_BYTES, default
                                       the last 1/8 of flash; a multiple of two pages)
@@ -176,7 +176,7 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
             raise SystemExit("tinyol: custom_app = imu needs TINYOL_APP_INCLUDE, a folder with "
                              "imu_config.h (`tinyol build --app imu` writes it)")
         env.Append(CPPPATH=[inc])
-        src += ["-<src/tol_app.c>", "+<embed/>", "+<app/imu/main.c>"]
+        src += ["-<src/tol_server.c>", "+<embed/>", "+<app/imu/main.c>"]
         src += (["+<app/imu/imu_lsm6dsx.c>", "+<boards/stm32l4/i2c_stm32l4.c>"] if family == "stm32l4"
                 else ["+<app/imu/imu_file.c>"])
         env.Append(CPPPATH=[os.path.join(mcu, "app", "imu")])
