@@ -2,7 +2,7 @@
  * bench_clock_mps2.c - the harness's clock on QEMU's mps2-an386 (Cortex-M4, 4 MB of SRAM at
  * 0x20000000; bench_rt.h): the machine has no clock tree to set, its processor clock is fixed
  * (25 MHz in QEMU); only SysTick is started, with its wrap interrupt, as on the STM32L4.
- * Instructions are counted the same way (host/tinyol/studies/icount.py at the machine's clock).
+ * Instructions are counted the same way (host/tinyol/bench/icount.py at the machine's clock).
  */
 #include "bench_rt.h"
 

@@ -1,6 +1,6 @@
 """`tinyol bench --tflm`'s harness on its two QEMU machines (issue 34): TFLM arenas of 100-120 KB do
 not fit QEMU's b-l475e-iot01a (96 + 32 KB of SRAM), so the TFLM side moves to mps2-an386 (a
-Cortex-M4 with 4 MB of SRAM) when they do not (tinyol.studies.tflm_bench.run_tflm_sized). Both
+Cortex-M4 with 4 MB of SRAM) when they do not (tinyol.bench.tflm_bench.run_tflm_sized). Both
 count instructions from SysTick at their own clock (80 MHz set by the harness; QEMU's fixed 25 MHz);
 the oracle is the same code measured on both: our digits backbone must give the same output bytes
 and the same instruction count on either machine.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import ROOT
-from tinyol.studies import tflm_bench
+from tinyol.bench import tflm_bench
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow]   # two harness builds: ~35 s on a loaded machine
 
