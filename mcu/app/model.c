@@ -31,32 +31,13 @@
 
 /* The learner's memory: TOL_MODEL_LEARNER_BYTES (model_learner.h), the exporter's budget.
  * Where the learner's memory lives: 1 SRAM1, 2 SRAM2, 3 SRAM3. The build decides it from the
- * board and the model (host/tinyol/memory.py, via mcu/platform/common/tinyol_build.py). */
-#ifndef TOL_LEARNER_REGION
-#define TOL_LEARNER_REGION 1
-#endif
-#if TOL_LEARNER_REGION == 3
-#define TOL_LEARNER_SECTION __attribute__((section(".ram3")))
-#elif TOL_LEARNER_REGION == 2
-#define TOL_LEARNER_SECTION __attribute__((section(".ram2")))
-#else
-#define TOL_LEARNER_SECTION
-#endif
+ * board and the model (host/tinyol/memory.py, via mcu/platform/common/tinyol_build.py).
+ * TOL_LEARNER_REGION's default and the sections are tinyol.h's (the one place they are written). */
 /* The replay buffer's region: the learner's (inside tol_learner_mem), or its own block elsewhere
  * when the plan splits them (host/tinyol/memory.py: e.g. the stage in SRAM1, the buffer in SRAM2). */
-#ifndef TOL_REPLAY_REGION
-#define TOL_REPLAY_REGION TOL_LEARNER_REGION
-#endif
 #if TOL_REPLAY_REGION != TOL_LEARNER_REGION
 _Static_assert(TOL_MODEL_REPLAY_BYTES > 0, "a replay region without a replay buffer");
-#if TOL_REPLAY_REGION == 3
-#define TOL_REPLAY_SECTION __attribute__((section(".ram3")))
-#elif TOL_REPLAY_REGION == 2
-#define TOL_REPLAY_SECTION __attribute__((section(".ram2")))
-#else
-#define TOL_REPLAY_SECTION
-#endif
-static _Alignas(8) uint8_t tol_replay_mem[TOL_MODEL_REPLAY_BYTES] TOL_REPLAY_SECTION;
+static _Alignas(8) uint8_t tol_replay_mem[TOL_MODEL_REPLAY_BYTES] TINYOL_REPLAY_SECTION;
 #define TOL_REPLAY_MEM tol_replay_mem
 #define TOL_REPLAY_MEM_BYTES sizeof(tol_replay_mem)
 #define TOL_LEARNER_MEM_BYTES (TOL_MODEL_LEARNER_BYTES - TOL_MODEL_REPLAY_BYTES)
@@ -65,7 +46,7 @@ static _Alignas(8) uint8_t tol_replay_mem[TOL_MODEL_REPLAY_BYTES] TOL_REPLAY_SEC
 #define TOL_REPLAY_MEM_BYTES 0u
 #define TOL_LEARNER_MEM_BYTES TOL_MODEL_LEARNER_BYTES
 #endif
-static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TOL_LEARNER_SECTION;
+static _Alignas(8) uint8_t tol_learner_mem[TOL_LEARNER_MEM_BYTES] TINYOL_LEARNER_SECTION;
 static int8_t tol_input[TOL_INPUT_SIZE];
 static int8_t tol_latent[TOL_LATENT_DIM];
 static struct {

@@ -313,7 +313,7 @@ def test_emulate_keeps_serving_without_a_terminal(firmware, tmp_path):
         with Device.open(url, timeout=5) as dev:
             assert dev.info.board == FULL_BOARD
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
+        rest, _ = proc.communicate(timeout=120)  # Renode's shutdown, on a loaded machine
         assert "stopping" in rest
     finally:
         if proc.poll() is None:
