@@ -6,7 +6,8 @@
 #
 # 1. System packages: arm-none-eabi-gcc + newlib, QEMU >= 9.1 (Debian 12: from
 #    bookworm-backports, enabled by deriving a sources entry from the machine's
-#    own Debian entry), python3-venv.
+#    own Debian entry), python3-venv, ccache (firmware builds share the objects
+#    that do not depend on the model).
 # 2. .venv with the package and its pinned dependency ranges (pyproject.toml).
 # 3. PlatformIO core dir .pio-core/ seeded offline with tool-scons.
 # 4. Renode (optional; see the section at the end and docs/renode.md).
@@ -40,6 +41,8 @@ if [[ $qemu_ok == 0 ]]; then
 fi
 "$PY" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 command -v gcc >/dev/null || missing+=(gcc)
+# ccache: firmware builds share the objects that do not depend on the model (tinyol_build.compiler_cache)
+command -v ccache >/dev/null || missing+=(ccache)
 
 backports_file=/etc/apt/sources.list.d/tinyol-backports.sources
 derive_backports() {

@@ -25,6 +25,7 @@ TINYOL_TEST_BUILD, TINYOL_APP, TINYOL_STORE_BYTES.
 import importlib.util
 import json
 import os
+import shutil
 import sys
 
 STRICT = ["-Wall", "-Wextra", "-Werror", "-Wshadow"]
@@ -126,6 +127,24 @@ def place(env, region):
             env.Append(CPPDEFINES=[("TOL_REPLAY_REGION", region[1])])
 
 
+def compiler_cache(env):
+    """Compile through ccache when it is installed (TINYOL_CCACHE=0: never). Most of a firmware's
+    objects (core, kernels, board) do not depend on the model, so a new model or replay capacity
+    recompiles only what includes its config.h; the cache lives in the project (.pio/ccache) unless
+    CCACHE_DIR names another."""
+    if os.environ.get("TINYOL_CCACHE", "1").lower() in ("0", "no", "false"):
+        return
+    ccache = shutil.which("ccache")
+    if not ccache:
+        return
+    env.Replace(CC="%s %s" % (ccache, env.subst("$CC")))
+    env["ENV"]["CCACHE_DIR"] = os.environ.get("CCACHE_DIR") or os.path.join(
+        env.subst("$PROJECT_DIR"), ".pio", "ccache")
+    for var in ("CCACHE_DISABLE", "CCACHE_MAXSIZE", "CCACHE_BASEDIR"):
+        if var in os.environ:
+            env["ENV"][var] = os.environ[var]
+
+
 def configure(env, family, board_id, regions=None, flash_bytes=0):
     project = env.subst("$PROJECT_DIR")
     test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
@@ -159,6 +178,7 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
             env.Append(LINKFLAGS=["-Wl,--defsym=TOL_STORE_BYTES=%d" % int(store)])
         print("tinyol: persistence store: %d bytes (TOL_STORE_BYTES)" % int(store))
     board_dir = os.path.join(mcu, "boards", family)
+    compiler_cache(env)
     env.Append(
         CPPPATH=[os.path.join(mcu, "include"), board_dir, model_dir],
         CPPDEFINES=[("TOL_TEST_BUILD", int(test_build)), ("TOL_KERNELS_SIMD", int(kernels == "simd"))],
