@@ -84,11 +84,26 @@ def firmware():
     return _FirmwareCache()
 
 
+# CPU seconds per file, largest first (scripts/test_times.py on a clean-clone `make test`, 2026-12-03)
+HEAVIEST_FIRST = ("device/test_memory.py", "device/test_renode_real.py", "device/test_tflm_bench.py",
+                  "device/test_kernels.py", "device/test_verify_models.py", "device/test_doctor.py",
+                  "device/test_ops.py", "device/test_reliability.py", "device/test_fleet_deploy.py",
+                  "device/test_firmware.py", "host/test_persist_unicorn.py", "device/test_renode_robot.py",
+                  "device/test_emulate_board.py", "device/test_replay4_device.py", "device/test_memory_stage.py")
+
+
+def _heavy_rank(path: Path) -> int:
+    rel = path.relative_to(ROOT / "tests").as_posix() if path.is_relative_to(ROOT / "tests") else ""
+    return HEAVIEST_FIRST.index(rel) if rel in HEAVIEST_FIRST else len(HEAVIEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
     # Files holding a `slow` test first (each file keeps its own order: some share one fleet in
     # sequence): on parallel workers the long files start at once instead of trailing at the end.
+    # Among those, the heaviest known files go first (longest first is what keeps the last worker
+    # from finishing alone); the list only orders, a stale one costs time, never a result.
     slow_files = {item.path for item in items if "slow" in item.keywords}
-    items.sort(key=lambda item: item.path not in slow_files)
+    items.sort(key=lambda item: (item.path not in slow_files, _heavy_rank(item.path)))
     if shutil.which("qemu-system-arm"):
         return
     skip = pytest.mark.skip(reason="qemu-system-arm not installed (run make setup)")
