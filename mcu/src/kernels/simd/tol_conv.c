@@ -22,6 +22,13 @@
 /* Valid kernel taps [k0, k1) along one axis: 0 <= i0 + k*d < n. */
 static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, int32_t *k0, int32_t *k1)
 {
+    if (d == 1) { /* undilated: no divisions */
+        const int32_t lo = i0 >= 0 ? 0 : -i0;
+        const int32_t hi = (n - i0) <= 0 ? 0 : tol_min_(k, n - i0);
+        *k0 = lo;
+        *k1 = hi > lo ? hi : lo;
+        return;
+    }
     const int32_t lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d;
     const int32_t hi = (n - i0) <= 0 ? 0 : tol_min_(k, (n - i0 + d - 1) / d);
     *k0 = lo;
@@ -123,10 +130,15 @@ static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t
                 *w++ = pad;
             }
             const int8_t *src = input + (iy * in_w + ix0 + kx0 * dil_w) * in_c;
-            if (dil_w == 1) { /* the valid taps of a row are one contiguous run */
-                for (int32_t i = 0; i < n_mid; ++i) {
-                    *w++ = src[i];
+            if (dil_w == 1) { /* the valid taps of a row are one contiguous run: by words */
+                int32_t i = 0;
+                for (; i + 4 <= n_mid; i += 4) {
+                    tol_store32_(w + i, tol_read_s8x4(src + i));
                 }
+                for (; i < n_mid; ++i) {
+                    w[i] = src[i];
+                }
+                w += n_mid;
             } else {
                 for (int32_t kx = kx0; kx < kx1; ++kx, src += x_tap) {
                     for (int32_t c = 0; c < in_c; ++c) {
