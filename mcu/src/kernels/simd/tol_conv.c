@@ -182,6 +182,16 @@ static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t
  * (TOL_CONV2D_SCRATCH_BYTES <= 256) use two columns on the stack. */
 #define TOL_CONV_STACK_COL_BYTES 256
 
+/* On the out-of-line instances of tol_conv_mac2x2_: TOL_SIMD_FN plus loop heads on word
+ * addresses. The loop's first instruction (LDR/LDRD) is 32 bits wide; at a half-word address every
+ * taken loop branch costs the Cortex-M4 one more refill cycle (ResNet's 3x3 layer 2: +2 % cycles
+ * when a code change moved it there). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define TOL_CONV_LOOP_FN __attribute__((optimize("no-schedule-insns", "align-loops=4")))
+#else
+#define TOL_CONV_LOOP_FN TOL_SIMD_FN
+#endif
+
 /* a[0..3] (u0 c0, u0 c1, u1 c0, u1 c1) += ng groups of 4 values: u0, u1 are int8 runs (widened
  * here; has_off: adding off2 in both lanes, SXTAB16), c the matching int16 words of two columns
  * c0, c1 interleaved per group as [c0 k0,k2][c1 k0,k2][c0 k1,k3][c1 k1,k3]. The CONV_2D paths pass
@@ -301,26 +311,26 @@ static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_c
     }
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
                                                                 int8_t *out0, int8_t *out1)
 {
     tol_conv_px2_body_(p, col, out0, out1, 0, NULL);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
                                                                      const uint32_t *col, int8_t *out0,
                                                                      int8_t *out1)
 {
     tol_conv_px2_body_(p, col, out0, out1, 1, NULL);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
                                                                    int8_t *out0, int8_t *out1, const tol_rqs_t *rq)
 {
     tol_conv_px2_body_(p, col, out0, out1, 0, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
                                                                         const uint32_t *col, int8_t *out0,
                                                                         int8_t *out1, const tol_rqs_t *rq)
 {
@@ -437,27 +447,27 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
     }
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_(const tol_conv_params_t *p, const uint32_t *col,
                                                                 int32_t pair_words, int32_t nvalid, int8_t *out,
                                                                 const tol_rqs_t *rq)
 {
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_full_(const tol_conv_params_t *p, const uint32_t *col,
                                                                      int32_t pair_words, int32_t nvalid, int8_t *out,
                                                                      const tol_rqs_t *rq)
 {
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 1, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_mq_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_mq_(const tol_conv_params_t *p, const uint32_t *col,
                                                                    int32_t pair_words, int32_t nvalid, int8_t *out)
 {
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, NULL);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const tol_conv_params_t *p,
                                                                         const uint32_t *col, int32_t pair_words,
                                                                         int32_t nvalid, int8_t *out)
 {
@@ -476,9 +486,16 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const to
  * from the input (widened with the offset by SXTAB16): no im2col, and the flash reads of the
  * weights once per layer. Same int32 sums as the other paths (int32 addition is exact mod 2^32). */
 #define TOL_CONV_PW_MAX_C 256 /* in_c limit: the widened filter pair is 4 * in_c bytes of stack */
+/* With a pixel block in the scratch, maps of fewer pixels keep the block path: the widening of
+ * each filter pair is then paid over too few pixels (VWW's 6x6 and 3x3 pointwise layers: the same
+ * or fewer estimated cycles with the block). */
+#define TOL_CONV_PW_MIN_PX 64
 
 static int tol_conv_is_pw_(const tol_conv_params_t *p)
 {
+    if (p->scratch != NULL && p->scratch_px >= 4 && p->out_h * p->out_w < TOL_CONV_PW_MIN_PX) {
+        return 0;
+    }
     return p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_top == 0 &&
            p->pad_left == 0 && p->out_h == p->in_h && p->out_w == p->in_w && (p->in_c & 3) == 0 &&
            p->in_c <= TOL_CONV_PW_MAX_C;
@@ -553,13 +570,13 @@ static inline __attribute__((always_inline)) void tol_conv_pw_body_(const tol_co
     }
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_pw_(const tol_conv_params_t *p, const int8_t *input,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_pw_(const tol_conv_params_t *p, const int8_t *input,
                                                                int8_t *output, const tol_rqs_t *rq)
 {
     tol_conv_pw_body_(p, input, output, 0, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_pw_full_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_pw_full_(const tol_conv_params_t *p,
                                                                     const int8_t *input, int8_t *output,
                                                                     const tol_rqs_t *rq)
 {
