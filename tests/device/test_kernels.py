@@ -107,8 +107,6 @@ CASES = {
     # ADD
     "add_residual": _residual((6, 6, 8)),
     "add_relu": _residual((5, 5, 5), act="relu"),
-    # SIMD ADD from 256 elements: the per-call tables, with a ReLU clamp (not SSAT's full range)
-    "add_relu_table": _residual((8, 8, 5), act="relu"),
     "add_gap_dense": _two_branch_gap((8, 8, 2)),
     # standalone activations (nothing to fuse into: they act on the model input)
     "relu_standalone": _seq((6, 6, 4), layers.ReLU(), conv(4, 1)),
@@ -121,7 +119,7 @@ CASES = {
 
 FAST = ["conv_1x1_c16", "conv_1x1_c160_odd", "dw_in1_dm8_10x8_s2", "dw_in1_dm3_valid", "dw_dm4_c3_s2", "conv_3x3_same_relu", "conv_1x1_96ch_relu", "conv_3x3_160ch", "conv_5x3_stride21_odd", "dw_dm2_stride2", "dw_3x3_stride2_relu6",
         "dw_3x3_same", "dw_3x3_same_tiny", "dw_3x3_s2_small_relu6", "fc_flatten", "avgpool_3_s2_same", "maxpool_3_s2_same", "gap", "zeropad",
-        "add_relu", "add_relu_table", "add_gap_dense", "relu_standalone", "relu6_standalone"]
+        "add_relu", "add_gap_dense", "relu_standalone", "relu6_standalone"]
 
 
 @pytest.fixture(scope="session")
