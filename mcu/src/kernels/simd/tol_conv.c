@@ -22,6 +22,13 @@
 /* Valid kernel taps [k0, k1) along one axis: 0 <= i0 + k*d < n. */
 static inline void tol_tap_range_(int32_t i0, int32_t d, int32_t n, int32_t k, int32_t *k0, int32_t *k1)
 {
+    if (d == 1) { /* undilated: no divisions */
+        const int32_t lo = i0 >= 0 ? 0 : -i0;
+        const int32_t hi = (n - i0) <= 0 ? 0 : tol_min_(k, n - i0);
+        *k0 = lo;
+        *k1 = hi > lo ? hi : lo;
+        return;
+    }
     const int32_t lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d;
     const int32_t hi = (n - i0) <= 0 ? 0 : tol_min_(k, (n - i0 + d - 1) / d);
     *k0 = lo;
@@ -123,10 +130,15 @@ static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t
                 *w++ = pad;
             }
             const int8_t *src = input + (iy * in_w + ix0 + kx0 * dil_w) * in_c;
-            if (dil_w == 1) { /* the valid taps of a row are one contiguous run */
-                for (int32_t i = 0; i < n_mid; ++i) {
-                    *w++ = src[i];
+            if (dil_w == 1) { /* the valid taps of a row are one contiguous run: by words */
+                int32_t i = 0;
+                for (; i + 4 <= n_mid; i += 4) {
+                    tol_store32_(w + i, tol_read_s8x4(src + i));
                 }
+                for (; i < n_mid; ++i) {
+                    w[i] = src[i];
+                }
+                w += n_mid;
             } else {
                 for (int32_t kx = kx0; kx < kx1; ++kx, src += x_tap) {
                     for (int32_t c = 0; c < in_c; ++c) {
@@ -170,6 +182,54 @@ static TOL_NO_LIBCALLS void tol_im2col_(const tol_conv_params_t *p, const int8_t
  * (TOL_CONV2D_SCRATCH_BYTES <= 256) use two columns on the stack. */
 #define TOL_CONV_STACK_COL_BYTES 256
 
+/* On the out-of-line instances of tol_conv_mac2x2_: TOL_SIMD_FN plus loop heads on word
+ * addresses. The loop's first instruction (LDR/LDRD) is 32 bits wide; at a half-word address every
+ * taken loop branch costs the Cortex-M4 one more refill cycle (ResNet's 3x3 layer 2: +2 % cycles
+ * when a code change moved it there). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define TOL_CONV_LOOP_FN __attribute__((optimize("no-schedule-insns", "align-loops=4")))
+#else
+#define TOL_CONV_LOOP_FN TOL_SIMD_FN
+#endif
+
+/* a[0..3] (u0 c0, u0 c1, u1 c0, u1 c1) += ng groups of 4 values: u0, u1 are int8 runs (widened
+ * here; has_off: adding off2 in both lanes, SXTAB16), c the matching int16 words of two columns
+ * c0, c1 interleaved per group as [c0 k0,k2][c1 k0,k2][c0 k1,k3][c1 k1,k3]. The CONV_2D paths pass
+ * two filters as u and two pixels' windows as c; the pointwise path two pixels as u and two
+ * filters, widened once per layer, as c. 8 SMLAD (16 MACs) per group. */
+static inline __attribute__((always_inline)) void tol_conv_mac2x2_(const int8_t *u0, const int8_t *u1,
+                                                                   const uint32_t *c, int32_t ng, uint32_t off2,
+                                                                   int has_off, int32_t *a)
+{
+    int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
+    for (int32_t n = ng; n > 0; --n) {
+        const uint32_t v0 = tol_read_s8x4(u0);
+        const uint32_t v1 = tol_read_s8x4(u1);
+        u0 += 4;
+        u1 += 4;
+        uint32_t x0 = c[0], x1 = c[1];
+        uint32_t e = has_off ? tol_sxtab16(off2, v0) : tol_sxtb16(v0);
+        a00 = tol_smlad(e, x0, a00);
+        a01 = tol_smlad(e, x1, a01);
+        e = has_off ? tol_sxtab16(off2, v1) : tol_sxtb16(v1);
+        a10 = tol_smlad(e, x0, a10);
+        a11 = tol_smlad(e, x1, a11);
+        x0 = c[2];
+        x1 = c[3];
+        c += 4;
+        e = has_off ? tol_sxtab16_ror8(off2, v0) : tol_sxtb16_ror8(v0);
+        a00 = tol_smlad(e, x0, a00);
+        a01 = tol_smlad(e, x1, a01);
+        e = has_off ? tol_sxtab16_ror8(off2, v1) : tol_sxtb16_ror8(v1);
+        a10 = tol_smlad(e, x0, a10);
+        a11 = tol_smlad(e, x1, a11);
+    }
+    a[0] = a00;
+    a[1] = a01;
+    a[2] = a10;
+    a[3] = a11;
+}
+
 /* Both pixels of col (out0: pixel 0's outputs, out1: pixel 1's, or NULL when
  * there is only one) for every output channel; full: the clamp is [-128, 127].
  * Inlined into two out-of-line instances so the register allocator sees only
@@ -191,32 +251,11 @@ static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_c
     for (; oc + 2 <= out_c; oc += 2, w += 2 * fsz) {
         const int32_t b0 = bias != NULL ? bias[oc] : 0;
         const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
-        int32_t a00 = b0, a01 = b0, a10 = b1, a11 = b1;
-        const int8_t *w0 = w;
-        const int8_t *w1 = w + fsz;
-        const uint32_t *c = col;
-        for (int32_t n = k4 >> 2; n > 0; --n) {
-            const uint32_t wv0 = tol_read_s8x4(w0);
-            const uint32_t wv1 = tol_read_s8x4(w1);
-            w0 += 4;
-            w1 += 4;
-            uint32_t x0 = c[0], x1 = c[1];
-            uint32_t we = tol_sxtb16(wv0);
-            a00 = tol_smlad(we, x0, a00);
-            a01 = tol_smlad(we, x1, a01);
-            we = tol_sxtb16(wv1);
-            a10 = tol_smlad(we, x0, a10);
-            a11 = tol_smlad(we, x1, a11);
-            x0 = c[2];
-            x1 = c[3];
-            c += 4;
-            we = tol_sxtb16_ror8(wv0);
-            a00 = tol_smlad(we, x0, a00);
-            a01 = tol_smlad(we, x1, a01);
-            we = tol_sxtb16_ror8(wv1);
-            a10 = tol_smlad(we, x0, a10);
-            a11 = tol_smlad(we, x1, a11);
-        }
+        int32_t a[4] = {b0, b0, b1, b1};
+        tol_conv_mac2x2_(w, w + fsz, col, k4 >> 2, 0u, 0, a);
+        int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
+        const int8_t *const w0 = w + k4;
+        const int8_t *const w1 = w + fsz + k4;
         for (int32_t k = 0; k < fsz - k4; ++k) {
             const int32_t x0 = tol_load16_(tail + 4 * k), x1 = tol_load16_(tail + 4 * k + 2);
             a00 += w0[k] * x0;
@@ -272,26 +311,26 @@ static inline __attribute__((always_inline)) void tol_conv_px2_body_(const tol_c
     }
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_(const tol_conv_params_t *p, const uint32_t *col,
                                                                 int8_t *out0, int8_t *out1)
 {
     tol_conv_px2_body_(p, col, out0, out1, 0, NULL);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_full_(const tol_conv_params_t *p,
                                                                      const uint32_t *col, int8_t *out0,
                                                                      int8_t *out1)
 {
     tol_conv_px2_body_(p, col, out0, out1, 1, NULL);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_rq_(const tol_conv_params_t *p, const uint32_t *col,
                                                                    int8_t *out0, int8_t *out1, const tol_rqs_t *rq)
 {
     tol_conv_px2_body_(p, col, out0, out1, 0, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const tol_conv_params_t *p,
                                                                         const uint32_t *col, int8_t *out0,
                                                                         int8_t *out1, const tol_rqs_t *rq)
 {
@@ -307,39 +346,6 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_px2_full_rq_(const to
  * acc[][] between chunks. Same sums, same order per output as tol_conv_px2_. */
 #define TOL_CONV_BLK_PAIRS 8
 #define TOL_CONV_CHUNK_G 24
-
-/* a[0..3] (px0 f0, px1 f0, px0 f1, px1 f1) += ng groups of 4 of filters w0, w1 and col c. */
-static inline __attribute__((always_inline)) void tol_conv_mac2x2_(const int8_t *w0, const int8_t *w1,
-                                                                   const uint32_t *c, int32_t ng, int32_t *a)
-{
-    int32_t a00 = a[0], a01 = a[1], a10 = a[2], a11 = a[3];
-    for (int32_t n = ng; n > 0; --n) {
-        const uint32_t wv0 = tol_read_s8x4(w0);
-        const uint32_t wv1 = tol_read_s8x4(w1);
-        w0 += 4;
-        w1 += 4;
-        uint32_t x0 = c[0], x1 = c[1];
-        uint32_t we = tol_sxtb16(wv0);
-        a00 = tol_smlad(we, x0, a00);
-        a01 = tol_smlad(we, x1, a01);
-        we = tol_sxtb16(wv1);
-        a10 = tol_smlad(we, x0, a10);
-        a11 = tol_smlad(we, x1, a11);
-        x0 = c[2];
-        x1 = c[3];
-        c += 4;
-        we = tol_sxtb16_ror8(wv0);
-        a00 = tol_smlad(we, x0, a00);
-        a01 = tol_smlad(we, x1, a01);
-        we = tol_sxtb16_ror8(wv1);
-        a10 = tol_smlad(we, x0, a10);
-        a11 = tol_smlad(we, x1, a11);
-    }
-    a[0] = a00;
-    a[1] = a01;
-    a[2] = a10;
-    a[3] = a11;
-}
 
 /* The requantization constants of a layer, copied out of *p (the int8 output stores may alias it). */
 typedef struct {
@@ -389,7 +395,7 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
         for (int32_t g0 = 0; g0 < ng; g0 += TOL_CONV_CHUNK_G) {
             const int32_t gn = tol_min_(TOL_CONV_CHUNK_G, ng - g0);
             for (int32_t j = 0; j < npair; ++j) {
-                tol_conv_mac2x2_(w + 4 * g0, w + fsz + 4 * g0, col + j * pair_words + 4 * g0, gn, acc[j]);
+                tol_conv_mac2x2_(w + 4 * g0, w + fsz + 4 * g0, col + j * pair_words + 4 * g0, gn, 0u, 0, acc[j]);
             }
         }
         const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
@@ -441,27 +447,27 @@ static inline __attribute__((always_inline)) void tol_conv_blk_body_(const tol_c
     }
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_(const tol_conv_params_t *p, const uint32_t *col,
                                                                 int32_t pair_words, int32_t nvalid, int8_t *out,
                                                                 const tol_rqs_t *rq)
 {
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_full_(const tol_conv_params_t *p, const uint32_t *col,
                                                                      int32_t pair_words, int32_t nvalid, int8_t *out,
                                                                      const tol_rqs_t *rq)
 {
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 1, rq);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_mq_(const tol_conv_params_t *p, const uint32_t *col,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_mq_(const tol_conv_params_t *p, const uint32_t *col,
                                                                    int32_t pair_words, int32_t nvalid, int8_t *out)
 {
     tol_conv_blk_body_(p, col, pair_words, nvalid, out, 0, NULL);
 }
 
-static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const tol_conv_params_t *p,
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const tol_conv_params_t *p,
                                                                         const uint32_t *col, int32_t pair_words,
                                                                         int32_t nvalid, int8_t *out)
 {
@@ -472,16 +478,140 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_conv_blk_full_mq_(const to
  * prepare their requantization constants once, on the stack (12 bytes each). */
 #define TOL_CONV_RQ_TABLE 256
 
-static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
+/* ---- CONV_2D 1x1, stride 1, no padding, in_c % 4 == 0 (pointwise) -----------------------
+ * Weight-stationary: a layer's filters do not fit in the ART's 256-byte data cache, so the paths
+ * above read every filter from flash once per pixel pair (or block). Here the loops are turned
+ * around: each filter pair is widened once into int16 words on the stack (the column layout
+ * above, filters in place of pixels) and run over every pixel pair of the image, read straight
+ * from the input (widened with the offset by SXTAB16): no im2col, and the flash reads of the
+ * weights once per layer. Same int32 sums as the other paths (int32 addition is exact mod 2^32). */
+#define TOL_CONV_PW_MAX_C 256 /* in_c limit: the widened filter pair is 4 * in_c bytes of stack */
+/* With a pixel block in the scratch, maps of fewer pixels keep the block path: the widening of
+ * each filter pair is then paid over too few pixels (VWW's 6x6 and 3x3 pointwise layers: the same
+ * or fewer estimated cycles with the block). */
+#define TOL_CONV_PW_MIN_PX 64
+
+static int tol_conv_is_pw_(const tol_conv_params_t *p)
+{
+    if (p->scratch != NULL && p->scratch_px >= 4 && p->out_h * p->out_w < TOL_CONV_PW_MIN_PX) {
+        return 0;
+    }
+    return p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_top == 0 &&
+           p->pad_left == 0 && p->out_h == p->in_h && p->out_w == p->in_w && (p->in_c & 3) == 0 &&
+           p->in_c <= TOL_CONV_PW_MAX_C;
+}
+
+static inline __attribute__((always_inline)) void tol_conv_pw_body_(const tol_conv_params_t *p,
+                                                                    const int8_t *input, int8_t *output,
+                                                                    int full, const tol_rqs_t *rq)
+{
+    const int32_t in_c = p->in_c, out_c = p->out_c, npx = p->out_h * p->out_w, ng = in_c >> 2;
+    const uint32_t off2 = tol_dup16_(p->input_offset);
+    const int32_t *const bias = p->bias;
+    const int8_t *w = p->weights;
+    const tol_blk_q_t kq = {rq, p->output_offset, p->act_min, p->act_max};
+    uint32_t wt[TOL_CONV_PW_MAX_C]; /* per group of 4: [f0 k0,k2][f1 k0,k2][f0 k1,k3][f1 k1,k3] */
+    int32_t oc = 0;
+    for (; oc + 2 <= out_c; oc += 2, w += 2 * in_c) {
+        for (int32_t g = 0; g < ng; ++g) {
+            const uint32_t v0 = tol_read_s8x4(w + 4 * g), v1 = tol_read_s8x4(w + in_c + 4 * g);
+            wt[4 * g] = tol_sxtb16(v0);
+            wt[4 * g + 1] = tol_sxtb16(v1);
+            wt[4 * g + 2] = tol_sxtb16_ror8(v0);
+            wt[4 * g + 3] = tol_sxtb16_ror8(v1);
+        }
+        const int32_t b0 = bias != NULL ? bias[oc] : 0;
+        const int32_t b1 = bias != NULL ? bias[oc + 1] : 0;
+        const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
+        const tol_rqs_t *const q1 = rq != NULL ? q0 + 1 : NULL;
+        const int8_t *x = input;
+        int8_t *o = output + oc;
+        int32_t j = 0;
+        for (; j + 2 <= npx; j += 2, x += 2 * in_c, o += 2 * out_c) {
+            int32_t a[4] = {b0, b1, b0, b1}; /* px0 f0, px0 f1, px1 f0, px1 f1 */
+            tol_conv_mac2x2_(x, x + in_c, wt, ng, off2, 1, a);
+            o[0] = tol_blk_rq_(a[0], &kq, q0, p, oc, full);
+            o[1] = tol_blk_rq_(a[1], &kq, q1, p, oc + 1, full);
+            o[out_c] = tol_blk_rq_(a[2], &kq, q0, p, oc, full);
+            o[out_c + 1] = tol_blk_rq_(a[3], &kq, q1, p, oc + 1, full);
+        }
+        if (j < npx) { /* an odd pixel count: the last pixel alone */
+            int32_t a0 = b0, a1 = b1;
+            for (int32_t g = 0; g < ng; ++g) {
+                const uint32_t v = tol_read_s8x4(x + 4 * g);
+                const uint32_t xe = tol_sxtab16(off2, v), xo = tol_sxtab16_ror8(off2, v);
+                a0 = tol_smlad(xe, wt[4 * g], a0);
+                a1 = tol_smlad(xe, wt[4 * g + 1], a1);
+                a0 = tol_smlad(xo, wt[4 * g + 2], a0);
+                a1 = tol_smlad(xo, wt[4 * g + 3], a1);
+            }
+            o[0] = tol_blk_rq_(a0, &kq, q0, p, oc, full);
+            o[1] = tol_blk_rq_(a1, &kq, q1, p, oc + 1, full);
+        }
+    }
+    if (oc < out_c) { /* the last filter of an odd count: widened as [k0,k2][k1,k3] per group */
+        for (int32_t g = 0; g < ng; ++g) {
+            const uint32_t v = tol_read_s8x4(w + 4 * g);
+            wt[2 * g] = tol_sxtb16(v);
+            wt[2 * g + 1] = tol_sxtb16_ror8(v);
+        }
+        const int32_t b0 = bias != NULL ? bias[oc] : 0;
+        const tol_rqs_t *const q0 = rq != NULL ? rq + oc : NULL;
+        const int8_t *x = input;
+        for (int32_t j = 0; j < npx; ++j, x += in_c) {
+            int32_t a0 = b0;
+            for (int32_t g = 0; g < ng; ++g) {
+                const uint32_t v = tol_read_s8x4(x + 4 * g);
+                a0 = tol_smlad(tol_sxtab16(off2, v), wt[2 * g], a0);
+                a0 = tol_smlad(tol_sxtab16_ror8(off2, v), wt[2 * g + 1], a0);
+            }
+            output[j * out_c + oc] = tol_blk_rq_(a0, &kq, q0, p, oc, full);
+        }
+    }
+}
+
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_pw_(const tol_conv_params_t *p, const int8_t *input,
+                                                               int8_t *output, const tol_rqs_t *rq)
+{
+    tol_conv_pw_body_(p, input, output, 0, rq);
+}
+
+static TOL_CONV_LOOP_FN __attribute__((noinline)) void tol_conv_pw_full_(const tol_conv_params_t *p,
+                                                                    const int8_t *input, int8_t *output,
+                                                                    const tol_rqs_t *rq)
+{
+    tol_conv_pw_body_(p, input, output, 1, rq);
+}
+
+/* The layer's prepared requantization constants in table (out_c <= TOL_CONV_RQ_TABLE, every
+ * shift <= -2), else 0. */
+static int tol_conv_rq_table_(const tol_conv_params_t *p, tol_rqs_t *table)
+{
+    int ok = p->out_c <= TOL_CONV_RQ_TABLE;
+    for (int32_t oc = 0; ok && oc < p->out_c; ++oc) {
+        ok = tol_rqs_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
+    }
+    return ok;
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv2d_pw_(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
+{
+    tol_rqs_t table[TOL_CONV_RQ_TABLE];
+    const tol_rqs_t *const rq = tol_conv_rq_table_(p, table) ? table : NULL;
+    if (p->act_min == -128 && p->act_max == 127) {
+        tol_conv_pw_full_(p, input, output, rq);
+    } else {
+        tol_conv_pw_(p, input, output, rq);
+    }
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv2d_im2col_(const tol_conv_params_t *p, const int8_t *input, int8_t *output,
                                            int8_t *scratch)
 {
     const int full = p->act_min == -128 && p->act_max == 127;
     const int32_t out_c = p->out_c, out_w = p->out_w, npx = p->out_h * out_w;
     tol_rqs_t table[TOL_CONV_RQ_TABLE];
-    int use_table = out_c <= TOL_CONV_RQ_TABLE;
-    for (int32_t oc = 0; use_table && oc < out_c; ++oc) {
-        use_table = tol_rqs_prep_(&table[oc], p->out_mult[oc], p->out_shift[oc]);
-    }
+    const int use_table = tol_conv_rq_table_(p, table);
     const int32_t blk = tol_min_(p->scratch_px, 2 * TOL_CONV_BLK_PAIRS) & ~1;
     if (blk >= 4) {
         const int32_t pair_bytes = TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c);
@@ -525,19 +655,35 @@ static TOL_SIMD_FN void tol_conv2d_im2col_(const tol_conv_params_t *p, const int
     }
 }
 
+/* Small windows (first layers, e.g. 3x3x1) without a scratch: the two columns on the stack. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv2d_stack_col_(const tol_conv_params_t *p,
+                                                                        const int8_t *input, int8_t *output)
+{
+    uint32_t col[TOL_CONV_STACK_COL_BYTES / 4];
+    tol_conv2d_im2col_(p, input, output, (int8_t *)col);
+}
+
+/* No scratch: im2col-free path, 4 filters per pass. */
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv2d_direct_(const tol_conv_params_t *p,
+                                                                     const int8_t *input, int8_t *output);
+
+/* A dispatcher with a small frame: each path's stack is its own. */
 TOL_SIMD_FN void tol_conv2d_s8(const tol_conv_params_t *p, const int8_t *input, int8_t *output)
 {
-    if (p->scratch != NULL) {
+    if (tol_conv_is_pw_(p)) {
+        tol_conv2d_pw_(p, input, output);
+    } else if (p->scratch != NULL) {
         tol_conv2d_im2col_(p, input, output, p->scratch);
-        return;
+    } else if (TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c) <= TOL_CONV_STACK_COL_BYTES) {
+        tol_conv2d_stack_col_(p, input, output);
+    } else {
+        tol_conv2d_direct_(p, input, output);
     }
-    if (TOL_CONV2D_SCRATCH_BYTES(p->k_h, p->k_w, p->in_c) <= TOL_CONV_STACK_COL_BYTES) {
-        /* small windows (first layers, e.g. 3x3x1): the two columns fit on the stack */
-        uint32_t col[TOL_CONV_STACK_COL_BYTES / 4];
-        tol_conv2d_im2col_(p, input, output, (int8_t *)col);
-        return;
-    }
-    /* no scratch: im2col-free path, 4 filters per pass */
+}
+
+static TOL_SIMD_FN __attribute__((noinline)) void tol_conv2d_direct_(const tol_conv_params_t *p,
+                                                                     const int8_t *input, int8_t *output)
+{
     const int32_t in_w = p->in_w, in_c = p->in_c, k_w = p->k_w, out_c = p->out_c;
     const int32_t fsz = p->k_h * k_w * in_c;
     const int32_t off = p->input_offset;
