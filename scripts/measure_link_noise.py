@@ -1,0 +1,84 @@
+"""Stream 30 digits samples through a baud-paced noisy line and count what it cost (issue 34).
+
+The native firmware (models/digits) behind tests/_stream_util.FaultProxy: each byte, both
+ways, has one bit flipped with probability FLIP (0.05: 5 % of the bytes damaged), seeded;
+with BAUD the line carries 10 bit times a byte each way. Prints one line per case: samples
+delivered, resends, bytes out+in, bytes per delivered sample, wall time (docs/reliability.md,
+"Noise overhead"). Usage, from the checkout's root:
+
+    PYTHONPATH=host:studies:tests python scripts/measure_link_noise.py [FLIP:BAUD ...]
+
+(default 0:115200 0.01:115200 0.05:115200 0.05:0, 0 baud = a socket without a rate).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "models/digits"
+N = 30
+
+
+def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
+            patience: float = 300.0) -> dict:
+    """One stream of `n` samples at `flip` per byte and `baud` (0: no rate)."""
+    import numpy as np
+    from _stream_util import FaultProxy
+    from tinyol.data.datasets import load_source
+    from tinyol.errors import TinyolError
+    from tinyol.link import Device
+    from tinyol.link.stream import Stream
+    from tinyol.model.folder import load_manifest
+    from tinyol.targets import emulator
+
+    X, y, _ = load_source("digits:5-9@train")
+    order = np.random.default_rng(11).permutation(len(y))[:n]
+    out = {"flip": flip, "baud": baud, "n": n, "error": None}
+    t0 = time.monotonic()
+    with emulator.start_native(program, timeout=patience + 120) as t, \
+            FaultProxy(t.url, flip=flip, seed=seed, baud=baud or None) as px:
+        with Device.open(px.url, timeout=0.2, patience=patience) as dev:
+            st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
+                        baud=baud or None)
+            try:
+                s = st.run((i, X[j], int(y[j])) for i, j in enumerate(order))
+            except TinyolError as e:
+                s = e.summary
+                out["error"] = str(e).splitlines()[0]
+            px.enabled = False
+            try:
+                out["device_seen"] = dev.stats().samples_seen
+            except TinyolError:
+                out["device_seen"] = None
+        out["flipped"] = px.counts["flip"]
+    out.update(delivered=s.samples, resends=s.retries, bytes=s.bytes_out + s.bytes_in,
+               seconds=time.monotonic() - t0,
+               counters=sorted(r.samples_seen for r in st.records if r.samples_seen is not None),
+               pipeline=st.pipeline.stats)
+    out["bytes_per_sample"] = out["bytes"] / max(1, s.samples)
+    return out
+
+
+def native_program() -> Path:
+    from tinyol.targets.firmware import BuildConfig, build
+    return build(BuildConfig("native", str(MODEL.relative_to(ROOT)), None, False)).program
+
+
+def main(argv: list[str]) -> None:
+    cases = [tuple(a.split(":")) for a in argv] or [("0", "115200"), ("0.01", "115200"),
+                                                     ("0.05", "115200"), ("0.05", "0")]
+    program = native_program()
+    print("| flips per byte | baud | delivered | resends | bytes | bytes/sample | s |")
+    print("|--:|--:|--:|--:|--:|--:|--:|")
+    for flip, baud in cases:
+        m = measure(program, float(flip), int(baud))
+        note = f" ({m['error']})" if m["error"] else ""
+        print(f"| {float(flip):.0%} | {int(baud) or 'socket'} | {m['delivered']}/{m['n']} | "
+              f"{m['resends']:,} | {m['bytes']:,} | {m['bytes_per_sample']:,.0f} | "
+              f"{m['seconds']:.0f} |{note}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
