@@ -22,8 +22,12 @@ N = 30
 
 
 def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
-            patience: float = 300.0) -> dict:
-    """One stream of `n` samples at `flip` per byte and `baud` (0: no rate)."""
+            patience: float = 300.0, seconds: float = 300.0) -> dict:
+    """One stream of `n` samples at `flip` per byte and `baud` (0: no rate), stopped as
+    Ctrl-C stops it after `seconds` (the samples answered by then are the delivered ones)."""
+    import _thread
+    import threading
+
     import numpy as np
     from _stream_util import FaultProxy
     from tinyol.data.datasets import load_source
@@ -42,11 +46,16 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
         with Device.open(px.url, timeout=0.2, patience=patience) as dev:
             st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
                         baud=baud or None)
+            stop = threading.Timer(seconds, _thread.interrupt_main)
+            stop.start()
             try:
                 s = st.run((i, X[j], int(y[j])) for i, j in enumerate(order))
             except TinyolError as e:
                 s = e.summary
                 out["error"] = str(e).splitlines()[0]
+            finally:
+                stop.cancel()
+            out["stopped"] = s.interrupted
             px.enabled = False
             try:
                 out["device_seen"] = dev.stats().samples_seen
@@ -74,7 +83,7 @@ def main(argv: list[str]) -> None:
     print("|--:|--:|--:|--:|--:|--:|--:|")
     for flip, baud in cases:
         m = measure(program, float(flip), int(baud))
-        note = f" ({m['error']})" if m["error"] else ""
+        note = f" ({m['error']})" if m["error"] else " (stopped at 300 s)" if m["stopped"] else ""
         print(f"| {float(flip):.0%} | {int(baud) or 'socket'} | {m['delivered']}/{m['n']} | "
               f"{m['resends']:,} | {m['bytes']:,} | {m['bytes_per_sample']:,.0f} | "
               f"{m['seconds']:.0f} |{note}", flush=True)

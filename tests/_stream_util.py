@@ -40,6 +40,8 @@ class FaultProxy:
         self.carried = {"up": 0, "down": 0}   # bytes delivered each way (after the faults)
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if baud:  # the kernel's socket buffers would be a far larger driver buffer than a tty's
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.LINE_BUFFER)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(1)
         self.url = f"socket://127.0.0.1:{self.listener.getsockname()[1]}"
@@ -112,7 +114,10 @@ class FaultProxy:
                     self.carried["up"] += line["up"].send(up)
                 except OSError:
                     line["up"].queue.clear()  # target down: the bytes are lost, like a UART during a reset
-                self.carried["down"] += line["down"].send(client)
+                try:
+                    self.carried["down"] += line["down"].send(client)
+                except OSError:
+                    break  # the client hung up
         finally:
             client.close()
             if up is not None:

@@ -272,7 +272,7 @@ class Stream:
     def __init__(self, device: Device, manifest: dict | None = None, *, mode: str = "train",
                  encoding: str = "int8", window: int = DEFAULT_WINDOW, timeout: float = 1.0,
                  retries: int = 8, model_dir: str = "the model", patience: float = 120.0,
-                 baud: int | None = None):
+                 baud: int | None = None, resend_budget: int = Pipeline.RESEND_BUDGET):
         if mode not in MODES:
             raise TinyolError(f"unknown mode {mode!r}", hint="train, eval or predict")
         self.device = device
@@ -292,6 +292,7 @@ class Stream:
                               hint="use --encoding int8")
         self.window, self.timeout, self.retries, self.patience = window, timeout, retries, patience
         self.baud = baud   # the line's rate when the URL does not tell (a tty is 115200 unless said)
+        self.resend_budget = resend_budget  # copies of one sample before the stream stops (LinkTimeout)
         self.records: list[Record] = []
         self.summary = Summary(mode)
         self._last_seen = self._base_seen = 0
@@ -385,7 +386,7 @@ class Stream:
         link.boot_lines.clear()
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
                         retries=self.retries, patience=self.patience, baud=self.baud,
-                        journal=journal)
+                        journal=journal, resend_budget=self.resend_budget)
         self.pipeline = pipe
         t0 = time.monotonic()
 
