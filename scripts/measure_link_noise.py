@@ -12,6 +12,7 @@ delivered, resends, bytes out+in, bytes per delivered sample, wall time (docs/re
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -41,21 +42,38 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
     order = np.random.default_rng(11).permutation(len(y))[:n]
     out = {"flip": flip, "baud": baud, "n": n, "error": None}
     t0 = time.monotonic()
+    stop = threading.Timer(seconds, _thread.interrupt_main)  # the opening INFO and STATS count too
+    stop.start()
+    s, st = None, None
     with emulator.start_native(program, timeout=patience + 120) as t, \
             FaultProxy(t.url, flip=flip, seed=seed, baud=baud or None) as px:
-        with Device.open(px.url, timeout=0.2, patience=patience) as dev:
+        try:
+            dev = Device.open(px.url, timeout=0.2, patience=patience)
             st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
                         baud=baud or None)
-            stop = threading.Timer(seconds, _thread.interrupt_main)
-            stop.start()
+            s = st.run((i, X[j], int(y[j])) for i, j in enumerate(order))
+        except TinyolError as e:
+            s = getattr(e, "summary", None)
+            out["error"] = str(e).splitlines()[0]
+        except KeyboardInterrupt:  # before the stream began: INFO or the opening STATS
+            out["error"] = "the opening INFO/STATS had no answer when stopped"
+        finally:
+            stop.cancel()
+        out["stopped"] = s is None or s.interrupted
+        out["device_seen"] = None
+        if st is not None:
+            px.enabled = False
             try:
-                s = st.run((i, X[j], int(y[j])) for i, j in enumerate(order))
-            except TinyolError as e:
-                s = e.summary
-                out["error"] = str(e).splitlines()[0]
-            finally:
-                stop.cancel()
-            out["stopped"] = s.interrupted
+                out["device_seen"] = st.device.stats().samples_seen
+            except TinyolError:
+                pass
+            st.device.close()
+        out["flipped"] = px.counts["flip"]
+        carried = px.carried["up"] + px.carried["down"]
+    if s is None:  # nothing streamed: what the line carried is the cost
+        out.update(delivered=0, resends=None, bytes=carried, seconds=time.monotonic() - t0,
+                   counters=[], pipeline=None, bytes_per_sample=math.inf)
+        return out
             px.enabled = False
             try:
                 out["device_seen"] = dev.stats().samples_seen
@@ -84,8 +102,10 @@ def main(argv: list[str]) -> None:
     for flip, baud in cases:
         m = measure(program, float(flip), int(baud))
         note = f" ({m['error']})" if m["error"] else " (stopped at 300 s)" if m["stopped"] else ""
+        note += f" device learned {m['device_seen']}" if m["device_seen"] is not None else ""
         print(f"| {float(flip):.0%} | {int(baud) or 'socket'} | {m['delivered']}/{m['n']} | "
-              f"{m['resends']:,} | {m['bytes']:,} | {m['bytes_per_sample']:,.0f} | "
+              f"{m['resends'] if m['resends'] is None else format(m['resends'], ',')} | "
+              f"{m['bytes']:,} | {m['bytes_per_sample']:,.0f} | "
               f"{m['seconds']:.0f} |{note}", flush=True)
 
 

@@ -41,12 +41,12 @@ from typing import Iterable, Iterator, Protocol
 
 from .._defs import RX_AHEAD, Msg, Status
 from ..errors import TinyolError
-from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Link, LinkTimeout, info_reply
+from .protocol import (REPLY_FLAG, UART_BAUD, DeviceGone, DeviceReset, Frame, Link, LinkTimeout,
+                       damage_wait, info_reply)
 
 DEVICE_CACHE = 8          # TOL_SERVER_REPLY_CACHE: requests a host may have in flight
 MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
 DEFAULT_WINDOW = 4
-UART_BAUD = 115200
 
 
 # --------------------------------------------------------------------------- pipeline
@@ -122,7 +122,6 @@ class Pipeline:
     RTO_MIN = 0.2             # s: floor of the adaptive resend timeout (Linux TCP's; below it,
                               # scheduling pauses of a busy host cause needless resends)
     RTO_BACKOFF_MAX = 64      # a request's timeout doubles per resend, up to this factor
-    DAMAGE_BACKOFF_MAX = 8    # the wait before a resend on damage doubles per resend, up to this factor
     RESEND_BUDGET = 2000      # copies of one request before the link counts as unusable (5 % of the
                               # bytes flipped: a digits sample needs ~240 on average, 2,000 about 1 in 4,000)
 
@@ -292,10 +291,10 @@ class Pipeline:
         """How long after its last copy a request is resent on damage: the copy's time on the
         line (:meth:`_copy_time`; on a socket, whose rate is unknown, as on a UART at
         UART_BAUD), doubled per damage resend since the line last carried a reply, up to
-        DAMAGE_BACKOFF_MAX times (exponential backoff: a line that damages nearly every frame
+        DAMAGE_BACKOFF_MAX times (protocol.damage_wait: a line that damages nearly every frame
         gets fewer copies, a clean one loses nothing)."""
         line = (self.byte_time or 10.0 / UART_BAUD) * (len(q.wire) + 32)
-        return max(self._copy_time(q), line) * min(2 ** q.damage, self.DAMAGE_BACKOFF_MAX)
+        return damage_wait(max(self._copy_time(q), line), q.damage)
 
     def _over_budget(self, p: _Pending) -> None:
         what = "sample" if not p.control else "request"
