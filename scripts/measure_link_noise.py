@@ -3,7 +3,8 @@
 The native firmware (models/digits) behind tests/_stream_util.FaultProxy: each byte, both
 ways, has one bit flipped with probability FLIP (0.05: 5 % of the bytes damaged), seeded;
 with BAUD the line carries 10 bit times a byte each way. Prints one line per case: samples
-delivered, resends, bytes out+in, bytes per delivered sample, wall time (docs/reliability.md,
+delivered, resends (every request's, the opening INFO and STATS too), bytes the line carried
+both ways, bytes per delivered sample, wall time (docs/reliability.md,
 "Noise overhead"). Usage, from the checkout's root:
 
     PYTHONPATH=host:studies:tests python scripts/measure_link_noise.py [FLIP:BAUD ...]
@@ -47,6 +48,7 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
     s, st = None, None
     with emulator.start_native(program, timeout=patience + 120) as t, \
             FaultProxy(t.url, flip=flip, seed=seed, baud=baud or None) as px:
+        dev = None
         try:
             dev = Device.open(px.url, timeout=0.2, patience=patience)
             st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
@@ -70,21 +72,11 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
             st.device.close()
         out["flipped"] = px.counts["flip"]
         carried = px.carried["up"] + px.carried["down"]
-    if s is None:  # nothing streamed: what the line carried is the cost
-        out.update(delivered=0, resends=None, bytes=carried, seconds=time.monotonic() - t0,
-                   counters=[], pipeline=None, bytes_per_sample=math.inf)
-        return out
-            px.enabled = False
-            try:
-                out["device_seen"] = dev.stats().samples_seen
-            except TinyolError:
-                out["device_seen"] = None
-        out["flipped"] = px.counts["flip"]
-    out.update(delivered=s.samples, resends=s.retries, bytes=s.bytes_out + s.bytes_in,
-               seconds=time.monotonic() - t0,
-               counters=sorted(r.samples_seen for r in st.records if r.samples_seen is not None),
-               pipeline=st.pipeline.stats)
-    out["bytes_per_sample"] = out["bytes"] / max(1, s.samples)
+    delivered = s.samples if s is not None else 0
+    out.update(delivered=delivered, bytes=carried, seconds=time.monotonic() - t0,
+               resends=dev.link.stats.retries if dev is not None else None,
+               counters=[r.samples_seen for r in st.records] if st is not None else [],
+               bytes_per_sample=carried / delivered if delivered else math.inf)
     return out
 
 
