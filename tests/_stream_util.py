@@ -38,6 +38,7 @@ class FaultProxy:
         self.enabled = True
         self.byte_time = 10.0 / baud if baud else 0.0
         self.carried = {"up": 0, "down": 0}   # bytes delivered each way (after the faults)
+        self.noisy = 0                        # bytes that met the faults (while enabled), both ways
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if baud:  # the kernel's socket buffers would be a far larger driver buffer than a tty's
@@ -52,6 +53,7 @@ class FaultProxy:
     def _mutate(self, data: bytes, direction: str) -> bytes:
         if not self.enabled:
             return data
+        self.noisy += len(data)
         rng = self.rng[direction]
         out = bytearray()
         for b in data:
