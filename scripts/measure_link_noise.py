@@ -31,7 +31,7 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
     import threading
 
     import numpy as np
-    from _stream_util import FaultProxy
+    from _stream_util import FaultProxy, noisy_rows, quiet_after
     from tinyol.data.datasets import load_source
     from tinyol.errors import TinyolError
     from tinyol.link import Device
@@ -48,13 +48,14 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
     s, st = None, None
     with emulator.start_native(program, timeout=patience + 120) as t, \
             FaultProxy(t.url, flip=flip, seed=seed, baud=baud or None) as px:
-        px.enabled = False  # the opening INFO and STATS go clean (see noisy_rows)
+        px.enabled = False  # the opening INFO and STATS go clean (_stream_util.noisy_rows)
         dev = None
         try:
             dev = Device.open(px.url, timeout=0.2, patience=patience)
             st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
                         baud=baud or None)
-            s = st.run(noisy_rows(px, X, y, order), on_record=lambda r: quiet_after(px, st, n))
+            rows = ((i, X[j], int(y[j])) for i, j in enumerate(order))
+            s = st.run(noisy_rows(px, rows), on_record=quiet_after(px, st.records, n))
         except TinyolError as e:
             s = getattr(e, "summary", None)
             out["error"] = str(e).splitlines()[0]
@@ -80,22 +81,6 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
                counters=[r.samples_seen for r in st.records] if st is not None else [],
                bytes_per_sample=carried / delivered if delivered else math.inf)
     return out
-
-
-def noisy_rows(px, X, y, order):
-    """The stream's rows; the noise starts with the first sample. The opening STATS reply
-    (~190 bytes on the wire) comes through whole at 5 % flips per byte ~1 time in 20,000
-    (0.95^190): a line that noisy cannot start a stream, whatever the resend policy; what is
-    measured here is the samples' exchanges."""
-    for i, j in enumerate(order):
-        px.enabled = True
-        yield i, X[j], int(y[j])
-
-
-def quiet_after(px, st, n: int) -> None:
-    """The noise ends with the last sample's reply (the closing STATS, as the opening one)."""
-    if len(st.records) >= n:
-        px.enabled = False
 
 
 def native_program() -> Path:

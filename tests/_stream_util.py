@@ -170,6 +170,26 @@ class _Line:
         return n
 
 
+def noisy_rows(px: FaultProxy, rows):
+    """The rows of a stream through `px` with the faults on from the first sample (the
+    opening INFO and STATS go clean: a 190-byte STATS reply comes through whole at 5 %
+    flips per byte ~1 time in 20,000, 0.95^190, so no stream starts on such a line whatever
+    the resend policy; what is measured is the samples' exchanges). Open the device with
+    ``px.enabled = False``."""
+    for row in rows:
+        px.enabled = True
+        yield row
+
+
+def quiet_after(px: FaultProxy, records: list, n: int):
+    """An on_record callback: the faults end with the n-th reply (the closing STATS, as the
+    opening one, goes clean)."""
+    def on_record(_):
+        if len(records) >= n:
+            px.enabled = False
+    return on_record
+
+
 def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None, n_new=None,
                   mode: str | None = None) -> dict:
     """Predictions of the numpy reference learner (`tinyol simulate`) on the same int8 stream.
