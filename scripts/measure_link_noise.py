@@ -43,12 +43,16 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
     order = np.random.default_rng(11).permutation(len(y))[:n]
     out = {"flip": flip, "baud": baud, "n": n, "error": None}
     t0 = time.monotonic()
-    stop = threading.Timer(seconds, _thread.interrupt_main)
-    stop.start()
     s, st = None, None
     with emulator.start_native(program, timeout=patience + 120) as t, \
             FaultProxy(t.url, flip=flip, seed=seed, baud=baud or None) as px:
         px.enabled = False  # the opening INFO and STATS go clean (_stream_util.noisy_rows)
+
+        def stop_now():  # as Ctrl-C does; the closing STATS goes clean too
+            px.enabled = False
+            _thread.interrupt_main()
+        stop = threading.Timer(seconds, stop_now)
+        stop.start()
         dev = None
         try:
             dev = Device.open(px.url, timeout=0.2, patience=patience)

@@ -176,6 +176,7 @@ def _stop_after_bytes(px, limit: int):
     def watch():
         while not done.wait(0.2):
             if px.carried["up"] + px.carried["down"] > limit:
+                px.enabled = False  # the closing STATS goes clean
                 _thread.interrupt_main()
                 return
     threading.Thread(target=watch, daemon=True).start()
