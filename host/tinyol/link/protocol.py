@@ -22,7 +22,7 @@ from ..errors import TinyolError
 
 HEADER = struct.Struct("<BBHH")  # version, type, seq, length
 UART_BAUD = 115200        # a board's console rate (the wait on damage assumes it when a socket tells none)
-DAMAGE_BACKOFF_MAX = 8    # the wait before a resend on damage doubles per damaged copy, up to this factor
+DAMAGE_BACKOFF_MAX = 4    # the wait before a resend on damage doubles per damaged copy, up to this factor
 CRC_BYTES = 4
 REPLY_FLAG = 0x80
 TEXT_PREFIX = b"tinyol "
