@@ -2,7 +2,9 @@
 
 The native firmware (models/digits) behind tests/_stream_util.FaultProxy: each byte, both
 ways, has one bit flipped with probability FLIP (0.05: 5 % of the bytes damaged), seeded;
-with BAUD the line carries 10 bit times a byte each way. Prints one line per case: samples
+with BAUD the line carries 10 bit times a byte each way; the host sees a socket URL and is
+not told the rate (a serial-to-network bridge; the issue's trial). The faults run from the
+first sample to the last reply (tests/_stream_util.noisy_rows). Prints one line per case: samples
 delivered, resends (every request's, the opening INFO and STATS too), bytes the line carried
 both ways, bytes per delivered sample, wall time (docs/reliability.md,
 "Noise overhead"). Usage, from the checkout's root:
@@ -56,8 +58,8 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
         dev = None
         try:
             dev = Device.open(px.url, timeout=0.2, patience=patience)
-            st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
-                        baud=baud or None)
+            # the host sees a socket (as through a serial-to-network bridge): no rate told
+            st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience)
             rows = ((i, X[j], int(y[j])) for i, j in enumerate(order))
             s = st.run(noisy_rows(px, rows), on_record=quiet_after(px, st.records, n))
         except TinyolError as e:
