@@ -23,7 +23,6 @@ from ..errors import TinyolError
 from ..learn.anomaly import score_lines
 from ..link.device import Device
 from ..link.protocol import DeviceError, Link
-from ..link.pipeline import Pipeline
 from ..link.resume import Resume, RunLog
 from ..link.stream import DEFAULT_WINDOW, DEVICE_CACHE, Record, Stream, Summary, check_samples
 from ..model.folder import input_q, load_manifest, quantize
@@ -125,7 +124,7 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                title=None, label_column=None, echo=click.echo, retries: int = 8,
                patience: float = 120.0, resume: str | None = None, layout=None, epochs=1,
                prefill=None, prefill_limit=None,
-               resend_budget: int = Pipeline.RESEND_BUDGET) -> tuple[Summary, list[Record]]:
+               resend_budget: int | None = None) -> tuple[Summary, list[Record]]:
     """The body of `tinyol stream` (also used by `tinyol demo`). data may be None with prefill
     (fill the replay buffer only).
 
@@ -293,10 +292,9 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
                    "(each waits twice as long as the one before).")
 @click.option("--patience", type=Number(0.1, 86400.0), default=120.0, show_default=True,
               help="Seconds a live but damaged link may go without an answered request.")
-@click.option("--resend-budget", type=click.IntRange(1, 10**6), default=Pipeline.RESEND_BUDGET,
-              show_default=True,
-              help="Copies of one sample sent before the link counts as unusable (damage resends "
-                   "back off exponentially; the stream then stops, nothing lost: see --resume).")
+@click.option("--resend-budget", type=click.IntRange(1, 10**7), default=None,
+              help="Copies of one sample sent before the link counts as unusable (default: no "
+                   "limit but --patience); the stream then stops, nothing lost: see --resume.")
 @click.option("--resume", default=None, metavar="LOG", type=click.Path(dir_okay=False),
               help="Continue an interrupted --train run from its --log (LOG.wal): every sample "
                    "learned exactly once across the interruption.")

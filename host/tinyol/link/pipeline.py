@@ -34,19 +34,18 @@ for the INFO check: at most 7 samples in flight.
 from __future__ import annotations
 
 import collections
-import math
 import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Protocol
 
 from .._defs import RX_AHEAD, Msg, Status
 from ..errors import TinyolError
-from .protocol import (REPLY_FLAG, UART_BAUD, DeviceGone, DeviceReset, Frame, Link, LinkTimeout,
-                       damage_wait, info_reply)
+from .protocol import REPLY_FLAG, DeviceGone, DeviceReset, Frame, Link, LinkTimeout, info_reply
 
 DEVICE_CACHE = 8          # TOL_SERVER_REPLY_CACHE: requests a host may have in flight
 MAX_WINDOW = DEVICE_CACHE - 1   # one slot is kept for the INFO check after a timeout
 DEFAULT_WINDOW = 4
+UART_BAUD = 115200
 
 
 # --------------------------------------------------------------------------- pipeline
@@ -79,8 +78,6 @@ class _Pending:
     silent: int = 0           # timeouts in a row with not a byte received since the last transmission
     spurious: bool = False    # a second reply came: the resend was needless
     damaged: bool = False     # resent because of damage (its replies say nothing of the timeout)
-    damage: int = 0           # damage resends since the line last carried a reply (the backoff's exponent)
-    resend_at: float | None = None  # damage seen: resent then (its last copy's answer has had time)
 
 
 @dataclass
@@ -122,13 +119,11 @@ class Pipeline:
     RTO_MIN = 0.2             # s: floor of the adaptive resend timeout (Linux TCP's; below it,
                               # scheduling pauses of a busy host cause needless resends)
     RTO_BACKOFF_MAX = 64      # a request's timeout doubles per resend, up to this factor
-    RESEND_BUDGET = 2000      # copies of one request before the link counts as unusable (5 % of the
-                              # bytes flipped: a digits sample needs ~240 on average, 2,000 about 1 in 4,000)
 
     def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
                  timeout: float = 1.0, retries: int = 8, patience: float = 120.0,
                  adaptive: bool = True, baud: int | None = None,
-                 journal: WriteAheadLog | None = None, resend_budget: int = RESEND_BUDGET):
+                 journal: WriteAheadLog | None = None, resend_budget: int | None = None):
         if not 1 <= window <= DEVICE_CACHE:
             raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
         self.link = link
@@ -141,7 +136,7 @@ class Pipeline:
         # a real UART adds the frame's transmission time at `baud` (8N1); emulators' sockets do not
         url = getattr(link, "url", "") or ""
         self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
-        self.resend_budget = resend_budget  # copies of one request, at most (then LinkTimeout)
+        self.resend_budget = resend_budget  # copies of one request, at most (then LinkTimeout); None: no limit
         self.journal = journal    # told of each sample and INFO check before it is transmitted
         self.info_check = True    # an INFO check after a timeout (off while resuming)
         self.rto = timeout
@@ -169,11 +164,11 @@ class Pipeline:
         if not p.attempts:
             p.first_tx, p.t_first = self._tx, now
         else:
-            if p.attempts > self.resend_budget:
+            if self.resend_budget is not None and p.attempts > self.resend_budget:
                 self._over_budget(p)
             self.stats.resends += 1
             self.link.stats.retries += 1
-        p.last_tx, p.t_last, p.resend_at = self._tx, now, None
+        p.last_tx, p.t_last = self._tx, now
         p.attempts += 1
         self.link.write(p.wire)
 
@@ -263,38 +258,22 @@ class Pipeline:
     def _resend_oldest(self, since: float) -> None:
         """A damaged frame arrived (from the device, or reported by it): the oldest
         unanswered request's exchange is the likeliest casualty. Resend it (fast retransmit
-        on evidence; an unneeded resend is answered from the device's cache), but only once
-        its last copy can have been answered (:meth:`_damage_wait`), so one copy is in
-        flight: damage seen sooner belongs to an older copy, and one damaged copy often
-        draws several damage notices (a flipped delimiter splits it). Resending on every
-        one put a further copy on the line for each, every copy drew more damage, and a
-        noisy link was flooded (issue 34: 570,199 resends for 30 samples at 5 % bit flips;
-        1,414,616 and 135 MB on a socket, where a copy's answer took no time). Damage seen
-        within the wait sets the resend for its end (:meth:`_timeouts` sends it)."""
+        on evidence; an unneeded resend is answered from the device's cache), within a
+        budget: only once its last copy can have been answered (:meth:`_copy_time`), so one
+        copy is in flight. Damage seen sooner belongs to an older copy, and one damaged copy
+        often draws several damage notices (a flipped delimiter splits it); resending on
+        every one put a further copy on the line for each, every copy drew more damage, and
+        a noisy link was flooded (issue 34: 570,199 resends for 30 samples at 5 % bit
+        flips). What damage does not resend, the timer (:meth:`_timeouts`) does."""
         for q in self._queue:
             if not q.done:
-                if q.resend_at is None:
-                    q.resend_at = q.t_last + self._damage_wait(q)
-                if since >= q.resend_at:
-                    self._resend_damaged(q)
+                if since - q.t_last >= self._copy_time(q):
+                    q.damaged = True
+                    self.stats.resend_damage += 1
+                    self._transmit(q)
                 else:
                     self.stats.damage_held += 1
                 return
-
-    def _resend_damaged(self, q: _Pending) -> None:
-        q.damaged = True
-        q.damage += 1
-        self.stats.resend_damage += 1
-        self._transmit(q)
-
-    def _damage_wait(self, q: _Pending) -> float:
-        """How long after its last copy a request is resent on damage: the copy's time on the
-        line (:meth:`_copy_time`; on a socket, whose rate is unknown, as on a UART at
-        UART_BAUD), doubled per damage resend since the line last carried a reply, up to
-        DAMAGE_BACKOFF_MAX times (protocol.damage_wait: a line that damages nearly every frame
-        gets fewer copies, a clean one loses nothing)."""
-        line = (self.byte_time or 10.0 / UART_BAUD) * (len(q.wire) + 32)
-        return damage_wait(max(self._copy_time(q), line), q.damage)
 
     def _over_budget(self, p: _Pending) -> None:
         what = "sample" if not p.control else "request"
@@ -369,8 +348,6 @@ class Pipeline:
         p.done, p.reply = True, f
         p.latency = time.monotonic() - p.t_first
         self._last_progress = time.monotonic()
-        for q in self._queue:
-            q.damage = 0  # the line carried a reply: damage resends start from the short wait again
         self._rtt_sample(p)
         # order: everything transmitted before this request's first transmission was lost
         for q in self._queue:
@@ -433,9 +410,6 @@ class Pipeline:
 
     def _timeouts(self) -> None:
         now = time.monotonic()
-        for p in self._queue:
-            if not p.done and p.resend_at is not None and now >= p.resend_at:
-                self._resend_damaged(p)  # damage came during the wait: its resend is due
         late = [p for p in self._queue if not p.done and now >= self._deadline(p)]
         if not late:
             return
@@ -543,8 +517,7 @@ class Pipeline:
     def _wait_for_oldest(self) -> float:
         """How long _pump may wait: until the earliest resend deadline (at least 1 ms)."""
         now = time.monotonic()
-        nxt = min((min(self._deadline(q), q.resend_at or math.inf) for q in self._queue if not q.done),
-                  default=now + self.rto)
+        nxt = min((self._deadline(q) for q in self._queue if not q.done), default=now + self.rto)
         return min(max(0.001, nxt - now), max(self.rto, 0.001))
 
     def drain(self, limit: float | None = None) -> list[Completion]:

@@ -21,8 +21,6 @@ from .._defs import MSG_TEXT, STATUS_TEXT, VERSION, Msg, Status
 from ..errors import TinyolError
 
 HEADER = struct.Struct("<BBHH")  # version, type, seq, length
-UART_BAUD = 115200        # a board's console rate (the wait on damage assumes it when a socket tells none)
-DAMAGE_BACKOFF_MAX = 4    # the wait before a resend on damage doubles per damaged copy, up to this factor
 CRC_BYTES = 4
 REPLY_FLAG = 0x80
 TEXT_PREFIX = b"tinyol "
@@ -31,13 +29,6 @@ TEXT_PREFIX = b"tinyol "
 def crc32(data: bytes) -> int:
     """CRC-32/IEEE (same as zlib.crc32): the frame checksum."""
     return zlib.crc32(data) & 0xFFFFFFFF
-
-
-def damage_wait(copy_time: float, damage: int) -> float:
-    """Seconds from a copy's transmission to its resend when damage came back: the copy's
-    exchange time on the line, doubled per damaged copy before it (`damage`), up to
-    DAMAGE_BACKOFF_MAX times (exponential backoff with a cap, paced to the line)."""
-    return copy_time * min(2 ** damage, DAMAGE_BACKOFF_MAX)
 
 
 def cobs_encode(data: bytes) -> bytes:
@@ -468,50 +459,22 @@ class Link:
         raise DeviceGone(f"the device went away: {err}",
                          hint="it was unplugged, reset into a bootloader, or the emulator stopped")
 
-    def _reply_to(self, frame: Frame, frames: Iterator[Frame], obs: "Observed") -> bytes | None:
-        """The reply payload to `frame` among `frames`, or None when they end or the device
-        reports a damaged frame (counted in `obs`); DeviceError on an ERROR reply."""
-        for reply in frames:
-            if reply.seq == 0 and reply.type == Msg.ERROR:
-                obs.link_errors += 1
-                return None  # the device saw a damaged frame (perhaps ours): resend
-            if reply.seq != frame.seq:
-                obs.stale += 1
-                continue  # a stale reply
-            if reply.type == frame.type and reply.payload == frame.payload:
-                raise TinyolError(
-                    f"the port echoes what is sent to it: not a tinyol device ({self.url or 'port'})",
-                    hint="a loopback, a terminal or another device's port? pass the board's port")
-            if reply.type == Msg.ERROR:
-                status, req = reply.payload[0], reply.payload[1]
-                detail = struct.unpack_from("<H", reply.payload, 2)[0]
-                if status in (Status.ERR_CRC, Status.ERR_FRAME):
-                    obs.link_errors += 1
-                    return None  # our frame was damaged on the way: resend it
-                raise DeviceError(status, req, detail)
-            if reply.type == frame.type | REPLY_FLAG:
-                obs.replies += 1
-                return reply.payload
-        return None
-
     def request(self, msg: int, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
+        """Send one request, return the reply payload; raise DeviceError on an ERROR reply."""
         """Send one request, return the reply payload; raise DeviceError on an ERROR reply.
 
         The *identical* frame is resent up to `retries` times (the device answers a repeat
         from its reply cache, never executing it twice). An attempt met by silence makes
         the next wait `BACKOFF` times longer (at most `BACKOFF_MAX` x `timeout`); one met by
-        a damaged frame is repeated once its copy's exchange has had time on the line, that
-        wait doubling per damaged attempt up to DAMAGE_BACKOFF_MAX times (the device is there,
-        the line damages frames: resending on every damage notice flooded a noisy line and
-        the opening STATS never came through at 5 % bit flips, issue 34). Without a usable
-        reply: LinkTimeout naming what was observed (silence, damage, late replies)."""
+        a damaged frame is repeated at once, without backing off (the device is there; the
+        line damages frames). Without a usable reply: LinkTimeout naming what was observed
+        (silence, damage, late replies)."""
         frame = Frame(int(msg), self.next_seq(), bytes(payload))
         self.stats.requests += 1
         wait = self.timeout if timeout is None else timeout
         self.observed = obs = Observed()
         t0 = time.monotonic()
-        silent = attempt = damage = 0
-        copy_time = (len(frame.encode()) + 128) * 10.0 / UART_BAUD  # request and a reply at 8N1
+        silent = attempt = 0
         # give up after `retries` silent attempts in a row, or when a live but damaging
         # link has had `patience` seconds (silence is never cut short by patience)
         while silent <= self.retries and (silent > 0 or attempt == 0 or time.monotonic() - t0 < self.patience):
@@ -521,17 +484,27 @@ class Link:
             self.send_frame(frame)
             step = wait * min(self.BACKOFF ** silent, self.BACKOFF_MAX)
             heard = obs.damaged + obs.link_errors + obs.stale  # evidence the device hears us
-            t_sent = time.monotonic()
-            end, damaged = t_sent + step, False
-            while time.monotonic() < end:
-                seen = obs.damaged + obs.link_errors
-                reply = self._reply_to(frame, self.poll(end, stop_on_damage=True), obs)
-                if reply is not None:
-                    return reply
-                damaged = damaged or obs.damaged + obs.link_errors != seen
-                if damaged:  # resend once this copy's answer has had its time (backoff)
-                    end = min(end, t_sent + damage_wait(copy_time, damage))
-            damage += int(damaged)
+            for reply in self.poll(time.monotonic() + step, stop_on_damage=True):
+                if reply.seq == 0 and reply.type == Msg.ERROR:
+                    obs.link_errors += 1
+                    break  # the device saw a damaged frame (perhaps ours): resend
+                if reply.seq != frame.seq:
+                    obs.stale += 1
+                    continue  # a stale reply
+                if reply.type == frame.type and reply.payload == frame.payload:
+                    raise TinyolError(
+                        f"the port echoes what is sent to it: not a tinyol device ({self.url or 'port'})",
+                        hint="a loopback, a terminal or another device's port? pass the board's port")
+                if reply.type == Msg.ERROR:
+                    status, req = reply.payload[0], reply.payload[1]
+                    detail = struct.unpack_from("<H", reply.payload, 2)[0]
+                    if status in (Status.ERR_CRC, Status.ERR_FRAME):
+                        obs.link_errors += 1
+                        break  # our frame was damaged on the way: resend it
+                    raise DeviceError(status, req, detail)
+                if reply.type == frame.type | REPLY_FLAG:
+                    obs.replies += 1
+                    return reply.payload
             # silent: no sign of this exchange (a boot line or other text does not count)
             silent = silent + 1 if obs.damaged + obs.link_errors + obs.stale == heard else 0
         obs.seconds = time.monotonic() - t0

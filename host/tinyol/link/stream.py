@@ -272,7 +272,7 @@ class Stream:
     def __init__(self, device: Device, manifest: dict | None = None, *, mode: str = "train",
                  encoding: str = "int8", window: int = DEFAULT_WINDOW, timeout: float = 1.0,
                  retries: int = 8, model_dir: str = "the model", patience: float = 120.0,
-                 baud: int | None = None, resend_budget: int = Pipeline.RESEND_BUDGET):
+                 baud: int | None = None, resend_budget: int | None = None):
         if mode not in MODES:
             raise TinyolError(f"unknown mode {mode!r}", hint="train, eval or predict")
         self.device = device
