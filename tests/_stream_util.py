@@ -5,6 +5,11 @@ socket and, with a fixed seed, flips bits in, drops and duplicates bytes in
 both directions, like a noisy UART. When the target's side closes (the process
 was killed and restarted), it reconnects to the same address and keeps the
 client's connection open, like a board's USB serial port that survives a reset.
+With ``baud``, each direction is a line of that rate (8N1: 10 bit times a byte):
+bytes leave no faster, and what waits for the line is held to a driver's buffer
+(``LINE_BUFFER`` bytes; the sender then blocks, as a tty's write() does), so a
+host that resends too much pays for it in time, as on a real UART (a socket has
+no rate: issue 34's 5 % flood could not be reproduced on one).
 """
 from __future__ import annotations
 
@@ -20,8 +25,10 @@ from tinyol.targets.twin import latents, learner_settings, load_model, make_lear
 
 
 class FaultProxy:
+    LINE_BUFFER = 4096   # bytes a paced direction holds before its sender blocks (a tty's buffer)
+
     def __init__(self, upstream_url: str, *, flip: float = 0.0, drop: float = 0.0, dup: float = 0.0,
-                 seed: int = 1, protect_first: int = 0):
+                 seed: int = 1, protect_first: int = 0, baud: int | None = None):
         host, port = upstream_url.removeprefix("socket://").rsplit(":", 1)
         self.upstream = (host, int(port))
         self.flip, self.drop, self.dup = flip, drop, dup
@@ -29,8 +36,13 @@ class FaultProxy:
         self.protect = {"up": protect_first, "down": protect_first}  # clean bytes at the start
         self.counts = {"flip": 0, "drop": 0, "dup": 0, "reconnects": 0}
         self.enabled = True
+        self.byte_time = 10.0 / baud if baud else 0.0
+        self.carried = {"up": 0, "down": 0}   # bytes delivered each way (after the faults)
+        self.noisy = 0                        # bytes that met the faults (while enabled), both ways
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if baud:  # the kernel's socket buffers would be a far larger driver buffer than a tty's
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.LINE_BUFFER)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(1)
         self.url = f"socket://127.0.0.1:{self.listener.getsockname()[1]}"
@@ -41,6 +53,7 @@ class FaultProxy:
     def _mutate(self, data: bytes, direction: str) -> bytes:
         if not self.enabled:
             return data
+        self.noisy += len(data)
         rng = self.rng[direction]
         out = bytearray()
         for b in data:
@@ -76,17 +89,17 @@ class FaultProxy:
         client, _ = self.listener.accept()
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         up = self._connect_upstream()
+        line = {"up": _Line(self.byte_time), "down": _Line(self.byte_time)}
         try:
             while not self._stop and up is not None:
-                r, _, _ = select.select([client, up], [], [], 0.1)
+                readers = [s for s, d in ((client, "up"), (up, "down")) if line[d].room(self.LINE_BUFFER)]
+                wait = min([0.1] + [line[d].wait() for d in line if line[d].queue])
+                r, _, _ = select.select(readers, [], [], wait)
                 if client in r:
                     data = client.recv(4096)
                     if not data:
                         break
-                    try:
-                        up.sendall(self._mutate(data, "up"))
-                    except OSError:
-                        pass  # target down: the bytes are lost, like a UART during a reset
+                    line["up"].queue += self._mutate(data, "up")
                 if up in r:
                     try:
                         data = up.recv(4096)
@@ -95,9 +108,18 @@ class FaultProxy:
                     if not data:  # the target went away: wait for it to come back
                         up.close()
                         self.counts["reconnects"] += 1
+                        line["down"].queue.clear()
                         up = self._connect_upstream()
                         continue
-                    client.sendall(self._mutate(data, "down"))
+                    line["down"].queue += self._mutate(data, "down")
+                try:
+                    self.carried["up"] += line["up"].send(up)
+                except OSError:
+                    line["up"].queue.clear()  # target down: the bytes are lost, like a UART during a reset
+                try:
+                    self.carried["down"] += line["down"].send(client)
+                except OSError:
+                    break  # the client hung up
         finally:
             client.close()
             if up is not None:
@@ -113,6 +135,59 @@ class FaultProxy:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Line:
+    """One direction of a serial line: bytes wait in `queue` and leave at one per `byte_time`
+    seconds (all at once when 0: a socket)."""
+
+    def __init__(self, byte_time: float):
+        self.byte_time = byte_time
+        self.queue = bytearray()
+        self.clock = 0.0   # when the line is free again (monotonic seconds)
+
+    def room(self, limit: int) -> bool:
+        return len(self.queue) < limit
+
+    def wait(self) -> float:
+        """Seconds until the next byte may leave (at least 1 ms on a paced line: bytes leave in
+        small bursts, as from a UART driver's FIFO)."""
+        return max(0.001, self.clock + self.byte_time - time.monotonic()) if self.byte_time else 0.0
+
+    def send(self, sock: socket.socket) -> int:
+        if not self.queue:
+            return 0
+        now = time.monotonic()
+        if not self.byte_time:
+            n = len(self.queue)
+        else:
+            self.clock = max(self.clock, now - self.byte_time)  # an idle line does not save up time
+            n = min(len(self.queue), int((now - self.clock) / self.byte_time))
+            self.clock += n * self.byte_time
+        if n:
+            sock.sendall(bytes(self.queue[:n]))
+            del self.queue[:n]
+        return n
+
+
+def noisy_rows(px: FaultProxy, rows):
+    """The rows of a stream through `px` with the faults on from the first sample (the
+    opening INFO and STATS go clean: a 190-byte STATS reply comes through whole at 5 %
+    flips per byte ~1 time in 20,000, 0.95^190, so no stream starts on such a line whatever
+    the resend policy; what is measured is the samples' exchanges). Open the device with
+    ``px.enabled = False``."""
+    for row in rows:
+        px.enabled = True
+        yield row
+
+
+def quiet_after(px: FaultProxy, records: list, n: int):
+    """An on_record callback: the faults end with the n-th reply (the closing STATS, as the
+    opening one, goes clean)."""
+    def on_record(_):
+        if len(records) >= n:
+            px.enabled = False
+    return on_record
 
 
 def reference_run(model_dir: str, X: np.ndarray, y: np.ndarray, *, prefill=None, n_new=None,

@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-from _stream_util import FaultProxy
+from _stream_util import FaultProxy, noisy_rows, quiet_after
 from conftest import ROOT
 from tinyol.errors import TinyolError
 from tinyol.link.protocol import Frame, Link, LinkTimeout, open_serial
@@ -163,3 +163,78 @@ def test_a_diverged_sample_counts_nowhere_on_the_device(native_fw):
         r = dev.sample(q[2], int(y[2]))
         assert r.samples_seen == 2 and r.learned
         assert dev.stats().class_counts == (np.bincount([y[0], y[2]], minlength=10)).tolist()
+
+
+# --------------------------------------------------------------------------- 5 % flips on a real line's rate
+def _stop_after_bytes(px, limit: int):
+    """Stop the stream as Ctrl-C does once the proxy carried `limit` bytes (a bound on bytes,
+    not on time: the stream before the fix flooded the line for minutes)."""
+    import _thread
+    import threading
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(0.2):
+            if px.carried["up"] + px.carried["down"] > limit:
+                px.enabled = False  # the closing STATS goes clean
+                _thread.interrupt_main()
+                return
+    threading.Thread(target=watch, daemon=True).start()
+    return done
+
+
+@pytest.mark.slow
+def test_five_percent_flips_at_115200_baud_deliver_at_a_bounded_overhead(native_fw):
+    """Issue 34: at 5 % of the bytes bit-flipped (one bit of a byte, with probability 0.05,
+    both ways) on a 115200-baud line (tests/_stream_util.FaultProxy paced at the baud; the
+    faults from the first sample to the last reply: _stream_util.noisy_rows) that the host
+    reaches as a socket (a serial-to-network bridge: no rate told), 5 digits samples arrive,
+    each learned once, in send order, within 80 KB of line traffic per sample (a sample's
+    exchange is ~110 bytes and comes through whole about 1 time in 240 at this noise: ~26 KB
+    at best). A guard, not a reproduction: main's pipeline measured 24.7 KB per sample here
+    (scripts/measure_link_noise.py, docs/reliability.md); the flood of the issue appears on a
+    socket without a rate (4.5 MB per sample), not on this line. The stream stops (as Ctrl-C
+    does) once the line carried n times the bound."""
+    import numpy as np
+    from tinyol.data.datasets import load_source
+    from tinyol.link import Device
+    from tinyol.link.stream import Stream
+    from tinyol.model.folder import load_manifest
+    n, per_sample = 5, 80_000
+    X, y, _ = load_source("digits:5-9@train")
+    order = np.random.default_rng(11).permutation(len(y))[:n]
+    with emulator.start_native(native_fw.program, timeout=900) as t, \
+            FaultProxy(t.url, flip=0.05, seed=5, baud=115200) as px:
+        px.enabled = False
+        with Device.open(px.url, timeout=0.2, patience=300) as dev:
+            st = Stream(dev, load_manifest(ROOT / MODEL), window=4, timeout=0.2, patience=300)
+            watch = _stop_after_bytes(px, n * per_sample)
+            try:
+                rows = ((i, X[j], int(y[j])) for i, j in enumerate(order))
+                s = st.run(noisy_rows(px, rows), on_record=quiet_after(px, st.records, n))
+            finally:
+                watch.set()
+            seen = dev.stats()
+    assert px.counts["flip"] > 0.04 * px.noisy, (px.counts, px.noisy)
+    assert not s.interrupted and s.samples == n, (s.samples, s.retries, s.bytes_out + s.bytes_in)
+    assert seen.samples_seen == n
+    assert [r.samples_seen for r in st.records] == list(range(1, n + 1))
+    assert seen.class_counts == np.bincount(y[order], minlength=10).tolist()
+    assert (px.carried["up"] + px.carried["down"]) / n < per_sample
+
+
+def test_a_sample_over_the_resend_budget_is_named_never_dropped():
+    """A request the link never lets through (every reply a damage report): after the resend
+    budget (--resend-budget; none by default) the stream stops with one line naming the budget
+    and what to do (there was no budget: it resent for as long as --patience allowed)."""
+    from tinyol._defs import Msg, Status
+    from tinyol.link.pipeline import Pipeline
+    err = Frame(Msg.ERROR, 0, bytes([Status.ERR_CRC, 0, 0, 0])).encode()
+    port = _ScriptedPort([err] * 10_000)
+    link = Link(port, timeout=0.2, seed=1)
+    pipe = Pipeline(link, 0, window=1, timeout=0.2, patience=600, resend_budget=5)
+    pipe.info_check = False
+    with pytest.raises(LinkTimeout, match="resend budget") as e:
+        list(pipe.run([("a", Msg.SAMPLE, b"\0" * 8)]))
+    assert "--resend-budget" in e.value.hint and "--resume" in e.value.hint
+    assert len(port.writes) == 6 and pipe.completed == 0

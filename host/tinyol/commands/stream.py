@@ -123,7 +123,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
                window=DEFAULT_WINDOW, timeout=1.0, progress=True, print_predictions=False,
                title=None, label_column=None, echo=click.echo, retries: int = 8,
                patience: float = 120.0, resume: str | None = None, layout=None, epochs=1,
-               prefill=None, prefill_limit=None) -> tuple[Summary, list[Record]]:
+               prefill=None, prefill_limit=None,
+               resend_budget: int | None = None) -> tuple[Summary, list[Record]]:
     """The body of `tinyol stream` (also used by `tinyol demo`). data may be None with prefill
     (fill the replay buffer only).
 
@@ -189,7 +190,8 @@ def run_stream(port: str, data: str | None, mode: str, *, model_dir: str = "mode
         if res:
             res.check(dev)
         st = Stream(dev, manifest, mode=mode, encoding=encoding, window=window, timeout=timeout,
-                    model_dir=model_dir, retries=retries, patience=patience)
+                    model_dir=model_dir, retries=retries, patience=patience,
+                    resend_budget=resend_budget)
         if pre is not None:
             prefill_replay(dev, manifest, pre, prefill, echo=echo)
         if data is None:
@@ -290,6 +292,9 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
                    "(each waits twice as long as the one before).")
 @click.option("--patience", type=Number(0.1, 86400.0), default=120.0, show_default=True,
               help="Seconds a live but damaged link may go without an answered request.")
+@click.option("--resend-budget", type=click.IntRange(1, 10**7), default=None,
+              help="Copies of one sample sent before the link counts as unusable (default: no "
+                   "limit but --patience); the stream then stops, nothing lost: see --resume.")
 @click.option("--resume", default=None, metavar="LOG", type=click.Path(dir_okay=False),
               help="Continue an interrupted --train run from its --log (LOG.wal): every sample "
                    "learned exactly once across the interruption.")
@@ -297,7 +302,8 @@ def prefill_replay(dev, manifest: dict, pre, source: str, echo=click.echo) -> tu
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option
 def cmd(port, data, prefill, prefill_limit, epochs, layout, mode, limit, shuffle, seed, log, plot,
-        model, encoding, window, timeout, retries, patience, resume, label_column, no_progress, as_json):
+        model, encoding, window, timeout, retries, patience, resend_budget, resume, label_column,
+        no_progress, as_json):
     """Stream labelled samples to a device and report accuracy.
 
     \b
@@ -320,7 +326,7 @@ def cmd(port, data, prefill, prefill_limit, epochs, layout, mode, limit, shuffle
                                 print_predictions=(mode == "predict" and not as_json),
                                 label_column=label_column, retries=retries, patience=patience,
                                 resume=resume, layout=layout, epochs=epochs, prefill=prefill,
-                                prefill_limit=prefill_limit,
+                                prefill_limit=prefill_limit, resend_budget=resend_budget,
                                 echo=(lambda *a, **k: None) if as_json else click.echo)
     except TinyolError as e:
         s = getattr(e, "summary", None)

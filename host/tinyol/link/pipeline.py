@@ -123,7 +123,7 @@ class Pipeline:
     def __init__(self, link: Link, boot_count: int, *, window: int = DEFAULT_WINDOW,
                  timeout: float = 1.0, retries: int = 8, patience: float = 120.0,
                  adaptive: bool = True, baud: int | None = None,
-                 journal: WriteAheadLog | None = None):
+                 journal: WriteAheadLog | None = None, resend_budget: int | None = None):
         if not 1 <= window <= DEVICE_CACHE:
             raise TinyolError(f"window must be 1..{DEVICE_CACHE}, got {window}")
         self.link = link
@@ -136,6 +136,7 @@ class Pipeline:
         # a real UART adds the frame's transmission time at `baud` (8N1); emulators' sockets do not
         url = getattr(link, "url", "") or ""
         self.byte_time = 10.0 / baud if baud else (0.0 if "://" in url or not url else 10.0 / UART_BAUD)
+        self.resend_budget = resend_budget  # copies of one request, at most (then LinkTimeout); None: no limit
         self.journal = journal    # told of each sample and INFO check before it is transmitted
         self.info_check = True    # an INFO check after a timeout (off while resuming)
         self.rto = timeout
@@ -163,6 +164,8 @@ class Pipeline:
         if not p.attempts:
             p.first_tx, p.t_first = self._tx, now
         else:
+            if self.resend_budget is not None and p.attempts > self.resend_budget:
+                self._over_budget(p)
             self.stats.resends += 1
             self.link.stats.retries += 1
         p.last_tx, p.t_last = self._tx, now
@@ -271,6 +274,15 @@ class Pipeline:
                 else:
                     self.stats.damage_held += 1
                 return
+
+    def _over_budget(self, p: _Pending) -> None:
+        what = "sample" if not p.control else "request"
+        raise LinkTimeout(
+            f"a {what} (seq {p.frame.seq}) was sent {p.attempts} times without an answer, the "
+            f"resend budget, after {self.completed} samples; the device is alive but the link "
+            f"damages nearly every frame ({self.observed()})",
+            hint="check the cable, the baud rate and electrical noise; a larger --resend-budget "
+                 "keeps trying (samples in flight are settled by --resume LOG, never learned twice)")
 
     def _copy_time(self, q: _Pending) -> float:
         """How long after its last copy went out damage can be that copy's answer: its wire

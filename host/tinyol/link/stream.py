@@ -271,7 +271,8 @@ class Stream:
 
     def __init__(self, device: Device, manifest: dict | None = None, *, mode: str = "train",
                  encoding: str = "int8", window: int = DEFAULT_WINDOW, timeout: float = 1.0,
-                 retries: int = 8, model_dir: str = "the model", patience: float = 120.0):
+                 retries: int = 8, model_dir: str = "the model", patience: float = 120.0,
+                 baud: int | None = None, resend_budget: int | None = None):
         if mode not in MODES:
             raise TinyolError(f"unknown mode {mode!r}", hint="train, eval or predict")
         self.device = device
@@ -290,6 +291,8 @@ class Stream:
                               f"({4 * self.info.input_size} float32 bytes > its {self.info.max_payload})",
                               hint="use --encoding int8")
         self.window, self.timeout, self.retries, self.patience = window, timeout, retries, patience
+        self.baud = baud   # the line's rate when the URL does not tell (a tty is 115200 unless said)
+        self.resend_budget = resend_budget  # copies of one sample before the stream stops (LinkTimeout)
         self.records: list[Record] = []
         self.summary = Summary(mode)
         self._last_seen = self._base_seen = 0
@@ -382,7 +385,8 @@ class Stream:
             journal.began(self.info, self._base_seen, self.base_frames)
         link.boot_lines.clear()
         pipe = Pipeline(link, self.info.boot_count, window=self.window, timeout=self.timeout,
-                        retries=self.retries, patience=self.patience, journal=journal)
+                        retries=self.retries, patience=self.patience, baud=self.baud,
+                        journal=journal, resend_budget=self.resend_budget)
         self.pipeline = pipe
         t0 = time.monotonic()
 
