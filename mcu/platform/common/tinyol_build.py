@@ -138,11 +138,8 @@ def compiler_cache(env):
     if not ccache:
         return
     env.Replace(CC="%s %s" % (ccache, env.subst("$CC")))
-    env["ENV"]["CCACHE_DIR"] = os.environ.get("CCACHE_DIR") or os.path.join(
-        env.subst("$PROJECT_DIR"), ".pio", "ccache")
-    for var in ("CCACHE_DISABLE", "CCACHE_MAXSIZE", "CCACHE_BASEDIR"):
-        if var in os.environ:
-            env["ENV"][var] = os.environ[var]
+    # the compilers' environment is PlatformIO's os.environ, so the user's CCACHE_* settings reach it
+    env["ENV"].setdefault("CCACHE_DIR", os.path.join(env.subst("$PROJECT_DIR"), ".pio", "ccache"))
 
 
 def configure(env, family, board_id, regions=None, flash_bytes=0):
