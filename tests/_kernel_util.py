@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +19,38 @@ ROOT = Path(__file__).resolve().parents[1]
 MCU_INC = ROOT / "mcu" / "include"
 KERNELS = ROOT / "mcu" / "src" / "kernels"
 STRICT = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-Wconversion", "-Wdouble-promotion", "-Wshadow"]
+# AddressSanitizer + UBSan build of generated code and kernels (the sanitizer tests)
+SANITIZE = [*STRICT, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 ARM_FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
 IMPLS = ("ref", "simd")
 
 
 def kernel_sources(impl: str) -> list[Path]:
     return sorted((KERNELS / impl).glob("*.c"))
+
+
+def kernel_objects(impl: str, cc: str, flags: list[str]) -> list[Path]:
+    """`impl`'s kernel sources compiled by `cc` with `flags`, once: kept under build/kernel-objs/ by
+    a key of the compiler, the flags and every source and header they can include, so each test
+    that links a generated backbone compiles only its backbone.c. Each source was always its own
+    translation unit (no LTO), so the objects are the ones a one-command build made."""
+    key = hashlib.sha256(" ".join([cc, *flags]).encode())
+    for f in sorted([*KERNELS.rglob("*"), *(ROOT / "mcu" / "src").glob("*.h"), *MCU_INC.glob("*.h")]):
+        if f.is_file():
+            key.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    out = ROOT / "build" / "kernel-objs" / f"{impl}-{Path(cc).name}-{key.hexdigest()[:16]}"
+    srcs = kernel_sources(impl)
+    objs = [out / f"{s.stem}.o" for s in srcs]
+    if not all(o.is_file() for o in objs):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+        for s in srcs:
+            subprocess.run([cc, *flags, f"-I{MCU_INC}", "-c", str(s), "-o", str(tmp / f"{s.stem}.o")], check=True)
+        try:
+            os.rename(tmp, out)            # atomic: a parallel worker's finished folder is never replaced
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return objs
 
 
 def convert(keras_model, input_shape, seed: int = 0, n_rep: int = 32) -> bytes:
@@ -78,7 +106,8 @@ class CBackbone:
                                               conv_pixels)
         lib = self.dir / "libbackbone.so"
         cmd = ["gcc", *STRICT, opt, "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{gen_dir}",
-               str(gen_dir / "backbone.c"), *map(str, kernel_sources(impl)), "-o", str(lib)]
+               str(gen_dir / "backbone.c"), *map(str, kernel_objects(impl, "gcc", [*STRICT, opt, "-fPIC"])),
+               "-o", str(lib)]
         subprocess.run(cmd, check=True, capture_output=False)
         self.lib = ctypes.CDLL(str(lib))
         self.lib.tol_backbone_invoke.restype = ctypes.c_int
@@ -215,7 +244,8 @@ def run_on_m4(tflite_path: Path, impl: str, x: np.ndarray, workdir: Path, count:
     subprocess.run(["arm-none-eabi-gcc", *ARM_FLAGS, "-std=c11", "-nostartfiles", "--specs=nano.specs",
                     f"-I{MCU_INC}", f"-I{gen}", "-T", str(workdir / "link.ld"),
                     str(workdir / "start.c"), str(workdir / "main.c"), str(gen / "backbone.c"),
-                    *map(str, kernel_sources(impl)), "-o", str(elf), "-lc", "-lgcc"], check=True)
+                    *map(str, kernel_objects(impl, "arm-none-eabi-gcc", [*ARM_FLAGS, "-std=c11", "--specs=nano.specs"])),
+                    "-o", str(elf), "-lc", "-lgcc"], check=True)
     qemu = ["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial", "none",
             "-semihosting-config", "enable=on,target=native", "-kernel", str(elf)]
     res = subprocess.run(["timeout", "120", *qemu], capture_output=True, text=True)

@@ -13,10 +13,12 @@ from _kernel_util import (
     KERNELS,
     MCU_INC,
     ROOT,
+    SANITIZE,
     STRICT,
     ModelCache,
     assert_bit_exact,
     have_arm_gcc,
+    kernel_objects,
     kernel_sources,
 )
 from tinyol.errors import TinyolError
@@ -300,8 +302,7 @@ def test_sanitizers_clean(models, tmp_path, impl):
         gen = tmp_path / name
         codegen.generate_backbone(_net(models, name), gen, name)
         exe = tmp_path / f"{name}_{impl}"
-        subprocess.run(["gcc", *STRICT, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                        f"-I{MCU_INC}", f"-I{gen}", str(main), str(gen / "backbone.c"),
-                        *map(str, kernel_sources(impl)), "-o", str(exe)], check=True)
+        subprocess.run(["gcc", *SANITIZE, f"-I{MCU_INC}", f"-I{gen}", str(main), str(gen / "backbone.c"),
+                        *map(str, kernel_objects(impl, "gcc", SANITIZE)), "-o", str(exe)], check=True)
         r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]

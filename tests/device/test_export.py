@@ -398,13 +398,14 @@ def test_committed_digits_c_backbone_matches_tflm_on_real_digits(tmp_path, impl)
     and the committed head on top of it keeps the accuracy."""
     import ctypes
 
-    from _kernel_util import MCU_INC, kernel_sources
+    from _kernel_util import MCU_INC, kernel_objects
     from tinyol.data.datasets import load_source
 
     man = json.loads((DIGITS / "manifest.json").read_text())
     lib = tmp_path / "libdigits.so"
     subprocess.run(["gcc", *STRICT, "-O1", "-shared", "-fPIC", f"-I{MCU_INC}", f"-I{DIGITS}",
-                    str(DIGITS / "backbone.c"), *map(str, kernel_sources(impl)), "-o", str(lib)],
+                    str(DIGITS / "backbone.c"), *map(str, kernel_objects(impl, "gcc", [*STRICT, "-O1", "-fPIC"])),
+                    "-o", str(lib)],
                    check=True)
     c = ctypes.CDLL(str(lib))
     c.tol_backbone_invoke.restype = ctypes.c_int

@@ -305,7 +305,7 @@ def test_new_kernels_sanitizers_clean(models, tmp_path, impl):
     out-of-bounds access, no undefined shift or overflow."""
     import subprocess
 
-    from _kernel_util import MCU_INC, STRICT, kernel_sources
+    from _kernel_util import MCU_INC, SANITIZE, kernel_objects
 
     main = tmp_path / "main.c"
     main.write_text(
@@ -321,8 +321,7 @@ def test_new_kernels_sanitizers_clean(models, tmp_path, impl):
         gen = tmp_path / name
         codegen.generate_backbone(_user_model(models, name), gen, name)
         exe = tmp_path / f"{name}_{impl}"
-        subprocess.run(["gcc", *STRICT, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                        f"-I{MCU_INC}", f"-I{gen}", str(main), str(gen / "backbone.c"),
-                        *map(str, kernel_sources(impl)), "-o", str(exe)], check=True)
+        subprocess.run(["gcc", *SANITIZE, f"-I{MCU_INC}", f"-I{gen}", str(main), str(gen / "backbone.c"),
+                        *map(str, kernel_objects(impl, "gcc", SANITIZE)), "-o", str(exe)], check=True)
         r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, (name, r.stderr[-2000:])
