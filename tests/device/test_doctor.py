@@ -1,6 +1,7 @@
 """`tinyol doctor` on every emulated target, and on deliberately broken firmware builds.
 
-Passes on the native target, in QEMU and in a real Renode (all four boards); names what is
+Passes on the native target, in QEMU and in a real Renode (all four boards: checked on the boot of
+tests/device/test_renode_real.py's per-board test); names what is
 wrong on firmware built with a wrong PLL (72 MHz while the firmware assumes 80), a wrong
 baud (TOL_BAUD 57600) or too few flash wait states (Renode's RCC refuses the switch, the
 board never boots). Broken builds are the release firmware with one -D flag
@@ -140,33 +141,6 @@ def found_renode(monkeypatch):
     if launcher is None:
         pytest.skip(SKIP_REASON)
     monkeypatch.setenv("TINYOL_RENODE", launcher)
-
-
-def _renode_doctor(board, elf, clock_seconds=0.5):
-    with emulator.start_renode(board, elf, timeout=180) as t:
-        checks, facts = run_checks(t.url, clock_seconds=clock_seconds)
-        return checks, facts, t.output()
-
-
-@pytest.mark.slow
-@renode
-@pytest.mark.parametrize("board", ["nucleo_l476rg", "nucleo_l432kc", "disco_l475vg_iot01a", "nucleo_l4r5zi"])
-def test_doctor_passes_in_renode(found_renode, firmware, board):
-    from tinyol.boards import BOARDS
-
-    fw = firmware(board, MODEL, test_build=False)
-    checks, facts, _ = _renode_doctor(board, fw.elf)
-    st = _status(checks)
-    assert "FAIL" not in st.values(), checks
-    assert st["clock tree"] == st["console baud"] == st["flash geometry"] == st["save/load"] == "ok"
-    rep = facts["board_report"]
-    assert rep["sysclk_hz"] == 80_000_000 and abs(rep["uart_baud"] - 115200) < 115200 * 0.01
-    assert rep["flash_page_bytes"] == BOARDS[board].page_bytes
-    # Renode 1.15.3 sets SSUB8's GE flags wrongly (docs/renode.md): named, and routed around
-    from test_cpu_instructions import renode_version
-    detail = next(c.detail for c in checks if c.name == "core self-test")
-    if renode_version() == "1.15.3":
-        assert st["core self-test"] == "ok" and "SSUB8+SEL" in detail and "portable path" in detail, detail
 
 
 def _wire(t) -> dict[str, int]:
