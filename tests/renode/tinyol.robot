@@ -37,17 +37,14 @@ NUCLEO-L476RG Boots
     nucleo_l476rg           sysbus.usart2      3461
 
 NUCLEO-L432KC Boots
-    [Tags]    full
     [Template]    Firmware Boots And Answers INFO
     nucleo_l432kc           sysbus.usart2      3462
 
 B-L475E-IOT01A Boots
-    [Tags]    full
     [Template]    Firmware Boots And Answers INFO
     disco_l475vg_iot01a     sysbus.usart1      3463
 
 NUCLEO-L4R5ZI Boots
-    [Tags]    full
     [Template]    Firmware Boots And Answers INFO
     nucleo_l4r5zi           sysbus.lpuart1     3464
 
