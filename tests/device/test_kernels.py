@@ -210,7 +210,9 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
-    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu", "dw_in1_dm8_10x8_s2", "dw_dm4_c3_s2"):
+    # dw_3x3_stride2_relu6: a 5 x 5 map with border on all sides, on the depthwise small-map path
+    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "dw_3x3_stride2_relu6", "conv_1x1_96ch_relu",
+                 "dw_in1_dm8_10x8_s2", "dw_dm4_c3_s2"):
         path = _model(models, name)
         x = random_inputs(CASES[name][1], 3, seed=7)
         want = codegen.run_tflm(path, x).reshape(3, -1)
