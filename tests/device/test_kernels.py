@@ -150,6 +150,54 @@ def test_bit_exact_sweep(models, cwork, name, impl):
     assert_bit_exact(_model(models, name), impl, cwork, n=24)
 
 
+# ----------------------------------------------------------------------------- ADD, narrow clamp
+
+def _narrow_add(models):
+    """add_residual (6 x 6 x 8 = 288 elements: the SIMD kernel's tabulated path) with its ADD's
+    fused activation set to RELU_N1_TO_1 in the flatbuffer: a clamp to [-1, 1] in real units,
+    narrow at both ends of the int8 range. The converter never writes a narrow clamp for an
+    ADD (it sizes a ReLU'd ADD's output to the activation's range, so the clamp is
+    [-128, 127]); TFLM's runtime computes the edited model as it stands, and stays the oracle."""
+    import flatbuffers
+    from tinyol.model.tflite import schema
+
+    path = models.root / "add_n1_to_1.tflite"
+    if path.exists():
+        return path
+    s = schema()
+    mt = s.ModelT.InitFromPackedBuf(bytearray(_model(models, "add_residual").read_bytes()), 0)
+    g = mt.subgraphs[0]
+    add_code = [i for i, c in enumerate(mt.operatorCodes)
+                if max(c.builtinCode, c.deprecatedBuiltinCode) == s.BuiltinOperator.ADD]
+    adds = [op for op in g.operators if op.opcodeIndex in add_code]
+    assert len(adds) == 1 and adds[0].builtinOptions.fusedActivationFunction == s.ActivationFunctionType.NONE
+    adds[0].builtinOptions.fusedActivationFunction = s.ActivationFunctionType.RELU_N1_TO_1
+    b = flatbuffers.Builder(1024)
+    b.Finish(mt.Pack(b), file_identifier=b"TFL3")
+    path.write_bytes(bytes(b.Output()))
+    return path
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_add_narrow_clamp_bit_exact(models, cwork, impl):
+    """The ADD kernels' clamp to a narrow activation range (lo > -128, hi < 127: the SIMD
+    table path's clamped loop) equals TFLM bit for bit, on inputs that reach both ends."""
+    import re
+
+    cb = assert_bit_exact(_narrow_add(models), impl, cwork, n=12)
+    src = (cb.gen_dir / "backbone.c").read_text()
+    m = re.search(r"tol_add_params_t \w+ = \{\s*\.size = (\d+),.*?\.act_min = (-?\d+), \.act_max = (-?\d+),",
+                  src, re.S)
+    assert m, "no ADD parameters in the generated C"
+    size, lo, hi = (int(v) for v in m.groups())
+    assert size >= 256 and lo > -128 and hi < 127, (size, lo, hi)
+    from _kernel_util import random_inputs
+    from tinyol.model import codegen
+
+    want = codegen.run_tflm(cb.tflite_path, random_inputs(cb.info.input_shape, 12, 1))
+    assert (want == lo).mean() > 0.05 and (want == hi).mean() > 0.05  # reached, not merely configured
+
+
 # ----------------------------------------------------------------------------- on Cortex-M4 (QEMU)
 
 @pytest.mark.slow
@@ -162,7 +210,9 @@ def test_cortex_m4_bit_exact_and_faster(models, tmp_path):
 
     if not have_qemu_m4():
         pytest.skip("arm-none-eabi-gcc or qemu-system-arm missing")
-    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "conv_1x1_96ch_relu", "dw_in1_dm8_10x8_s2", "dw_dm4_c3_s2"):
+    # dw_3x3_stride2_relu6: a 5 x 5 map with border on all sides, on the depthwise small-map path
+    for name in ("conv_3x3_same_relu", "dw_3x3_same_tiny", "dw_3x3_stride2_relu6", "conv_1x1_96ch_relu",
+                 "dw_in1_dm8_10x8_s2", "dw_dm4_c3_s2"):
         path = _model(models, name)
         x = random_inputs(CASES[name][1], 3, seed=7)
         want = codegen.run_tflm(path, x).reshape(3, -1)

@@ -813,25 +813,28 @@ typedef struct {
     const int32_t *mult, *shift;   /* this block's per-channel requantization */
 } tol_dw_blk_t;
 
-static inline __attribute__((always_inline)) void tol_dw_store4_(const tol_dw_blk_t *k, const int32_t a[4],
-                                                                 int8_t *out)
+/* The 4 sums by value: a caller's accumulators stay registers (an array passed by
+ * address would keep them in memory). */
+static inline __attribute__((always_inline)) void tol_dw_store4_(const tol_dw_blk_t *k, int32_t a0, int32_t a1,
+                                                                 int32_t a2, int32_t a3, int8_t *out)
 {
     if (k->fast && k->lo == -128 && k->hi == 127) {
         const int32_t zp = k->zp;
-        out[0] = (int8_t)tol_ssat8(tol_rq_apply_(a[0], &k->q[0]) + zp);
-        out[1] = (int8_t)tol_ssat8(tol_rq_apply_(a[1], &k->q[1]) + zp);
-        out[2] = (int8_t)tol_ssat8(tol_rq_apply_(a[2], &k->q[2]) + zp);
-        out[3] = (int8_t)tol_ssat8(tol_rq_apply_(a[3], &k->q[3]) + zp);
+        out[0] = (int8_t)tol_ssat8(tol_rq_apply_(a0, &k->q[0]) + zp);
+        out[1] = (int8_t)tol_ssat8(tol_rq_apply_(a1, &k->q[1]) + zp);
+        out[2] = (int8_t)tol_ssat8(tol_rq_apply_(a2, &k->q[2]) + zp);
+        out[3] = (int8_t)tol_ssat8(tol_rq_apply_(a3, &k->q[3]) + zp);
         return;
     }
     if (k->fast) {
         const int32_t zp = k->zp, lo = k->lo, hi = k->hi;
-        out[0] = (int8_t)tol_clamp_(tol_rq_apply_(a[0], &k->q[0]) + zp, lo, hi);
-        out[1] = (int8_t)tol_clamp_(tol_rq_apply_(a[1], &k->q[1]) + zp, lo, hi);
-        out[2] = (int8_t)tol_clamp_(tol_rq_apply_(a[2], &k->q[2]) + zp, lo, hi);
-        out[3] = (int8_t)tol_clamp_(tol_rq_apply_(a[3], &k->q[3]) + zp, lo, hi);
+        out[0] = (int8_t)tol_clamp_(tol_rq_apply_(a0, &k->q[0]) + zp, lo, hi);
+        out[1] = (int8_t)tol_clamp_(tol_rq_apply_(a1, &k->q[1]) + zp, lo, hi);
+        out[2] = (int8_t)tol_clamp_(tol_rq_apply_(a2, &k->q[2]) + zp, lo, hi);
+        out[3] = (int8_t)tol_clamp_(tol_rq_apply_(a3, &k->q[3]) + zp, lo, hi);
         return;
     }
+    const int32_t a[4] = {a0, a1, a2, a3};
     for (int32_t j = 0; j < 4; ++j) {
         out[j] = tol_requant1_(a[j], k->mult[j], k->shift[j], k->zp, k->lo, k->hi);
     }
@@ -859,7 +862,7 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_dw3x3_run4_(const tol_dw_b
         tol_dw_tap4_(r, w + 12, off2, a);
         tol_dw_tap4_(r + x_tap, w + 14, off2, a);
         tol_dw_tap4_(r + 2 * x_tap, w + 16, off2, a);
-        tol_dw_store4_(k, a, out);
+        tol_dw_store4_(k, a[0], a[1], a[2], a[3], out);
     }
 }
 
@@ -892,7 +895,7 @@ static inline __attribute__((always_inline)) void tol_dw_px4_(const tol_dw_blk_t
             break;
         }
     }
-    tol_dw_store4_(k, a, out);
+    tol_dw_store4_(k, a[0], a[1], a[2], a[3], out);
 }
 
 /* n pixels with the same valid tap window [ky0, ky1) x [kx0, kx1) (a border
@@ -909,10 +912,11 @@ static TOL_SIMD_FN __attribute__((noinline)) void tol_dw_run4_(const tol_dw_blk_
     }
 }
 
-/* Small maps that are mostly border (e.g. 3x3 with "same" padding): every
- * pixel's valid tap window is worked out once per layer (tol_dw_pix_t), and
+/* Small maps (up to 6 x 6 pixels, or mostly border like 3x3 with "same" padding):
+ * every pixel's valid tap window is worked out once per layer (tol_dw_pix_t), and
  * each block of 4 channels runs the whole map in one call. */
 #define TOL_DW_SMALL_MAX_PX 64
+#define TOL_DW_SMALL_ANY_PX 36 /* maps up to this many pixels take the small path whatever their border */
 
 typedef struct {
     int32_t x;         /* input offset of the first valid tap (channel 0) */
@@ -984,10 +988,14 @@ static TOL_SIMD_FN void tol_dw_taps_(const tol_conv_params_t *p, const int8_t *i
     if (oy_hi < oy_lo) {
         oy_hi = oy_lo;
     }
-    /* small maps that are mostly border (interior under a quarter) go pixel by pixel */
+    /* small maps go pixel by pixel: up to 6 x 6 pixels, or mostly border (interior under a
+     * quarter). The border runs, corner calls and short interior runs of the other path then
+     * cost more than the per-pixel window: on MobileNet's 6 x 6 maps the small path's one
+     * loop stays in the ART's 1 KB instruction cache, those four functions do not. */
     tol_dw_pix_t pix[TOL_DW_SMALL_MAX_PX];
     const int32_t n_px = out_h * out_w;
-    const int small = n_px <= TOL_DW_SMALL_MAX_PX && 4 * (oy_hi - oy_lo) * (ox_hi - ox_lo) < n_px;
+    const int small = n_px <= TOL_DW_SMALL_MAX_PX &&
+                      (n_px <= TOL_DW_SMALL_ANY_PX || 4 * (oy_hi - oy_lo) * (ox_hi - ox_lo) < n_px);
     if (small) {
         tol_dw_pix_t *q = pix;
         for (int32_t oy = 0; oy < out_h; ++oy) {
