@@ -13,7 +13,9 @@ The source tree is the pruned TFLM + CMSIS-NN subset in ``../shared/tflm/``
 inside it: sources per build, include dirs, defines and flags as TFLM's own
 Makefile uses them for cortex_m_generic cortex-m4+fp release. No TFLM code
 is copied into the repository; the built libraries are cached under
-``build/tflm/`` (compiling 315 files takes minutes).
+``build/tflm/``. Only the files a model's operators need are compiled (160 of the 315
+for digits), with TFLM's flatbuffer schema read from a precompiled header: about a
+minute of CPU, about three without it.
 
 C++ without libstdc++: Debian's arm-none-eabi toolchain ships no C++ library
 (its libstdc++ package is 1.5 GB). TFLM needs only header-only parts of it
@@ -33,6 +35,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -230,16 +233,17 @@ HARNESS_OPS: dict[str, tuple[str, str]] = {
     "FILL": ("AddFill", "fill"),
 }
 HARNESS_KERNELS = tuple(sorted({stem for _, stem in HARNESS_OPS.values()}))
-# kernels whose files use another kernel's common code (depthwise_conv_common.cc names conv's
-# tensor indices): a depthwise-only model needs conv_common too
-_KERNEL_NEEDS = {"depthwise_conv": ("conv",)}
 _KERNEL_SUPPORT = ("kernel_util", "runtime_shape", "portable_tensor_utils", "tensor_ctypes", "common",
                    "quantization_util", "tensor_utils", "micro_tensor_utils")
-
-
 # files a kernel needs beyond its own: depthwise_conv_common.cc uses conv_common.cc's tensor
 # indices (kConvBiasTensor ...): a depthwise-only model (micro_speech) did not link without it
 _KERNEL_NEEDS = {"depthwise_conv": ("conv_common",)}
+# TFLM files the harness never links (mcu/bench/tflm_main.cc times operators itself and sets no
+# target up): the test-only context, TFLM's profiler and its clock, hexdump, the offline-plan
+# shim and the legacy error reporter. Skipping them saves a third of a build's C++ compiles;
+# were one needed after all, the harness link would name the missing symbol.
+_HARNESS_UNUSED = ("fake_micro_context", "micro_profiler", "micro_time", "hexdump", "system_setup",
+                   "non_persistent_buffer_planner_shim", "error_reporter")
 
 
 def model_ops(tflite: bytes) -> list[str]:
@@ -261,7 +265,8 @@ def harness_sources(tree: Tree, variant: str, kernels: tuple[str, ...] = HARNESS
     keep = []
     for s in tree.sources(variant):
         name = s.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        if s.startswith("tflm/signal/") or name.startswith(("test_helper", "mock_", "recording_")):
+        if (s.startswith("tflm/signal/") or name.startswith(("test_helper", "mock_", "recording_"))
+                or name in _HARNESS_UNUSED):
             continue
         if "/micro/kernels/" in s:
             stem = name.removesuffix("_common")
@@ -271,12 +276,42 @@ def harness_sources(tree: Tree, variant: str, kernels: tuple[str, ...] = HARNESS
         keep.append(s)
     return keep
 
-def _compile_cmd(tree: Tree, variant: str, src: str, obj: Path, cxx_inc: list[str]) -> list[str]:
-    common = [*tree.defines(variant), *tree.includes(variant), tree.opt(src), "-c", str(tree.root / src),
-              "-o", str(obj)]
+def _compile_cmd(tree: Tree, variant: str, src: str, obj: Path, cxx_inc: list[str],
+                 pch: dict[str, Path] | None = None) -> list[str]:
+    opt = tree.opt(src)
+    common = [*tree.defines(variant), *tree.includes(variant), opt, "-c", str(tree.root / src), "-o", str(obj)]
     if src.endswith((".cc", ".cpp")):
-        return [_tool("arm-none-eabi-g++"), *tree.sections["cxx_flags"], *cxx_inc, *common]
+        first = ["-include", str(pch[opt])] if pch and opt in pch else []
+        return [_tool("arm-none-eabi-g++"), *tree.sections["cxx_flags"], *cxx_inc, *first, *common]
     return [_tool("arm-none-eabi-gcc"), *tree.sections["c_flags"], *common]
+
+
+# TFLM's flatbuffer schema: parsing it is ~4 of the ~4.5 s each of TFLM's C++ files takes to compile
+_PCH_HEADER = "tensorflow/lite/schema/schema_generated.h"
+_PCH_MIN_FILES = 10     # making a precompiled header costs ~5 files of what it saves per file
+
+
+def _precompiled_schema(tree: Tree, variant: str, srcs: list[str], work: Path, cxx_inc: list[str]) -> dict:
+    """{optimisation flag: header} for the optimisation levels with enough C++ files to compile: a
+    header that includes the schema, precompiled beside it (g++ reads header.gch in its place).
+    g++ checks the .gch against the flags and falls back to the text when they differ. The code is
+    the same either way: the 79 C++ files of the full harness gave the same object bytes, debug
+    sections aside (measured once, session 11), and tests/device/test_tflm_bench.py holds TFLM's
+    instruction count to the independent anchor."""
+    levels = [tree.opt(s) for s in srcs if s.endswith((".cc", ".cpp"))]
+
+    def make(opt):
+        d = work / f"pch{opt}"
+        d.mkdir(parents=True, exist_ok=True)
+        header = d / "tflm_schema.h"
+        header.write_text(f'#include "{_PCH_HEADER}"\n')
+        cmd = [_tool("arm-none-eabi-g++"), *tree.sections["cxx_flags"], *cxx_inc, *tree.defines(variant),
+               *tree.includes(variant), opt, "-x", "c++-header", str(header), "-o", str(header) + ".gch"]
+        return opt, header if subprocess.run(cmd, capture_output=True).returncode == 0 else None
+
+    wanted = [o for o in sorted(set(levels)) if levels.count(o) >= _PCH_MIN_FILES]
+    with ThreadPoolExecutor(max(1, len(wanted))) as ex:
+        return {opt: h for opt, h in ex.map(make, wanted) if h is not None}
 
 
 def build_library(tree: Tree, variant: str, *, ops: Iterable[str] | None = None, jobs: int | None = None,
@@ -287,14 +322,14 @@ def build_library(tree: Tree, variant: str, *, ops: Iterable[str] | None = None,
     cache = cache or project_dir() / "build" / "tflm"
     stems = HARNESS_KERNELS if ops is None else tuple(sorted(
         {HARNESS_OPS[o][1] for o in ops} | {n for o in ops for n in _KERNEL_NEEDS.get(HARNESS_OPS[o][1], ())}))
-    # keyed by the tree's SOURCES.txt, the toolchain and the kernel set
-    kernels = hashlib.sha256(" ".join(stems).encode()).hexdigest()[:8]
+    # keyed by the tree's SOURCES.txt, the toolchain and the files compiled
+    srcs = harness_sources(tree, variant, stems)
+    kernels = hashlib.sha256(" ".join(srcs).encode()).hexdigest()[:8]
     out = cache / f"lib-{tree.digest}-{_toolchain_id()}-{kernels}" / variant
     lib = out / f"libtflm_{variant}.a"
     if lib.is_file():
         return lib
     cxx_inc = cxx_system_includes()
-    srcs = harness_sources(tree, variant, stems)
     # objects depend on the source and the flags only: one folder for every kernel set, so a
     # second model's library compiles just the kernels the first did not need
     obj_dir = cache / f"obj-{tree.digest}-{_toolchain_id()}" / variant
@@ -305,17 +340,23 @@ def build_library(tree: Tree, variant: str, *, ops: Iterable[str] | None = None,
     echo(f"  building TFLM ({variant} kernels): {len(todo)} of {len(srcs)} files to compile "
          f"({len(tree.sources(variant))} in the tree), cached in {out}")
 
-    def one(item):
-        s, o = item
-        tmp = o.with_suffix(".tmp.o")
-        r = subprocess.run(_compile_cmd(tree, variant, s, tmp, cxx_inc), capture_output=True, text=True)
-        if r.returncode != 0:
-            return f"{s}: {r.stderr.strip()[-800:]}"
-        tmp.rename(o)
-        return None
+    pch_dir = Path(tempfile.mkdtemp(prefix="pch-", dir=obj_dir))   # ~250 MB per level: removed after
+    try:
+        pch = _precompiled_schema(tree, variant, [s for s, _ in todo], pch_dir, cxx_inc)
 
-    with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as ex:
-        errors = [e for e in ex.map(one, todo) if e]
+        def one(item):
+            s, o = item
+            tmp = o.with_suffix(".tmp.o")
+            r = subprocess.run(_compile_cmd(tree, variant, s, tmp, cxx_inc, pch), capture_output=True, text=True)
+            if r.returncode != 0:
+                return f"{s}: {r.stderr.strip()[-800:]}"
+            tmp.rename(o)
+            return None
+
+        with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as ex:
+            errors = [e for e in ex.map(one, todo) if e]
+    finally:
+        shutil.rmtree(pch_dir, ignore_errors=True)
     if errors:
         raise TinyolError(f"TFLM did not compile ({len(errors)} files): {errors[0]}",
                           hint="check the toolchain (arm-none-eabi-gcc 12) and the tree's SOURCES.txt")
