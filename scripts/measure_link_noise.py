@@ -71,6 +71,8 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
             stop.cancel()
         out["stopped"] = s is None or s.interrupted
         out["device_seen"] = None
+        pipe = getattr(st, "pipeline", None)
+        out["pipeline"] = vars(pipe.stats).copy() if pipe is not None else None
         if st is not None:
             px.enabled = False
             try:
