@@ -157,6 +157,7 @@ class Pipeline:
         self._by_seq: dict[int, _Pending] = {}
         self._boot_lines = len(link.boot_lines)
         self._owed = 0            # frames sent whose answer (a reply or a damage report) has not come
+        self._deferred: tuple[_Pending, int, float] | None = None  # a damage resend put off: (q, its copy, when)
         self.completed = 0        # requests delivered to the caller (data, not control)
 
     # -- sending
@@ -273,13 +274,31 @@ class Pipeline:
         flips). What damage does not resend, the timer (:meth:`_timeouts`) does."""
         for q in self._queue:
             if not q.done:
-                if since - q.t_last >= self._copy_time(q) and self._answered(q):
-                    q.damaged = True
-                    self.stats.resend_damage += 1
-                    self._transmit(q)
-                else:
-                    self.stats.damage_held += 1
+                if since < q.t_last or not self._answered(q):
+                    self.stats.damage_held += 1   # an older copy's answer: this one's is to come
+                elif since - q.t_last >= self._copy_time(q):
+                    self._damage_resend(q)
+                else:   # sooner than its copy's time: resend at that time (paced, not dropped:
+                    self.stats.damage_held += 1   # nothing else might come but the timer)
+                    self._deferred = (q, q.last_tx, q.t_last + self._copy_time(q))
                 return
+
+    def _damage_resend(self, q: _Pending) -> None:
+        q.damaged = True
+        self.stats.resend_damage += 1
+        self._deferred = None
+        self._transmit(q)
+
+    def _run_deferred(self) -> None:
+        """The damage resend :meth:`_resend_oldest` put off, once its time has come (if no copy
+        went out since)."""
+        if self._deferred is None:
+            return
+        q, tx, due = self._deferred
+        if q.done or q.last_tx != tx:
+            self._deferred = None
+        elif time.monotonic() >= due:
+            self._damage_resend(q)
 
     def _answered(self, q: _Pending) -> bool:
         """Has the answer to `q`'s last copy come? The device answers each frame it receives
@@ -309,8 +328,13 @@ class Pipeline:
 
     def _copy_time(self, q: _Pending) -> float:
         """How long after its last copy went out damage can be that copy's answer: its wire
-        time and half the smoothed reply time (none before a reply was timed)."""
-        return self._wire_time(q) + 0.5 * (self._srtt or 0.0)
+        time and half the smoothed reply time (before the pipeline timed a reply of its own:
+        the link's, from the requests before the stream, Link.request; none before any). With
+        it no two copies of the oldest request travel within half a round trip of each other,
+        so at most two are on the way whatever :meth:`_answered` was told by a damaged frame
+        that split in two (counted as two answers)."""
+        rtt = self._srtt if self._srtt is not None else self.link.stats.reply_time
+        return self._wire_time(q) + 0.5 * (rtt or 0.0)
 
     def _rtt_sample(self, p: _Pending) -> None:
         """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
@@ -366,6 +390,9 @@ class Pipeline:
             else:
                 return  # no room in the device's cache yet: the timeout resends, then we retry
         if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_ORDER:
+            if p.attempts == 1:  # a round trip all the same (short: at 5 % flips the one
+                p.latency = time.monotonic() - p.t_first   # reply that often comes through whole)
+                self._rtt_sample(p)
             self._go_back(p)  # refused, not executed: an earlier request is missing
             return
         p.done, p.reply = True, f
@@ -475,7 +502,8 @@ class Pipeline:
         deadline = time.monotonic() + wait
         link = self.link
         while True:
-            data = link.read(deadline - time.monotonic())
+            due = self._deferred[2] if self._deferred is not None else deadline
+            data = link.read(min(deadline, due) - time.monotonic())
             if data:
                 self._last_rx = time.monotonic()
                 g = link.stats.garbage_frames
@@ -490,6 +518,7 @@ class Pipeline:
                 if damaged:
                     self._resend_oldest(self._last_rx)
                 self._check_lines()
+            self._run_deferred()
             if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
                 break
         self._timeouts()
