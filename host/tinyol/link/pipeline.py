@@ -103,7 +103,7 @@ class PipelineStats:
     resend_damage: int = 0    # resent at once because a damaged frame came back
     damage_held: int = 0      # damaged frames that found the oldest request's copy still in flight
     answers: int = 0          # frames received, whole or damaged (each answers one frame sent)
-    resend_quiet: int = 0     # resent after a measured round trip of quiet on a damaging link (:meth:`Pipeline._overdue`)
+    resend_quiet: int = 0     # resent after a quiet of measured round trips (Pipeline._overdue)
     resend_gap: int = 0       # resent because the device refused it as out of order (ERR_ORDER)
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
@@ -268,8 +268,9 @@ class Pipeline:
         """A damaged frame arrived (from the device, or reported by it): the oldest
         unanswered request's exchange is the likeliest casualty. Resend it (fast retransmit
         on evidence; an unneeded resend is answered from the device's cache), within a
-        budget: only once its last copy can have been answered (:meth:`_copy_time`), so one
-        copy is in flight. Damage seen sooner belongs to an older copy, and one damaged copy
+        budget: only once the answer to its last copy came (:meth:`_answered`, counted in
+        frames) and not sooner than half a round trip after it (:meth:`_copy_time`; sooner: put
+        off to then), so one copy is in flight. Damage seen sooner belongs to an older copy, and one damaged copy
         often draws several damage notices (a flipped delimiter splits it); resending on
         every one put a further copy on the line for each, every copy drew more damage, and
         a noisy link was flooded (issue 34: 570,199 resends for 30 samples at 5 % bit
@@ -310,12 +311,11 @@ class Pipeline:
     def _overdue(self) -> _Pending | None:
         """The oldest request, when its last copy was a damage resend whose answer may be lost
         (the noise swallowed it: a flipped delimiter merges two frames), after a measured round
-        trip: resent once after four round trips of quiet rather than the resend timeout's
+        trip: resent once after 8 round trips of quiet rather than the resend timeout's
         floor (RTO_MIN, 200 times a socket's round trip; a sample at 5 % flips takes ~280
         copies, and 1 in ~10 answers is swallowed). Once per quiet: a second goes to the timer,
         which counts silence (:meth:`_timeouts`)."""
-        rtt = self._srtt if self._srtt is not None else self.link.stats.reply_time
-        if rtt is None:
+        if self._rtt() is None:
             return None
         for q in self._queue:
             if not q.done:
@@ -323,8 +323,16 @@ class Pipeline:
         return None
 
     def _overdue_at(self, q: _Pending) -> float:
-        rtt = self._srtt if self._srtt is not None else self.link.stats.reply_time
-        return max(q.t_last, self._last_rx) + 8 * (rtt or 0.0) + 2 * self._wire_time(q)
+        return max(q.t_last, self._last_rx) + 8 * (self._rtt() or 0.0) + 2 * self._wire_time(q)
+
+    def _rtt(self) -> float | None:
+        """The round trip as measured: the smoothed reply time, or before the pipeline timed a
+        reply of its own the link's (its last request before the stream, Link.request; at most
+        the timeout: a slow request such as SAVE says nothing of the line); None before any."""
+        if self._srtt is not None:
+            return self._srtt
+        r = self.link.stats.reply_time
+        return None if r is None else min(r, self.timeout)
 
     def _answered(self, q: _Pending) -> bool:
         """Has the answer to `q`'s last copy come? The device answers each frame it receives
@@ -334,8 +342,9 @@ class Pipeline:
         one copy of the oldest request on the way (on a socket without a rate the copy's time is
         0, and every damage notice was a further copy: issue 34's 1.41 M resends for 30 samples
         at 5 % flips). A frame the noise swallowed (a flipped delimiter merges two) leaves an
-        answer owed: the timer resends then (:meth:`_timeouts`); one it splits counts twice: one
-        extra copy, itself counted."""
+        answer owed: resent after a quiet (:meth:`_overdue`) or by the timer; one it splits
+        counts twice (one copy early: :meth:`_copy_time` keeps it from becoming a second chain
+        of copies)."""
         return self.stats.answers - q.rx_mark > q.owed_before
 
     def _answer(self, n: int) -> None:
@@ -354,13 +363,11 @@ class Pipeline:
 
     def _copy_time(self, q: _Pending) -> float:
         """How long after its last copy went out damage can be that copy's answer: its wire
-        time and half the smoothed reply time (before the pipeline timed a reply of its own:
-        the link's, from the requests before the stream, Link.request; none before any). With
+        time and half the measured round trip (:meth:`_rtt`; none before any). With
         it no two copies of the oldest request travel within half a round trip of each other,
         so at most two are on the way whatever :meth:`_answered` was told by a damaged frame
         that split in two (counted as two answers)."""
-        rtt = self._srtt if self._srtt is not None else self.link.stats.reply_time
-        return self._wire_time(q) + 0.5 * (rtt or 0.0)
+        return self._wire_time(q) + 0.5 * (self._rtt() or 0.0)
 
     def _rtt_sample(self, p: _Pending) -> None:
         """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
