@@ -9,9 +9,9 @@ delivered, resends (every request's, the opening INFO and STATS too), bytes the 
 both ways, bytes per delivered sample, wall time (docs/reliability.md,
 "Noise overhead"). Usage, from the checkout's root:
 
-    PYTHONPATH=host:studies:tests python scripts/measure_link_noise.py [FLIP:BAUD ...]
+    PYTHONPATH=host:studies:tests python scripts/measure_link_noise.py [FLIP:BAUD[:told] ...]
 
-(default 0:115200 0.01:115200 0.05:115200 0.05:0, 0 baud = a socket without a rate).
+(`told`: the host is told the baud, as of a tty; default 0:115200 0.01:115200 0.05:115200 0.05:0, 0 baud = a socket without a rate).
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ N = 30
 
 
 def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
-            patience: float = 300.0, seconds: float = 300.0) -> dict:
+            patience: float = 300.0, seconds: float = 300.0, told: bool = False) -> dict:
     """One stream of `n` samples at `flip` per byte and `baud` (0: no rate), stopped as
-    Ctrl-C stops it after `seconds` (the samples answered by then are the delivered ones)."""
+    Ctrl-C stops it after `seconds` (the samples answered by then are the delivered ones);
+    `told`: the host is told the baud (as of a tty: `Stream(baud=)`)."""
     import _thread
     import threading
 
@@ -59,7 +60,8 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
         try:
             dev = Device.open(px.url, timeout=0.2, patience=patience)
             # the host sees a socket (as through a serial-to-network bridge): no rate told
-            st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience)
+            st = Stream(dev, load_manifest(MODEL), window=4, timeout=0.2, patience=patience,
+                        baud=baud if told and baud else None)
             rows = ((i, X[j], int(y[j])) for i, j in enumerate(order))
             s = st.run(noisy_rows(px, rows), on_record=quiet_after(px, st.records, n))
         except TinyolError as e:
@@ -71,6 +73,8 @@ def measure(program, flip: float, baud: int, *, n: int = N, seed: int = 5,
             stop.cancel()
         out["stopped"] = s is None or s.interrupted
         out["device_seen"] = None
+        pipe = getattr(st, "pipeline", None)
+        out["pipeline"] = vars(pipe.stats).copy() if pipe is not None else None
         if st is not None:
             px.enabled = False
             try:
@@ -100,11 +104,12 @@ def main(argv: list[str]) -> None:
     program = native_program()
     print("| flips per byte | baud | delivered | resends | bytes | bytes/sample | s |")
     print("|--:|--:|--:|--:|--:|--:|--:|")
-    for flip, baud in cases:
-        m = measure(program, float(flip), int(baud))
+    for flip, baud, *told in cases:
+        m = measure(program, float(flip), int(baud), told=told == ["told"])
         note = f" ({m['error']})" if m["error"] else " (stopped at 300 s)" if m["stopped"] else ""
         note += f" device learned {m['device_seen']}" if m["device_seen"] is not None else ""
-        print(f"| {float(flip):.0%} | {int(baud) or 'socket'} | {m['delivered']}/{m['n']} | "
+        line = f"{baud} (host told)" if told == ["told"] else int(baud) or "socket"
+        print(f"| {float(flip):.0%} | {line} | {m['delivered']}/{m['n']} | "
               f"{m['resends'] if m['resends'] is None else format(m['resends'], ',')} | "
               f"{m['bytes']:,} | {m['bytes_per_sample']:,.0f} | "
               f"{m['seconds']:.0f} |{note}", flush=True)

@@ -172,10 +172,10 @@ class _Line:
 
 def noisy_rows(px: FaultProxy, rows):
     """The rows of a stream through `px` with the faults on from the first sample (the
-    opening INFO and STATS go clean: a 190-byte STATS reply comes through whole at 5 %
-    flips per byte ~1 time in 20,000, 0.95^190, so no stream starts on such a line whatever
-    the resend policy; what is measured is the samples' exchanges). Open the device with
-    ``px.enabled = False``."""
+    opening INFO and STATS go clean, so what is measured is the samples' exchanges; with the
+    faults from the first byte: tests/device/test_link_noise.py's `test_a_stream_starts_...`,
+    where the whole STATS reply, ~200 bytes, came through at 5 % flips ~1 time in 20,000 and
+    its short form comes through ~1 in 40). Open the device with ``px.enabled = False``."""
     for row in rows:
         px.enabled = True
         yield row

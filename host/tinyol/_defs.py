@@ -5,6 +5,9 @@ import enum
 VERSION = 1
 #: TOL_PROTO_RX_AHEAD: bytes a host may send beyond its oldest unanswered request
 RX_AHEAD = 2048
+#: TOL_PROTO_STATS_SHORT: STATS' request byte for the short form, its reply's length
+STATS_SHORT = 1
+STATS_SHORT_BYTES = 60
 
 
 class Status(enum.IntEnum):

@@ -28,6 +28,12 @@
  * this many bytes on the way beyond its oldest unanswered request (docs/protocol.md, "Flow");
  * more are lost on a UART while the device computes (issue 34: 27 KB inputs). */
 #define TOL_PROTO_RX_AHEAD 2048u
+/* STATS' short form (docs/protocol.md, STATS): a request payload of this one byte asks for the
+ * reply's first TOL_PROTO_STATS_SHORT_BYTES bytes only (link counters and the learner's counters,
+ * no per-class counts or blocks): what a session needs to begin, short enough to come through a
+ * noisy line (issue 34: ~190 bytes came through whole at 5 % bit flips 1 time in 20,000). */
+#define TOL_PROTO_STATS_SHORT 1u
+#define TOL_PROTO_STATS_SHORT_BYTES 60u
 
 /* X(name, code, description) */
 #define TOL_MSG_LIST(X)                                                            \

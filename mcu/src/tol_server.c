@@ -162,7 +162,8 @@ static tol_status_t tol_server_on_info(tol_server_t *app, const tol_frame_t *req
 
 static tol_status_t tol_server_on_stats(tol_server_t *app, const tol_frame_t *req, uint16_t *len)
 {
-    TOL_CHECK(req->length == 0u, TOL_ERR_LENGTH);
+    TOL_CHECK(req->length <= 1u, TOL_ERR_LENGTH);
+    TOL_CHECK(req->length == 0u || req->payload[0] == (uint8_t)TOL_PROTO_STATS_SHORT, TOL_ERR_ARG);
     uint8_t *p = tol_server_reply_buf(app);
     tol_put_u32(p + 0, app->link.frames_ok);
     tol_put_u32(p + 4, app->link.frames_bad);
@@ -170,6 +171,9 @@ static tol_status_t tol_server_on_stats(tol_server_t *app, const tol_frame_t *re
     tol_put_u32(p + 12, app->link.rx_overflows);
     tol_put_u32(p + 16, tol_hal_uart_errors());
     *len = (uint16_t)(20u + app->model->stats(p + 20, (uint16_t)(TOL_SERVER_MAX_REPLY - 20u)));
+    if (req->length == 1u && *len > TOL_PROTO_STATS_SHORT_BYTES) {
+        *len = (uint16_t)TOL_PROTO_STATS_SHORT_BYTES;  /* the short form: the counters only */
+    }
     return TOL_OK;
 }
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._defs import SETTING_TYPE, Msg, Setting
+from .._defs import SETTING_TYPE, STATS_SHORT, Msg, Setting, Status
 from ..errors import TinyolError
 from ..model.folder import quantize  # noqa: F401  (tinyol.link.device.quantize, as before)
-from .protocol import Info, Link
+from .protocol import DeviceError, Info, Link
 
 INPUT_INT8, INPUT_FLOAT32 = 0, 1
 FLAG_LEARNED, FLAG_NEW_CLASS, FLAG_ANOMALY = 0x01, 0x02, 0x04
@@ -77,7 +77,8 @@ class Stats:
         v = struct.unpack_from("<4I4Hf3I", p, 20)
         cyc = [None if c == CYCLES_INVALID else c for c in v[9:12]]
         n = (len(p) - 60) // 4 if classes is None else classes
-        counts = list(struct.unpack_from(f"<{n}I", p, 60)) if n else []
+        # STATS' short form (Device.stats(short=True)) ends before the class counts: None
+        counts = None if len(p) < 60 + 4 * n else list(struct.unpack_from(f"<{n}I", p, 60)) if n else []
         persist = record = None
         if classes is not None and len(p) >= 60 + 4 * n + PersistStats.SIZE:
             persist = PersistStats.parse(p[60 + 4 * n:])
@@ -231,6 +232,7 @@ class Device:
         # the handshake does not wait a slow request's timeout (e.g. SAVE's 30 s): a port
         # without a tinyol device behind it is named within seconds
         self.info: Info = link.info(timeout=min(link.timeout, 0.5))
+        self._short_stats: bool | None = None  # does the firmware know STATS' short form?
 
     @classmethod
     def open(cls, url: str, **kw) -> "Device":
@@ -294,8 +296,23 @@ class Device:
     def _setting_value(s: Setting, p: bytes):
         return struct.unpack_from("<f" if SETTING_TYPE[s] == "f" else "<I", p, 1)[0]
 
-    def stats(self) -> Stats:
+    def stats(self, short: bool = False) -> Stats:
+        """STATS. `short`: its short form, the counters only (the first STATS_SHORT_BYTES bytes:
+        no class counts, persistence or record block; those fields are None), 72 bytes on the
+        wire instead of ~200 (what a stream needs to begin and end: on a noisy line a reply
+        comes through whole the less often the longer it is). Firmware older than the short
+        form answers ERR_LENGTH; it is then asked for the whole reply (docs/protocol.md)."""
         classes = self.info.max_classes if self.info.head_mode == "classifier" else 0
+        if short and self._short_stats is not False:
+            try:
+                payload = self.link.request(Msg.STATS, bytes([STATS_SHORT]))
+            except DeviceError as e:
+                if e.status != Status.ERR_LENGTH or e.request != Msg.STATS:
+                    raise
+                self._short_stats = False   # older firmware: the whole reply from now on
+            else:
+                self._short_stats = True
+                return Stats.parse(payload, classes)
         return Stats.parse(self.link.request(Msg.STATS), classes)
 
     def reset(self) -> None:

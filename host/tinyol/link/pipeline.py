@@ -78,6 +78,9 @@ class _Pending:
     silent: int = 0           # timeouts in a row with not a byte received since the last transmission
     spurious: bool = False    # a second reply came: the resend was needless
     damaged: bool = False     # resent because of damage (its replies say nothing of the timeout)
+    owed_before: int = 0      # frames sent before its last copy whose answers had not come then
+    rx_mark: int = 0          # frames received (whole or damaged) when its last copy went out
+    quiet: bool = False       # resent once because its copy's answer was overdue on a damaging link
 
 
 @dataclass
@@ -99,6 +102,8 @@ class PipelineStats:
     resend_timeout: int = 0   # resent after the timeout
     resend_damage: int = 0    # resent at once because a damaged frame came back
     damage_held: int = 0      # damaged frames that found the oldest request's copy still in flight
+    answers: int = 0          # frames received, whole or damaged (each answers one frame sent)
+    resend_quiet: int = 0     # resent after a quiet of measured round trips (Pipeline._overdue)
     resend_gap: int = 0       # resent because the device refused it as out of order (ERR_ORDER)
     info_checks: int = 0
     link_errors: int = 0      # seq-0 ERROR replies (the device saw a damaged frame)
@@ -153,6 +158,8 @@ class Pipeline:
         self._queue: collections.deque[_Pending] = collections.deque()  # send order
         self._by_seq: dict[int, _Pending] = {}
         self._boot_lines = len(link.boot_lines)
+        self._owed = 0            # frames sent whose answer (a reply or a damage report) has not come
+        self._deferred: tuple[_Pending, int, float] | None = None  # a damage resend put off: (q, its copy, when)
         self.completed = 0        # requests delivered to the caller (data, not control)
 
     # -- sending
@@ -169,6 +176,8 @@ class Pipeline:
             self.stats.resends += 1
             self.link.stats.retries += 1
         p.last_tx, p.t_last = self._tx, now
+        p.owed_before, p.rx_mark = self._owed, self.stats.answers
+        self._owed += 1
         p.attempts += 1
         self.link.write(p.wire)
 
@@ -259,21 +268,89 @@ class Pipeline:
         """A damaged frame arrived (from the device, or reported by it): the oldest
         unanswered request's exchange is the likeliest casualty. Resend it (fast retransmit
         on evidence; an unneeded resend is answered from the device's cache), within a
-        budget: only once its last copy can have been answered (:meth:`_copy_time`), so one
-        copy is in flight. Damage seen sooner belongs to an older copy, and one damaged copy
+        budget: only once the answer to its last copy came (:meth:`_answered`, counted in
+        frames) and not sooner than half a round trip after it (:meth:`_copy_time`; sooner: put
+        off to then), so one copy is in flight. Damage seen sooner belongs to an older copy, and one damaged copy
         often draws several damage notices (a flipped delimiter splits it); resending on
         every one put a further copy on the line for each, every copy drew more damage, and
         a noisy link was flooded (issue 34: 570,199 resends for 30 samples at 5 % bit
         flips). What damage does not resend, the timer (:meth:`_timeouts`) does."""
         for q in self._queue:
             if not q.done:
-                if since - q.t_last >= self._copy_time(q):
-                    q.damaged = True
-                    self.stats.resend_damage += 1
-                    self._transmit(q)
-                else:
-                    self.stats.damage_held += 1
+                if since < q.t_last or not self._answered(q):
+                    self.stats.damage_held += 1   # an older copy's answer: this one's is to come
+                elif since - q.t_last >= self._copy_time(q):
+                    self._damage_resend(q)
+                else:   # sooner than its copy's time: resend at that time (paced, not dropped:
+                    self.stats.damage_held += 1   # nothing else might come but the timer)
+                    self._deferred = (q, q.last_tx, q.t_last + self._copy_time(q))
                 return
+
+    def _damage_resend(self, q: _Pending) -> None:
+        q.damaged = True
+        self.stats.resend_damage += 1
+        self._deferred = None
+        self._transmit(q)
+
+    def _run_deferred(self) -> None:
+        """The damage resend :meth:`_resend_oldest` put off, once its time has come (if no copy
+        went out since); and the oldest request's copy whose answer is overdue (:meth:`_overdue`)."""
+        if self._deferred is not None:
+            q, tx, due = self._deferred
+            if q.done or q.last_tx != tx:
+                self._deferred = None
+            elif time.monotonic() >= due:
+                self._damage_resend(q)
+        q = self._overdue()
+        if q is not None and time.monotonic() >= self._overdue_at(q):
+            q.quiet = True
+            self.stats.resend_quiet += 1
+            self._owed = 0   # the quiet shows it: the answers still owed are not coming
+            self._damage_resend(q)
+
+    def _overdue(self) -> _Pending | None:
+        """The oldest request, when its last copy was a damage resend whose answer may be lost
+        (the noise swallowed it: a flipped delimiter merges two frames), after a measured round
+        trip: resent once after 8 round trips of quiet rather than the resend timeout's
+        floor (RTO_MIN, 200 times a socket's round trip; a sample at 5 % flips takes ~280
+        copies, and 1 in ~10 answers is swallowed). Once per quiet: a second goes to the timer,
+        which counts silence (:meth:`_timeouts`)."""
+        if self._rtt() is None:
+            return None
+        for q in self._queue:
+            if not q.done:
+                return q if q.damaged and not q.quiet and not self._answered(q) else None
+        return None
+
+    def _overdue_at(self, q: _Pending) -> float:
+        return max(q.t_last, self._last_rx) + 8 * (self._rtt() or 0.0) + 2 * self._wire_time(q)
+
+    def _rtt(self) -> float | None:
+        """The round trip as measured: the smoothed reply time, or before the pipeline timed a
+        reply of its own the link's (its last request before the stream, Link.request; at most
+        the timeout: a slow request such as SAVE says nothing of the line); None before any."""
+        if self._srtt is not None:
+            return self._srtt
+        r = self.link.stats.reply_time
+        return None if r is None else min(r, self.timeout)
+
+    def _answered(self, q: _Pending) -> bool:
+        """Has the answer to `q`'s last copy come? The device answers each frame it receives
+        with one frame, in arrival order (its reply, or a damage report for a damaged one), so
+        after the answers owed when the copy went out comes the copy's own. Counting frames,
+        whole or damaged, paces damage resends by what the link delivers, whatever its rate:
+        one copy of the oldest request on the way (on a socket without a rate the copy's time is
+        0, and every damage notice was a further copy: issue 34's 1.41 M resends for 30 samples
+        at 5 % flips). A frame the noise swallowed (a flipped delimiter merges two) leaves an
+        answer owed: resent after a quiet (:meth:`_overdue`) or by the timer; one it splits
+        counts twice (one copy early: :meth:`_copy_time` keeps it from becoming a second chain
+        of copies)."""
+        return self.stats.answers - q.rx_mark > q.owed_before
+
+    def _answer(self, n: int) -> None:
+        """`n` frames came from the device (whole or damaged): each answers one frame sent."""
+        self.stats.answers += n
+        self._owed = max(0, self._owed - n)
 
     def _over_budget(self, p: _Pending) -> None:
         what = "sample" if not p.control else "request"
@@ -286,8 +363,11 @@ class Pipeline:
 
     def _copy_time(self, q: _Pending) -> float:
         """How long after its last copy went out damage can be that copy's answer: its wire
-        time and half the smoothed reply time (none before a reply was timed)."""
-        return self._wire_time(q) + 0.5 * (self._srtt or 0.0)
+        time and half the measured round trip (:meth:`_rtt`; none before any). With
+        it no two copies of the oldest request travel within half a round trip of each other,
+        so at most two are on the way whatever :meth:`_answered` was told by a damaged frame
+        that split in two (counted as two answers)."""
+        return self._wire_time(q) + 0.5 * (self._rtt() or 0.0)
 
     def _rtt_sample(self, p: _Pending) -> None:
         """Jacobson/Karels (RFC 6298): SRTT, RTTVAR from replies to requests sent once
@@ -343,6 +423,9 @@ class Pipeline:
             else:
                 return  # no room in the device's cache yet: the timeout resends, then we retry
         if f.type == Msg.ERROR and f.payload[:1] and f.payload[0] == Status.ERR_ORDER:
+            if p.attempts == 1:  # a round trip all the same (short: at 5 % flips the one
+                p.latency = time.monotonic() - p.t_first   # reply that often comes through whole)
+                self._rtt_sample(p)
             self._go_back(p)  # refused, not executed: an earlier request is missing
             return
         p.done, p.reply = True, f
@@ -413,6 +496,7 @@ class Pipeline:
         late = [p for p in self._queue if not p.done and now >= self._deadline(p)]
         if not late:
             return
+        self._owed = 0  # a timeout's worth of quiet: the answers still owed are not coming
         for p in late:
             if self._last_rx < p.t_last:
                 p.silent += 1   # not one byte since it was (re)sent
@@ -451,17 +535,28 @@ class Pipeline:
         deadline = time.monotonic() + wait
         link = self.link
         while True:
-            data = link.read(deadline - time.monotonic())
+            due = self._deferred[2] if self._deferred is not None else deadline
+            q = self._overdue()
+            if q is not None:
+                due = min(due, self._overdue_at(q))
+            data = link.read(min(deadline, due) - time.monotonic())
             if data:
                 self._last_rx = time.monotonic()
+                for q in self._queue:
+                    q.quiet = False
                 g = link.stats.garbage_frames
+                seen = link.deframer.garbage
                 for f in link.receive(data):  # every complete frame, none left behind
+                    self._answer(link.deframer.garbage - seen + 1)  # the damaged ones before it too
+                    seen = link.deframer.garbage
                     self._on_frame(f)
+                self._answer(link.deframer.garbage - seen)
                 damaged = link.stats.garbage_frames - g
                 self.stats.damaged += damaged
                 if damaged:
                     self._resend_oldest(self._last_rx)
                 self._check_lines()
+            self._run_deferred()
             if (self._queue and self._queue[0].done) or time.monotonic() >= deadline:
                 break
         self._timeouts()

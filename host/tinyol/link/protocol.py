@@ -307,6 +307,10 @@ class LinkStats:
     bytes_in: int = 0
     garbage_frames: int = 0
     device_lines: list[str] = field(default_factory=list)
+    # seconds from the last copy of the latest answered request (Link.request) to its reply: the
+    # link's round trip as measured, what a Pipeline paces its damage resends by before it has
+    # timed one of its own (None: no reply yet)
+    reply_time: float | None = None
 
 
 def open_serial(url: str, baudrate: int = 115200, timeout: float = 0.05):
@@ -482,6 +486,7 @@ class Link:
                 self.stats.retries += 1
             attempt += 1
             self.send_frame(frame)
+            sent = time.monotonic()
             step = wait * min(self.BACKOFF ** silent, self.BACKOFF_MAX)
             heard = obs.damaged + obs.link_errors + obs.stale  # evidence the device hears us
             for reply in self.poll(time.monotonic() + step, stop_on_damage=True):
@@ -504,6 +509,7 @@ class Link:
                     raise DeviceError(status, req, detail)
                 if reply.type == frame.type | REPLY_FLAG:
                     obs.replies += 1
+                    self.stats.reply_time = time.monotonic() - sent
                     return reply.payload
             # silent: no sign of this exchange (a boot line or other text does not count)
             silent = silent + 1 if obs.damaged + obs.link_errors + obs.stale == heard else 0
