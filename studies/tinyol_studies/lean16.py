@@ -21,6 +21,8 @@ The codec searches (SEARCHES, keys "... | int16 x codec"): the int16 stage with 
 storage searched too (`--replay-bits 4` or `--replay-codec pq:M`, each exported with the
 largest buffer that fits, no CAP_LIMIT) x recipe x stage learning-rate scale, chosen on the
 same validation split, the chosen one re-exported and run on the test split over 3 orders.
+`--val-orders N` averages each validation row over N stream orders (a check of the one-order
+choice: the top rows are a few validation samples apart).
 """
 from __future__ import annotations
 
@@ -136,10 +138,12 @@ def study_case(ds, cut: str, kw: dict, work: Path, echo) -> dict:
     return r
 
 
-def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, echo) -> dict:
+def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, echo,
+                val_orders: int = 1) -> dict:
     """The int16 stage with storage x recipe x lr scale chosen on the validation split (each
-    storage exported with the largest buffer that fits the board), then the chosen export on
-    the test split over ORDERS stream orders."""
+    storage exported with the largest buffer that fits the board; the mean over
+    ``val_orders`` stream orders, seeds 50, 51, ...), then the chosen export on the test split
+    over ORDERS stream orders."""
     tag = f"{ds.name}_{cut}"
     val = np.random.default_rng(99).choice(len(ds.ytr), len(ds.ytr) * 3 // 10, replace=False)
     t0 = time.perf_counter()
@@ -153,8 +157,9 @@ def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, e
         for pol, reh in recipes:
             for sc in scales:
                 k = (st, pol, reh, sc)
-                grid[k] = run(ds, model, Qtr, None, seed=50, policy=pol, rehearse=reh,
-                              lr_scale=sc, eval_idx=val)
+                grid[k] = float(np.mean([run(ds, model, Qtr, None, seed=50 + o, policy=pol,
+                                             rehearse=reh, lr_scale=sc, eval_idx=val)
+                                         for o in range(val_orders)]))
                 echo(f"  {tag} {st} ({slots[st]} slots) val {LN.POLICY_NAMES[pol]} x{reh} "
                      f"scale {sc}: {grid[k]:.3f}")
     st, pol, reh, sc = max(grid, key=grid.get)
@@ -174,6 +179,7 @@ def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, e
          "memory": {k: man["memory"][k] for k in ("learner_parts", "regions", "ram_bytes", "flash_bytes")},
          "stage_memory": man["stage"]["memory"], "trained": int(man["stage"]["trained"]),
          "val": {f"{s_} | {LN.POLICY_NAMES[p]} x{e} scale {c}": v for (s_, p, e, c), v in grid.items()},
+         "val_orders": val_orders,
          "acc": acc, "seconds": {"search": round(t1 - t0), "test": round(t2 - t1)}}
     echo(f"{tag}: chosen {st} ({slots[st]} slots), {LN.POLICY_NAMES[pol]} x{reh} scale {sc}: "
          f"{100 * np.mean(acc):.1f} ± {100 * np.std(acc):.1f} {[round(100 * a, 1) for a in acc]}")
@@ -185,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--val-orders", type=int, default=1,
+                    help="the codec searches: stream orders averaged on the validation split "
+                         "(rows keyed '... int16 x codec, validation over N orders' when N > 1)")
     a = ap.parse_args(argv)
     res = json.loads(a.json.read_text()) if a.json.exists() else {}
     work = a.work or Path(tempfile.mkdtemp(prefix="tinyol-lean16-"))
@@ -204,12 +213,14 @@ def main(argv: list[str] | None = None) -> int:
             res[key] = study_case(sets[name], cut, kw, work, echo)
             a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
         for name, cut, kw, storages, recipes, scales in SEARCHES:
-            key = f"{name} | {cut} | int16 x codec"
+            key = f"{name} | {cut} | int16 x codec" + (
+                f", validation over {a.val_orders} orders" if a.val_orders > 1 else "")
             if key in res or (a.only and a.only not in key):
                 continue
             if name not in sets:
                 sets[name] = LN.dataset(name, work, echo)
-            res[key] = search_case(sets[name], cut, kw, storages, recipes, scales, work, echo)
+            res[key] = search_case(sets[name], cut, kw, storages, recipes, scales, work, echo,
+                                   a.val_orders)
             a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     finally:
         if a.work is None:
