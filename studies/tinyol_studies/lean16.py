@@ -16,6 +16,13 @@ lr 0.03). The recipe (plain, or class-balanced + 2 idle steps; x stage learning-
 chosen on a validation split (30 % of the training data held out of prefill and stream,
 one order: tinyol_studies.lean.best_l476's), then re-exported with the chosen
 --stage-lr-scale / --replay-policy / --rehearse and run on the test split over 3 orders.
+
+The codec searches (SEARCHES, keys "... | int16 x codec"): the int16 stage with the replay
+storage searched too (`--replay-bits 4` or `--replay-codec pq:M`, each exported with the
+largest buffer that fits, no CAP_LIMIT) x recipe x stage learning-rate scale, chosen on the
+same validation split, the chosen one re-exported and run on the test split over 3 orders.
+`--val-orders N` averages each validation row over N stream orders (a check of the one-order
+choice: the top rows are a few validation samples apart).
 """
 from __future__ import annotations
 
@@ -48,6 +55,23 @@ CASES = [
 # the recipe study (class-balanced replay + 2 idle steps), each at three stage learning rates
 RECIPES = ((L.POLICY_RESERVOIR, 0), (L.POLICY_BALANCED, 2))
 LR_SCALES = (0.3, 1.0, 3.0, 10.0)
+# the codec searches: (data set, cut, export keywords, storages, recipes, lr scales); each
+# storage x recipe x scale on the validation split. "4" is --replay-bits 4, "pq:M"
+# --replay-codec pq:M. watch's grid is trimmed (the shared 2-core machine): the plain recipe
+# left out (11-15 points below balanced x2 on watch's validation split in the search above),
+# PQ at 2x and 4x the 4-bit slots (pq:100, pq:50 of conv3's 400-value latent; pq:200 is the
+# 4-bit slot size, which digits' search found no better than 4 bits)
+SEARCHES = [
+    ("digits", "embed", dict(split="embed", stage_weights="int16"),
+     ("4", "pq:32", "pq:64", "pq:128"), RECIPES, (3.0, 10.0)),
+    ("watch", "conv3", dict(split="conv3", stage_weights="int16"),
+     ("4", "pq:100", "pq:50"), ((L.POLICY_BALANCED, 2),), (3.0, 10.0)),
+]
+
+
+def storage_kw(storage: str) -> dict:
+    """Export keywords of a storage of SEARCHES: 4-bit grids or a PQ codebook."""
+    return dict(replay_codec=storage) if storage.startswith("pq:") else dict(replay_bits=int(storage))
 
 
 def export(ds, out: Path, kw: dict, capacity: int | None = None, **extra) -> S.Model:
@@ -114,11 +138,62 @@ def study_case(ds, cut: str, kw: dict, work: Path, echo) -> dict:
     return r
 
 
+def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, echo,
+                val_orders: int = 1) -> dict:
+    """The int16 stage with storage x recipe x lr scale chosen on the validation split (each
+    storage exported with the largest buffer that fits the board; the mean over
+    ``val_orders`` stream orders, seeds 50, 51, ...), then the chosen export on the test split
+    over ORDERS stream orders."""
+    tag = f"{ds.name}_{cut}"
+    val = np.random.default_rng(99).choice(len(ds.ytr), len(ds.ytr) * 3 // 10, replace=False)
+    t0 = time.perf_counter()
+    grid, slots, models = {}, {}, {}
+    for st in storages:
+        skw = {**kw, **storage_kw(st)}
+        model = export(ds, work / f"l16s_{tag}_{st.replace(':', '')}", skw)
+        slots[st] = int(model.manifest["learner"]["replay_capacity"])
+        Qtr = D._latents(model, ds.Xtr)
+        models[st] = (skw, model)
+        for pol, reh in recipes:
+            for sc in scales:
+                k = (st, pol, reh, sc)
+                grid[k] = float(np.mean([run(ds, model, Qtr, None, seed=50 + o, policy=pol,
+                                             rehearse=reh, lr_scale=sc, eval_idx=val)
+                                         for o in range(val_orders)]))
+                echo(f"  {tag} {st} ({slots[st]} slots) val {LN.POLICY_NAMES[pol]} x{reh} "
+                     f"scale {sc}: {grid[k]:.3f}")
+    st, pol, reh, sc = max(grid, key=grid.get)
+    t1 = time.perf_counter()
+    skw = models[st][0]
+    chosen = export(ds, work / f"l16s_{tag}_chosen", skw, stage_lr_scale=sc,
+                    replay_policy=LN.POLICY_NAMES[pol], rehearse=reh)
+    assert int(chosen.manifest["learner"]["replay_capacity"]) == slots[st]
+    Qtr, Qte = D._latents(chosen, ds.Xtr), D._latents(chosen, ds.Xte)
+    acc = [run(ds, chosen, Qtr, Qte, seed=s, policy=pol, rehearse=reh) for s in range(ORDERS)]
+    t2 = time.perf_counter()
+    man = chosen.manifest
+    r = {"data": ds.name, "cut": cut, "export": {**skw, "stage_lr_scale": sc,
+                                                  "replay_policy": LN.POLICY_NAMES[pol], "rehearse": reh},
+         "storage": st, "slots": slots[st], "slots_per_storage": slots,
+         "learner_bytes": int(man["memory"]["learner_bytes"]),
+         "memory": {k: man["memory"][k] for k in ("learner_parts", "regions", "ram_bytes", "flash_bytes")},
+         "stage_memory": man["stage"]["memory"], "trained": int(man["stage"]["trained"]),
+         "val": {f"{s_} | {LN.POLICY_NAMES[p]} x{e} scale {c}": v for (s_, p, e, c), v in grid.items()},
+         "val_orders": val_orders,
+         "acc": acc, "seconds": {"search": round(t1 - t0), "test": round(t2 - t1)}}
+    echo(f"{tag}: chosen {st} ({slots[st]} slots), {LN.POLICY_NAMES[pol]} x{reh} scale {sc}: "
+         f"{100 * np.mean(acc):.1f} ± {100 * np.std(acc):.1f} {[round(100 * a, 1) for a in acc]}")
+    return r
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--val-orders", type=int, default=1,
+                    help="the codec searches: stream orders averaged on the validation split "
+                         "(rows keyed '... int16 x codec, validation over N orders' when N > 1)")
     a = ap.parse_args(argv)
     res = json.loads(a.json.read_text()) if a.json.exists() else {}
     work = a.work or Path(tempfile.mkdtemp(prefix="tinyol-lean16-"))
@@ -136,6 +211,16 @@ def main(argv: list[str] | None = None) -> int:
             if name not in sets:
                 sets[name] = LN.dataset(name, work, echo)
             res[key] = study_case(sets[name], cut, kw, work, echo)
+            a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        for name, cut, kw, storages, recipes, scales in SEARCHES:
+            key = f"{name} | {cut} | int16 x codec" + (
+                f", validation over {a.val_orders} orders" if a.val_orders > 1 else "")
+            if key in res or (a.only and a.only not in key):
+                continue
+            if name not in sets:
+                sets[name] = LN.dataset(name, work, echo)
+            res[key] = search_case(sets[name], cut, kw, storages, recipes, scales, work, echo,
+                                   a.val_orders)
             a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     finally:
         if a.work is None:

@@ -114,6 +114,14 @@ RECIPES = {  # label -> export keyword arguments
                                                           stage_data="@stage_data"),
     "split conv3, auto, --stage-data (7 exercises), --replay-bits 4": dict(
         split="conv3", stage_train="auto", stage_data="@stage_data", replay_bits=4),
+    # the recipe docs/study.md recommends for the NUCLEO-L476RG (lean16's codec searches: the
+    # int16 stage, 4-bit replay, stage lr x10, class-balanced + 2 idle steps), what trains
+    # chosen by auto; and the last layer with the same replay recipe, to compare on
+    "last layer, --replay-bits 4 --replay-policy balanced --rehearse 2": dict(
+        replay_bits=4, replay_policy="balanced", rehearse=2),
+    "split conv3, auto, --stage-data (7 exercises), int16 stage, 4-bit, lr x10, balanced x2": dict(
+        split="conv3", stage_train="auto", stage_data="@stage_data", replay_bits=4,
+        stage_weights="int16", stage_lr_scale=10.0, replay_policy="balanced", rehearse=2),
 }
 
 

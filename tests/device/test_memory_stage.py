@@ -162,3 +162,26 @@ def test_int16_stage_fits_equals_links(stage_dirs):
                                  ("nucleo_l432kc", "int16_stage", {"replay_capacity": "auto+1"},
                                   False)])
     assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]
+
+
+@pytest.mark.slow
+@pytest.mark.tf
+def test_int16_stage_pq_replay_fits_equals_links(stage_dirs):
+    """Issue 30's digits recipe as the study exports it (docs/study.md, "The int16 stage with
+    compressed replay"): digits cut before `embed`, `--stage-weights int16 --replay-codec
+    pq:64` for the NUCLEO-L476RG, the buffer the export sizes: the plan splits it from the
+    stage as the linker places it, the largest capacity links, one slot more does not."""
+    from tinyol.model.export import export_model
+
+    d = stage_dirs["digits_adaptive"].parent / "digits16pq"
+    export_model(str(ROOT / "models" / "digits" / "digits.keras"), str(d), split="embed",
+                 calib="digits:0-4@train", max_classes=10, board="nucleo_l476rg", name="digits16pq",
+                 stage_weights="int16", replay_codec="pq:64", stage_lr_scale=10.0)
+    stage_dirs["digits16pq"] = d
+    man = json.loads((d / "manifest.json").read_text())
+    t = man["stage"]["trained"]
+    assert man["stage"]["memory"]["weights"] == memory._a4(2 * t) and man["stage"]["memory"]["grads"] == 0
+    assert man["learner"]["replay_codec"]["m"] == 64 and man["learner"]["replay_capacity"] > 1000
+    report = _sweep(stage_dirs, [("nucleo_l476rg", "digits16pq", {}, False),
+                                 ("nucleo_l476rg", "digits16pq", {"replay_capacity": "auto+1"}, False)])
+    assert [(f, l if f else None) for _, _, _, f, l, _ in report] == [(True, True), (False, None)]

@@ -88,3 +88,32 @@ def test_qemu_int16_stage_equals_twin(firmware, model_dir):
     with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
         with Device.open(t.url, timeout=10) as dev:
             _run(dev, model, 16, persist=False)
+
+
+@pytest.fixture(scope="module")
+def pq_dir(tmp_path_factory):
+    """Issue 30's combination: the int16 stage with product-quantized replay (pq:64, the
+    codebook in flash), class-balanced."""
+    from tinyol.model.export import export_model
+
+    d = tmp_path_factory.mktemp("stage16pq") / "stage16pq"
+    export_model("models/digits/digits.keras", str(d), split="embed", calib="digits:0-4@train",
+                 max_classes=10, board="nucleo_l476rg", replay_codec="pq:64", replay_capacity=60,
+                 stage_weights="int16", stage_lr_scale=0.5, replay_policy="balanced", name="stage16pq")
+    return d
+
+
+@pytest.mark.qemu
+def test_int16_stage_pq_replay_equals_twin_native_and_qemu(firmware, pq_dir):
+    """The int16 stage with PQ replay: native (with SAVE / RESET / LOAD mid-stream) and the
+    Cortex-M4 build in QEMU equal the twin bit for bit."""
+    model = load_model(pq_dir)
+    assert model.manifest["learner"]["replay_codec"]["m"] == 64
+    fw = firmware("native", model=str(pq_dir))
+    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
+        twin = _run(dev, model, 40, persist=True)
+        assert twin.replay is not None and len(twin.replay.packed_row(0)) == 64
+    fw = firmware("nucleo_l476rg", model=str(pq_dir), test_build=True)
+    with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
+        with Device.open(t.url, timeout=10) as dev:
+            _run(dev, model, 16, persist=False)

@@ -213,3 +213,24 @@ def test_task_uses_the_new_classes_when_the_data_has_them():
     assert t2.order[2] == t2.held_out[0] and set(t2.stream[1]) == {2}
     with pytest.raises(TinyolError, match="at least two classes"):
         make_task(Q[:10], y[:10], 3, 6, seed=7)
+
+
+def test_auto_with_the_int16_stage(case, auto):
+    """`--stage-train auto --stage-weights int16`: the candidates are measured as the device
+    keeps them (int16 trained tensors, 2 B per trained parameter, no gradients), so a's weights
+    cost a quarter of the float stage's RAM and are still the choice; the export equals the
+    hand-given spec's at int16 (the choice is an ordinary spec)."""
+    m16, lines = _export(case, "auto16", stage_train="auto", stage_weights="int16")
+    sel, self32 = m16["stage"]["selection"], auto[0]["stage"]["selection"]
+    modes = dict(item.split(":") for item in sel["spec"].split(","))
+    assert modes["a"] == "all", "\n".join(lines)
+    table = {(r["layer"], r["mode"]): r for r in sel["table"]}
+    t32 = {(r["layer"], r["mode"]): r for r in self32["table"]}
+    assert table["a", "all"]["gain"] > 0.1
+    # 20 trained parameters: 8 B each in float32 (weights + gradients), 2 B each in int16
+    assert t32["a", "all"]["bytes"] == 8 * 20 and table["a", "all"]["bytes"] == memory._a4(2 * 20)
+    assert sel["recipe"]["spec"] == sel["spec"] and sel["recipe"]["expected_gain"] > 0
+    hand, _ = _export(case, "hand16", stage_train=sel["spec"], stage_weights="int16")
+    for f in ("stage_init.c", "config.h", "stage_init.npz"):
+        assert (case / "auto16" / f).read_bytes() == (case / "hand16" / f).read_bytes(), f
+    assert hand["stage"]["hash"] == m16["stage"]["hash"] != auto[0]["stage"]["hash"]

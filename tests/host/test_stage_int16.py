@@ -13,7 +13,7 @@ from _learner_util import make_stream
 from _stage_util import CStage, build_stage_lib
 from test_stage_equiv import CMAX, LEAN, SETTINGS, STAGES, assert_same, make_cfg, run_pair
 from tinyol import memory
-from tinyol.learn.learner import LearnerError, Settings
+from tinyol.learn.learner import POLICY_BALANCED, LearnerError, Settings
 from tinyol.learn.stage import Stage, int16_stage, is_q16, n_trained, stage_bytes
 
 
@@ -55,6 +55,34 @@ def test_int16_stage_weight_decay_batch_lr_scale_c_matches_numpy(lib):
     py, cl, pp, pc = run_pair(lib, cfg)
     np.testing.assert_array_equal(cl.q, py.q)
     assert_same(py, cl, pp, pc)
+
+
+@pytest.mark.parametrize("codec", ["pq", "4bit"])
+def test_int16_stage_compressed_replay_c_matches_numpy(lib, codec):
+    """The int16 stage with compressed replay (issue 30's digits recipe: `--stage-weights int16`
+    with `--replay-codec pq:M` or `--replay-bits 4`), class-balanced, the stage's own learning
+    rate, idle rehearsal steps: C equals the twin bit for bit (every int16 parameter,
+    prediction, stored row); the rows are the codec's size; the C's RAM is the memory model's."""
+    from test_stage_equiv import _codec4, run_rehearsing
+    from tinyol.learn.learner import fit_pq
+
+    layers = STAGES["dense_dense"]
+    d = layers[0].in_size
+    if codec == "pq":
+        book = fit_pq(make_stream(np.random.default_rng(4), 600, d, CMAX)[0], d // 2, seed=1)
+        kw, row = dict(replay_bits=128 + 2, replay_codec=book), d // 2
+    else:
+        kw, row = dict(replay_bits=4, replay_codec=_codec4(layers)), (d + 1) // 2
+    cfg = q16_cfg(layers, replay_capacity=30, replay_policy=POLICY_BALANCED, stage_lr_scale=3.0,
+                  settings=Settings(lr=0.05, n_old=3, rehearse=2), **kw)
+    py, cl, pp, pc, counts = run_rehearsing(lib, cfg, lambda i: None)
+    assert cl.q16 and py.q16 and counts == [2] * 120
+    np.testing.assert_array_equal(cl.q, py.q)
+    assert_same(py, cl, pp, pc)
+    assert len(py.replay.packed_row(0)) == row
+    assert py.updates == 3 * 120 and py.stats()["rejected"] == 0
+    assert (py.q != Stage(cfg).q).mean() > 0.05
+    assert cl.nbytes == stage_bytes(cfg.layers, cfg.replay_capacity, cfg.replay_bits, cfg.max_new, 0, True)
 
 
 @pytest.mark.parametrize("scale", [0.1, 3.0])

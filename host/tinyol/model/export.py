@@ -586,9 +586,6 @@ class ExportSettings:
                 raise TinyolError("--stage-weights int16 takes no momentum (each sample updates the "
                                   "int16 weights at once; there is no buffer to keep it in)",
                                   hint="leave --momentum at 0")
-            if self.auto_train:
-                raise TinyolError("--stage-weights int16 does not combine with --stage-train auto yet",
-                                  hint="name what trains: --stage-train bias|all|LAYER[:all|bias|frozen],...")
         if not (math.isfinite(self.stage_lr_scale) and self.stage_lr_scale >= 0.0):
             raise TinyolError(f"--stage-lr-scale must be >= 0, not {self.stage_lr_scale}")
 
@@ -1211,12 +1208,17 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
     Q = stage_select.latents(tfl, X[idx].reshape((-1,) + in_shape), inp, lat)
     task = stage_select.make_task(Q, y[idx], n_known, rows, s.seed)
 
+    def staged(ls):
+        """The candidate as the device keeps it: with --stage-weights int16 its trained tensors
+        in int16 (their scales and rounded values: tinyol.learn.stage.int16_stage, as exported)."""
+        return int16_stage(ls, flat) if s.stage_weights == "int16" else (ls, flat)
+
     def model_for(ls, slots):
         return memory_model(input_size=int(np.prod(in_shape)), dim=ls[0].in_size, rows=rows,
                             autoencoder=False, arena_bytes=arena, replay_capacity=slots,
                             replay_bits=s.replay_bits, replay_n_new=s.replay_n_new,
                             replay_n_old=s.replay_n_old, momentum=s.momentum,
-                            flash_model_bytes=flash + 4 * int(flat.size), stage=ls)
+                            flash_model_bytes=flash + 4 * int(flat.size), stage=staged(ls)[0])
 
     replay = s.replay_capacity
     if replay is None:  # room for 200 slots, or 3/4 of what the classifier alone leaves if fewer
@@ -1238,12 +1240,12 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
          f"{len(task.prefill[1])} in replay, {len(task.test[1])} to test; seed {s.seed})")
 
     def measure(ls):
-        return stage_select.run_task(ls, flat, task, latent_q=lq, settings=settings,
+        return stage_select.run_task(*staged(ls), task, latent_q=lq, settings=settings,
                                      capacity=min(cap, 0xFFFF), bits=s.replay_bits, seed=s.seed,
-                                     codec=codec)
+                                     codec=codec, stage_lr_scale=s.stage_lr_scale)
 
     def ram(ls):
-        return memory.stage_bytes([l.as_tuple() for l in ls], 0, s.replay_bits,
+        return memory.stage_bytes([l.as_tuple() for l in staged(ls)[0]], 0, s.replay_bits,
                                   s.replay_n_new, s.momentum != 0)
 
     def fits(ls):
@@ -1275,13 +1277,14 @@ def _choose_train(s: ExportSettings, layers, names, flat, tfl: bytes, inp, lat, 
     if last_layer is None:
         return summary
     summary.update(_recipe(s, board, layers, names, flat, spec, table, task, idx, X, in_shape, rows,
-                           lq, settings, model_for, ram, last_layer(), src, echo, codec))
+                           lq, settings, model_for, ram, last_layer(), src, echo, codec, staged))
     summary["spec"] = summary["recipe"]["spec"]
     return summary
 
 
 def _recipe(s: ExportSettings, board: Board, layers, names, flat, spec, table, task, idx, X, in_shape,
-            rows, lq, settings, model_for, ram, last: dict, src: str, echo: Echo, codec=None) -> dict:
+            rows, lq, settings, model_for, ram, last: dict, src: str, echo: Echo, codec=None,
+            staged=None) -> dict:
     """The recipe `--stage-train auto` recommends: the chosen stage, the classifier alone at
     this cut and the last layer alone (the head cut's export), each with the replay slots it
     leaves on the board (or --replay-capacity at this cut), measured on the validation part
@@ -1351,8 +1354,9 @@ def _recipe(s: ExportSettings, board: Board, layers, names, flat, spec, table, t
     for sp, ls, n in cut_cands:
         def run_cut(part, ls=ls, n=n):
             return stage_select.run_task(
-                ls, flat, task, latent_q=lq, settings=_settings_for(settings, n, n_old),
-                capacity=capped(n), bits=s.replay_bits, seed=s.seed, part=part, codec=codec)
+                *(staged(ls) if staged else (ls, flat)), task, latent_q=lq,
+                settings=_settings_for(settings, n, n_old), capacity=capped(n), bits=s.replay_bits,
+                seed=s.seed, part=part, codec=codec, stage_lr_scale=s.stage_lr_scale)
         label = "classifier alone" if sp == frozen_spec else ",".join(
             x for x in sp.split(",") if not x.endswith(":frozen"))
         rows_out.append({"key": "least" if sp == frozen_spec else "cut", "spec": sp,

@@ -149,14 +149,15 @@ def permute_rows(layers: list[Layer], params: np.ndarray, order: np.ndarray) -> 
 
 def run_task(layers: list[Layer], params: np.ndarray, task: Task, *, latent_q: tuple[float, int],
              settings: L.Settings, capacity: int, bits: int, seed: int, orders: int = ORDERS,
-             part: str = "val", codec=None) -> float:
+             part: str = "val", codec=None, stage_lr_scale: float = 0.0) -> float:
     """Accuracy on the task's ``part`` ("val" or "test") after the twin (init: the kept classes
     active, the held-out ones at zero) learned the stream with the kept classes in its replay
     buffer: the mean over ``orders`` stream orders (the task's, then seeded shuffles; replay
-    seed + k)."""
+    seed + k). ``layers`` may be an int16 stage (tinyol.learn.stage.int16_stage, with its
+    rounded ``params``); ``stage_lr_scale``: the export's --stage-lr-scale."""
     return float(np.mean([_run_once(layers, params, task, latent_q=latent_q, settings=settings,
                                     capacity=capacity, bits=bits, seed=seed, order=k, part=part,
-                                    codec=codec)
+                                    codec=codec, stage_lr_scale=stage_lr_scale)
                           for k in range(orders)]))
 
 
@@ -174,7 +175,8 @@ def run_last_layer(W: np.ndarray, b: np.ndarray, task: Task, *, latent_q: tuple[
                           for k in range(orders)]))
 
 
-def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed, codec=None):
+def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed, codec=None,
+             stage_lr_scale: float = 0.0):
     s = dataclasses.replace(settings, rehearse=0)
     common = dict(init_classes=task.n_kept, latent_scale=latent_q[0],
                   latent_zero_point=latent_q[1], replay_capacity=capacity, replay_bits=bits,
@@ -185,13 +187,13 @@ def _learner(layers, params, task: Task, *, latent_q, settings, capacity, bits, 
         W, b = params
         return L.Learner(L.Config(W.shape[1], W.shape[0], init_weight=W, init_bias=b, **common))
     return Stage(StageConfig(layers=layers, init_params=permute_rows(layers, params, task.order),
-                             **common))
+                             stage_lr_scale=stage_lr_scale, **common))
 
 
 def _run_once(layers, params, task: Task, *, latent_q, settings, capacity, bits, seed,
-              order, part="val", codec=None) -> float:
+              order, part="val", codec=None, stage_lr_scale: float = 0.0) -> float:
     st = _learner(layers, params, task, latent_q=latent_q, settings=settings, capacity=capacity,
-                  bits=bits, seed=seed + order, codec=codec)
+                  bits=bits, seed=seed + order, codec=codec, stage_lr_scale=stage_lr_scale)
     if st.replay is not None:
         for q, t in zip(*task.prefill):
             st.replay_add(q, int(t))
