@@ -84,12 +84,14 @@ def firmware():
     return _FirmwareCache()
 
 
-# CPU seconds per file, largest first (scripts/test_times.py on a clean-clone `make test`, 2026-12-03)
-HEAVIEST_FIRST = ("device/test_memory.py", "device/test_renode_real.py", "device/test_tflm_bench.py",
-                  "device/test_kernels.py", "device/test_verify_models.py", "device/test_doctor.py",
-                  "device/test_ops.py", "device/test_reliability.py", "device/test_fleet_deploy.py",
-                  "device/test_firmware.py", "host/test_persist_unicorn.py", "device/test_renode_robot.py",
-                  "device/test_emulate_board.py", "device/test_replay4_device.py", "device/test_memory_stage.py")
+# wall seconds per file, longest first (scripts/test_times.py on a clean-clone `make test`, 2026-12-03):
+# a long file that starts late finishes alone
+HEAVIEST_FIRST = ("device/test_renode_real.py", "device/test_link_noise.py", "device/test_memory.py",
+                  "device/test_tflm_bench.py", "device/test_fleet_deploy.py", "host/test_persist_unicorn.py",
+                  "device/test_emulate_board.py", "device/test_bad_inputs.py", "device/test_replay4_device.py",
+                  "device/test_reliability.py", "device/test_fleet.py", "device/test_doctor.py",
+                  "device/test_verify_models.py", "device/test_fleet_hostile.py", "device/test_study_depth.py",
+                  "device/test_ops.py", "device/test_kernels.py", "device/test_memory_stage.py")
 
 
 def _heavy_rank(path: Path) -> int:
