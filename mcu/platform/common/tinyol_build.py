@@ -118,27 +118,13 @@ def memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build, refu
     return plan.learner_region_id, plan.replay_region_id
 
 
-def place(env, region, only=None):
+def place(env, region):
     """The plan's regions as the C sees them: TOL_LEARNER_REGION, and TOL_REPLAY_REGION when the
-    replay buffer goes to a region of its own (mcu/app/model.c; tinyol.h's *_SECTION macros).
-    only: the one source that places the learner (a path pattern): the defines go to it alone, so
-    another placement recompiles that file, not the firmware (your firmware over tinyol.h gets
-    them everywhere: any of your files may place the memory)."""
-    if region is None:
-        return
-    defines = [("TOL_LEARNER_REGION", region[0])]
-    if region[1] != region[0]:
-        defines.append(("TOL_REPLAY_REGION", region[1]))
-    if only is None:
-        env.Append(CPPDEFINES=defines)
-        return
-
-    def placed(node_env, node):
-        placed_env = node_env.Clone()
-        placed_env.Append(CPPDEFINES=defines)
-        return placed_env.Object(node)
-
-    env.AddBuildMiddleware(placed, only)
+    replay buffer goes to a region of its own (mcu/app/model.c; tinyol.h's *_SECTION macros)."""
+    if region is not None:
+        env.Append(CPPDEFINES=[("TOL_LEARNER_REGION", region[0])])
+        if region[1] != region[0]:
+            env.Append(CPPDEFINES=[("TOL_REPLAY_REGION", region[1])])
 
 
 def compiler_cache(env):
@@ -180,9 +166,7 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
     if os.path.realpath(env.subst("$PROJECT_SRC_DIR")) != mcu:
         raise SystemExit("tinyol: src_dir must be the firmware sources %s (platformio.ini [platformio] "
                          "src_dir); `tinyol init` writes it" % mcu)
-    # tinyol's own firmware places the learner in mcu/app/model.c only (tests/device/test_memory.py
-    # holds every placement to the linker)
-    place(env, memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build), only="*app/model.c")
+    place(env, memory_plan(mcu, model_dir, board_id, regions, flash_bytes, test_build))
     store = option(env, "custom_store_bytes", "", "TINYOL_STORE_BYTES")
     if store:
         if not str(store).isdigit() or int(store) <= 0:
