@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -86,6 +87,45 @@ def test_memory_overflow_fails_with_the_size(tmp_path):
     msg = str(e.value)
     assert "nucleo_l432kc" in msg
     assert re.search(r"overflowed by \d+ bytes", msg), msg
+
+
+
+def test_unchanged_build_skips_platformio_and_any_change_rebuilds(tmp_path, monkeypatch):
+    """A second build of the same inputs returns the first's firmware without running PlatformIO
+    (a pio that cannot start proves it) and says what the first build said; a changed model
+    header, a TINYOL_* variable the build reads, or a firmware relinked behind its back (a direct
+    `pio run`) each run PlatformIO again."""
+    import tinyol.targets.firmware as fw
+
+    model = tmp_path / "m"
+    shutil.copytree(ROOT / "models" / "digits", model)
+    cfg = BuildConfig("native", str(model))
+    said: list[str] = []
+    first = build(cfg, echo=said.append)
+    program = first.program.read_bytes()
+    real = fw.pio_command
+    monkeypatch.setattr(fw, "pio_command", lambda: ["/nonexistent/pio"])
+    again: list[str] = []
+    assert build(cfg, echo=again.append).program.read_bytes() == program
+    assert again == said and any(l.startswith("tinyol: model=") for l in said), again
+
+    def needs_pio():
+        with pytest.raises(FileNotFoundError):   # PlatformIO was asked: it cannot start here
+            build(cfg)
+        monkeypatch.setattr(fw, "pio_command", real)
+        build(cfg)
+        monkeypatch.setattr(fw, "pio_command", lambda: ["/nonexistent/pio"])
+        build(cfg)                                # and up to date again after that build
+
+    config = model / "config.h"
+    config.write_text(config.read_text() + "\n/* changed */\n")
+    needs_pio()
+    monkeypatch.setenv("TINYOL_LEARNER_REGION", "1")
+    needs_pio()
+    monkeypatch.delenv("TINYOL_LEARNER_REGION")
+    needs_pio()
+    first.program.touch()                         # relinked by someone else
+    needs_pio()
 
 
 def _qemu_info(firmware, board):

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,11 +187,24 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
     if cfg.app not in ("tinyol", "imu"):
         raise TinyolError(f"unknown app {cfg.app!r}", hint="choose tinyol or imu")
     argv = [*pio_command(), "run", "-d", str(proj), "-c", str(ini), "-e", cfg.board]
+    result = BuildResult(cfg, Path(env["PLATFORMIO_BUILD_DIR"]) / cfg.board)
     with build_lock(Path(env["PLATFORMIO_BUILD_DIR"])):
         if cfg.app == "imu":
             write_imu_config(cfg, model_dir, Path(env["TINYOL_APP_INCLUDE"]))
+        digest = None if verbose else inputs_digest(cfg, env, ini, model_dir)
+        said = up_to_date(result, digest)
+        if said is not None:
+            if echo:
+                for line in said:
+                    echo(line)
+            return result
+        (result.build_dir / STAMP).unlink(missing_ok=True)
         proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    out = proc.stdout + proc.stderr
+        out = proc.stdout + proc.stderr
+        made = _outputs(result) if proc.returncode == 0 and digest is not None else None
+        if made:
+            told = [l for l in out.splitlines() if l.startswith("tinyol:")]
+            (result.build_dir / STAMP).write_text("\n".join([digest, made, *told]) + "\n")
     if echo:
         for line in out.splitlines():
             if verbose or line.startswith("tinyol:"):
@@ -201,8 +215,97 @@ def build(cfg: BuildConfig, *, verbose: bool = False, echo=None) -> BuildResult:
         detail = "\n".join(errors[-15:]) or out[-2000:]
         raise TinyolError(f"firmware build for {cfg.board} failed:\n{detail}",
                           hint="rerun with -v for the full PlatformIO output")
-    result = BuildResult(cfg, Path(env["PLATFORMIO_BUILD_DIR"]) / cfg.board)
     return result
+
+
+# ---- a build whose inputs did not change is not run again -----------------------------------
+# PlatformIO finds such a build up to date too, but only after ~1.2 CPU s of starting itself and
+# SCons; tests, `tinyol stream --build` and the demo ask for the same configuration many times.
+
+STAMP = "tinyol-build.stamp"
+# project options that bring files tinyol does not hash (your sources, libraries, scripts):
+# with any of them PlatformIO decides every time
+_UNTRACKED = ("extra_scripts", "lib_deps", "lib_extra_dirs", "custom_tinyol_firmware", "build_src_filter",
+              "src_filter", "src_dir", "include_dir", "platform")
+
+
+def _outputs(result: BuildResult) -> str | None:
+    """The outputs' identity (size and time of each), None when one is missing: a stamp holds for
+    the files it was written beside, not for ones a direct `pio run` relinked since."""
+    wanted = [result.program] if result.config.board == NATIVE else [result.elf, result.bin]
+    try:
+        return " ".join(f"{p.name}:{st.st_size}:{st.st_mtime_ns}" for p in wanted for st in [p.stat()])
+    except OSError:
+        return None
+
+
+def _tracked_project(ini_text: str, proj: Path) -> bool:
+    """True when every file the project's build reads lies in this installation's mcu/ (and the
+    model folder): src_dir, include_dir and the platforms point there, nothing else is added."""
+    mcu = mcu_dir().resolve()
+    for line in ini_text.splitlines():
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key.startswith((";", "#")) or key not in _UNTRACKED:
+            continue
+        if key in ("src_dir", "include_dir", "platform"):
+            path = value.removeprefix("symlink://").replace("${PROJECT_DIR}", str(proj))
+            full = (proj / path).resolve()
+            if full == mcu or mcu in full.parents:
+                continue
+        return False
+    return True
+
+
+def inputs_digest(cfg: BuildConfig, env: dict[str, str], ini: Path, model_dir: Path) -> str | None:
+    """A hash of everything a build of `cfg` reads: the firmware sources and dev-platforms (all of
+    mcu/), the model folder's C, headers and manifest, the IMU app's generated header, the memory
+    model the build plans with, the project's platformio.ini, the environment it sees (TINYOL_*,
+    PLATFORMIO_*) and the compilers found on PATH. None when the project reads
+    files outside those (see _tracked_project)."""
+    from .. import memory
+
+    ini_text = ini.read_text()
+    if not _tracked_project(ini_text, project_dir()):
+        return None
+    h = hashlib.sha256()
+
+    def add(*parts: str | bytes) -> None:
+        for p in parts:
+            b = p if isinstance(p, bytes) else p.encode()
+            h.update(len(b).to_bytes(8, "little") + b)
+
+    add(repr(cfg), ini_text)
+    for k in sorted(env):
+        if k.startswith(("TINYOL_", "PLATFORMIO_")):
+            add(k, env[k])
+    for tool in ("arm-none-eabi-gcc", "gcc", "arm-none-eabi-ld", "ld"):
+        found = shutil.which(tool, path=env.get("PATH"))
+        st = Path(found).resolve().stat() if found else None
+        add(tool, f"{found} {st.st_size} {st.st_mtime_ns}" if st else "-")
+    files = [p for p in sorted(mcu_dir().rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    files += [p for p in sorted(model_dir.iterdir()) if p.is_file() and p.suffix in (".c", ".h", ".json")]
+    if env.get("TINYOL_APP_INCLUDE"):
+        files += sorted(p for p in Path(env["TINYOL_APP_INCLUDE"]).glob("*") if p.is_file())
+    files.append(Path(memory.__file__))
+    for p in files:
+        add(str(p), p.read_bytes())
+    return h.hexdigest()
+
+
+def up_to_date(result: BuildResult, digest: str | None) -> list[str] | None:
+    """The "tinyol:" lines the last build printed when its outputs are there and were built from
+    inputs with this digest (then PlatformIO need not run); else None."""
+    made = _outputs(result) if digest is not None else None
+    if made is None:
+        return None
+    try:
+        lines = (result.build_dir / STAMP).read_text().splitlines()
+    except OSError:
+        return None
+    if lines[:2] != [digest, made]:
+        return None
+    return lines[2:]
 
 
 @contextlib.contextmanager
