@@ -93,6 +93,8 @@ class Board:
     """One part: RAM with the image, the strict flash model behind the interface and the store."""
 
     def __init__(self, image, board, dcen=True, qemu_like=False):
+        self.args = (image, board, dcen, qemu_like)
+        self.counted = False     # every block translated since the last flush has unicorn's counter
         self.code, self.syms = image
         self.g = GEOMETRIES[board]
         self.store, self.store_end = store_of(self.g)
@@ -175,8 +177,12 @@ class Board:
         uc.reg_write(A.UC_ARM_REG_SP, STACK)
         uc.reg_write(A.UC_ARM_REG_LR, STOP | 1)
         pc = self.syms[name] | 1
-        if count:
-            uc.ctl_flush_tb()   # blocks translated without the instruction counter would not stop
+        # blocks translated without unicorn's instruction counter would not stop: a run with no
+        # count removes the counter, a counted one adds it; a machine that only ever makes
+        # counted runs flushes once (the literal sweep checks every cut stops where it should)
+        if count and not self.counted:
+            uc.ctl_flush_tb()
+        self.counted = bool(count)
         while True:
             self.nmi_pending, self.nmi_at = False, None
             uc.emu_start(pc, STOP, count=count)
@@ -220,11 +226,29 @@ class Board:
         finally:
             self.uc.hook_del(h)
             self.uc.ctl_flush_tb()
-            self.counting = False
+            self.counting = self.counted = False
         return self.events
 
     def mem(self, addr, n):
         return bytes(self.uc.mem_read(addr, n))
+
+    def survivors(self):
+        """What a boot can see of the machine after a power cut (hashable): the array with its
+        torn marks, the option registers, the model's random state (torn reads), the system
+        control space. RAM and the flash interface start over."""
+        a, st = self.state["array"], self.state
+        options = tuple(st["regs"][o] for o in M["OPTION_OFFSETS"])
+        return (tuple(a["lo"]), tuple(a["hi"]), tuple(a["st"]), options, st["rng"], self.mem(SCS, 0x1000))
+
+    def take(self, survivors):
+        """Power this machine up on another one's survivors."""
+        lo, hi, st, options, rng, scs = survivors
+        a = self.state["array"]
+        a["lo"], a["hi"], a["st"] = list(lo), list(hi), list(st)
+        for o, v in zip(M["OPTION_OFFSETS"], options):
+            self.state["regs"][o] = v
+        self.state["rng"] = rng
+        self.uc.mem_write(SCS, scs)
 
     def snapshot(self):
         a = self.state["array"]
@@ -341,17 +365,44 @@ def test_a_torn_commit_boots_the_previous_record(board):
     assert b.save(new) == OK and b.boot()[1:] == (new, 2), "the next save recovers the slot"
 
 
-def _sweep(b, cuts, old, prev, new, snap):
+def _is_it(halfword: bytes) -> bool:
+    """A Thumb IT instruction (0xBFxy with a mask; 0xBFx0 are the hints)."""
+    hw = int.from_bytes(halfword, "little")
+    return hw & 0xFF00 == 0xBF00 and hw & 0xF != 0
+
+
+def _sweep(b, cuts, old, prev, new, snap, trace=None, recheck=16):
     """Cut the save of `new` after each instruction count in `cuts`; every boot must give prev or
-    new, bit for bit, with its seq; returns how many boots met a torn double-word (NMI)."""
+    new, bit for bit, with its seq; returns how many boots met a torn double-word (NMI).
+
+    `b` only saves and is cut (counted runs); a second machine boots on what survived each cut.
+    A boot is a function of those survivors (Board.survivors): a state booted before is not
+    booted again (most cuts between two flash accesses leave the same one), except every
+    `recheck`-th repeat, which is booted and must give the same. `trace`: the address of every
+    instruction of the uncut save; each cut must stop at the one after its count."""
+    boots = Board(*b.args)
     torn_boots = 0
+    booted: dict = {}
+    repeats = 0
     for k in cuts:
         b.restore(snap)
         b.reset()
         assert b.save(new, cut_at=k) is None, f"instruction {k} did not cut the save"
-        rc, got, seq = b.boot()
+        if trace is not None:
+            pc, after_it = b.uc.reg_read(A.UC_ARM_REG_PC), _is_it(b.mem(trace[k - 1], 2))
+            # a count never stops inside an IT block: after an IT it stops past the one it runs
+            assert pc == trace[k] or (after_it and pc == trace[k + 1]), f"the cut after {k} stopped elsewhere"
+        key = b.survivors()
+        seen = booted.get(key)
+        if seen is None or repeats % recheck == 0:
+            boots.take(key)
+            again = (*boots.boot(), boots.nmis)
+            assert seen in (None, again), f"cut after instruction {k}: the same state booted differently"
+            booted[key] = again
+        repeats += seen is not None
+        rc, got, seq, nmis = booted[key]
         assert rc == OK and (got, seq) in ((prev, 2), (new, 3)), f"cut after instruction {k}: {rc} seq {seq}"
-        torn_boots += b.nmis > 0
+        torn_boots += nmis > 0
     return torn_boots
 
 
@@ -391,4 +442,13 @@ def test_power_cut_at_every_instruction_of_a_save(tmp_path_factory):
     name = "nucleo_l476rg"
     b = Board(build(tmp_path_factory, name), name)
     old, prev, new, snap, _, total = _prepare_sweep(b, name)
-    assert _sweep(b, range(1, total), old, prev, new, snap) > 0
+    trace: list[int] = []
+    h = b.uc.hook_add(unicorn.UC_HOOK_CODE, lambda uc, address, size, user: trace.append(address))
+    b.uc.ctl_flush_tb()
+    b.restore(snap)
+    b.reset()
+    assert b.save(new) == OK and len(trace) == total
+    b.uc.hook_del(h)
+    b.uc.ctl_flush_tb()
+    b.counted = False
+    assert _sweep(b, range(1, total), old, prev, new, snap, trace) > 0
