@@ -162,7 +162,9 @@ class _Line:
             n = len(self.queue)
         else:
             self.clock = max(self.clock, now - self.byte_time)  # an idle line does not save up time
-            n = min(len(self.queue), int((now - self.clock) / self.byte_time))
+            # a small epsilon: clock = now - byte_time gives (now - clock) / byte_time just
+            # under 1 for some values of now (float rounding), which sent nothing, ever
+            n = min(len(self.queue), int((now - self.clock) / self.byte_time + 1e-6))
             self.clock += n * self.byte_time
         if n:
             sock.sendall(bytes(self.queue[:n]))

@@ -342,3 +342,19 @@ def test_a_stream_starts_with_five_percent_flips_from_the_first_byte(native_fw):
     assert s.device_count_from == "STATS" and s.device_samples_seen == n
     assert [r.samples_seen for r in st.records] == list(range(1, n + 1))
     assert px.carried["up"] + px.carried["down"] < bound, (px.carried, bound)
+
+
+def test_a_paced_test_line_sends_from_idle_whatever_the_clock(monkeypatch):
+    """The paced FaultProxy line (tests/_stream_util._Line) once sent nothing, ever, when
+    the monotonic clock made (now - (now - byte_time)) / byte_time round to just under 1
+    (e.g. now = 2048.21 s at 115200 baud): every 115200-baud test then failed at the first INFO."""
+    import _stream_util
+    sent = []
+
+    class _Sock:
+        def sendall(self, b):
+            sent.append(bytes(b))
+    monkeypatch.setattr(_stream_util.time, "monotonic", lambda: 2048.21)
+    line = _stream_util._Line(10 / 115200)
+    line.queue += b"abc"
+    assert line.send(_Sock()) == 1 and sent == [b"a"]
