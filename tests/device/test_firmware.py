@@ -89,7 +89,6 @@ def test_memory_overflow_fails_with_the_size(tmp_path):
     assert re.search(r"overflowed by \d+ bytes", msg), msg
 
 
-
 def test_unchanged_build_skips_platformio_and_any_change_rebuilds(tmp_path, monkeypatch):
     """A second build of the same inputs returns the first's firmware without running PlatformIO
     (a pio that cannot start proves it) and says what the first build said; a changed model

@@ -115,7 +115,7 @@ class Board:
         uc.mmio_map(self.store, self.store_end - self.store, self._arr_read, None, self._arr_write, None)
         uc.hook_add(unicorn.UC_HOOK_BLOCK, self._block)
         uc.hook_add(unicorn.UC_HOOK_CODE, self._halt, begin=self.syms["arm_halt"], end=self.syms["arm_halt"] + 1)
-        self.counting, self.icount, self.events = False, 0, []
+        self.counting, self.icount, self.events, self.trace = False, 0, [], []
         self.reset()
 
     # -- the machine ---------------------------------------------------------------------
@@ -168,6 +168,7 @@ class Board:
 
     def _count(self, uc, address, size, user):
         self.icount += 1
+        self.trace.append(address)
 
     def call(self, name, *args, count=0):
         """Run `name`(args) to its return; 'reset' if the firmware reset, None if cut by `count`."""
@@ -217,8 +218,9 @@ class Board:
             uc.context_restore(ctx)
 
     def record(self, run):
-        """Run `run()` counting instructions; the flash accesses as (instruction, kind, offset)."""
-        self.counting, self.icount, self.events = True, 0, []
+        """Run `run()` counting instructions; the flash accesses as (instruction, kind, offset).
+        The address of every instruction run is left in `self.trace`."""
+        self.counting, self.icount, self.events, self.trace = True, 0, [], []
         h = self.uc.hook_add(unicorn.UC_HOOK_CODE, self._count)
         self.uc.ctl_flush_tb()   # translated blocks made before the hook would not call it
         try:
@@ -442,13 +444,8 @@ def test_power_cut_at_every_instruction_of_a_save(tmp_path_factory):
     name = "nucleo_l476rg"
     b = Board(build(tmp_path_factory, name), name)
     old, prev, new, snap, _, total = _prepare_sweep(b, name)
-    trace: list[int] = []
-    h = b.uc.hook_add(unicorn.UC_HOOK_CODE, lambda uc, address, size, user: trace.append(address))
-    b.uc.ctl_flush_tb()
     b.restore(snap)
-    b.reset()
-    assert b.save(new) == OK and len(trace) == total
-    b.uc.hook_del(h)
-    b.uc.ctl_flush_tb()
-    b.counted = False
-    assert _sweep(b, range(1, total), old, prev, new, snap, trace) > 0
+    b.reset()                                   # as every cut starts
+    b.record(lambda: b.save(new))
+    assert len(b.trace) == total
+    assert _sweep(b, range(1, total), old, prev, new, snap, b.trace) > 0
