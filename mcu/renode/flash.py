@@ -155,7 +155,7 @@ def flash_reset(state=None):
     new = {"regs": regs, "key_stage": 0, "key_blocked": False, "optkey_stage": 0,
            "optkey_blocked": False, "array": None, "half": None, "op": None, "busy": 0,
            "stale": {}, "nmi": 0, "nmi_hook": None, "rng": 0x1234567, "bus": None,
-           "flash_kb": None, "image": None}
+           "flash_kb": None, "image": None, "program_end": 0}
     if state is not None:
         for offset in OPTION_OFFSETS:
             regs[offset] = state["regs"][offset]
@@ -325,6 +325,7 @@ def _finish(state):
         arr["hi"][i] = op["hi"]
         arr["st"][i] = PROGRAMMED
         _image_sync(state, i, i + 1)
+        state["program_end"] = _cpu_instructions(state)
     else:
         dwords = _dwords_in(state, op["address"], op["count"])
         for i in dwords:
@@ -336,6 +337,17 @@ def _finish(state):
         _fill_erased_outside(state, op["address"], op["count"])
     if regs[FLASH_CR] & CR_EOPIE:
         regs[FLASH_SR] |= SR_EOP
+
+
+def _cpu_instructions(state):
+    """The CPU's executed-instruction count now (low 32 bits), 0 without a Renode bus: the
+    PROGRAM_END test window reads it as it was when the last double-word program ended."""
+    bus = state["bus"]
+    if bus is None or not hasattr(bus, "GetCPUs"):
+        return 0
+    for cpu in bus.GetCPUs():
+        return int(cpu.ExecutedInstructions) & 0xFFFFFFFF
+    return 0
 
 
 def flash_power_cut(state):
@@ -665,6 +677,7 @@ MAGIC_OFFSET = 0x3FC
 MAGIC = 0x464C4F54                       # "TOLF"
 NMI_COUNT_OFFSET = 0x3F8                 # reads: NMIs raised so far (for tests; not on silicon)
 TEAR_OFFSET = 0x3F4                      # writes: tear the double-word at this array offset (tests)
+PROGRAM_END_OFFSET = 0x3F0               # reads: CPU instructions when the last program ended (tests)
 NMIPENDSET_ADDR = 0xE000ED04             # SCB ICSR; bit 31 pends NMI
 NMIPENDSET = 1 << 31
 
@@ -695,6 +708,9 @@ def _array_instance_access(state, array_bytes):
         return
     if reg == NMI_COUNT_OFFSET and _req("isRead"):
         _set_value(state["nmi"])
+        return
+    if reg == PROGRAM_END_OFFSET and _req("isRead"):
+        _set_value(state["program_end"])
         return
     if reg == TEAR_OFFSET and _req("isWrite"):
         i = (int(_req("value")) % array_bytes) // 8
