@@ -23,6 +23,11 @@ largest buffer that fits, no CAP_LIMIT) x recipe x stage learning-rate scale, ch
 same validation split, the chosen one re-exported and run on the test split over 3 orders.
 `--val-orders N` averages each validation row over N stream orders (a check of the one-order
 choice: the top rows are a few validation samples apart).
+
+The wide grid (key "digits | embed | int16 wide grid", run with `--val-orders 3`): the axes the
+codec search did not try, idle rehearsal (0, 2, 4 steps) with either policy and the stage lr
+scale beyond 10 (3, 10, 20, 30), at the 4-bit and pq:128 storages (639 slots each), chosen by
+the mean over 3 validation orders; the chosen one on the test split as above.
 """
 from __future__ import annotations
 
@@ -61,11 +66,18 @@ LR_SCALES = (0.3, 1.0, 3.0, 10.0)
 # left out (11-15 points below balanced x2 on watch's validation split in the search above),
 # PQ at 2x and 4x the 4-bit slots (pq:100, pq:50 of conv3's 400-value latent; pq:200 is the
 # 4-bit slot size, which digits' search found no better than 4 bits)
+# (data set, cut, export keywords, storages, recipes, lr scales, key)
 SEARCHES = [
     ("digits", "embed", dict(split="embed", stage_weights="int16"),
-     ("4", "pq:32", "pq:64", "pq:128"), RECIPES, (3.0, 10.0)),
+     ("4", "pq:32", "pq:64", "pq:128"), RECIPES, (3.0, 10.0), "int16 x codec"),
     ("watch", "conv3", dict(split="conv3", stage_weights="int16"),
-     ("4", "pq:100", "pq:50"), ((L.POLICY_BALANCED, 2),), (3.0, 10.0)),
+     ("4", "pq:100", "pq:50"), ((L.POLICY_BALANCED, 2),), (3.0, 10.0), "int16 x codec"),
+    # the axes the codec search left out (docs/study.md, "Against the goal"): idle rehearsal
+    # with the plain reservoir, class-balanced replay without and with more idle steps, the
+    # stage lr scale beyond 10; at the two storages of digits' 639 slots (4-bit, pq:128)
+    ("digits", "embed", dict(split="embed", stage_weights="int16"), ("4", "pq:128"),
+     tuple((pol, reh) for pol in (L.POLICY_RESERVOIR, L.POLICY_BALANCED) for reh in (0, 2, 4)),
+     (3.0, 10.0, 20.0, 30.0), "int16 wide grid"),
 ]
 
 
@@ -147,7 +159,7 @@ def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, e
     tag = f"{ds.name}_{cut}"
     val = np.random.default_rng(99).choice(len(ds.ytr), len(ds.ytr) * 3 // 10, replace=False)
     t0 = time.perf_counter()
-    grid, slots, models = {}, {}, {}
+    grid, per_order, slots, models = {}, {}, {}, {}
     for st in storages:
         skw = {**kw, **storage_kw(st)}
         model = export(ds, work / f"l16s_{tag}_{st.replace(':', '')}", skw)
@@ -157,9 +169,9 @@ def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, e
         for pol, reh in recipes:
             for sc in scales:
                 k = (st, pol, reh, sc)
-                grid[k] = float(np.mean([run(ds, model, Qtr, None, seed=50 + o, policy=pol,
-                                             rehearse=reh, lr_scale=sc, eval_idx=val)
-                                         for o in range(val_orders)]))
+                per_order[k] = [run(ds, model, Qtr, None, seed=50 + o, policy=pol, rehearse=reh,
+                                    lr_scale=sc, eval_idx=val) for o in range(val_orders)]
+                grid[k] = float(np.mean(per_order[k]))
                 echo(f"  {tag} {st} ({slots[st]} slots) val {LN.POLICY_NAMES[pol]} x{reh} "
                      f"scale {sc}: {grid[k]:.3f}")
     st, pol, reh, sc = max(grid, key=grid.get)
@@ -180,6 +192,8 @@ def search_case(ds, cut: str, kw: dict, storages, recipes, scales, work: Path, e
          "stage_memory": man["stage"]["memory"], "trained": int(man["stage"]["trained"]),
          "val": {f"{s_} | {LN.POLICY_NAMES[p]} x{e} scale {c}": v for (s_, p, e, c), v in grid.items()},
          "val_orders": val_orders,
+         **({"val_per_order": {f"{s_} | {LN.POLICY_NAMES[p]} x{e} scale {c}": v
+                               for (s_, p, e, c), v in per_order.items()}} if val_orders > 1 else {}),
          "acc": acc, "seconds": {"search": round(t1 - t0), "test": round(t2 - t1)}}
     echo(f"{tag}: chosen {st} ({slots[st]} slots), {LN.POLICY_NAMES[pol]} x{reh} scale {sc}: "
          f"{100 * np.mean(acc):.1f} ± {100 * np.std(acc):.1f} {[round(100 * a, 1) for a in acc]}")
@@ -212,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 sets[name] = LN.dataset(name, work, echo)
             res[key] = study_case(sets[name], cut, kw, work, echo)
             a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-        for name, cut, kw, storages, recipes, scales in SEARCHES:
-            key = f"{name} | {cut} | int16 x codec" + (
+        for name, cut, kw, storages, recipes, scales, label in SEARCHES:
+            key = f"{name} | {cut} | {label}" + (
                 f", validation over {a.val_orders} orders" if a.val_orders > 1 else "")
             if key in res or (a.only and a.only not in key):
                 continue
