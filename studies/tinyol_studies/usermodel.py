@@ -8,6 +8,10 @@ subjects 8-10, the depth study's split and protocol: tinyol_studies.depth / lean
     PYTHONPATH=host:studies python -m tinyol_studies.usermodel --json docs/study_usermodel.json \\
         [--work DIR] [--only auto]
 
+The row JOINT is the upper bound: the same architecture trained from scratch on all 7
+exercises of subjects 1-7 (the training split the recipes prefill and stream), tested on
+subjects 8-10, seeds 100-102 (the depth study's joint training: its epochs, optimizer, seeds).
+
 The network is trained once per work folder (seed 0) and kept there; every export and run is
 deterministic (fixed seeds). Rows already in the json are kept (delete one to re-run it).
 """
@@ -125,6 +129,19 @@ RECIPES = {  # label -> export keyword arguments
 }
 
 
+JOINT = "joint training (7 exercises from scratch, subjects 1-7)"
+
+
+def joint(ds: D.Dataset, echo, seeds: int = ORDERS) -> dict:
+    """JOINT: tinyol_studies.depth's upper bound (``D._fit`` with its defaults) on this network."""
+    accs = []
+    for s in range(seeds):
+        net = D._fit(ds.make_joint(100 + s), ds.Xtr, ds.ytr, seed=100 + s)
+        accs.append(float(np.mean(np.argmax(net.predict(ds.Xte, verbose=0), 1) == ds.yte)))
+        echo(f"{JOINT}, seed {100 + s}: {accs[-1]:.3f}")
+    return {"acc": accs, "seeds": [100 + s for s in range(seeds)]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, required=True)
@@ -142,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ds = dataset(work, echo)
         sd = stage_data(ds, work)
+        if JOINT not in res and (not a.only or a.only in JOINT) and not a.export_only:
+            res[JOINT] = joint(ds, echo)
+            a.json.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
         for label, kw in RECIPES.items():
             if label in res or (a.only and a.only not in label):
                 continue
