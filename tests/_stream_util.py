@@ -145,6 +145,7 @@ class _Line:
         self.byte_time = byte_time
         self.queue = bytearray()
         self.clock = 0.0   # when the line is free again (monotonic seconds)
+        self.idle = True   # nothing was waiting at the last send: the line's clock restarts
 
     def room(self, limit: int) -> bool:
         return len(self.queue) < limit
@@ -156,12 +157,17 @@ class _Line:
 
     def send(self, sock: socket.socket) -> int:
         if not self.queue:
+            self.idle = True
             return 0
         now = time.monotonic()
         if not self.byte_time:
             n = len(self.queue)
         else:
-            self.clock = max(self.clock, now - self.byte_time)  # an idle line does not save up time
+            if self.idle:  # an idle line does not save up time; a busy one runs at the rate, so
+                # a clock behind `now` (the proxy's loop wakes every ~1 ms) is bytes owed, not idle
+                # time (clamped at every send it let one byte leave per wake-up: ~9,000 baud)
+                self.clock = max(self.clock, now - self.byte_time)
+                self.idle = False
             # a small epsilon: clock = now - byte_time gives (now - clock) / byte_time just
             # under 1 for some values of now (float rounding), which sent nothing, ever
             n = min(len(self.queue), int((now - self.clock) / self.byte_time + 1e-6))
@@ -169,6 +175,7 @@ class _Line:
         if n:
             sock.sendall(bytes(self.queue[:n]))
             del self.queue[:n]
+        self.idle = not self.queue
         return n
 
 

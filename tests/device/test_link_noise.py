@@ -191,10 +191,13 @@ def test_five_percent_flips_at_115200_baud_deliver_at_a_bounded_overhead(native_
     reaches as a socket (a serial-to-network bridge: no rate told), 5 digits samples arrive,
     each learned once, in send order, within 80 KB of line traffic per sample (a sample's
     exchange is ~110 bytes and comes through whole about 1 time in 240 at this noise: ~26 KB
-    at best). A guard, not a reproduction: main's pipeline measured 24.7 KB per sample here
-    (scripts/measure_link_noise.py, docs/reliability.md); the flood of the issue appears on a
-    socket without a rate (4.5 MB per sample), not on this line. The stream stops (as Ctrl-C
-    does) once the line carried n times the bound."""
+    at best), and the damage resends are paced by the answers, not by the resend timer: fewer
+    than 1 timer-driven resend in 12 damage resends (a count, not a time). The test line ran at
+    ~900 bytes/s, not 11,520 (_stream_util._Line: one byte per wake-up of the proxy), so a
+    round trip took ~110 ms and the 0.2 s timer resent 16-19 % of the copies (375 timer, 2,322
+    damage resends for 10 samples; ~40 s per sample); at the line's rate 0-3 % (~3 s per
+    sample, docs/reliability.md). The stream stops (as Ctrl-C does) once the line carried n
+    times the bytes bound."""
     import numpy as np
     from tinyol.data.datasets import load_source
     from tinyol.link import Device
@@ -221,6 +224,8 @@ def test_five_percent_flips_at_115200_baud_deliver_at_a_bounded_overhead(native_
     assert [r.samples_seen for r in st.records] == list(range(1, n + 1))
     assert seen.class_counts == np.bincount(y[order], minlength=10).tolist()
     assert (px.carried["up"] + px.carried["down"]) / n < per_sample
+    ps = st.pipeline.stats
+    assert ps.resend_damage > 0 and ps.resend_timeout * 12 < ps.resend_damage, ps
 
 
 def test_a_sample_over_the_resend_budget_is_named_never_dropped():
@@ -358,3 +363,31 @@ def test_a_paced_test_line_sends_from_idle_whatever_the_clock(monkeypatch):
     line = _stream_util._Line(10 / 115200)
     line.queue += b"abc"
     assert line.send(_Sock()) == 1 and sent == [b"a"]
+
+
+def test_a_paced_test_line_runs_at_its_baud_while_bytes_wait(monkeypatch):
+    """The paced FaultProxy line let one byte leave per wake-up of the proxy's loop (~1 ms)
+    whatever waited: its clock was reset to `now` at every send, as if the line were idle, so
+    a "115200-baud" line carried ~900 bytes/s, not 11,520, and an INFO round trip took ~110 ms
+    instead of ~9 (issue 34's "30 s per sample, line mostly idle" at 115200 was this). A busy
+    line runs at the rate: 1,000 bytes waiting, sent from at 20 wake-ups 1 ms apart: 219 bytes (was 20)."""
+    import _stream_util
+    now = [100.0]
+    sent = bytearray()
+
+    class _Sock:
+        def sendall(self, b):
+            sent.extend(b)
+    monkeypatch.setattr(_stream_util.time, "monotonic", lambda: now[0])
+    line = _stream_util._Line(10 / 115200)
+    line.queue += bytes(1000)
+    for _ in range(20):
+        line.send(_Sock())
+        now[0] += 0.001
+    assert 215 <= len(sent) <= 222, len(sent)   # 19 ms at 11,520 bytes/s: 218 (+1: the first at once)
+    line.queue.clear()
+    line.send(_Sock())
+    now[0] += 1.0   # idle for a second: the line does not save up time
+    line.queue += bytes(100)
+    n = line.send(_Sock())
+    assert n == 1, n
