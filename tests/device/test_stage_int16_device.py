@@ -117,3 +117,30 @@ def test_int16_stage_pq_replay_equals_twin_native_and_qemu(firmware, pq_dir):
     with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
         with Device.open(t.url, timeout=10) as dev:
             _run(dev, model, 16, persist=False)
+
+
+@pytest.mark.qemu
+def test_int16_stage_pq_replay_with_idle_rehearsal_equals_twin(firmware, pq_dir):
+    """Issue 30's digits recipe (the int16 stage, PQ replay, class-balanced, idle rehearsal
+    steps between samples: docs/study.md, "Digits' wide grid"), on native and on the Cortex-M4
+    build in QEMU: every reply equals the twin after the steps the device reports, and each
+    waited-out idle period ran the whole budget."""
+    from _rehearse_util import check_rehearsal_ran, digits_stream, stream_with_rehearsal, twin_with_budget
+    from tinyol._defs import Setting
+
+    budget = 4
+    data = digits_stream(str(pq_dir), 7, n=30)
+    fw = firmware("native", model=str(pq_dir))
+    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
+        assert dev.set(Setting.REHEARSE, budget) == budget
+        twin = twin_with_budget(data[0], budget)
+        assert twin.q16
+        counts = stream_with_rehearsal(dev, twin, data, 30, budget)
+        check_rehearsal_ran(twin, counts, dev.stats(), budget)
+    fw = firmware("nucleo_l476rg", model=str(pq_dir), test_build=True)
+    with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
+        with Device.open(t.url, timeout=10) as dev:
+            assert dev.set(Setting.REHEARSE, budget) == budget
+            twin = twin_with_budget(data[0], budget)
+            counts = stream_with_rehearsal(dev, twin, data, 24, budget)
+            check_rehearsal_ran(twin, counts, dev.stats(), budget)
