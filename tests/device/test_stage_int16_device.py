@@ -130,17 +130,18 @@ def test_int16_stage_pq_replay_with_idle_rehearsal_equals_twin(firmware, pq_dir)
 
     budget = 4
     data = digits_stream(str(pq_dir), 7, n=30)
-    fw = firmware("native", model=str(pq_dir))
-    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
+
+    def stream(dev, n):
         assert dev.set(Setting.REHEARSE, budget) == budget
         twin = twin_with_budget(data[0], budget)
         assert twin.q16
-        counts = stream_with_rehearsal(dev, twin, data, 30, budget)
+        counts = stream_with_rehearsal(dev, twin, data, n, budget)
         check_rehearsal_ran(twin, counts, dev.stats(), budget)
+
+    fw = firmware("native", model=str(pq_dir))
+    with emulator.start_native(fw.program, timeout=120) as t, Device.open(t.url) as dev:
+        stream(dev, 30)
     fw = firmware("nucleo_l476rg", model=str(pq_dir), test_build=True)
     with emulator.start_qemu("nucleo_l476rg", fw.elf, timeout=400) as t:
         with Device.open(t.url, timeout=10) as dev:
-            assert dev.set(Setting.REHEARSE, budget) == budget
-            twin = twin_with_budget(data[0], budget)
-            counts = stream_with_rehearsal(dev, twin, data, 24, budget)
-            check_rehearsal_ran(twin, counts, dev.stats(), budget)
+            stream(dev, 24)
