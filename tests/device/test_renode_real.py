@@ -38,6 +38,10 @@ MANIFEST = json.loads((ROOT / MODEL / "manifest.json").read_text())
 FULL_BOARD = "nucleo_l476rg"
 MIPS = 100            # Renode's default PerformanceInMips of the Cortex-M (checked below)
 FLASH_END = 0x08000000 + BOARDS[FULL_BOARD].flash_bytes
+# flash.py's test-only windows past the end of flash (its *_OFFSET constants; not on silicon)
+PROGRAM_END = FLASH_END + 0x3F0   # reads: CPU instructions when the last double-word program ended
+TEAR = FLASH_END + 0x3F4          # writes: tear the double-word at this store offset
+NMI_COUNT = FLASH_END + 0x3F8     # reads: NMIs raised by torn double-words so far
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +186,7 @@ class _Sweep:
         frame = send_paused(self.t, self.dev.link, Msg.SAVE)
         before = _executed(mon)
         run_until_reply(self.t, self.dev.link, frame, 0.0001)
-        end = int(mon.execute(f"sysbus ReadDoubleWord {FLASH_END + 0x3F0:#x}"), 16)
+        end = int(mon.execute(f"sysbus ReadDoubleWord {PROGRAM_END:#x}"), 16)
         mon.execute("start")
         self.seq += 1
         self.head = self.dev.get_head()
@@ -276,8 +280,7 @@ def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
 
         # cuts inside the commit's BSY window tore it: those boots read a double ECC error, and
         # the firmware's NMI handler took it (ECCD cleared) instead of faulting
-        window = FLASH_END + 0x400 - 8                        # flash.py's test counter: NMIs raised
-        nmis = int(mon.execute(f"sysbus ReadDoubleWord {window:#x}"), 16)
+        nmis = int(mon.execute(f"sysbus ReadDoubleWord {NMI_COUNT:#x}"), 16)
         eccr = int(mon.execute("sysbus ReadDoubleWord 0x40022018"), 16)
         print("NMIs from torn double-words", nmis, "ECCR", hex(eccr))
         assert nmis > 0 and not eccr & (1 << 31), (nmis, hex(eccr))
@@ -315,14 +318,14 @@ def test_store_refuses_bus_master_writes_and_survives_a_torn_commit(firmware):
         slot_bytes = dev.stats().persist.pages_per_slot * BOARDS[FULL_BOARD].page_bytes
         commit2 = store + r2.slot * slot_bytes
         assert r2.seq == 2 and rd(commit2) == 0x534C4F54
-        nmis = rd(FLASH_END + 0x3F8)
-        mon.execute(f"sysbus WriteDoubleWord {FLASH_END + 0x3F4:#x} {commit2 - store:#x}")
+        nmis = rd(NMI_COUNT)
+        mon.execute(f"sysbus WriteDoubleWord {TEAR:#x} {commit2 - store:#x}")
         mon.execute("machine Reset")
         line = wait_boot(dev.link, timeout=90)
         assert "store=loaded damaged=1" in line, line       # the fall-back is reported
         dev2 = Device(dev.link)
         assert dev2.store_status() == ("loaded", 1) and "store_damaged" in dev2.info.flags
-        assert rd(FLASH_END + 0x3F8) > nmis, "the boot read the torn double-word: NMI"
+        assert rd(NMI_COUNT) > nmis, "the boot read the torn double-word: NMI"
         assert not rd(0x40022018) & (1 << 31), "the firmware's NMI handler cleared ECCR.ECCD"
 
 
