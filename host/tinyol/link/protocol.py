@@ -464,7 +464,6 @@ class Link:
                          hint="it was unplugged, reset into a bootloader, or the emulator stopped")
 
     def request(self, msg: int, payload: bytes = b"", *, timeout: float | None = None) -> bytes:
-        """Send one request, return the reply payload; raise DeviceError on an ERROR reply."""
         """Send one request, return the reply payload; raise DeviceError on an ERROR reply.
 
         The *identical* frame is resent up to `retries` times (the device answers a repeat
