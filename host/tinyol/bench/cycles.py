@@ -44,6 +44,22 @@ SRAM2_BASE, SRAM2_SIZE = 0x1000_0000, 0x1_0000
 SRAM1_BASE, SRAM1_SIZE = 0x2000_0000, 0xA_0000        # 640 KB (L4R5); the L475 harness uses 96 KB
 PERIPH_BASE, PERIPH_SIZE = 0x4000_0000, 0x1000_0000   # plain memory: registers hold what was written
 SCS_BASE, SCS_SIZE = 0xE000_0000, 0x10_0000
+# A harness linked for QEMU's mps2-an386 (tflm_bench.MPS2: a TFLM arena or our activations the
+# L475's SRAM cannot hold) has its code at 0 and its data in 4 MB at 0x20000000. It is priced as
+# the same code in an STM32L4's flash, which the part aliases at 0 when it boots from flash (the
+# reference manuals' "Boot configuration"): every ART fetch and wait state as at 0x08000000, whose low address
+# bits are the same; SRAM is zero-wait wherever it is (the data's size is the harness's to check).
+MPS2_CODE_SIZE, MPS2_DATA_SIZE = 0x40_0000, 0x40_0000
+
+
+def memory_map(segments) -> tuple[int, list[tuple[int, int]]]:
+    """(flash base, regions to map) for a harness ELF's segments: the STM32L4 layout, or the
+    mps2-an386 one when its code lies below the L4's flash."""
+    if min(addr for addr, _, _ in segments) < FLASH_BASE:
+        return 0, [(0, MPS2_CODE_SIZE), (SRAM1_BASE, MPS2_DATA_SIZE), (PERIPH_BASE, PERIPH_SIZE),
+                   (SCS_BASE, SCS_SIZE)]
+    return FLASH_BASE, [(FLASH_BASE, FLASH_SIZE), (SRAM2_BASE, SRAM2_SIZE), (SRAM1_BASE, SRAM1_SIZE),
+                        (PERIPH_BASE, PERIPH_SIZE), (SCS_BASE, SCS_SIZE)]
 
 
 @dataclass(frozen=True)
@@ -316,7 +332,7 @@ class Block:
     regs: tuple = ()               # registers to read at block start
 
 
-def price_block(insns: list[Insn], word: int = 8) -> Block:
+def price_block(insns: list[Insn], word: int = 8, flash_base: int = FLASH_BASE) -> Block:
     """Static cycles of a straight-line run of instructions: TRM costs, load/store pipelining, the
     address-generation stall. A conditional branch at the end is left to the tracer."""
     total = 0
@@ -366,7 +382,7 @@ def price_block(insns: list[Insn], word: int = 8) -> Block:
             delta[r] = delta.get(r, 0) + d
     regs = tuple(sorted({r for rd in reads for r in (rd[0], rd[2]) if r}))
     return Block(insns[0].addr, last.addr + last.size, insns, total, len(insns), p_events, p_reg, cond_end,
-                 tuple(words), FLASH_BASE <= insns[0].addr < FLASH_BASE + FLASH_SIZE, tuple(reads), regs)
+                 tuple(words), flash_base <= insns[0].addr < flash_base + FLASH_SIZE, tuple(reads), regs)
 
 
 # ---------------------------------------------------------------------------- the memory system
@@ -515,14 +531,14 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
     ticks_addr = elf.symbols[ticks_symbol]
     uc = Uc(UC_ARCH_ARM, UC_MODE_THUMB | UC_MODE_MCLASS)
     uc.ctl_set_cpu_model(U.UC_CPU_ARM_CORTEX_M4)
-    for base, size in ((FLASH_BASE, FLASH_SIZE), (SRAM2_BASE, SRAM2_SIZE), (SRAM1_BASE, SRAM1_SIZE),
-                       (PERIPH_BASE, PERIPH_SIZE), (SCS_BASE, SCS_SIZE)):
+    flash_base, regions = memory_map(elf.segments)
+    for base, size in regions:
         uc.mem_map(base, size)
     code = bytearray(FLASH_SIZE)
     for addr, blob, memsz in elf.segments:
         uc.mem_write(addr, blob)
-        if FLASH_BASE <= addr < FLASH_BASE + FLASH_SIZE:
-            code[addr - FLASH_BASE:addr - FLASH_BASE + len(blob)] = blob
+        if flash_base <= addr < flash_base + FLASH_SIZE:
+            code[addr - flash_base:addr - flash_base + len(blob)] = blob
     # the clock set-up polls RCC and SysTick: make them read "ready" (RCC_CR MSIRDY|PLLRDY follow
     # MSION|PLLON, CFGR.SWS follows SW, SysTick counts)
     rcc = 0x4002_1000
@@ -531,7 +547,7 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
     md.detail = True
 
     def code_at(target):
-        return _target_penalty(target, code, FLASH_BASE)
+        return _target_penalty(target, code, flash_base)
 
     arts = [Art(c) for c in configs]
     from capstone import arm as A
@@ -551,7 +567,7 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
         insns = [classify(i, code_at) for i in md.disasm(raw, addr)]
         if not insns:
             raise TinyolError(f"cannot decode the code at {addr:#x}")
-        return price_block(insns)
+        return price_block(insns, flash_base=flash_base)
 
     def settle(next_addr):
         """Price the previous block's conditional flow change, now that the next address is known."""
@@ -592,7 +608,7 @@ def run_elf(elf_path: Path, configs: list[MemConfig], *, max_instr: int = 2_000_
             for base, d, index, shift, disp, n, static in b.reads:
                 a = static if static is not None else (
                     rv[base] + d + disp + ((rv[index] << shift) if index else 0)) & 0xFFFFFFFF
-                if FLASH_BASE <= a < FLASH_BASE + FLASH_SIZE:
+                if flash_base <= a < flash_base + FLASH_SIZE:
                     for k, art in enumerate(arts):
                         cyc[k] += art.data(a, n)
 

@@ -577,7 +577,12 @@ def _dwconv_as_conv(gen: _Gen, op: Operator, low: Lowered) -> Lowered:
     gen.consts[k] = gen.consts.pop()          # in place of the depthwise layout, same size
     gen.weights_bytes -= conv_w.size
     fields = [[(f, 1) if f == "depth_mult" else (f, v) for f, v in grp] for grp in low.fields]
-    if _use_scratch(False, 1, oc):
+    # a scratch whenever the kernel builds im2col columns anyway (windows of up to 64 values, on its
+    # stack two pixels at a time: TOL_CONV_STACK_COL_BYTES): in the arena it takes pixel blocks, each
+    # filter pair read from flash once per block. person_detect's 3x3 x 8 first layer: 2.57 M -> 2.27 M
+    # estimated cycles on the L4R5ZI (1.05x -> 0.93x of CMSIS-NN), the arena unchanged
+    # (docs/benchmarks-cycles.md)
+    if _use_scratch(False, 1, oc) or kh * kw <= 64:
         gen.scratch[op.index] = 4 * ((kh * kw + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
         oh, ow, _ = _nhwc(gen, op, gen.m.tensors[op.outputs[0]])
         gen.blocks[op.index] = oh * ow
