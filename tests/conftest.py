@@ -89,7 +89,10 @@ def firmware():
 # is overridden. Starting the four longest files first instead (`--no-loadscope-reorder` with them
 # at the head of the list) was measured slower on the 2-core machine (clean clones, 2026-12-04:
 # 17 min 35 s of pytest and 1,811 CPU s against 15 min 53 s and 1,606 CPU s; six workers: 17 min
-# 5 s): TFLM's compile, the linker sweeps and Renode then compete for the two cores at once.
+# 5 s): TFLM's compile, the linker sweeps and Renode then compete for the two cores at once. So
+# was xdist's order with only those three moved to start beside the waiting fleets (which by
+# xdist's order leave a core mostly idle from ~180 to ~360 s): 15 min 10 s and 1,549 CPU s against
+# 14 min 43 s and 1,503 CPU s (clean clones of d5eb341 and its variant).
 def pytest_collection_modifyitems(config, items):
     if shutil.which("qemu-system-arm"):
         return
