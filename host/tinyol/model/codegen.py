@@ -470,6 +470,15 @@ def _lower(gen: _Gen, op: Operator, spec: OpSpec):
     return f"{low.kernel or spec.kernel}(&{n}, ", low.inputs, low.packed
 
 
+def _conv_col_bytes(window: int) -> int:
+    """Bytes of a 2-pixel im2col scratch for a window of `window` values (TOL_CONV2D_SCRATCH_BYTES)."""
+    return 4 * ((window + 3) // 4 * 4)
+
+
+# windows whose 2-pixel columns the SIMD CONV_2D builds on its own stack when it has no scratch
+_CONV_STACK_COL_BYTES = 256   # mcu/src/kernels/simd/tol_conv.c TOL_CONV_STACK_COL_BYTES
+
+
 def _use_scratch(depthwise: bool, ic: int, oc: int) -> bool:
     """Give CONV_2D the 2-pixel im2col scratch (faster SIMD path) when it pays off:
     channels in whole words, or enough filters to amortize a scalar im2col
@@ -535,7 +544,7 @@ def _conv_common(gen: _Gen, op: Operator, x: Tensor, y: Tensor, depthwise: bool)
     gen.const_array("int32_t", f"{n}_s", shifts)
     scratch = _use_scratch(depthwise, ic, oc)
     if scratch:
-        gen.scratch[op.index] = 4 * ((kh * kw * ic + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
+        gen.scratch[op.index] = _conv_col_bytes(kh * kw * ic)
         gen.blocks[op.index] = oh * ow
     gen.macs += oh * ow * oc * kh * kw * (1 if depthwise else ic)
     return Lowered([
@@ -577,13 +586,14 @@ def _dwconv_as_conv(gen: _Gen, op: Operator, low: Lowered) -> Lowered:
     gen.consts[k] = gen.consts.pop()          # in place of the depthwise layout, same size
     gen.weights_bytes -= conv_w.size
     fields = [[(f, 1) if f == "depth_mult" else (f, v) for f, v in grp] for grp in low.fields]
-    # a scratch whenever the kernel builds im2col columns anyway (windows of up to 64 values, on its
-    # stack two pixels at a time: TOL_CONV_STACK_COL_BYTES): in the arena it takes pixel blocks, each
-    # filter pair read from flash once per block. person_detect's 3x3 x 8 first layer: 2.57 M -> 2.27 M
+    # a scratch whenever the kernel builds im2col columns anyway (on its stack, two pixels at a time,
+    # when they fit _CONV_STACK_COL_BYTES: windows of up to 64 values): in the arena it takes pixel
+    # blocks, each filter pair read from flash once per block. person_detect's 3x3 x 8 first layer: 2.57 M -> 2.27 M
     # estimated cycles on the L4R5ZI (1.05x -> 0.93x of CMSIS-NN), the arena unchanged
     # (docs/benchmarks-cycles.md)
-    if _use_scratch(False, 1, oc) or kh * kw <= 64:
-        gen.scratch[op.index] = 4 * ((kh * kw + 3) // 4 * 4)  # TOL_CONV2D_SCRATCH_BYTES
+    col = _conv_col_bytes(kh * kw)
+    if _use_scratch(False, 1, oc) or col <= _CONV_STACK_COL_BYTES:
+        gen.scratch[op.index] = col
         oh, ow, _ = _nhwc(gen, op, gen.m.tensors[op.outputs[0]])
         gen.blocks[op.index] = oh * ow
         fields[-1] = fields[-1] + [("scratch", "@SCRATCH@")]
