@@ -142,6 +142,31 @@ def compiler_cache(env):
     env["ENV"].setdefault("CCACHE_DIR", os.path.join(env.subst("$PROJECT_DIR"), ".pio", "ccache"))
 
 
+# The firmware's sources that include the model's config.h (through tinyol.h or tol_server.h):
+# the glue over tinyol.h and the protocol server. Every other source (the core, the kernels, the
+# boards) is compiled without the model folder on its include path, so its command line is the
+# same for every model and ccache finds it without running the preprocessor (its direct mode);
+# a core file that came to include config.h fails to compile, it cannot build stale.
+MODEL_SOURCES = ("app/", "embed/", "src/tol_server.c")
+
+
+def build_firmware_sources(env, mcu, src_filter, model_dir):
+    """Compile the selected firmware sources in the order PlatformIO would (the link order, and
+    so the code layout, is unchanged); only MODEL_SOURCES see `model_dir`. PlatformIO's own pass
+    over src_dir is then given nothing."""
+    model_free = [p for p in env["CPPPATH"] if p != model_dir]
+    variant = env.subst("$BUILD_SRC_DIR")
+    objects = []
+    for node in env.CollectBuildFiles("$BUILD_SRC_DIR", mcu, src_filter):
+        rel = os.path.relpath(node.get_abspath(), variant).replace(os.sep, "/")
+        needs_model = rel.startswith(MODEL_SOURCES)
+        objects.append(env.Object(node) if needs_model else env.Object(node, CPPPATH=model_free))
+    from SCons.Script import DefaultEnvironment  # noqa: PLC0415 (SCons only inside a build)
+
+    DefaultEnvironment().Append(PIOBUILDFILES=objects)   # where env.BuildSources puts its objects
+    env.Replace(SRC_FILTER=["-<*>"])
+
+
 def configure(env, family, board_id, regions=None, flash_bytes=0):
     project = env.subst("$PROJECT_DIR")
     test_build = option(env, "custom_test_build", "no", "TINYOL_TEST_BUILD").lower() in ("1", "yes", "true")
@@ -218,10 +243,10 @@ def configure(env, family, board_id, regions=None, flash_bytes=0):
                 "+<boards/stm32l4/%s>" % exit_impl, "+<boards/stm32l4/board_%s.c>" % board_id]
     else:
         src += ["+<boards/native/>"]
-    env.Replace(SRC_FILTER=src)
     # the model's generated C (weights, head init); model_data.c is the TFLM
     # flatbuffer for users who run TFLM, not needed by our AOT backbone
     env.BuildSources(os.path.join("$BUILD_DIR", "model"), model_dir, src_filter=["+<*.c>", "-<model_data.c>"])
+    build_firmware_sources(env, mcu, src, model_dir)
     shown = os.path.relpath(model_dir, project) if model_dir.startswith(project + os.sep) else model_dir
     print("tinyol: model=%s kernels=%s test_build=%s app=%s" % (shown, kernels,
                                                               "yes" if test_build else "no", app))
