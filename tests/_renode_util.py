@@ -112,6 +112,12 @@ def wait_boot(dev_link, timeout: float = 20.0) -> str:
     return line
 
 
+# Renode's own synchronisation quantum: a test that steps virtual time with `emulation RunFor`
+# in 0.1 ms steps starts Renode with it (start_renode(..., quantum=FINE_QUANTUM)); the board
+# scripts' 10 ms is the least Renode 1.15 can step then (less ends it with an OverflowException).
+FINE_QUANTUM = 0.0001
+
+
 def send_paused(target, link, msg: int, payload: bytes = b"") -> Frame:
     """Pause the machine and put a request into its console UART (it is read on resume).
 
@@ -152,4 +158,4 @@ def heads_equal(a, b) -> bool:
 
 
 __all__ = ["Msg", "SKIP_REASON", "renode_launcher", "renode_broken", "require_renode", "renode_test_launcher", "renode_python",
-           "wait_boot", "send_paused", "run_until_reply", "random_head", "heads_equal"]
+           "wait_boot", "FINE_QUANTUM", "send_paused", "run_until_reply", "random_head", "heads_equal"]

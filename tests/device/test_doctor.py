@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from _renode_util import FINE_QUANTUM
 from conftest import ROOT
 from tinyol.cli import group, main
 from tinyol.commands.doctor import run_checks
@@ -201,7 +202,7 @@ def test_renode_refuses_too_few_wait_states(found_renode, firmware):
     """LATENCY 3 at 80 MHz (RM0351 needs 4): the RCC refuses the switch, the firmware never
     boots, the Renode log and the RCC's diagnostic words say why; doctor finds silence."""
     elf = build_variant("nucleo_l476rg", "-DTOL_FLASH_LATENCY=3u", "lat3")
-    with emulator.start_renode("nucleo_l476rg", elf, timeout=180) as t:
+    with emulator.start_renode("nucleo_l476rg", elf, timeout=180, quantum=FINE_QUANTUM) as t:
         read = lambda a: int(t.monitor.execute(f"sysbus ReadDoubleWord {a:#x}").strip(), 16)  # noqa: E731
         t.monitor.execute("pause")
         for _ in range(50):   # clock set-up is the firmware's first act: 100 us steps of virtual time

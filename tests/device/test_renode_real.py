@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import pytest
-from _renode_util import Msg, _use_found_renode, heads_equal, random_head, run_until_reply, send_paused, wait_boot  # noqa: F401
+from _renode_util import FINE_QUANTUM, Msg, _use_found_renode, heads_equal, random_head, run_until_reply, send_paused, wait_boot  # noqa: F401
 from _stream_util import reference_run
 from click.testing import CliRunner
 from conftest import ROOT
@@ -51,9 +51,9 @@ def digits():
     return X[perm], y[perm]
 
 
-def _renode(firmware, board, timeout=300):
+def _renode(firmware, board, timeout=300, quantum=None):
     fw = firmware(board, MODEL, test_build=False)
-    return emulator.start_renode(board, fw.elf, timeout=timeout)
+    return emulator.start_renode(board, fw.elf, timeout=timeout, quantum=quantum)
 
 
 def _probe(dev, X) -> list[tuple[int, float]]:
@@ -244,7 +244,8 @@ def test_power_cut_during_save_keeps_old_or_new_record(firmware, digits):
     never garbage or the exported head."""
     X, y = digits
     # every store and load of the store region runs flash.py (IronPython): saves are slower
-    with _renode(firmware, FULL_BOARD, timeout=1200) as t, Device.open(t.url, timeout=5) as dev:
+    with (_renode(firmware, FULL_BOARD, timeout=1200, quantum=FINE_QUANTUM) as t,
+          Device.open(t.url, timeout=5) as dev):
         mon = t.monitor
         assert int(mon.execute("sysbus.cpu PerformanceInMips"), 16) == MIPS
         exported = dev.get_head()

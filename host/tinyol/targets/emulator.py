@@ -307,7 +307,8 @@ def flash_image(folder: Path, nbytes: int, what: str) -> Path:
 
 
 def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: float = 600.0,
-                 renode: str | None = None, imu: bool = False, state_dir: Path | None = None) -> Target:
+                 renode: str | None = None, imu: bool = False, state_dir: Path | None = None,
+                 quantum: float | None = None) -> Target:
     """Boot `elf` on `board` in Renode (mcu/renode/<board>.resc), headless, under a time limit.
 
     With `state_dir`, the board's flash store lives in `state_dir`/flash.bin (created erased;
@@ -318,6 +319,8 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
     tinyol.targets.renode.Monitor): it keeps serving whether or not our stdin is a terminal, and
     quits when the Target is stopped. Its log goes to a temporary file (`t.output()`).
     Renode deletes stale $TMPDIR/renode-* folders at start-up, so it gets a private TMPDIR.
+    `quantum`: see tinyol.targets.renode.renode_command (a test that steps virtual time by
+    less than the board scripts' 10 ms asks for 0.0001, Renode's own default).
     """
     port = port or free_port()
     t = Target([], url=rn.serial_url(port), timeout=timeout)
@@ -335,7 +338,8 @@ def start_renode(board: str, elf: Path, *, port: int | None = None, timeout: flo
             raise
         t.flash_image = image
         store = rn.store_script(image, t.tmpdir.name)
-    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu, flash_store=store)
+    cmd = rn.renode_command(board, elf, port, renode=renode, log_file=log, imu=imu, flash_store=store,
+                            quantum=quantum)
     t.argv = ["timeout", "-s", "TERM", str(int(timeout))] + cmd
     env = dict(os.environ, TMPDIR=t.tmpdir.name, RENODE_TMPDIR=t.tmpdir.name)
     t.logfile = _RenodeLog(log)
