@@ -90,8 +90,8 @@ def firmware():
 # at the head of the list) was measured slower on the 2-core machine (clean clones, 2026-12-04:
 # 17 min 35 s of pytest and 1,811 CPU s against 15 min 53 s and 1,606 CPU s; six workers: 17 min
 # 5 s): TFLM's compile, the linker sweeps and Renode then compete for the two cores at once. So
-# was xdist's order with only those three moved to start beside the waiting fleets (which by
-# xdist's order leave a core mostly idle from ~180 to ~360 s): 15 min 10 s and 1,549 CPU s against
+# was xdist's order with only those three moved to start beside the fleets that mostly wait
+# (the cores stay busy all the same: vmstat, docs/project.md session 15): 15 min 10 s and 1,549 CPU s against
 # 14 min 43 s and 1,503 CPU s (clean clones of d5eb341 and its variant); moving only TFLM's
 # compile there gave 14 min 40 s (the same within a run's spread).
 def pytest_collection_modifyitems(config, items):
