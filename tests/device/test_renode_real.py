@@ -7,7 +7,12 @@ NUCLEO-L476RG in full: `tinyol verify` bit-exact against TFLM; a learning stream
 the predictions of the reference learner (`tinyol simulate`); a power cut (machine
 reset at a chosen instruction) at many points of a SAVE leaves the previous or the new
 record, never garbage. `tinyol emulate --emulator renode </dev/null` keeps serving.
-Skipped, with the reason, when no Renode is found.
+The Robot suite tests/renode/tinyol.robot runs as a user runs it (renode-test, docs/renode.md),
+without the cases tagged `full` (persistence on three of the boards, verify, learning vs
+`tinyol simulate`): the tests above check those facts more tightly. (It lives here, in a file of
+many tests, so that pytest-xdist, which starts files with the most tests first, does not leave it
+alone at the end of `make test`.)
+Skipped, with the reason, when no Renode (or no renode-test Python) is found.
 """
 from __future__ import annotations
 
@@ -17,10 +22,13 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from _renode_util import FINE_QUANTUM, Msg, _use_found_renode, heads_equal, random_head, run_until_reply, send_paused, wait_boot  # noqa: F401
+from _renode_util import (FINE_QUANTUM, Msg, _use_found_renode, heads_equal, random_head,  # noqa: F401
+                          renode_python, renode_test_launcher, require_renode, run_until_reply, send_paused,
+                          wait_boot)
 from _stream_util import reference_run
 from click.testing import CliRunner
 from conftest import ROOT
@@ -374,3 +382,25 @@ def test_start_up_errors_name_renode(tmp_path):
     msg = str(e.value)
     assert msg.startswith("Renode failed at `start-up`") and "LoadELF" in msg, msg
     assert "QEMU" not in msg and "\n" not in msg
+
+
+SUITE = ROOT / "tests" / "renode" / "tinyol.robot"
+
+
+def test_robot_suite_passes_in_renode(firmware, tmp_path):
+    require_renode()
+    runner, python = renode_test_launcher(), renode_python()
+    if runner is None or python is None:
+        pytest.skip("renode-test or its Python (robotframework 6.1, .tools/renode-py: scripts/setup.sh) missing")
+    for board in ("nucleo_l476rg", "nucleo_l432kc", "disco_l475vg_iot01a", "nucleo_l4r5zi"):
+        firmware(board, "models/digits", test_build=False)     # built once per session
+    tinyol = os.path.join(os.path.dirname(sys.executable), "tinyol")
+    env = dict(os.environ, RENODE_PYTHON=python, RENODE_TMPDIR=str(tmp_path / "renode-tmp"))
+    r = subprocess.run([runner, str(SUITE), "--variable", f"TINYOL:{tinyol}", "--exclude", "full"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    out = tmp_path / "robot_output.xml"
+    assert out.is_file(), r.stdout[-3000:] + r.stderr[-2000:]
+    tests = {t.get("name"): t.find("status").get("status") for t in ET.parse(out).iter("test")}
+    assert r.returncode == 0, f"{tests}\n{r.stdout[-3000:]}"
+    assert len(tests) == 5 and set(tests.values()) == {"PASS"}, tests
+    assert sum(name.endswith(" Boots") for name in tests) == 4

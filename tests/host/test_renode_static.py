@@ -1,6 +1,6 @@
 """Checks of the Renode support files (mcu/renode/, tests/renode/) that need no Renode.
 
-The real runs are tests/device/test_renode_real.py and tests/device/test_renode_robot.py (skipped
+The real runs are tests/device/test_renode_real.py, the Robot suite among them (skipped
 without a Renode). These complement them wherever Renode is absent, and reach corners a
 firmware run does not exercise:
 - the Python peripheral scripts (RCC, flash interface, PWR) run under CPython in a scope

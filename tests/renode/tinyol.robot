@@ -6,9 +6,9 @@ Run from the repository root (Renode >= 1.15 with renode-test; `tinyol` on PATH 
 renode-test starts Renode, imports its keywords (Execute Command, Create Terminal Tester,
 Start Emulation, Wait For Line On Uart, ...) and resets the emulation before each test.
 Each test builds its board with `tinyol build` (cached) and uses its own socket port.
-tests/device/test_renode_robot.py runs this from `make test` with `--exclude full`, to keep its
-time down: the `full` cases (persistence on the other three boards, bit-exactness and
-learning on the L476) are checked there in Python, more tightly (tests/device/test_renode_real.py).
+tests/device/test_renode_real.py (test_robot_suite_passes_in_renode) runs this from `make test`
+with `--exclude full`, to keep its time down: the `full` cases (persistence on the other three
+boards, bit-exactness and learning on the L476) are checked in Python there, more tightly.
 
 Without Renode the suite can only be dry-run; the keywords then come from a stub library:
     robot --dryrun --output NONE --report NONE --log NONE \
