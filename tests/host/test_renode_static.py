@@ -850,6 +850,23 @@ def test_renode_command_errors(tmp_path, board, elf_exists, port, message):
         tol_renode.renode_command(board, elf, port, renode="renode")
 
 
+def test_renode_command_quantum(tmp_path):
+    """`quantum` sets the board scripts' $quantum before they are included (a `set` after the
+    include would come too late: the script's `?=` default has run); a bad one is refused."""
+    elf = tmp_path / "firmware.elf"
+    elf.write_bytes(b"\x7fELF")
+    cmd = tol_renode.renode_command("nucleo_l476rg", elf, 4321, renode="renode", quantum=0.0001)
+    i = cmd.index('set quantum "0.0001000"')
+    assert i < next(k for k, a in enumerate(cmd) if a.startswith("include @"))
+    for script in ("nucleo_l476rg", "nucleo_l432kc", "disco_l475vg_iot01a", "nucleo_l4r5zi"):
+        lines = (RENODE_DIR / f"{script}.resc").read_text().splitlines()
+        q = lines.index("emulation SetGlobalQuantum $quantum")
+        assert lines[q - 1] == '$quantum?="0.01"' and q < lines.index(next(l for l in lines if l.startswith("mach create")))
+    for bad in (0, -1, 2, True, "0.01"):
+        with pytest.raises(TinyolError, match="invalid Renode quantum"):
+            tol_renode.renode_command("nucleo_l476rg", elf, 4321, renode="renode", quantum=bad)
+
+
 def test_renode_command_needs_the_platform_files(tmp_path):
     elf = tmp_path / "firmware.elf"
     elf.write_bytes(b"\x7fELF")
