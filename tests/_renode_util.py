@@ -112,9 +112,9 @@ def wait_boot(dev_link, timeout: float = 20.0) -> str:
     return line
 
 
-# Renode's own synchronisation quantum: a test that steps virtual time with `emulation RunFor`
-# in 0.1 ms steps starts Renode with it (start_renode(..., quantum=FINE_QUANTUM)); the board
-# scripts' 10 ms is the least Renode 1.15 can step then (less ends it with an OverflowException).
+# Renode's own synchronisation quantum. Renode 1.15 cannot `emulation RunFor` less than one
+# quantum (an OverflowException ends it), and the board scripts set 10 ms: a test that steps
+# virtual time by 0.1 ms starts Renode with this one (start_renode(..., quantum=FINE_QUANTUM)).
 FINE_QUANTUM = 0.0001
 
 

@@ -27,8 +27,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from _renode_util import (FINE_QUANTUM, Msg, _use_found_renode, heads_equal, random_head,  # noqa: F401
-                          renode_python, renode_test_launcher, require_renode, run_until_reply, send_paused,
-                          wait_boot)
+                          renode_python, renode_test_launcher, run_until_reply, send_paused, wait_boot)
 from _stream_util import reference_run
 from click.testing import CliRunner
 from conftest import ROOT
@@ -388,12 +387,11 @@ SUITE = ROOT / "tests" / "renode" / "tinyol.robot"
 
 
 def test_robot_suite_passes_in_renode(firmware, tmp_path):
-    require_renode()
     runner, python = renode_test_launcher(), renode_python()
     if runner is None or python is None:
         pytest.skip("renode-test or its Python (robotframework 6.1, .tools/renode-py: scripts/setup.sh) missing")
-    for board in ("nucleo_l476rg", "nucleo_l432kc", "disco_l475vg_iot01a", "nucleo_l4r5zi"):
-        firmware(board, "models/digits", test_build=False)     # built once per session
+    for board in BOARDS:
+        firmware(board, MODEL, test_build=False)     # built once per session
     tinyol = os.path.join(os.path.dirname(sys.executable), "tinyol")
     env = dict(os.environ, RENODE_PYTHON=python, RENODE_TMPDIR=str(tmp_path / "renode-tmp"))
     r = subprocess.run([runner, str(SUITE), "--variable", f"TINYOL:{tinyol}", "--exclude", "full"],
